@@ -1,0 +1,1 @@
+"""The data layer: plain functions over the one Lance table (no Dagster imports)."""
