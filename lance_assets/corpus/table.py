@@ -43,13 +43,16 @@ def table_exists(root: str | Path, table: str = paths.TABLE_NAME) -> bool:
     return Path(paths.table_uri(root, table)).exists()
 
 
-def get_json_metadata(ds: lance.LanceDataset, key: str) -> dict | None:
-    raw = (ds.schema.metadata or {}).get(key.encode())
+# Table-level facts (e.g. the tokenizer) live in the manifest's key/value config, versioned with
+# the table. Not in the Arrow schema metadata: lancedb's permutation builder (used by
+# StreamingDataset) panics on tables whose schema carries metadata (lancedb 0.40).
+def get_json_config(ds: lance.LanceDataset, key: str) -> dict | None:
+    raw = ds.config().get(key)
     return json.loads(raw) if raw else None
 
 
-def set_json_metadata(ds: lance.LanceDataset, key: str, value: dict) -> None:
-    ds.update_schema_metadata({key: json.dumps(value, sort_keys=True)})
+def set_json_config(ds: lance.LanceDataset, key: str, value: dict) -> None:
+    ds.update_config({key: json.dumps(value, sort_keys=True)})
 
 
 def data_files_by_field(ds: lance.LanceDataset, column: str) -> dict[int, list[str]]:

@@ -1,7 +1,7 @@
 """The ``input_ids`` (list<int32>) and ``n_tokens`` (int32) columns.
 
 Documents are stored without EOS: the loader joins them with the tokenizer's EOS id when it
-packs sequences. The tokenizer's name, ids and hash live in the table's schema metadata, so the
+packs sequences. The tokenizer's name, ids and hash live in the table's config (manifest key/value metadata), so the
 trainer and the sampler read them from the table itself, and mixing tokenizers is refused.
 """
 
@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.corpus.table import get_json_metadata, set_json_metadata
+from lance_assets.corpus.table import get_json_config, set_json_config
 from lance_assets.corpus.tokenizers import TokenizerInfo, load_tokenizer
 
 INPUT_IDS = pa.field("input_ids", pa.list_(pa.int32()))
@@ -30,7 +30,7 @@ class TokenizerMismatchError(ValueError):
 
 
 def table_tokenizer(ds: lance.LanceDataset) -> TokenizerInfo | None:
-    meta = get_json_metadata(ds, TOKENIZER_KEY)
+    meta = get_json_config(ds, TOKENIZER_KEY)
     return TokenizerInfo(**meta) if meta else None
 
 
@@ -58,7 +58,7 @@ def token_ids(
                 "(lance.dataset(uri).drop_columns(['input_ids', 'n_tokens']))."
             )
     if current != tok.info:
-        set_json_metadata(ds, TOKENIZER_KEY, tok.info.to_dict())
+        set_json_config(ds, TOKENIZER_KEY, tok.info.to_dict())
     tokens = 0
 
     def compute(frag) -> Iterator[pa.RecordBatch]:

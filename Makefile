@@ -1,0 +1,28 @@
+# `make demo` and `make test` set everything up from scratch (a .venv with a CPU build of torch).
+SHELL := /bin/bash
+VENV ?= .venv
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+export LANCE_ASSETS_DATA ?= $(CURDIR)/data
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test dev clean
+
+setup:
+	@VENV=$(VENV) ./scripts/bootstrap.sh
+	@mkdir -p "$(DAGSTER_HOME)"
+	@ln -sf "$(CURDIR)/dagster.yaml" "$(DAGSTER_HOME)/dagster.yaml"
+
+## Materialize every asset end to end (synthetic corpus, tiny model) into $(LANCE_ASSETS_DATA).
+demo: setup
+	$(BIN)/dagster asset materialize -m lance_assets.definitions --select '*'
+
+## Run the test suite.
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## The web UI on http://127.0.0.1:3000, on the same instance as `make demo`.
+dev: setup
+	$(BIN)/dagster dev -m lance_assets.definitions -h 127.0.0.1 -p 3000
+
+clean:
+	rm -rf data .dagster_home

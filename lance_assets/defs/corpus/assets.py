@@ -1,0 +1,113 @@
+"""Column assets of the corpus table: ``raw_text`` -> ``dedup_flag`` -> ``token_ids``.
+
+Each writes its own column(s) with Lance's column APIs and never rewrites existing data files.
+All of them take the ``lance_corpus`` pool, so two runs never write the table at once.
+"""
+
+from typing import Optional
+
+import dagster as dg
+
+from lance_assets.corpus import dedup, ingest, tokenize
+from lance_assets.defs.metadata import lineage, markdown_table, table_metadata
+from lance_assets.defs.resources import LanceStore
+
+POOL = "lance_corpus"
+GROUP = "corpus"
+
+
+class RawTextConfig(dg.Config):
+    source: Optional[str] = None
+    """Override LANCE_ASSETS_SOURCE for this run: synthetic[:ROWS], a file, folder or glob."""
+    text_column: str = "text"
+    """Name of the text column in parquet / jsonl sources."""
+    rows_per_fragment: int = ingest.DEFAULT_ROWS_PER_FRAGMENT
+    """Rows per Lance fragment: the unit of incremental column writes."""
+
+
+@dg.asset(
+    group_name=GROUP, kinds={"lance", "python"}, code_version="1", pool=POOL,
+    tags={"lance_assets/table": "corpus"},
+)
+def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_store: LanceStore):
+    """Documents appended to the `corpus` Lance table: `id`, `doc_id`, `url`, `source`, `score`,
+    `n_chars`, `text`. Incremental: source units already in the table are skipped."""
+    source = config.source or lance_store.source
+    report = ingest.ingest(lance_store.root, source, text_column=config.text_column,
+                           rows_per_fragment=config.rows_per_fragment, log=context.log.info)
+    if report.nothing_new:
+        context.log.info(f"nothing new in {source!r}: {len(report.units_already_present)} "
+                         "source unit(s) already ingested")
+    return dg.MaterializeResult(metadata={
+        **table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_added),
+        "source": source,
+        "nothing_new": report.nothing_new,
+        "units_ingested": len(report.units_ingested),
+        "units_already_present": len(report.units_already_present),
+        "rows_added": report.rows_added,
+        "bytes_added": report.bytes_added,
+        "fragments_added": report.fragments_added,
+        "rows_skipped": sum(report.rows_skipped.values()),
+        "rows_skipped_by_reason": dg.MetadataValue.json(report.rows_skipped),
+        "mb_per_s": round(report.bytes_added / 1e6 / report.duration_s, 2) if report.duration_s else 0,
+    })
+
+
+class ColumnConfig(dg.Config):
+    fragments_per_commit: int = 4
+    """Fragments computed per commit: a kill loses at most this many fragments' work."""
+
+
+@dg.asset(
+    deps=[raw_text], group_name=GROUP, kinds={"lance", "duckdb"}, code_version="1", pool=POOL,
+    tags={"lance_assets/table": "corpus"},
+)
+def dedup_flag(context: dg.AssetExecutionContext, config: ColumnConfig, lance_store: LanceStore):
+    """`is_dup` (bool): true for a document whose whitespace-normalised text appeared at a
+    smaller `id`. Computed with DuckDB over the Lance table, written per fragment."""
+    report = dedup.dedup_flag(lance_store.root, fragments_per_commit=config.fragments_per_commit,
+                              log=context.log.info)
+    return dg.MaterializeResult(metadata={
+        **table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_written),
+        "dagster/column_lineage": lineage({"is_dup": [("raw_text", "text"), ("raw_text", "id")]}),
+        "nothing_to_do": report.nothing_to_do,
+        "fragments_written": len(report.fragments_written),
+        "fragments_already_done": report.fragments_already_done,
+        "rows_written": report.rows_written,
+        "duplicate_rate": round(dedup.duplicate_rate(lance_store.root), 4),
+    })
+
+
+class TokenIdsConfig(ColumnConfig):
+    tokenizer: str = "byte"
+    """`byte`, or a tiktoken encoding available offline (`cl100k_base`)."""
+
+
+@dg.asset(
+    deps=[dedup_flag], group_name=GROUP, kinds={"lance", "python"}, code_version="1", pool=POOL,
+    tags={"lance_assets/table": "corpus"},
+)
+def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_store: LanceStore):
+    """`input_ids` (list<int32>, no EOS: the loader adds it when packing) and `n_tokens` (int32).
+    The tokenizer (name, EOS/PAD ids, sha256) is recorded in the table's config."""
+    report, info, tokens = tokenize.token_ids(
+        lance_store.root, config.tokenizer, fragments_per_commit=config.fragments_per_commit,
+        log=context.log.info)
+    meta = table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_written)
+    return dg.MaterializeResult(metadata={
+        **meta,
+        "dagster/column_lineage": lineage({"input_ids": [("raw_text", "text")],
+                                           "n_tokens": [("raw_text", "text")]}),
+        "nothing_to_do": report.nothing_to_do,
+        "fragments_written": len(report.fragments_written),
+        "fragments_already_done": report.fragments_already_done,
+        "rows_written": report.rows_written,
+        "tokens_written": tokens,
+        "tokens_per_s": round(tokens / report.duration_s, 1) if report.duration_s else 0.0,
+        "tokenizer": dg.MetadataValue.md(markdown_table([info.to_dict()])),
+        "tokenizer_name": info.name,
+        "tokenizer_sha256": info.sha256,
+        "eos_id": info.eos_id,
+        "pad_id": info.pad_id,
+        "vocab_size": info.vocab_size,
+    })

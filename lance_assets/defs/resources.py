@@ -1,0 +1,37 @@
+"""Where the data lives and what ingest reads, from ``LANCE_ASSETS_DATA`` / ``LANCE_ASSETS_SOURCE``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from lance_assets import paths
+
+
+class LanceStore(dg.ConfigurableResource):
+    """The data root (Lance database, checkpoints, samples) and the ingest source."""
+
+    data_dir: str = paths.DEFAULT_DATA_DIR
+    source: str = paths.DEFAULT_SOURCE
+
+    @property
+    def root(self) -> Path:
+        return paths.data_dir(self.data_dir)
+
+    @property
+    def table_uri(self) -> str:
+        return paths.table_uri(self.root)
+
+
+def _env_or_default(name: str, default: str):
+    """An ``EnvVar`` (shown as such in the UI) when set, else the plain default."""
+    return dg.EnvVar(name) if os.environ.get(name) else default
+
+
+def lance_store_from_env() -> LanceStore:
+    return LanceStore(
+        data_dir=_env_or_default("LANCE_ASSETS_DATA", paths.DEFAULT_DATA_DIR),
+        source=_env_or_default("LANCE_ASSETS_SOURCE", paths.DEFAULT_SOURCE),
+    )

@@ -1,0 +1,152 @@
+"""``pretrained_model`` (torchrun through Dagster Pipes) and ``samples`` (text from its checkpoint)."""
+
+
+import base64
+import io
+import json
+import sys
+import time
+from typing import Optional
+from pathlib import Path
+
+import dagster as dg
+
+from lance_assets import paths
+from lance_assets.defs.corpus.assets import token_ids
+from lance_assets.defs.metadata import markdown_table
+from lance_assets.defs.resources import LanceStore
+
+GROUP = "training"
+
+
+class TrainConfig(dg.Config):
+    """Mirrors `python -m lance_assets.train` flags; defaults finish in about a minute on 2 CPU cores."""
+
+    model: str = "tiny"
+    steps: int = 300
+    seq_len: int = 128
+    batch_size: int = 16
+    grad_accum: int = 1
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup: int = 20
+    filter: str = "NOT is_dup"
+    num_splits: int = 8
+    nproc_per_node: int = 1
+    eval_every: int = 50
+    ckpt_every: int = 100
+    seed: int = 1337
+    run_name: str = ""
+    """Folder under DATA/train for checkpoints; default: the Dagster run id's first 8 characters."""
+    resume: str = ""
+    """'' (fresh) or 'auto' (continue from the newest checkpoint in the run folder)."""
+
+
+def trainer_command(cfg: TrainConfig, root: Path, out: Path) -> list[str]:
+    flags = {
+        "--data": root, "--model": cfg.model, "--steps": cfg.steps, "--seq-len": cfg.seq_len,
+        "--batch-size": cfg.batch_size, "--grad-accum": cfg.grad_accum, "--lr": cfg.lr,
+        "--min-lr": cfg.min_lr, "--warmup": cfg.warmup, "--filter": cfg.filter,
+        "--num-splits": cfg.num_splits, "--eval-every": cfg.eval_every,
+        "--ckpt-every": cfg.ckpt_every, "--seed": cfg.seed, "--out": out,
+    }
+    if cfg.resume:
+        flags["--resume"] = cfg.resume
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={cfg.nproc_per_node}", "-m", "lance_assets.train",
+        *[str(x) for kv in flags.items() for x in kv],
+    ]
+
+
+def loss_curve_markdown(metrics_path: Path) -> Optional[str]:
+    """The train/val loss series as an inline PNG (Markdown) for the asset's page."""
+    if not metrics_path.is_file():
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
+    val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    if train:
+        ax.plot(*zip(*train), label="train", linewidth=1)
+    if val:
+        ax.plot(*zip(*val), "o-", label="val")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return f"![loss curve](data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()})"
+
+
+@dg.asset(deps=[token_ids], group_name=GROUP, kinds={"pytorch", "lance"}, code_version="1")
+def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
+                     lance_store: LanceStore, pipes_subprocess_client: dg.PipesSubprocessClient):
+    """A compact GPT trained by `torchrun -m lance_assets.train`, launched through Dagster Pipes.
+    The loader packs and shuffles `input_ids` straight from the Lance table (filter
+    `NOT is_dup`, a frozen validation split); rank 0 reports losses and tokens/s."""
+    root = lance_store.root
+    out = paths.train_dir(root) / (config.run_name or context.run.run_id[:8])
+    cmd = trainer_command(config, root, out)
+    context.log.info("launching: " + " ".join(cmd))
+    start = time.perf_counter()
+    invocation = pipes_subprocess_client.run(command=cmd, context=context)
+    reported = invocation.get_materialize_result()
+    summary = json.loads((out / "summary.json").read_text())
+    pointer = paths.latest_checkpoint_pointer(root)
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(summary["checkpoint"])
+    tmp.replace(pointer)
+    metadata = dict(reported.metadata or {})
+    metadata["duration_s"] = round(time.perf_counter() - start, 2)
+    metadata["run_dir"] = dg.MetadataValue.path(str(out))
+    curve = loss_curve_markdown(out / "metrics.jsonl")
+    if curve:
+        metadata["loss_curve"] = dg.MetadataValue.md(curve)
+    return dg.MaterializeResult(metadata=metadata)
+
+
+class SamplesConfig(dg.Config):
+    prompts: list[str] = ["An introduction to the", "The bright star", "Students often ask why", ""]
+    max_new_tokens: int = 200
+    temperature: float = 0.8
+    top_k: int = 40
+    seed: int = 0
+
+
+@dg.asset(deps=[pretrained_model], group_name=GROUP, kinds={"pytorch"}, code_version="1")
+def samples(context: dg.AssetExecutionContext, config: SamplesConfig, lance_store: LanceStore):
+    """Text generated from the newest `pretrained_model` checkpoint (also:
+    `python -m lance_assets.sample`). Written to DATA/samples/samples.json."""
+    from lance_assets.sample import generate_samples, latest_checkpoint
+
+    ckpt = latest_checkpoint(lance_store.root)
+    start = time.perf_counter()
+    result = generate_samples(ckpt, config.prompts, max_new_tokens=config.max_new_tokens,
+                              temperature=config.temperature, top_k=config.top_k, seed=config.seed)
+    duration = time.perf_counter() - start
+    out_dir = paths.samples_dir(lance_store.root)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "samples.json").write_text(json.dumps(
+        {"checkpoint": str(ckpt), "samples": result}, indent=2))
+    n_tokens = sum(len(s["token_ids"]) for s in result)
+    md = "\n\n".join(f"**{s['prompt'] or '(unconditional)'}**\n\n> "
+                     + (s["prompt"] + s["completion"]).replace("\n", "\n> ") for s in result)
+    return dg.MaterializeResult(metadata={
+        "dagster/row_count": len(result),
+        "checkpoint": dg.MetadataValue.path(str(ckpt)),
+        "samples": dg.MetadataValue.md(md),
+        "settings": dg.MetadataValue.md(markdown_table([{
+            "temperature": config.temperature, "top_k": config.top_k,
+            "max_new_tokens": config.max_new_tokens, "seed": config.seed}])),
+        "duration_s": round(duration, 3),
+        "tokens_per_s": round(n_tokens / duration, 1) if duration else 0.0,
+    })

@@ -1,0 +1,100 @@
+"""Training and validation data straight from the corpus table.
+
+Packing and shuffling happen in the loader (``lancedb.streaming.StreamingDataset`` with
+``pack_sequences``): documents that pass the SQL filter are shuffled into ``num_splits`` fixed
+splits, joined with EOS and cut into blocks of ``seq_len + 1`` tokens. The validation split is a
+frozen slice of ids (``id % val_mod = 0``), packed in storage order, identical every run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import lancedb
+import torch
+from lancedb.streaming import StreamingDataLoader, StreamingDataset
+
+TOKENIZER_KEY = "lance_assets.tokenizer"
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    table: "lancedb.table.Table"
+    version: int
+    tokenizer: dict  # name, eos_id, pad_id, vocab_size, sha256
+
+
+def open_snapshot(db_dir: str, table_name: str, version: int | None = None) -> TableSnapshot:
+    """Open the table pinned at ``version`` (default: the newest) and read its tokenizer."""
+    table = lancedb.connect(db_dir).open_table(table_name)
+    version = version or table.version
+    table.checkout(version)
+    raw = table.to_lance().config().get(TOKENIZER_KEY)
+    if raw is None or "input_ids" not in table.schema.names:
+        raise RuntimeError(
+            f"table {table_name!r} in {db_dir} has no token columns; materialize `token_ids` first"
+        )
+    return TableSnapshot(table=table, version=version, tokenizer=json.loads(raw))
+
+
+def train_filter(base: str, val_mod: int) -> str:
+    return f"({base}) AND n_tokens > 0 AND id % {val_mod} != 0"
+
+
+def val_filter(base: str, val_mod: int) -> str:
+    return f"({base}) AND n_tokens > 0 AND id % {val_mod} = 0"
+
+
+def count_blocks(snap: TableSnapshot, filter: str, block_len: int, num_splits: int) -> int:
+    """Exact packed-block budget: (tokens + one EOS per document) // block_len, per split multiple."""
+    tokens = 0
+    scanner = snap.table.to_lance().scanner(columns=["n_tokens"], filter=filter)
+    for batch in scanner.to_batches():
+        col = batch.column(0)
+        tokens += int(col.to_numpy(zero_copy_only=False).sum()) + len(col)
+    blocks = tokens // block_len
+    blocks -= blocks % num_splits
+    if blocks == 0:
+        raise RuntimeError(
+            f"filter {filter!r} leaves fewer than {num_splits} blocks of {block_len} tokens; "
+            "ingest more data, loosen the filter or shorten --seq-len"
+        )
+    return blocks
+
+
+def train_dataset(snap: TableSnapshot, *, filter: str, block_len: int, blocks_per_epoch: int,
+                  num_splits: int, rank: int, world_size: int, seed: int, epoch: int,
+                  read_batch_size: int = 64, io_queue_depth: int = 4,
+                  transform_parallelism: int | None = None) -> StreamingDataset:
+    return StreamingDataset(
+        snap.table, columns=["input_ids"], filter=filter, shuffle=True, shuffle_seed=seed,
+        epoch=epoch, num_splits=num_splits, rank=rank, world_size=world_size,
+        pack_sequences=block_len, eos_id=snap.tokenizer["eos_id"],
+        pad_id=snap.tokenizer["pad_id"], blocks_per_epoch=blocks_per_epoch,
+        read_batch_size=read_batch_size, io_queue_depth=io_queue_depth,
+        transform_parallelism=transform_parallelism,
+    )
+
+
+def train_loader(dataset: StreamingDataset, batch_size: int, num_workers: int = 0):
+    return StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
+
+
+def val_blocks(snap: TableSnapshot, *, filter: str, block_len: int, max_blocks: int) -> torch.Tensor:
+    """The first ``max_blocks`` validation blocks, packed in storage order (the same every run)."""
+    blocks = min(max_blocks, count_blocks(snap, filter, block_len, 1))
+    ds = StreamingDataset(
+        snap.table, columns=["input_ids"], filter=filter, shuffle=False, num_splits=1,
+        pack_sequences=block_len, eos_id=snap.tokenizer["eos_id"],
+        pad_id=snap.tokenizer["pad_id"], blocks_per_epoch=blocks,
+    )
+    return torch.stack([item["input_ids"] for item in ds])
+
+
+def inputs_and_targets(blocks: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token pairs from packed blocks; PAD positions are left out of the loss (-1)."""
+    x = blocks[:, :-1]
+    y = blocks[:, 1:].clone()
+    y[y == pad_id] = -1
+    return x, y
