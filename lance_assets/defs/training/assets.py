@@ -27,9 +27,9 @@ class TrainConfig(dg.Config):
     seq_len: int = 128
     batch_size: int = 16
     grad_accum: int = 1
-    lr: float = 3e-3
+    lr: float = 5e-3
     min_lr: float = 3e-4
-    warmup: int = 20
+    warmup: int = 60
     filter: str = "NOT is_dup"
     num_splits: int = 8
     nproc_per_node: int = 1

@@ -1,0 +1,85 @@
+"""Column writes add data files; they never rewrite the ones holding `text`."""
+
+import lance
+import pyarrow as pa
+
+from lance_assets import paths
+from lance_assets.corpus.columns import fragments_missing, write_columns
+from lance_assets.corpus.dedup import dedup_flag
+from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.table import data_files_by_field
+from lance_assets.corpus.tokenize import token_ids
+from lance_assets_tests.conftest import quiet
+
+
+def test_is_dup_and_token_columns_leave_text_files_untouched(root):
+    ingest(root, "synthetic:400", rows_per_fragment=100, log=quiet)
+    uri = paths.table_uri(root)
+    before = data_files_by_field(lance.dataset(uri), "text")
+    assert len(before) == 4 and all(len(v) == 1 for v in before.values())
+    dedup_flag(root, log=quiet)
+    token_ids(root, "byte", log=quiet)
+    ds = lance.dataset(uri)
+    assert data_files_by_field(ds, "text") == before
+    # the new columns live in files of their own
+    for col in ("is_dup", "input_ids", "n_tokens"):
+        files = data_files_by_field(ds, col)
+        assert all(files[f] and not set(files[f]) & set(before[f]) for f in files)
+    assert ds.count_rows() == 400
+    assert ds.count_rows(filter="is_dup IS NULL OR input_ids IS NULL") == 0
+
+
+def test_column_catch_up_is_per_fragment_and_old_values_stay(root):
+    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    dedup_flag(root, log=quiet)
+    token_ids(root, "byte", log=quiet)
+    uri = paths.table_uri(root)
+    ds = lance.dataset(uri)
+    old_dup_files = data_files_by_field(ds, "is_dup")
+    old_token_files = data_files_by_field(ds, "input_ids")
+
+    # rerun with nothing new: no work, no new version
+    report = dedup_flag(root, log=quiet)
+    assert report.nothing_to_do and report.version == ds.version
+
+    # new documents arrive: the seed-0 corpus again (all duplicates) plus more
+    ingest(root, "synthetic:450", rows_per_fragment=100, log=quiet)
+    ds = lance.dataset(uri)
+    assert len(fragments_missing(ds, ["is_dup"])) == 5
+    report = dedup_flag(root, log=quiet)
+    assert sorted(report.fragments_written) == [3, 4, 5, 6, 7]
+    report, _, _ = token_ids(root, "byte", log=quiet)
+    assert len(report.fragments_written) == 5
+    ds = lance.dataset(uri)
+    new_dup_files = data_files_by_field(ds, "is_dup")
+    assert {f: new_dup_files[f] for f in old_dup_files} == old_dup_files
+    new_token_files = data_files_by_field(ds, "input_ids")
+    assert {f: new_token_files[f] for f in old_token_files} == old_token_files
+    rows = ds.to_table(columns=["id", "is_dup"], filter="id >= 300 AND id < 600").to_pylist()
+    assert all(r["is_dup"] for r in rows)  # the second synthetic:450's first 300 docs repeat the first
+
+
+def test_write_columns_commits_in_groups_and_checks_row_counts(root):
+    ingest(root, "synthetic:250", rows_per_fragment=50, log=quiet)
+    uri = paths.table_uri(root)
+    field = pa.field("id_squared", pa.int64())
+
+    def compute(frag):
+        ids = frag.to_table(columns=["id"]).column("id")
+        yield pa.RecordBatch.from_arrays([pa.compute.multiply(ids, ids).combine_chunks()], [field.name])
+
+    report = write_columns(uri, [field], compute, fragments_per_commit=2, log=quiet)
+    assert report.commits == 3 and report.rows_written == 250
+    rows = lance.dataset(uri).to_table(columns=["id", "id_squared"]).to_pylist()
+    assert all(r["id_squared"] == r["id"] ** 2 for r in rows)
+
+    bad = pa.field("short", pa.int64())
+
+    def too_few(frag):
+        yield pa.RecordBatch.from_arrays([pa.array([1], pa.int64())], ["short"])
+
+    import pytest
+
+    with pytest.raises(RuntimeError, match="1 values for 50 rows"):
+        write_columns(uri, [bad], too_few, log=quiet)
+    assert lance.dataset(uri).count_rows(filter="short IS NOT NULL") == 0

@@ -1,0 +1,23 @@
+import dagster as dg
+
+from lance_assets.definitions import defs
+
+
+def test_definitions_load():
+    dg.Definitions.validate_loadable(defs)
+
+
+def test_asset_graph_shape():
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == {"raw_text", "dedup_flag", "token_ids", "pretrained_model", "samples"}
+    parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
+               for k in graph.get_all_asset_keys()}
+    assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "token_ids": {"dedup_flag"},
+                       "pretrained_model": {"token_ids"}, "samples": {"pretrained_model"}}
+    for key in ("raw_text", "dedup_flag", "token_ids"):
+        node = graph.get(dg.AssetKey(key))
+        assert node.pools == {"lance_corpus"}  # one writer of the table at a time
+    for key in keys:
+        node = graph.get(dg.AssetKey(key))
+        assert node.description and node.group_name and node.kinds and node.code_version

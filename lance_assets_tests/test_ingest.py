@@ -1,0 +1,140 @@
+import json
+
+import lance
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lance_assets import paths
+from lance_assets.corpus.dedup import dedup_flag, normalise
+from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.sources import SourceError
+from lance_assets.corpus.synthetic import SyntheticSpec, generate
+from lance_assets_tests.conftest import quiet, write_fineweb_parquet
+
+
+def read(root, columns):
+    return lance.dataset(paths.table_uri(root)).to_table(columns=columns).to_pylist()
+
+
+def expected_dups(texts_in_id_order):
+    seen, out = set(), []
+    for t in texts_in_id_order:
+        key = normalise(t)
+        out.append(key in seen)
+        seen.add(key)
+    return out
+
+
+def test_synthetic_is_reproducible_and_has_known_duplicates():
+    a = generate(SyntheticSpec(rows=800, seed=3, dup_fraction=0.1))
+    b = generate(SyntheticSpec(rows=800, seed=3, dup_fraction=0.1))
+    assert a.equals(b)
+    texts = a.column("text").to_pylist()
+    dup_share = sum(expected_dups(texts)) / len(texts)
+    assert 0.05 < dup_share < 0.15
+    # some duplicates differ only in whitespace: raw equality misses them, normalisation finds them
+    raw_dups = len(texts) - len(set(texts))
+    assert raw_dups < sum(expected_dups(texts))
+    scores = a.column("score").to_pylist()
+    assert min(scores) >= 0 and max(scores) <= 5 and max(scores) - min(scores) > 3
+
+
+def test_parquet_folder_ingest_and_dedup_flag_exact_duplicates(tmp_path, root):
+    src = tmp_path / "fineweb"
+    src.mkdir()
+    base = [f"Document number {i} talks about topic {i % 13}.\nIt has two lines." for i in range(300)]
+    f1 = base[:150] + [base[3], "  " + base[4].replace(" ", "\t  ")]          # dups inside file 1
+    f2 = base[150:] + [base[10], base[10] + " ", base[200].replace("\n", " \n ")]  # across files
+    write_fineweb_parquet(src / "000.parquet", f1)
+    write_fineweb_parquet(src / "001.parquet", f2, start_id=1000)
+
+    report = ingest(root, str(src), rows_per_fragment=64, log=quiet)
+    assert report.rows_added == len(f1) + len(f2)
+    assert report.fragments_added > 2
+    report = dedup_flag(root, fragments_per_commit=2, log=quiet)
+    assert report.commits > 1
+
+    rows = sorted(read(root, ["id", "text", "is_dup", "doc_id", "url", "score", "n_chars", "source"]),
+                  key=lambda r: r["id"])
+    assert [r["text"] for r in rows] == f1 + f2  # every row, in file order
+    assert [r["id"] for r in rows] == list(range(len(rows)))
+    assert [r["is_dup"] for r in rows] == expected_dups(f1 + f2)
+    assert sum(r["is_dup"] for r in rows) == 5
+    assert rows[0]["doc_id"] == "<urn:uuid:00000000>" and rows[0]["url"].startswith("https://")
+    assert all(r["n_chars"] == len(r["text"]) for r in rows)
+    assert {r["source"] for r in rows} == {f"file:{(src / n).resolve()}" for n in ("000.parquet", "001.parquet")}
+
+
+def test_ingest_is_incremental_ids_unique_and_rerun_is_noop(tmp_path, root):
+    src = tmp_path / "landing"
+    src.mkdir()
+    write_fineweb_parquet(src / "a.parquet", [f"alpha {i}" for i in range(50)])
+    first = ingest(root, str(src), log=quiet)
+    ds = lance.dataset(paths.table_uri(root))
+    assert ds.has_stable_row_ids
+    again = ingest(root, str(src), log=quiet)
+    assert again.nothing_new and again.rows_added == 0
+    assert lance.dataset(paths.table_uri(root)).version == first.version  # no new version
+
+    write_fineweb_parquet(src / "b.parquet", [f"beta {i}" for i in range(30)])
+    third = ingest(root, str(src), log=quiet)
+    assert third.rows_added == 30 and len(third.units_ingested) == 1
+    ids = [r["id"] for r in read(root, ["id"])]
+    assert sorted(ids) == list(range(80))
+
+
+def test_null_and_empty_texts_are_skipped_and_counted(tmp_path, root):
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"text": pa.array(["good one", None, "", "   \n", "good two"])}), path)
+    report = ingest(root, str(path), log=quiet)
+    assert report.rows_added == 2
+    assert report.rows_skipped == {"null_text": 1, "empty_text": 2}
+    assert [r["text"] for r in read(root, ["text"])] == ["good one", "good two"]
+
+
+def test_custom_text_column(tmp_path, root):
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"content": ["one doc", "two doc"], "id": [7, 8]}), path)
+    with pytest.raises(SourceError, match="content"):
+        ingest(root, str(path), log=quiet)
+    ingest(root, str(path), text_column="content", log=quiet)
+    assert [r["doc_id"] for r in read(root, ["doc_id"])] == ["7", "8"]
+
+
+def test_bad_sources_name_the_input_and_change_nothing(tmp_path, root):
+    good = write_fineweb_parquet(tmp_path / "good.parquet", ["kept text"])
+    ingest(root, str(good), log=quiet)
+    version = lance.dataset(paths.table_uri(root)).version
+
+    with pytest.raises(SourceError, match="no such file or folder.*synthetic"):
+        ingest(root, str(tmp_path / "missing"), log=quiet)
+
+    bad_dir = tmp_path / "mixed"
+    bad_dir.mkdir()
+    write_fineweb_parquet(bad_dir / "ok.parquet", ["new text"])
+    pq.write_table(pa.table({"body": ["no text column here"]}), bad_dir / "wrong.parquet")
+    with pytest.raises(SourceError) as err:
+        ingest(root, str(bad_dir), log=quiet)
+    assert "wrong.parquet" in str(err.value) and "text_column" in str(err.value)
+
+    (bad_dir / "wrong.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(SourceError, match="wrong.parquet.*not a readable parquet"):
+        ingest(root, str(bad_dir), log=quiet)
+
+    ds = lance.dataset(paths.table_uri(root))
+    assert ds.version == version
+    assert [r["text"] for r in read(root, ["text"])] == ["kept text"]
+
+
+def test_jsonl_and_txt_sources(tmp_path, root):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text("\n".join(json.dumps({"text": f"json doc {i}", "id": i}) for i in range(3)))
+    (folder / "b.txt").write_text("a plain text document\nwith two lines")
+    (folder / "c.txt").write_bytes(b"\xff\xfe not utf-8 \xc3")
+    report = ingest(root, str(folder), log=quiet)
+    assert report.rows_added == 4
+    assert report.rows_skipped == {"not_utf8": 1}
+    texts = sorted(r["text"] for r in read(root, ["text"]))
+    assert texts == ["a plain text document\nwith two lines", "json doc 0", "json doc 1", "json doc 2"]
