@@ -5,6 +5,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export LANCE_ASSETS_DATA ?= $(CURDIR)/data
 # Lance warns on every DataReplacement commit (how column writes attach new files); keep errors.
 export LANCE_LOG ?= error
+export LANCE_ASSETS_SOURCE
 BIN := $(VENV)/bin
 
 .PHONY: setup demo test dev clean
