@@ -31,6 +31,8 @@ def save_atomic(state: dict, out_dir: str | Path, step: int, keep: int = 2) -> P
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+    for stale in out.glob(".ckpt_*.pt.tmp-*"):  # partial writes of killed runs
+        stale.unlink(missing_ok=True)
     for old in list_checkpoints(out)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return final

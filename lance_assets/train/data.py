@@ -63,18 +63,64 @@ def count_blocks(snap: TableSnapshot, filter: str, block_len: int, num_splits: i
     return blocks
 
 
+def count_rows(snap: TableSnapshot, filter: str, num_splits: int) -> int:
+    """Documents per epoch without packing (the loader drops the remainder of ``num_splits``)."""
+    rows = snap.table.to_lance().count_rows(filter=filter)
+    return rows - rows % num_splits
+
+
+class TruncateOrPad:
+    """Unpacked mode: one document per sequence, EOS-terminated, cut or PAD-filled to block_len."""
+
+    def __init__(self, block_len: int, eos_id: int, pad_id: int):
+        self.block_len, self.eos_id, self.pad_id = block_len, eos_id, pad_id
+
+    def __call__(self, batch):
+        out = []
+        for ids in batch.column("input_ids").to_pylist():
+            seq = (ids + [self.eos_id])[: self.block_len]
+            seq += [self.pad_id] * (self.block_len - len(seq))
+            out.append({"input_ids": torch.tensor(seq, dtype=torch.long)})
+        return out
+
+
 def train_dataset(snap: TableSnapshot, *, filter: str, block_len: int, blocks_per_epoch: int,
                   num_splits: int, rank: int, world_size: int, seed: int, epoch: int,
-                  read_batch_size: int = 64, io_queue_depth: int = 4,
-                  transform_parallelism: int | None = None) -> StreamingDataset:
-    return StreamingDataset(
-        snap.table, columns=["input_ids"], filter=filter, shuffle=True, shuffle_seed=seed,
-        epoch=epoch, num_splits=num_splits, rank=rank, world_size=world_size,
-        pack_sequences=block_len, eos_id=snap.tokenizer["eos_id"],
-        pad_id=snap.tokenizer["pad_id"], blocks_per_epoch=blocks_per_epoch,
-        read_batch_size=read_batch_size, io_queue_depth=io_queue_depth,
-        transform_parallelism=transform_parallelism,
+                  pack: bool = True, read_batch_size: int = 64, io_queue_depth: int = 4,
+                  transform_parallelism: int | None = None,
+                  transform_queue_depth: int | None = None) -> StreamingDataset:
+    common = dict(
+        columns=["input_ids"], filter=filter, shuffle=True, shuffle_seed=seed, epoch=epoch,
+        num_splits=num_splits, rank=rank, world_size=world_size, read_batch_size=read_batch_size,
+        io_queue_depth=io_queue_depth, transform_parallelism=transform_parallelism,
+        transform_queue_depth=transform_queue_depth,
     )
+    eos, pad = snap.tokenizer["eos_id"], snap.tokenizer["pad_id"]
+    if pack:
+        return StreamingDataset(snap.table, pack_sequences=block_len, eos_id=eos, pad_id=pad,
+                                blocks_per_epoch=blocks_per_epoch, **common)
+    return StreamingDataset(snap.table, transform=TruncateOrPad(block_len, eos, pad), **common)
+
+
+def tokens_per_byte(snap: TableSnapshot, filter: str) -> float | None:
+    """Tokens (one EOS per document included) per UTF-8 byte of the split, for bits-per-byte.
+
+    From ``n_bytes`` when the table has it; for the byte tokenizer bytes are tokens.
+    """
+    names = snap.table.schema.names
+    if "n_bytes" in names:
+        column = "n_bytes"
+    elif snap.tokenizer["name"] == "byte":
+        column = "n_tokens"
+    else:
+        return None
+    columns = ["n_tokens"] if column == "n_tokens" else ["n_tokens", column]
+    tokens = n_bytes = 0
+    for batch in snap.table.to_lance().scanner(columns=columns, filter=filter).to_batches():
+        t = batch.column(0).to_numpy(zero_copy_only=False)
+        tokens += int(t.sum()) + len(t)
+        n_bytes += int(batch.column(len(columns) - 1).to_numpy(zero_copy_only=False).sum())
+    return tokens / n_bytes if n_bytes else None
 
 
 def train_loader(dataset: StreamingDataset, batch_size: int, num_workers: int = 0):

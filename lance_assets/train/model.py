@@ -20,10 +20,12 @@ class GPTConfig:
     dropout: float = 0.0
 
 
-# name -> (n_layer, n_head, n_embd). `small` is the GPT-2 124M shape.
+# name -> (n_layer, n_head, n_embd). `small`, `medium`, `large` are the GPT-2 124M / 350M /
+# 774M shapes; `mega` is an ~78M-parameter body that with a 32k vocabulary adds a 25M embedding.
 PRESETS = {
     "tiny": (4, 4, 128),
     "small": (12, 12, 768),
+    "mega": (11, 12, 768),
     "medium": (24, 16, 1024),
     "large": (36, 20, 1280),
 }
@@ -103,6 +105,11 @@ class GPT(nn.Module):
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
         return n - self.wpe.weight.numel() if non_embedding else n
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token: 6N for the matmuls plus attention (PaLM appendix B)."""
+        c = self.cfg
+        return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.block_size
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         B, T = idx.shape

@@ -1,23 +1,25 @@
 """Pretrain a compact GPT on the corpus table.
 
-    python -m lance_assets.train --data ./data --steps 200
-    torchrun --standalone --nproc-per-node 2 -m lance_assets.train --data ./data --steps 200
+    python -m lance_assets.train --data ./data --steps 300
+    torchrun --standalone --nproc-per-node 2 -m lance_assets.train --data ./data --steps 300
 
 Under Dagster Pipes (the ``pretrained_model`` asset) rank 0 streams logs and reports the final
 metrics as the asset's materialization; every rank otherwise runs exactly the same code.
-SIGINT/SIGTERM finish the current step, write a checkpoint and exit; ``--resume auto`` continues.
+SIGINT/SIGTERM finish the current step, write a checkpoint and exit; ``--resume auto``
+continues, on any world size that divides ``--num-splits`` (keep the global batch:
+world size x --batch-size x --grad-accum).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -29,10 +31,15 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from lance_assets.train import checkpoint, data
 from lance_assets.train.model import GPT, PRESETS, config_for
 
+# Dense bf16 peak FLOP/s per device, for MFU (matched against torch.cuda.get_device_name()).
+PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12,
+              "A10": 125e12, "RTX 4090": 165e12, "V100": 125e12, "T4": 65e12}
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m lance_assets.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--data", default=os.environ.get("LANCE_ASSETS_DATA", "./data"),
                    help="data root holding lance/corpus.lance (default $LANCE_ASSETS_DATA or ./data)")
     p.add_argument("--table", default="corpus")
@@ -41,33 +48,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--filter", default="NOT is_dup", help="SQL predicate of training documents")
     p.add_argument("--val-mod", type=int, default=20,
                    help="documents with id %% VAL_MOD == 0 form the frozen validation split")
-    p.add_argument("--model", default="tiny", choices=sorted(PRESETS))
+    p.add_argument("--model", default="tiny", choices=list(PRESETS))
+    p.add_argument("--tokenizer", default=None,
+                   help="expected tokenizer name; refuse to train if the table's differs")
+    p.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True,
+                   help="pack documents into full blocks in the loader (--no-pack: one per row)")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=16, help="sequences per rank per micro-step")
     p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--steps", type=int, default=200, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps")
+    p.add_argument("--epochs", type=float, default=None, help="train this many epochs instead of --steps")
     p.add_argument("--lr", type=float, default=5e-3, help="peak LR (tuned for tiny; ~6e-4 for small)")
     p.add_argument("--min-lr", type=float, default=3e-4)
     p.add_argument("--warmup", type=int, default=60)
     p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
+                   help="autocast dtype (auto: bfloat16 on GPUs that support it, else float32)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--num-splits", type=int, default=8,
                    help="loader splits; resume works on any world size dividing it")
     p.add_argument("--read-batch-size", type=int, default=64)
     p.add_argument("--io-queue-depth", type=int, default=4)
     p.add_argument("--transform-parallelism", type=int, default=None)
-    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--transform-queue-depth", type=int, default=None)
+    p.add_argument("--num-workers", type=int, default=0, help="StreamingDataLoader worker processes")
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-blocks", type=int, default=32)
     p.add_argument("--ckpt-every", type=int, default=100)
+    p.add_argument("--keep-ckpts", type=int, default=2)
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--log-batch-hashes", action="store_true",
+                   help="log the sorted hashes of every step's blocks (all ranks) to metrics.jsonl")
     p.add_argument("--resume", default=None, help="'auto' (newest in --out) or a checkpoint path")
-    p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--out", default=None, help="run folder (default DATA/train/manual)")
     return p.parse_args(argv)
 
 
 class Reporter:
-    """Rank 0's voice: stdout always, Dagster Pipes when launched by the asset."""
+    """Rank 0's voice: Dagster Pipes when launched by the asset, stdout otherwise."""
 
     def __init__(self, rank: int, stack: contextlib.ExitStack):
         self.rank = rank
@@ -91,7 +109,7 @@ class Reporter:
 
 
 class StopFlag:
-    """Set by SIGINT/SIGTERM; the loop stops at the next step boundary (all ranks agree)."""
+    """Set by SIGINT/SIGTERM; the loop stops at the next step boundary, all ranks together."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -116,15 +134,29 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
     return args.min_lr + 0.5 * (args.lr - args.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
+def block_hashes(blocks: torch.Tensor) -> list[str]:
+    return [hashlib.blake2b(b.numpy().tobytes(), digest_size=8).hexdigest() for b in blocks.cpu()]
+
+
+def all_gather_list(items: list, distributed: bool, world: int) -> list:
+    if not distributed:
+        return list(items)
+    gathered: list = [None] * world
+    dist.all_gather_object(gathered, items)
+    return [x for part in gathered for x in part]
+
+
 @torch.no_grad()
-def evaluate(model, blocks: torch.Tensor, pad_id: int, rank: int, world: int, device, batch: int):
-    """Mean loss over the frozen validation blocks (each rank takes a stride, then all-reduce)."""
+def evaluate(model, blocks: torch.Tensor, pad_id: int, rank: int, world: int, device, batch: int,
+             autocast) -> float:
+    """Mean loss (nats/token) over the frozen validation blocks: each rank a stride, all-reduced."""
     model.eval()
     total = torch.zeros(2, dtype=torch.float64)
     mine = blocks[rank::world]
     for i in range(0, len(mine), batch):
         x, y = data.inputs_and_targets(mine[i : i + batch], pad_id)
-        _, loss = model(x.to(device), y.to(device))
+        with autocast():
+            _, loss = model(x.to(device), y.to(device))
         n = (y != -1).sum().item()
         total += torch.tensor([loss.item() * n, n], dtype=torch.float64)
     if world > 1:
@@ -141,6 +173,13 @@ def git_commit() -> str | None:
         return None
 
 
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_FLOPS.items() if k in name), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", 0))
@@ -152,8 +191,6 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    if distributed:
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     if args.num_splits % world:
         raise SystemExit(f"--num-splits {args.num_splits} must be divisible by world size {world}")
     splits_per_rank = args.num_splits // world
@@ -162,149 +199,227 @@ def main(argv: list[str] | None = None) -> int:
             f"--batch-size x --grad-accum ({args.batch_size * args.grad_accum}) must be a multiple "
             f"of the splits per rank ({splits_per_rank}) so every step ends on a checkpointable "
             "loader boundary")
+    if distributed:
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     out = Path(args.out or Path(args.data) / "train" / "manual")
     stop = StopFlag()
     with contextlib.ExitStack() as stack:
         rep = Reporter(rank, stack)
         try:
-            return _train(args, rank, world, distributed, device, out, stop, rep)
+            return Trainer(args, rank, world, device, out, stop, rep).run()
         finally:
             if distributed:
                 dist.destroy_process_group()
 
 
-def _train(args, rank, world, distributed, device, out: Path, stop: StopFlag, rep: Reporter) -> int:
-    torch.manual_seed(args.seed)
-    resume_path = checkpoint.resolve_resume(args.resume, out)
-    ckpt = checkpoint.load(resume_path) if resume_path else None
-    version = ckpt["table_version"] if ckpt else args.table_version
-    snap = data.open_snapshot(str(Path(args.data) / "lance"), args.table, version)
-    tok = snap.tokenizer
-    block_len = args.seq_len + 1
-    tfilter = data.train_filter(args.filter, args.val_mod)
-    vfilter = data.val_filter(args.filter, args.val_mod)
-    blocks_per_epoch = data.count_blocks(snap, tfilter, block_len, args.num_splits)
-    val = data.val_blocks(snap, filter=vfilter, block_len=block_len, max_blocks=args.eval_blocks)
+class Trainer:
+    def __init__(self, args, rank, world, device, out: Path, stop: StopFlag, rep: Reporter):
+        self.args, self.rank, self.world, self.device = args, rank, world, device
+        self.distributed = world > 1
+        self.out, self.stop, self.rep = out, stop, rep
+        torch.manual_seed(args.seed)
+        resume_path = checkpoint.resolve_resume(args.resume, out)
+        ckpt = checkpoint.load(resume_path) if resume_path else None
+        version = ckpt["table_version"] if ckpt else args.table_version
+        self.snap = data.open_snapshot(str(Path(args.data) / "lance"), args.table, version)
+        self.tok = self.snap.tokenizer
+        if args.tokenizer and args.tokenizer != self.tok["name"]:
+            raise SystemExit(f"--tokenizer {args.tokenizer}: the table's input_ids were written with "
+                             f"{self.tok['name']!r}; re-tokenize (token_ids) or drop --tokenizer")
+        self.block_len = args.seq_len + 1
+        self.tfilter = data.train_filter(args.filter, args.val_mod)
+        vfilter = data.val_filter(args.filter, args.val_mod)
+        if args.pack:
+            self.blocks_per_epoch = data.count_blocks(self.snap, self.tfilter, self.block_len,
+                                                      args.num_splits)
+        else:
+            self.blocks_per_epoch = data.count_rows(self.snap, self.tfilter, args.num_splits)
+        self.global_batch = args.batch_size * args.grad_accum * world
+        if args.epochs is not None:
+            args.steps = max(1, math.ceil(args.epochs * self.blocks_per_epoch / self.global_batch))
+        self.val = data.val_blocks(self.snap, filter=vfilter, block_len=self.block_len,
+                                   max_blocks=args.eval_blocks)
+        self.val_tokens_per_byte = data.tokens_per_byte(self.snap, vfilter)
 
-    cfg = config_for(args.model, tok["vocab_size"], args.seq_len)
-    model = GPT(cfg).to(device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95))
-    step, epoch, tokens_seen, loader_state = 0, 0, 0, None
-    if ckpt:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        step, epoch, tokens_seen = ckpt["step"], ckpt["epoch"], ckpt["tokens_seen"]
-        loader_state = ckpt["loader"]
-        rep.log(f"resumed from {resume_path} at step {step}")
-    ddp = DDP(model) if distributed else model
+        if args.dtype == "auto":
+            use_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        else:
+            use_bf16 = args.dtype == "bfloat16"
+        self.dtype = "bfloat16" if use_bf16 else "float32"
+        self.autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
 
-    def make_loader(epoch: int, state: dict | None):
+        self.cfg = config_for(args.model, self.tok["vocab_size"], args.seq_len)
+        self.model = GPT(self.cfg).to(device)
+        params = list(self.model.named_parameters())
+        self.opt = torch.optim.AdamW(
+            [{"params": [p for _, p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
+             {"params": [p for _, p in params if p.dim() < 2], "weight_decay": 0.0}],
+            lr=args.lr, betas=(0.9, 0.95), fused=device.type == "cuda")
+        self.step, self.epoch, self.tokens_seen, loader_state = 0, 0, 0, None
+        if ckpt:
+            self.model.load_state_dict(ckpt["model"])
+            self.opt.load_state_dict(ckpt["optimizer"])
+            self.step, self.epoch = ckpt["step"], ckpt["epoch"]
+            self.tokens_seen, loader_state = ckpt["tokens_seen"], ckpt["loader"]
+            rep.log(f"resumed from {resume_path} at step {self.step} (saved at world size "
+                    f"{ckpt['world_size']}, now {world})")
+        model = torch.compile(self.model) if args.compile else self.model
+        self.ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) \
+            if self.distributed else model
+        self.dataset, self.batches = self._loader(self.epoch, loader_state)
+        self.metrics_path = out / "metrics.jsonl"
+        out.mkdir(parents=True, exist_ok=True)
+        self.peak = peak_flops(device)
+
+    def _loader(self, epoch: int, state: dict | None):
+        a = self.args
         ds = data.train_dataset(
-            snap, filter=tfilter, block_len=block_len, blocks_per_epoch=blocks_per_epoch,
-            num_splits=args.num_splits, rank=rank, world_size=world, seed=args.seed, epoch=epoch,
-            read_batch_size=args.read_batch_size, io_queue_depth=args.io_queue_depth,
-            transform_parallelism=args.transform_parallelism)
+            self.snap, filter=self.tfilter, block_len=self.block_len,
+            blocks_per_epoch=self.blocks_per_epoch, num_splits=a.num_splits, rank=self.rank,
+            world_size=self.world, seed=a.seed, epoch=epoch, pack=a.pack,
+            read_batch_size=a.read_batch_size, io_queue_depth=a.io_queue_depth,
+            transform_parallelism=a.transform_parallelism,
+            transform_queue_depth=a.transform_queue_depth)
         if state is not None:
             ds.load_state_dict(state)
-        return ds, iter(data.train_loader(ds, args.batch_size, args.num_workers))
+        return ds, iter(data.train_loader(ds, a.batch_size, a.num_workers))
 
-    dataset, batches = make_loader(epoch, loader_state)
-    rep.log(f"model {args.model}: {model.num_params() / 1e6:.2f}M params, vocab {cfg.vocab_size}, "
-            f"world {world}, table v{snap.version}, {blocks_per_epoch} blocks/epoch, "
-            f"tokenizer {tok['name']}")
-    metrics_path = out / "metrics.jsonl"
-    out.mkdir(parents=True, exist_ok=True)
+    def _next_blocks(self) -> torch.Tensor:
+        try:
+            return next(self.batches)["input_ids"]
+        except StopIteration:
+            self.epoch += 1
+            self.dataset, self.batches = self._loader(self.epoch, None)
+            return next(self.batches)["input_ids"]
 
-    def record(entry: dict) -> None:
-        if rank == 0:
-            with open(metrics_path, "a") as fh:
+    def _record(self, entry: dict) -> None:
+        if self.rank == 0:
+            with open(self.metrics_path, "a") as fh:
                 fh.write(json.dumps(entry) + "\n")
 
-    def save() -> Path | None:
-        # Every rank's loader state, merged: resumable on any world size dividing num_splits.
-        states = [None] * world
-        if distributed:
-            dist.all_gather_object(states, dataset.state_dict())
-        else:
-            states = [dataset.state_dict()]
-        if rank != 0:
-            return None
-        merged = type(dataset).merge_state_dicts(states)
-        state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                 "epoch": epoch, "tokens_seen": tokens_seen, "loader": merged,
-                 "model_config": asdict(cfg), "args": vars(args), "tokenizer": tok,
-                 "table_version": snap.version, "filter": tfilter, "git_commit": git_commit()}
-        return checkpoint.save_atomic(state, out, step)
+    def _evaluate(self) -> float:
+        return evaluate(self.model, self.val, self.tok["pad_id"], self.rank, self.world, self.device,
+                        self.args.batch_size, self.autocast)
 
-    val_loss = evaluate(model, val, tok["pad_id"], rank, world, device, args.batch_size)
-    first_val = val_loss
-    record({"step": step, "val_loss": val_loss})
-    rep.log(f"step {step}: val loss {val_loss:.4f}")
-    losses: list[tuple[int, float]] = []
-    t_start = time.perf_counter()
-    tokens_at_start = tokens_seen
-    last_ckpt = None
-    interrupted = False
-    while step < args.steps:
-        if stop.agreed(distributed):
-            interrupted = True
-            break
-        lr = lr_at(step, args)
-        for group in opt.param_groups:
+    def _bpb(self, loss: float) -> float | None:
+        return loss * self.val_tokens_per_byte / math.log(2) if self.val_tokens_per_byte else None
+
+    def save(self) -> Path | None:
+        """Every rank's loader state, merged: resumable on any world size dividing num_splits."""
+        states = all_gather_list([self.dataset.state_dict()], self.distributed, self.world)
+        if self.rank != 0:
+            return None
+        state = {
+            "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+            "step": self.step, "epoch": self.epoch, "tokens_seen": self.tokens_seen,
+            "loader": type(self.dataset).merge_state_dicts(states), "world_size": self.world,
+            "model_config": asdict(self.cfg), "args": vars(self.args), "tokenizer": self.tok,
+            "table_version": self.snap.version, "filter": self.tfilter, "git_commit": git_commit(),
+        }
+        return checkpoint.save_atomic(state, self.out, self.step, keep=self.args.keep_ckpts)
+
+    def train_step(self) -> tuple[float, int, float, list[str]]:
+        """One optimizer step; returns (loss, tokens, seconds waiting for data, block hashes)."""
+        a = self.args
+        lr = lr_at(self.step, a)
+        for group in self.opt.param_groups:
             group["lr"] = lr
-        loss_sum = 0.0
-        for micro in range(args.grad_accum):
-            try:
-                batch = next(batches)
-            except StopIteration:
-                epoch += 1
-                dataset, batches = make_loader(epoch, None)
-                batch = next(batches)
-            x, y = data.inputs_and_targets(batch["input_ids"], tok["pad_id"])
-            x, y = x.to(device), y.to(device)
-            sync = micro == args.grad_accum - 1 or not distributed
-            with contextlib.nullcontext() if sync else ddp.no_sync():
-                _, loss = ddp(x, y)
-                (loss / args.grad_accum).backward()
-            loss_sum += loss.item() / args.grad_accum
-            tokens_seen += int((y != -1).sum().item()) * world
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        step += 1
-        losses.append((step, loss_sum))
+        loss_sum, tokens, wait, hashes = 0.0, 0, 0.0, []
+        for micro in range(a.grad_accum):
+            t0 = time.perf_counter()
+            blocks = self._next_blocks()
+            wait += time.perf_counter() - t0
+            if a.log_batch_hashes:
+                hashes += block_hashes(blocks)
+            x, y = data.inputs_and_targets(blocks, self.tok["pad_id"])
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            last = micro == a.grad_accum - 1
+            with contextlib.nullcontext() if last or not self.distributed else self.ddp.no_sync():
+                with self.autocast():
+                    _, loss = self.ddp(x, y)
+                (loss / a.grad_accum).backward()
+            loss_sum += loss.item() / a.grad_accum
+            tokens += int((y != -1).sum().item())
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        if self.distributed:  # the global mean loss and token count, as the step saw them
+            t = torch.tensor([loss_sum, float(tokens)], dtype=torch.float64)
+            dist.all_reduce(t)
+            loss_sum, tokens = t[0].item() / self.world, int(t[1].item())
+        return loss_sum, tokens, wait, all_gather_list(hashes, self.distributed, self.world)
+
+    def run(self) -> int:
+        a, rep = self.args, self.rep
+        rep.log(f"model {a.model}: {self.model.num_params() / 1e6:.2f}M params, vocab "
+                f"{self.cfg.vocab_size}, world {self.world}, {self.dtype}, table v{self.snap.version}, "
+                f"{self.blocks_per_epoch} blocks/epoch, global batch {self.global_batch}, "
+                f"tokenizer {self.tok['name']}")
+        val_loss = self._evaluate()
+        first_val = val_loss
+        if self.step == 0:
+            self._record({"step": 0, "val_loss": val_loss, "val_bpb": self._bpb(val_loss)})
+        rep.log(f"step {self.step}: val loss {val_loss:.4f}")
+        start_step, start_tokens = self.step, self.tokens_seen
+        t_start = time.perf_counter()
+        data_wait = step_time = 0.0
+        last_ckpt, interrupted, loss = None, False, float("nan")
+        while self.step < a.steps:
+            if self.stop.agreed(self.distributed):
+                interrupted = True
+                break
+            t0 = time.perf_counter()
+            loss, tokens, wait, hashes = self.train_step()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            step_time += dt
+            data_wait += wait
+            self.step += 1
+            self.tokens_seen += tokens
+            entry = {"step": self.step, "loss": loss, "lr": lr_at(self.step - 1, a),
+                     "tokens": self.tokens_seen, "tokens_per_s": tokens / dt, "data_wait_s": wait}
+            if self.peak:
+                entry["mfu"] = self.model.flops_per_token() * tokens / dt / (self.peak * self.world)
+            if a.log_batch_hashes:
+                entry["batch_hashes"] = sorted(hashes)
+            self._record(entry)
+            if self.step % a.log_every == 0 or self.step == a.steps:
+                rate = (self.tokens_seen - start_tokens) / (time.perf_counter() - t_start)
+                rep.log(f"step {self.step}/{a.steps}: loss {loss:.4f} lr {entry['lr']:.2e} "
+                        f"{rate:,.0f} tok/s" + (f" mfu {entry['mfu']:.1%}" if self.peak else ""))
+            if self.step % a.eval_every == 0 or self.step == a.steps:
+                val_loss = self._evaluate()
+                self._record({"step": self.step, "val_loss": val_loss, "val_bpb": self._bpb(val_loss)})
+                rep.log(f"step {self.step}: val loss {val_loss:.4f}")
+            if self.step % a.ckpt_every == 0 and self.step < a.steps:
+                last_ckpt = self.save() or last_ckpt
+        last_ckpt = self.save() or last_ckpt
         elapsed = time.perf_counter() - t_start
-        tok_s = (tokens_seen - tokens_at_start) / max(elapsed, 1e-9)
-        record({"step": step, "loss": loss_sum, "lr": lr, "tokens": tokens_seen, "tokens_per_s": tok_s})
-        if step % args.log_every == 0 or step == args.steps:
-            rep.log(f"step {step}/{args.steps}: loss {loss_sum:.4f} lr {lr:.2e} {tok_s:,.0f} tok/s")
-        if step % args.eval_every == 0 or step == args.steps:
-            val_loss = evaluate(model, val, tok["pad_id"], rank, world, device, args.batch_size)
-            record({"step": step, "val_loss": val_loss})
-            rep.log(f"step {step}: val loss {val_loss:.4f}")
-        if step % args.ckpt_every == 0 and step < args.steps:
-            last_ckpt = save() or last_ckpt
-    last_ckpt = save() or last_ckpt
-    elapsed = time.perf_counter() - t_start
-    tok_s = (tokens_seen - tokens_at_start) / max(elapsed, 1e-9)
-    if interrupted:
-        rep.log(f"interrupted at step {step}; checkpoint {last_ckpt}; continue with --resume auto")
-    summary = {
-        "checkpoint": str(last_ckpt), "step": step, "steps_requested": args.steps,
-        "interrupted": interrupted, "model": args.model, "params_m": round(model.num_params() / 1e6, 3),
-        "world_size": world, "table_version": snap.version, "filter": tfilter,
-        "tokenizer": tok["name"], "tokenizer_sha256": tok["sha256"], "tokens_seen": tokens_seen,
-        "tokens_per_s": round(tok_s, 1), "train_seconds": round(elapsed, 2),
-        "first_val_loss": round(first_val, 4), "val_loss": round(val_loss, 4),
-        "train_loss": round(losses[-1][1], 4) if losses else None,
-        "blocks_per_epoch": blocks_per_epoch, "git_commit": git_commit(),
-    }
-    if rank == 0:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    rep.materialize(summary)
-    rep.log(f"done: step {step}, val loss {first_val:.4f} -> {val_loss:.4f}, {tok_s:,.0f} tok/s")
-    return 0
+        rate = (self.tokens_seen - start_tokens) / max(elapsed, 1e-9)
+        if interrupted:
+            rep.log(f"interrupted at step {self.step}; checkpoint {last_ckpt}; "
+                    "continue with --resume auto")
+        summary = {
+            "checkpoint": str(last_ckpt), "step": self.step, "steps_requested": a.steps,
+            "interrupted": interrupted, "model": a.model,
+            "params_m": round(self.model.num_params() / 1e6, 3), "world_size": self.world,
+            "global_batch": self.global_batch, "dtype": self.dtype,
+            "table_version": self.snap.version, "filter": self.tfilter,
+            "tokenizer": self.tok["name"], "tokenizer_sha256": self.tok["sha256"],
+            "tokens_seen": self.tokens_seen, "tokens_per_s": round(rate, 1),
+            "train_seconds": round(elapsed, 2),
+            "data_wait_share": round(data_wait / step_time, 4) if step_time else None,
+            "first_val_loss": round(first_val, 4), "val_loss": round(val_loss, 4),
+            "val_bpb": round(self._bpb(val_loss), 4) if self._bpb(val_loss) else None,
+            "train_loss": round(loss, 4) if self.step > start_step else None,
+            "blocks_per_epoch": self.blocks_per_epoch, "git_commit": git_commit(),
+        }
+        if self.peak and step_time:
+            summary["mfu"] = round(self.model.flops_per_token() * (self.tokens_seen - start_tokens)
+                                   / step_time / (self.peak * self.world), 4)
+        if self.rank == 0:
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        self.rep.materialize(summary)
+        rep.log(f"done: step {self.step}, val loss {first_val:.4f} -> {val_loss:.4f}, {rate:,.0f} tok/s")
+        return 0
