@@ -21,3 +21,16 @@ def test_asset_graph_shape():
     for key in keys:
         node = graph.get(dg.AssetKey(key))
         assert node.description and node.group_name and node.kinds and node.code_version
+
+
+def test_train_config_mirrors_every_trainer_flag(tmp_path):
+    from lance_assets.defs.training.assets import LAUNCH_ONLY, TrainConfig, trainer_command
+    from lance_assets.train.trainer import parse_args
+
+    cfg = TrainConfig(compile=True, pack=False, epochs=1.5, log_batch_hashes=True)
+    cmd = trainer_command(cfg, tmp_path, tmp_path / "out")
+    args = parse_args(cmd[cmd.index("lance_assets.train") + 1:])
+    trainer_flags = set(vars(args)) - {"data", "out", "table", "table_version"}
+    assert trainer_flags == set(TrainConfig.model_fields) - LAUNCH_ONLY
+    for name in trainer_flags:
+        assert getattr(args, name) == getattr(cfg, name), name

@@ -8,6 +8,7 @@ import lance
 from lance_assets import paths
 from lance_assets.definitions import defs
 from lance_assets.defs.resources import LanceStore
+from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
 
 def test_materialize_whole_graph(tmp_path):
@@ -21,7 +22,7 @@ def test_materialize_whole_graph(tmp_path):
         "samples": {"config": {"prompts": ["The", ""], "max_new_tokens": 16}},
     }}
     resources = {"lance_store": LanceStore(data_dir=str(root), source="synthetic:600"),
-                 "pipes_subprocess_client": dg.PipesSubprocessClient()}
+                 "pipes_subprocess_client": TorchrunPipesClient()}
     result = dg.materialize(assets, resources=resources, run_config=run_config)
     assert result.success
 

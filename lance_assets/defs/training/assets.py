@@ -15,47 +15,72 @@ from lance_assets import paths
 from lance_assets.defs.corpus.assets import token_ids
 from lance_assets.defs.metadata import markdown_table
 from lance_assets.defs.resources import LanceStore
+from lance_assets.defs.training.torchrun import TORCHRUN_SHUTDOWN_TIMEOUT_S, TorchrunPipesClient
 
 GROUP = "training"
 
 
 class TrainConfig(dg.Config):
-    """Mirrors `python -m lance_assets.train` flags; defaults finish in about a minute on 2 CPU cores."""
+    """Mirrors `python -m lance_assets.train` flags (same names, `-` as `_`); the defaults train
+    the demo's `tiny` model in about a minute on 2 CPU cores."""
 
     model: str = "tiny"
-    steps: int = 300
+    tokenizer: Optional[str] = None
+    pack: bool = True
     seq_len: int = 128
     batch_size: int = 16
     grad_accum: int = 1
+    steps: int = 300
+    epochs: Optional[float] = None
     lr: float = 5e-3
     min_lr: float = 3e-4
     warmup: int = 60
+    weight_decay: float = 0.1
+    dtype: str = "auto"
+    compile: bool = False
     filter: str = "NOT is_dup"
+    val_mod: int = 20
     num_splits: int = 8
-    nproc_per_node: int = 1
+    read_batch_size: int = 64
+    io_queue_depth: int = 4
+    transform_parallelism: Optional[int] = None
+    transform_queue_depth: Optional[int] = None
+    num_workers: int = 0
     eval_every: int = 50
+    eval_blocks: int = 32
     ckpt_every: int = 100
+    keep_ckpts: int = 2
+    log_every: int = 10
+    log_batch_hashes: bool = False
     seed: int = 1337
-    run_name: str = ""
-    """Folder under DATA/train for checkpoints; default: the Dagster run id's first 8 characters."""
     resume: str = ""
     """'' (fresh) or 'auto' (continue from the newest checkpoint in the run folder)."""
+    nproc_per_node: int = 1
+    """Processes (GPUs) per node for torchrun."""
+    run_name: str = ""
+    """Folder under DATA/train for checkpoints; default: the Dagster run id's first 8 characters."""
+
+
+LAUNCH_ONLY = {"nproc_per_node", "run_name"}
 
 
 def trainer_command(cfg: TrainConfig, root: Path, out: Path) -> list[str]:
-    flags = {
-        "--data": root, "--model": cfg.model, "--steps": cfg.steps, "--seq-len": cfg.seq_len,
-        "--batch-size": cfg.batch_size, "--grad-accum": cfg.grad_accum, "--lr": cfg.lr,
-        "--min-lr": cfg.min_lr, "--warmup": cfg.warmup, "--filter": cfg.filter,
-        "--num-splits": cfg.num_splits, "--eval-every": cfg.eval_every,
-        "--ckpt-every": cfg.ckpt_every, "--seed": cfg.seed, "--out": out,
-    }
-    if cfg.resume:
-        flags["--resume"] = cfg.resume
+    """`torchrun ... -m lance_assets.train` with one flag per config field."""
+    flags: list[str] = ["--data", str(root), "--out", str(out)]
+    for name, value in cfg.model_dump().items():
+        flag = "--" + name.replace("_", "-")
+        if name in LAUNCH_ONLY or value is None or value == "":
+            continue
+        if name == "pack":
+            flags.append(flag if value else "--no-pack")
+        elif isinstance(value, bool):
+            flags += [flag] if value else []
+        else:
+            flags += [flag, str(value)]
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={cfg.nproc_per_node}", "-m", "lance_assets.train",
-        *[str(x) for kv in flags.items() for x in kv],
+        f"--nproc-per-node={cfg.nproc_per_node}",
+        f"--shutdown-timeout={TORCHRUN_SHUTDOWN_TIMEOUT_S}", "-m", "lance_assets.train", *flags,
     ]
 
 
@@ -89,7 +114,7 @@ def loss_curve_markdown(metrics_path: Path) -> Optional[str]:
 
 @dg.asset(deps=[token_ids], group_name=GROUP, kinds={"pytorch", "lance"}, code_version="1")
 def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
-                     lance_store: LanceStore, pipes_subprocess_client: dg.PipesSubprocessClient):
+                     lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
     """A compact GPT trained by `torchrun -m lance_assets.train`, launched through Dagster Pipes.
     The loader packs and shuffles `input_ids` straight from the Lance table (filter
     `NOT is_dup`, a frozen validation split); rank 0 reports losses and tokens/s."""

@@ -1,0 +1,75 @@
+"""Cancelling `pretrained_model` stops every torchrun rank and leaves a resumable checkpoint."""
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from lance_assets.train import checkpoint
+
+RUNNER = textwrap.dedent("""
+    import sys
+    import dagster as dg
+    from lance_assets.definitions import defs
+    from lance_assets.defs.resources import LanceStore
+    from lance_assets.defs.training.torchrun import TorchrunPipesClient
+
+    root = sys.argv[1]
+    config = {"steps": 100000, "seq_len": 32, "batch_size": 4, "nproc_per_node": 2,
+              "eval_every": 100000, "ckpt_every": 100000, "run_name": "cancel"}
+    dg.materialize(
+        [defs.get_assets_def("pretrained_model")],
+        resources={"lance_store": LanceStore(data_dir=root),
+                   "pipes_subprocess_client": TorchrunPipesClient(termination_timeout_seconds=55)},
+        run_config={"ops": {"pretrained_model": {"config": config}}},
+        raise_on_error=False,
+    )
+""")
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                status = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if status != "Z":
+                    found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_cancel_stops_every_rank_and_leaves_a_checkpoint(tokenized_root, tmp_path):
+    script = tmp_path / "runner.py"
+    script.write_text(RUNNER)
+    out = tokenized_root / "train" / "cancel"
+    proc = subprocess.Popen([sys.executable, str(script), str(tokenized_root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if metrics.exists() and sum(1 for line in metrics.read_text().splitlines() if '"loss"' in line) >= 3:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        raise AssertionError("training never started: " + proc.stderr.read().decode()[-2000:])
+    ranks = processes_mentioning(str(out))
+    assert len(ranks) >= 3  # torchrun and two workers
+
+    cancelled_at = time.time()
+    proc.send_signal(signal.SIGINT)  # what the run worker gets when the run is cancelled
+    proc.communicate(timeout=120)
+    assert time.time() - cancelled_at < 60
+    assert processes_mentioning(str(out)) == []
+    saved = checkpoint.list_checkpoints(out)
+    assert saved, "cancel must leave a checkpoint"
+    state = checkpoint.load(saved[-1])
+    assert state["step"] >= 3 and state["world_size"] == 2
+    assert len(state["loader"]["blocks_emitted_per_split"]) == 8
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert max(r["step"] for r in rows if "loss" in r) == state["step"]
