@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import lance
 import pyarrow as pa
@@ -96,35 +97,45 @@ def test_null_and_empty_texts_are_skipped_and_counted(tmp_path, root):
 def test_custom_text_column(tmp_path, root):
     path = tmp_path / "c.parquet"
     pq.write_table(pa.table({"content": ["one doc", "two doc"], "id": [7, 8]}), path)
-    with pytest.raises(SourceError, match="content"):
-        ingest(root, str(path), log=quiet)
+    report = ingest(root, str(path), log=quiet)
+    assert report.rows_added == 0 and "'text'" in report.files_failed[str(path.resolve())]
+    assert "content" in report.files_failed[str(path.resolve())]  # the columns it does have
     ingest(root, str(path), text_column="content", log=quiet)
     assert [r["doc_id"] for r in read(root, ["doc_id"])] == ["7", "8"]
 
 
-def test_bad_sources_name_the_input_and_change_nothing(tmp_path, root):
+def test_bad_files_are_reported_others_ingest_and_nothing_stored_changes(tmp_path, root):
     good = write_fineweb_parquet(tmp_path / "good.parquet", ["kept text"])
     ingest(root, str(good), log=quiet)
-    version = lance.dataset(paths.table_uri(root)).version
+    before = read(root, ["id", "text"])
 
     with pytest.raises(SourceError, match="no such file or folder.*synthetic"):
         ingest(root, str(tmp_path / "missing"), log=quiet)
 
-    bad_dir = tmp_path / "mixed"
-    bad_dir.mkdir()
-    write_fineweb_parquet(bad_dir / "ok.parquet", ["new text"])
-    pq.write_table(pa.table({"body": ["no text column here"]}), bad_dir / "wrong.parquet")
-    with pytest.raises(SourceError) as err:
-        ingest(root, str(bad_dir), log=quiet)
-    assert "wrong.parquet" in str(err.value) and "text_column" in str(err.value)
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    write_fineweb_parquet(folder / "a_ok.parquet", ["new text"])
+    pq.write_table(pa.table({"body": ["no text column here"]}), folder / "b_wrong_schema.parquet")
+    (folder / "c_corrupt.parquet").write_bytes(b"PAR1 this is not parquet")
+    (folder / "d_bad.jsonl").write_text('{"text": "fine"}\n{"text": unquoted}\n')
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), folder / "e_empty.parquet")
+    (folder / "f_empty.jsonl").write_text("")
+    (folder / "g_empty.txt").write_text("")
+    pq.write_table(pa.table({"text": pa.array([b"caf\xc3\xa9 ok", b"bad \xff\xfe bytes"], pa.binary())}),
+                   folder / "h_binary.parquet")
+    pq.write_table(pa.table({"text": ["x" * 50_000_000, "a normal document"]}), folder / "i_huge.parquet")
+    report = ingest(root, str(folder), log=quiet)
 
-    (bad_dir / "wrong.parquet").write_bytes(b"not parquet at all")
-    with pytest.raises(SourceError, match="wrong.parquet.*not a readable parquet"):
-        ingest(root, str(bad_dir), log=quiet)
-
-    ds = lance.dataset(paths.table_uri(root))
-    assert ds.version == version
-    assert [r["text"] for r in read(root, ["text"])] == ["kept text"]
+    failed = {Path(k).name: v for k, v in report.files_failed.items()}
+    assert set(failed) == {"b_wrong_schema.parquet", "c_corrupt.parquet", "d_bad.jsonl"}
+    assert "text_column" in failed["b_wrong_schema.parquet"]
+    assert "replace or remove" in failed["c_corrupt.parquet"]
+    assert report.rows_skipped == {"not_utf8": 1, "null_text": 1, "empty_text": 1,
+                                   "longer_than_1000000_chars": 1}
+    rows = read(root, ["id", "text"])
+    assert rows[: len(before)] == before  # what was stored is untouched
+    assert [r["text"] for r in rows[len(before):]] == ["new text", "café ok", "a normal document"]
+    assert [r["id"] for r in rows] == list(range(len(rows)))
 
 
 def test_jsonl_and_txt_sources(tmp_path, root):

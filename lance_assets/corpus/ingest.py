@@ -1,7 +1,11 @@
-"""Append a source's documents to the corpus table: one Lance append commit per source unit.
+"""Append a source's new documents to the corpus table, exactly once.
 
-The ``source`` column carries the unit's key, so what has been ingested is read back from the
-table itself (atomically committed with the rows): re-running with the same source adds nothing.
+Rows are written in append commits of about ``rows_per_commit`` rows, always ending on a part
+boundary. Each row stores its unit's key (``source``) and part number (``source_part``), so the
+highest committed part per unit is read back from the table itself: it is the watermark, and it
+is committed atomically with the rows. A run killed at any moment loses only its uncommitted
+parts; the next run starts after the watermark and ends with exactly the rows of an
+uninterrupted run, with the same ids.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import duckdb
 import lance
@@ -18,19 +22,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets import paths
-from lance_assets.corpus.sources import SkipCounter, SourceUnit, resolve
+from lance_assets.corpus.sources import SkipCounter, SourceError, SourceUnit, resolve
 from lance_assets.corpus.table import RAW_SCHEMA
 
 DEFAULT_ROWS_PER_FRAGMENT = 4096
+DEFAULT_ROWS_PER_COMMIT = 50_000
+DEFAULT_MAX_DOC_CHARS = 1_000_000
 
 
 @dataclass
 class IngestReport:
     units_ingested: list[str] = field(default_factory=list)
     units_already_present: list[str] = field(default_factory=list)
+    files_failed: dict[str, str] = field(default_factory=dict)
     rows_added: int = 0
     bytes_added: int = 0
     rows_skipped: dict[str, int] = field(default_factory=dict)
+    commits: int = 0
     fragments_added: int = 0
     total_rows: int = 0
     version: int = 0
@@ -38,52 +46,124 @@ class IngestReport:
 
     @property
     def nothing_new(self) -> bool:
-        return not self.units_ingested
+        return self.rows_added == 0
+
+    def markdown(self) -> str:
+        lines = [
+            f"**{self.rows_added:,} rows** ({self.bytes_added / 1e6:,.1f} MB of text) added from "
+            f"{len(self.units_ingested)} source unit(s) in {self.commits} commit(s); "
+            f"{len(self.units_already_present)} unit(s) had nothing new. "
+            f"Table: {self.total_rows:,} rows, version {self.version}.",
+        ]
+        if self.rows_skipped:
+            lines.append("\n| skipped because | rows |\n|---|---|")
+            lines += [f"| {k} | {v:,} |" for k, v in sorted(self.rows_skipped.items())]
+        if self.files_failed:
+            lines.append("\n| file not ingested | why |\n|---|---|")
+            lines += [f"| `{k}` | {v} |" for k, v in sorted(self.files_failed.items())]
+        return "\n".join(lines)
 
 
-def _table_state(uri: str) -> tuple[int, set[str], int]:
-    """(next id, source keys already ingested, fragment count) of the table at ``uri``."""
+def _table_state(uri: str) -> tuple[int, dict[str, int], int]:
+    """(next id, highest committed part per source key, fragment count) of the table."""
     if not Path(uri).exists():
-        return 0, set(), 0
+        return 0, {}, 0
     ds = lance.dataset(uri)
     con = duckdb.connect()
     con.register("corpus", ds)
     max_id = con.execute("SELECT max(id) FROM corpus").fetchone()[0]
-    keys = {row[0] for row in con.execute("SELECT DISTINCT source FROM corpus").fetchall()}
-    return (-1 if max_id is None else max_id) + 1, keys, len(ds.get_fragments())
+    parts = dict(con.execute(
+        "SELECT source, max(source_part) FROM corpus GROUP BY source").fetchall())
+    return (-1 if max_id is None else max_id) + 1, parts, len(ds.get_fragments())
 
 
-def _normalise(batch: pa.RecordBatch, key: str, first_id: int, skipped: SkipCounter) -> pa.RecordBatch:
-    """Drop null / blank texts (counted) and lay the batch out in ``RAW_SCHEMA``."""
-    text = batch.column("text")
-    if pa.types.is_large_string(text.type):
-        text = pc.cast(text, pa.string())
+def _valid_utf8(text: pa.Array, skipped: SkipCounter) -> pa.Array:
+    """Text as ``string``; entries that are not UTF-8 become null (and are counted)."""
+    if pa.types.is_string(text.type):
+        try:
+            text.validate(full=True)
+            return text
+        except pa.ArrowInvalid:
+            text = text.cast(pa.binary())
+    elif pa.types.is_large_string(text.type) or pa.types.is_large_binary(text.type):
+        text = text.cast(pa.large_binary()).cast(pa.binary())
+    try:
+        return text.cast(pa.string())
+    except pa.ArrowInvalid:
+        out = []
+        for value in text.to_pylist():
+            try:
+                out.append(None if value is None else value.decode("utf-8"))
+            except UnicodeDecodeError:
+                skipped.add("not_utf8", 1)
+                out.append(None)
+        return pa.array(out, pa.string())
+
+
+def normalise(batch: pa.RecordBatch, key: str, part: int, first_id: int, skipped: SkipCounter,
+              max_doc_chars: int) -> pa.RecordBatch:
+    """Drop null / blank / oversized texts (counted) and lay the batch out in ``RAW_SCHEMA``."""
+    text = _valid_utf8(batch.column("text"), skipped)
     null = pc.is_null(text)
-    blank = pc.and_(pc.invert(null), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0))
     skipped.add("null_text", pc.sum(null).as_py() or 0)
+    length = pc.utf8_length(text)
+    blank = pc.and_kleene(pc.invert(null), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0))
+    too_long = pc.and_kleene(pc.invert(null), pc.greater(length, max_doc_chars))
     skipped.add("empty_text", pc.sum(blank).as_py() or 0)
-    keep = pc.invert(pc.or_(null, blank))
-    batch = batch.filter(keep)
-    text = pc.cast(batch.column("text"), pa.string())
+    skipped.add(f"longer_than_{max_doc_chars}_chars", pc.sum(too_long).as_py() or 0)
+    keep = pc.fill_null(pc.invert(pc.or_kleene(pc.or_kleene(null, blank), too_long)), False)
+    batch = batch.set_column(batch.schema.get_field_index("text"), "text", text).filter(keep)
     n = batch.num_rows
+    names = batch.schema.names
 
-    def col(name: str, typ: pa.DataType) -> pa.Array:
-        if name in batch.schema.names:
-            return pc.cast(batch.column(name), typ)
-        return pa.nulls(n, typ)
+    def col(f: pa.Field) -> pa.Array:
+        if f.name == "id":
+            return pa.array(np.arange(first_id, first_id + n, dtype=np.int64))
+        if f.name == "source":
+            return pa.array([key] * n, pa.string())
+        if f.name == "source_part":
+            return pa.array(np.full(n, part, dtype=np.int32))
+        if f.name == "n_chars":
+            return pc.cast(pc.utf8_length(batch.column("text")), pa.int32())
+        if f.name in names:
+            return pc.cast(batch.column(f.name), f.type)
+        return pa.nulls(n, f.type)
 
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(np.arange(first_id, first_id + n, dtype=np.int64)),
-            col("doc_id", pa.string()),
-            col("url", pa.string()),
-            pa.array([key] * n, pa.string()),
-            col("score", pa.float64()),
-            pc.cast(pc.utf8_length(text), pa.int32()),
-            text,
-        ],
-        schema=RAW_SCHEMA,
-    )
+    return pa.RecordBatch.from_arrays([col(f) for f in RAW_SCHEMA], schema=RAW_SCHEMA)
+
+
+class _Parts:
+    """A part-ordered batch stream that hands out one commit's worth at a time."""
+
+    def __init__(self, it: Iterator[tuple[int, pa.RecordBatch]]):
+        self._it = it
+        self._pending: Optional[tuple[int, pa.RecordBatch]] = None
+        self.exhausted = False
+
+    def _next(self) -> Optional[tuple[int, pa.RecordBatch]]:
+        if self._pending is not None:
+            item, self._pending = self._pending, None
+            return item
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.exhausted = True
+            return None
+
+    def commit_group(self, rows_per_commit: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """Batches until ``rows_per_commit`` rows are reached, then to the end of that part."""
+        rows, last_part = 0, None
+        while True:
+            item = self._next()
+            if item is None:
+                return
+            part, batch = item
+            if rows >= rows_per_commit and part != last_part:
+                self._pending = item
+                return
+            rows += batch.num_rows
+            last_part = part
+            yield item
 
 
 def ingest(
@@ -92,43 +172,34 @@ def ingest(
     *,
     text_column: str = "text",
     rows_per_fragment: int = DEFAULT_ROWS_PER_FRAGMENT,
+    rows_per_commit: int = DEFAULT_ROWS_PER_COMMIT,
+    max_doc_chars: int = DEFAULT_MAX_DOC_CHARS,
+    hf_data_files: Optional[list[str]] = None,
     log: Callable[[str], None] = print,
 ) -> IngestReport:
-    """Append every not-yet-ingested unit of ``source`` to the corpus table under ``root``."""
+    """Append what is new in ``source`` to the corpus table under ``root``.
+
+    A file that cannot be read (corrupt, wrong schema, bad JSON) is left out and reported in
+    ``files_failed``; the others still ingest, and nothing already stored changes.
+    """
     start = time.perf_counter()
     uri = paths.table_uri(root)
     Path(uri).parent.mkdir(parents=True, exist_ok=True)
-    units = resolve(source, text_column)  # validates every file first: a bad one writes nothing
-    next_id, present, fragments_before = _table_state(uri)
-    report = IngestReport()
+    resolved = resolve(source, text_column, hf_data_files=hf_data_files)
+    next_id, watermarks, fragments_before = _table_state(uri)
+    report = IngestReport(files_failed=dict(resolved.bad_files))
+    for path, why in resolved.bad_files.items():
+        log(f"skipping {path}: {why}")
     skipped = SkipCounter()
-    for unit in units:
-        if unit.key in present:
+    for unit in resolved.units:
+        done = watermarks.get(unit.key, -1)
+        if unit.n_parts is not None and done >= unit.n_parts - 1:
             report.units_already_present.append(unit.key)
             continue
-        counter = {"rows": 0, "bytes": 0}
-
-        def batches(unit: SourceUnit = unit) -> Iterator[pa.RecordBatch]:
-            for raw in unit.read(skipped):
-                out = _normalise(raw, unit.key, next_id + counter["rows"], skipped)
-                counter["rows"] += out.num_rows
-                counter["bytes"] += out.column("text").nbytes
-                if out.num_rows:
-                    yield out
-
-        reader = pa.RecordBatchReader.from_batches(RAW_SCHEMA, batches())
-        if Path(uri).exists():
-            lance.write_dataset(reader, uri, mode="append", max_rows_per_file=rows_per_fragment)
-        else:
-            lance.write_dataset(
-                reader, uri, mode="create", max_rows_per_file=rows_per_fragment,
-                enable_stable_row_ids=True,
-            )
-        next_id += counter["rows"]
-        report.units_ingested.append(unit.key)
-        report.rows_added += counter["rows"]
-        report.bytes_added += counter["bytes"]
-        log(f"ingested {unit.key}: {counter['rows']} rows")
+        rows = _ingest_unit(uri, unit, done + 1, next_id, skipped, rows_per_fragment,
+                            rows_per_commit, max_doc_chars, report, log)
+        next_id += rows
+        (report.units_ingested if rows else report.units_already_present).append(unit.key)
     report.rows_skipped = dict(skipped.counts)
     if Path(uri).exists():
         ds = lance.dataset(uri)
@@ -137,3 +208,53 @@ def ingest(
         report.fragments_added = len(ds.get_fragments()) - fragments_before
     report.duration_s = time.perf_counter() - start
     return report
+
+
+def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, skipped: SkipCounter,
+                 rows_per_fragment: int, rows_per_commit: int, max_doc_chars: int,
+                 report: IngestReport, log: Callable[[str], None]) -> int:
+    """Commit ``unit``'s parts from ``first_part`` on; returns the rows committed.
+
+    A read error stops this unit (its earlier commits stay) and is reported in ``files_failed``.
+    """
+    parts = _Parts(unit.read(first_part, skipped))
+    committed = 0
+    try:
+        while not parts.exhausted:
+            counter = {"rows": 0, "bytes": 0, "last_part": None}
+
+            def batches() -> Iterator[pa.RecordBatch]:
+                for part, raw in parts.commit_group(rows_per_commit):
+                    out = normalise(raw, unit.key, part, first_id + committed + counter["rows"],
+                                    skipped, max_doc_chars)
+                    counter["rows"] += out.num_rows
+                    counter["bytes"] += out.column("text").nbytes
+                    counter["last_part"] = part
+                    if out.num_rows:
+                        yield out
+
+            stream = batches()
+            first = next(stream, None)
+            if first is None:
+                continue  # nothing to write in this group: no commit, no new version
+            reader = pa.RecordBatchReader.from_batches(RAW_SCHEMA, _chain(first, stream))
+            if Path(uri).exists():
+                lance.write_dataset(reader, uri, mode="append", max_rows_per_file=rows_per_fragment)
+            else:
+                lance.write_dataset(reader, uri, mode="create", max_rows_per_file=rows_per_fragment,
+                                    enable_stable_row_ids=True)
+            committed += counter["rows"]
+            report.rows_added += counter["rows"]
+            report.bytes_added += counter["bytes"]
+            report.commits += 1
+            log(f"{unit.key}: committed {counter['rows']:,} rows through part {counter['last_part']}")
+    except (SourceError, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        where = unit.key.removeprefix("file:")
+        report.files_failed[where] = f"{exc} (rows committed before the error are kept)"
+        log(f"stopped reading {where}: {exc}")
+    return committed
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest

@@ -1,8 +1,11 @@
-"""What ingest can read: the synthetic corpus and local parquet / jsonl(.gz) / txt files.
+"""What ingest can read: the synthetic corpus, local parquet / jsonl(.gz) / txt files, and
+Hugging Face datasets (streamed, for users who are online).
 
-A source spec (``LANCE_ASSETS_SOURCE``) resolves to a list of *units*. Each unit has a stable
-``key`` that is stored in the table's ``source`` column with its rows, so the table itself records
-what has been ingested: a unit whose key is already there is skipped on the next run.
+A source spec (``LANCE_ASSETS_SOURCE``) resolves to *units* (one file, the synthetic corpus, one
+HF dataset), each read as numbered *parts* (a parquet row group, a block of JSON lines, a batch of
+1024 rows). Every stored row carries its unit's ``source`` key and its ``source_part``, so the
+table itself is the ingest watermark: the next run resumes after the highest part committed for
+each unit, exactly once, whatever killed the previous run.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import gzip
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,7 +25,22 @@ import pyarrow.parquet as pq
 from lance_assets.corpus.synthetic import SyntheticSpec, generate
 
 FILE_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".txt")
+PART_ROWS = 1024  # rows per part for sources without row groups of their own
 READ_BATCH_ROWS = 1024
+JSON_BLOCK_BYTES = 1 << 20
+
+# FineWeb(-Edu) columns kept next to the text, with the types they are stored as.
+MAPPED_COLUMNS = {
+    "id": ("doc_id", pa.string()),
+    "url": ("url", pa.string()),
+    "dump": ("dump", pa.string()),
+    "date": ("date", pa.string()),
+    "score": ("score", pa.float64()),
+    "int_score": ("int_score", pa.int64()),
+    "language": ("language", pa.string()),
+    "language_score": ("language_score", pa.float64()),
+    "token_count": ("token_count", pa.int64()),
+}
 
 
 class SourceError(ValueError):
@@ -39,24 +57,61 @@ class SkipCounter:
         if n:
             self.counts[reason] = self.counts.get(reason, 0) + int(n)
 
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
+
+# read(first_part, skipped) -> (part index, batch) in part order, starting at first_part
+PartReader = Callable[[int, SkipCounter], Iterator[tuple[int, pa.RecordBatch]]]
 
 
 @dataclass
 class SourceUnit:
     key: str
-    read: Callable[[SkipCounter], Iterator[pa.RecordBatch]]
-    """Yields batches with a ``text`` column and optionally ``doc_id``, ``url``, ``score``."""
+    read: PartReader
+    n_parts: Optional[int] = None  # known up front for parquet, synthetic and txt
     n_bytes: int = 0
 
 
-def _synthetic_unit(spec: SyntheticSpec) -> SourceUnit:
-    def read(_: SkipCounter) -> Iterator[pa.RecordBatch]:
-        yield from generate(spec).to_batches(max_chunksize=READ_BATCH_ROWS)
+@dataclass
+class ResolvedSource:
+    units: list[SourceUnit]
+    bad_files: dict[str, str]  # file -> what is wrong and how to fix it
 
-    return SourceUnit(key=spec.key, read=read)
+
+def _no_text_column(path, text_column: str, names: list[str]) -> str:
+    return (f"no text column {text_column!r} (columns: {', '.join(names)}). Set raw_text's "
+            "text_column in the run config to the right name, or move the file out of the source")
+
+
+def select_columns(batch: pa.RecordBatch, where: str, text_column: str) -> pa.RecordBatch:
+    """Map a source's columns onto ``text`` and the FineWeb columns we keep."""
+    names = batch.schema.names
+    if text_column not in names:
+        raise SourceError(f"{where}: {_no_text_column(where, text_column, names)}")
+    text = batch.column(text_column)
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)
+            or pa.types.is_binary(text.type) or pa.types.is_large_binary(text.type)):
+        raise SourceError(f"{where}: column {text_column!r} has type {text.type}, expected text")
+    cols = {"text": text}
+    for src, (dst, typ) in MAPPED_COLUMNS.items():
+        if src in names and src != text_column:
+            try:
+                cols[dst] = pc.cast(batch.column(src), typ)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass  # an optional column of an unexpected type is left out, not fatal
+    return pa.RecordBatch.from_pydict(cols)
+
+
+def _synthetic_unit(spec: SyntheticSpec) -> SourceUnit:
+    n_parts = (spec.rows + PART_ROWS - 1) // PART_ROWS
+
+    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+        if first >= n_parts:
+            return
+        table = generate(spec)
+        for part in range(first, n_parts):
+            for batch in table.slice(part * PART_ROWS, PART_ROWS).to_batches():
+                yield part, batch
+
+    return SourceUnit(key=spec.key, read=read, n_parts=n_parts)
 
 
 def _parse_synthetic(spec: str) -> SyntheticSpec:
@@ -75,82 +130,76 @@ def _parse_synthetic(spec: str) -> SyntheticSpec:
     return SyntheticSpec(rows=n)
 
 
-def _no_text_column(path: Path, text_column: str, names: list[str]) -> SourceError:
-    return SourceError(
-        f"{path}: no text column {text_column!r} (columns: {', '.join(names)}). "
-        "Set the text column in raw_text's run config (text_column) to the right name, "
-        "or remove the file from the source."
-    )
-
-
-def _select_columns(table_or_batch, path: Path, text_column: str) -> pa.RecordBatch:
-    """Map a source's columns onto ``text``, ``doc_id``, ``url``, ``score``."""
-    names = table_or_batch.schema.names
-    if text_column not in names:
-        raise _no_text_column(path, text_column, names)
-    cols = {"text": table_or_batch.column(text_column)}
-    if "id" in names:
-        cols["doc_id"] = pc.cast(table_or_batch.column("id"), pa.string())
-    if "url" in names:
-        cols["url"] = pc.cast(table_or_batch.column("url"), pa.string())
-    if "score" in names:
-        cols["score"] = pc.cast(table_or_batch.column("score"), pa.float64())
-    if not pa.types.is_string(cols["text"].type) and not pa.types.is_large_string(cols["text"].type):
-        raise SourceError(
-            f"{path}: column {text_column!r} has type {cols['text'].type}, expected text (string)."
-        )
-    return pa.RecordBatch.from_pydict({k: _as_array(v) for k, v in cols.items()})
-
-
-def _as_array(col) -> pa.Array:
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-
-
 def _parquet_unit(path: Path, text_column: str) -> SourceUnit:
-    try:
-        schema = pq.read_schema(path)
-    except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise SourceError(
-            f"{path}: not a readable parquet file ({exc}). Replace or remove the file."
-        ) from exc
-    if text_column not in schema.names:
-        raise _no_text_column(path, text_column, schema.names)
+    meta = pq.read_metadata(path)  # raises for a corrupt file: reported by the caller
+    names = meta.schema.to_arrow_schema().names
+    if text_column not in names:
+        raise SourceError(_no_text_column(path, text_column, names))
+    wanted = [c for c in [text_column, *MAPPED_COLUMNS] if c in names]
 
-    def read(_: SkipCounter) -> Iterator[pa.RecordBatch]:
+    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
         pf = pq.ParquetFile(path)
-        wanted = [c for c in (text_column, "id", "url", "score") if c in schema.names]
-        for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=wanted):
-            yield _select_columns(batch, path, text_column)
+        for rg in range(first, pf.num_row_groups):
+            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=[rg], columns=wanted):
+                yield rg, select_columns(batch, str(path), text_column)
 
-    return SourceUnit(key=f"file:{path}", read=read, n_bytes=path.stat().st_size)
+    return SourceUnit(key=f"file:{path}", read=read, n_parts=meta.num_row_groups,
+                      n_bytes=path.stat().st_size)
 
 
 def _jsonl_unit(path: Path, text_column: str) -> SourceUnit:
-    def read(_: SkipCounter) -> Iterator[pa.RecordBatch]:
+    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
         opener = gzip.open if path.name.endswith(".gz") else open
         with opener(path, "rb") as fh:
             try:
-                table = pajson.read_json(fh)
+                reader = pajson.open_json(
+                    fh, read_options=pajson.ReadOptions(block_size=JSON_BLOCK_BYTES))
             except pa.ArrowInvalid as exc:
-                raise SourceError(
-                    f"{path}: not valid JSON lines ({exc}). Fix or remove the file."
-                ) from exc
-        for batch in table.to_batches(READ_BATCH_ROWS):
-            yield _select_columns(batch, path, text_column)
+                if "Empty JSON" in str(exc):
+                    return  # an empty file: nothing to ingest
+                raise SourceError(f"{path}: not valid JSON lines ({exc}). Fix or remove the file.") from exc
+            for part, batch in enumerate(reader):
+                if part >= first:
+                    yield part, select_columns(batch, str(path), text_column)
 
     return SourceUnit(key=f"file:{path}", read=read, n_bytes=path.stat().st_size)
 
 
 def _txt_unit(path: Path) -> SourceUnit:
-    def read(skipped: SkipCounter) -> Iterator[pa.RecordBatch]:
+    def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+        if first > 0:
+            return
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
             skipped.add("not_utf8", 1)
             return
-        yield pa.RecordBatch.from_pydict({"text": pa.array([text]), "doc_id": pa.array([path.name])})
+        yield 0, pa.RecordBatch.from_pydict({"text": pa.array([text]), "doc_id": pa.array([path.name])})
 
-    return SourceUnit(key=f"file:{path}", read=read, n_bytes=path.stat().st_size)
+    return SourceUnit(key=f"file:{path}", read=read, n_parts=1, n_bytes=path.stat().st_size)
+
+
+def _hf_unit(spec: str, text_column: str, data_files: Optional[list[str]]) -> SourceUnit:
+    """``hf:DATASET[:CONFIG]`` streamed with Hugging Face ``datasets`` (needs the network, except
+    for local builders such as ``hf:parquet`` with ``data_files``)."""
+    _, _, rest = spec.partition(":")
+    name, _, config = rest.partition(":")
+    if not name:
+        raise SourceError(f"LANCE_ASSETS_SOURCE={spec!r}: expected hf:DATASET or hf:DATASET:CONFIG")
+
+    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+        try:
+            import datasets
+        except ImportError as exc:
+            raise SourceError(f"{spec}: install Hugging Face datasets (pip install datasets)") from exc
+        ds = datasets.load_dataset(name, config or None, split="train", streaming=True,
+                                   data_files=data_files)
+        ds = ds.skip(first * PART_ROWS)
+        for offset, rows in enumerate(ds.iter(batch_size=PART_ROWS)):
+            batch = pa.RecordBatch.from_pydict(rows)
+            yield first + offset, select_columns(batch, spec, text_column)
+
+    return SourceUnit(key=f"hf:{name}:{config}" if config else f"hf:{name}", read=read)
 
 
 def _expand_paths(spec: str) -> list[Path]:
@@ -164,30 +213,28 @@ def _expand_paths(spec: str) -> list[Path]:
                 ".jsonl, .jsonl.gz or .txt file, a folder or glob of them, or use 'synthetic'."
             )
         matches = sorted(p.rglob("*")) if p.is_dir() else [p]
-    files = sorted(m.resolve() for m in matches if m.is_file() and m.name.endswith(FILE_SUFFIXES))
-    if not files:
-        raise SourceError(
-            f"LANCE_ASSETS_SOURCE={spec!r}: no .parquet, .jsonl, .jsonl.gz or .txt files there."
-        )
-    return files
+    return sorted(m.resolve() for m in matches if m.is_file() and m.name.endswith(FILE_SUFFIXES))
 
 
-def resolve(spec: str, text_column: str = "text") -> list[SourceUnit]:
-    """Turn a source spec into units, validating every file before anything is written."""
+def resolve(spec: str, text_column: str = "text", *, hf_data_files: Optional[list[str]] = None,
+            ) -> ResolvedSource:
+    """Turn a source spec into units. Files that cannot be read are reported, not fatal."""
     spec = spec.strip()
     if spec == "synthetic" or spec.startswith("synthetic:"):
-        return [_synthetic_unit(_parse_synthetic(spec))]
+        return ResolvedSource([_synthetic_unit(_parse_synthetic(spec))], {})
     if spec.startswith("hf:"):
-        raise SourceError(
-            f"LANCE_ASSETS_SOURCE={spec!r}: Hugging Face sources are not supported yet; download "
-            "the dataset's parquet files and point LANCE_ASSETS_SOURCE at their folder."
-        )
-    units = []
+        return ResolvedSource([_hf_unit(spec, text_column, hf_data_files)], {})
+    units, bad = [], {}
     for path in _expand_paths(spec):
-        if path.name.endswith(".parquet"):
-            units.append(_parquet_unit(path, text_column))
-        elif path.name.endswith((".jsonl", ".jsonl.gz")):
-            units.append(_jsonl_unit(path, text_column))
-        else:
-            units.append(_txt_unit(path))
-    return units
+        try:
+            if path.name.endswith(".parquet"):
+                units.append(_parquet_unit(path, text_column))
+            elif path.name.endswith((".jsonl", ".jsonl.gz")):
+                units.append(_jsonl_unit(path, text_column))
+            else:
+                units.append(_txt_unit(path))
+        except SourceError as exc:
+            bad[str(path)] = str(exc)
+        except (OSError, pa.ArrowException) as exc:
+            bad[str(path)] = f"not a readable {path.suffix} file ({exc}); replace or remove it"
+    return ResolvedSource(units, bad)

@@ -15,10 +15,17 @@ RAW_SCHEMA = pa.schema([
     # nullable only because Lance requires every non-nullable field in each column write;
     # ingest assigns every row an id.
     pa.field("id", pa.int64()),
-    pa.field("doc_id", pa.string()),
+    pa.field("doc_id", pa.string()),  # the source's own id (FineWeb `id`)
     pa.field("url", pa.string()),
-    pa.field("source", pa.string()),
+    pa.field("source", pa.string()),  # source unit key: file:/abs/path, synthetic:..., hf:...
+    pa.field("source_part", pa.int32()),  # row group / block within the unit: the watermark
+    pa.field("dump", pa.string()),
+    pa.field("date", pa.string()),
     pa.field("score", pa.float64()),
+    pa.field("int_score", pa.int64()),
+    pa.field("language", pa.string()),
+    pa.field("language_score", pa.float64()),
+    pa.field("token_count", pa.int64()),
     pa.field("n_chars", pa.int32()),
     pa.field("text", pa.string()),
 ])
