@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print figures and ratios against a baseline measured in the same run."""

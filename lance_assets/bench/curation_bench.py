@@ -1,0 +1,332 @@
+"""Curation benchmark: quality signals, near-duplicates and exact dedup on one synthetic table.
+
+    python -m lance_assets.bench.curation_bench --rows 100000
+
+Builds a synthetic corpus (``synthetic.generate``) with planted near-duplicates (copies of a
+document with a few words edited), ingests it, then times, on the same table in the same run:
+
+- exact dedup (``dedup_flag``: whitespace-normalised md5, joined per fragment, written as
+  ``is_dup``) against the bare DuckDB baseline ``SELECT md5(text), count(*) ... GROUP BY``;
+- ``quality_signals`` (vectorised) against the per-document reference implementation on a
+  sample (plain Python, the way the rules are usually written);
+- ``near_dup`` (MinHash LSH, FineWeb settings), and its precision and recall against
+  brute-force Jaccard similarity on a sample enriched with the planted pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lance_assets import paths
+from lance_assets.corpus import quality
+
+
+def _repeats(items):
+    seen, n, chars = set(), 0, 0
+    for x in items:
+        if x in seen:
+            n, chars = n + 1, chars + len(x)
+        else:
+            seen.add(x)
+    return n, chars
+
+
+def reference_signals(text: str) -> dict:
+    """The quality signals of one document in plain Python, written for clarity, not speed:
+    the definition the vectorised ``quality.compute_signals`` is tested against, and its
+    baseline here."""
+    words = [t.strip(quality.PUNCTUATION) for t in text.split()]
+    words = [w for w in words if w]
+    nw = len(words)
+    lower = [w.lower() for w in words]
+    lines = text.split("\n")
+    non_empty = [ln for ln in lines if ln.strip()]
+    paras = re.split(r"\n{2,}", text.strip())
+    dl, dlc = _repeats(non_empty)
+    dp, dpc = _repeats(paras)
+
+    def div(a, b):
+        return a / b if b else 0.0
+
+    out = {
+        "word_count": nw,
+        "mean_word_length": div(sum(map(len, words)), nw),
+        "symbol_word_ratio": div(max(text.count("#"), text.count("...") + text.count("…")), nw),
+        "alpha_word_share": div(sum(any(c.isalpha() for c in w) for w in words), nw),
+        "stop_word_count": sum(w in quality.STOP_WORDS for w in lower),
+        "bullet_line_share": div(sum(bool(re.match(r"\s*[•‣◦▪●○■□\-*]", ln)) for ln in lines),
+                                 len(lines)),
+        "ellipsis_line_share": div(sum(ln.rstrip().endswith(("...", "…")) for ln in lines), len(lines)),
+        "terminal_punct_line_share": div(sum(ln.endswith((".", "'", '"', "!", "?")) for ln in lines),
+                                         len(lines)),
+        "short_line_share": div(sum(len(ln) <= 30 for ln in lines), len(lines)),
+        "dup_line_share": div(dl, len(non_empty)),
+        "dup_line_char_share": div(dlc, len(text.replace("\n", ""))),
+        "dup_para_share": div(dp, len(paras)),
+        "dup_para_char_share": div(dpc, len(text)),
+        "newline_word_ratio": div(text.count("\n"), nw),
+        "has_lorem_ipsum": "lorem ipsum" in text.lower(),
+        "has_curly_bracket": "{" in text,
+    }
+    for n in quality.TOP_NGRAMS:
+        grams = Counter(tuple(lower[i:i + n]) for i in range(nw - n + 1))
+        best = max((len(" ".join(g)) * c for g, c in grams.items()), default=0)
+        out[f"top_{n}gram_char_share"] = div(best, len(text))
+    for n in quality.DUP_NGRAMS:
+        seen, covered = set(), set()
+        for i in range(nw - n + 1):
+            g = tuple(lower[i:i + n])
+            if g in seen:
+                covered.update(range(i, i + n))
+            seen.add(g)
+        out[f"dup_{n}gram_char_share"] = div(sum(len(words[i]) + 1 for i in covered), len(text))
+    return out
+
+
+def plant_near_duplicates(texts: list[str], fraction: float, *, seed: int = 0, max_edits: int = 3,
+                          min_words: int = 50) -> tuple[list[str], list[tuple[int, int]]]:
+    """``texts`` followed by edited copies of a ``fraction`` of the documents with at least
+    ``min_words`` words: 1..``max_edits`` words replaced, deleted or duplicated. Returns the new
+    list and the (copy index, source index) pairs."""
+    rng = random.Random(seed)
+    eligible = [i for i, t in enumerate(texts) if len(t.split()) >= min_words]
+    chosen = rng.sample(eligible, min(len(eligible), int(fraction * len(texts))))
+    out = list(texts)
+    pairs = []
+    for src in chosen:
+        words = texts[src].split(" ")
+        for _ in range(rng.randint(1, max_edits)):
+            i = rng.randrange(len(words))
+            op = rng.random()
+            if op < 0.6:
+                words[i] = rng.choice(words)
+            elif op < 0.8 and len(words) > 1:
+                del words[i]
+            else:
+                words.insert(i, words[i])
+        pairs.append((len(out), src))
+        out.append(" ".join(words))
+    return out, pairs
+
+
+def brute_force_pairs(sets: list[set], threshold: float) -> set[tuple[int, int]]:
+    """Every pair (i < j) with Jaccard >= ``threshold``, by comparing all pairs."""
+    out = set()
+    sizes = [len(s) for s in sets]
+    for i, j in itertools.combinations(range(len(sets)), 2):
+        a, b = sizes[i], sizes[j]
+        if min(a, b) < threshold * max(a, b):  # J <= min/max: cannot reach the threshold
+            continue
+        inter = len(sets[i] & sets[j])
+        union = a + b - inter
+        if union and inter / union >= threshold:
+            out.add((i, j))
+    return out
+
+
+def precision_recall(clusters: list[int], truth: set[tuple[int, int]]) -> dict:
+    """Pairs in the same cluster vs. pairs with Jaccard >= threshold (both over the sample)."""
+    members: dict[int, list[int]] = {}
+    for i, c in enumerate(clusters):
+        members.setdefault(c, []).append(i)
+    predicted = {(i, j) for m in members.values() for i, j in itertools.combinations(sorted(m), 2)}
+    tp = len(predicted & truth)
+    return {
+        "true_pairs": len(truth), "predicted_pairs": len(predicted), "true_positives": tp,
+        "precision": tp / len(predicted) if predicted else 1.0,
+        "recall": tp / len(truth) if truth else 1.0,
+    }
+
+
+def lsh_only_clusters(texts: list[str], settings) -> list[int]:
+    """FineWeb's behaviour on a sample: every pair sharing a band is a duplicate (no Jaccard
+    confirmation); clusters by union-find."""
+    from lance_assets.corpus import near_dup as nd
+
+    doc, sh = nd.shingles(pa.array(texts), settings.ngram)
+    keys = nd.band_keys(nd.signatures(doc, sh, len(texts), settings), settings)
+    has = np.bincount(doc, minlength=len(texts)) > 0
+    parent = list(range(len(texts)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[int, int] = {}
+    for i in np.flatnonzero(has):
+        for k in keys[i].tolist():
+            j = first.setdefault(k, int(i))
+            if j != i:
+                a, b = find(i), find(j)
+                parent[max(a, b)] = min(a, b)
+    return [find(i) for i in range(len(texts))]
+
+
+def build_corpus(root: Path, rows: int, planted: float, seed: int) -> tuple[list[str], list[tuple[int, int]]]:
+    from lance_assets.corpus.ingest import ingest
+    from lance_assets.corpus.synthetic import SyntheticSpec, generate
+
+    texts = generate(SyntheticSpec(rows=rows, seed=seed)).column("text").to_pylist()
+    texts, pairs = plant_near_duplicates(texts, planted, seed=seed)
+    # copies are spread through the corpus (not all at its end), later than their source
+    rng = random.Random(seed)
+    key = list(range(rows)) + [rng.uniform(src + 0.5, rows) for _, src in pairs]
+    order = sorted(range(len(texts)), key=key.__getitem__)
+    position = {old: new for new, old in enumerate(order)}
+    texts = [texts[i] for i in order]
+    pairs = [(position[c], position[s]) for c, s in pairs]
+    src = root.parent / "source.parquet"
+    pq.write_table(pa.table({"text": texts}), src)
+    ingest(root, str(src), log=lambda _m: None)
+    return texts, pairs
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from lance_assets.corpus import near_dup as nd
+    from lance_assets.corpus.dedup import dedup_flag
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=100_000, help="synthetic documents before planting")
+    p.add_argument("--planted", type=float, default=0.05, help="share of documents given an edited copy")
+    p.add_argument("--sample", type=int, default=1500, help="documents in the brute-force sample")
+    p.add_argument("--reference-docs", type=int, default=2000, help="documents for the Python baseline")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work", default=None, help="folder for the table (default: a temp folder, removed)")
+    p.add_argument("--json", default=None, help="also write the results here")
+    args = p.parse_args(argv)
+    work = Path(args.work or tempfile.mkdtemp(prefix="curation_bench_"))
+    root = work / "data"
+    quiet = lambda _m: None  # noqa: E731
+    results: dict = {"rows_before_planting": args.rows}
+    try:
+        (texts, pairs), t = timed(build_corpus, root, args.rows, args.planted, args.seed)
+        n = len(texts)
+        ds = lance.dataset(paths.table_uri(root))
+        results.update(rows=n, planted_pairs=len(pairs), fragments=len(ds.get_fragments()),
+                       mean_chars=round(float(np.mean([len(x) for x in texts])), 1),
+                       build_and_ingest_s=round(t, 2))
+        print(f"corpus: {n} documents ({len(pairs)} planted near-duplicates), "
+              f"{results['fragments']} fragments, mean {results['mean_chars']} chars")
+
+        # exact dedup: the bare DuckDB GROUP BY md5(text) against dedup_flag, same table
+        con = duckdb.connect()
+        con.register("corpus", ds)
+        (groups, dup_rows), t_base = timed(lambda: con.execute(
+            "SELECT count(*), sum(c - 1) FROM (SELECT md5(text) AS h, count(*) AS c FROM corpus "
+            "GROUP BY h)").fetchone())
+        _, t_dedup = timed(dedup_flag, root, log=quiet)
+        flagged = lance.dataset(paths.table_uri(root)).count_rows(filter="is_dup")
+        results["exact_dedup"] = {
+            "duckdb_group_by_md5_docs_per_s": round(n / t_base), "duckdb_s": round(t_base, 3),
+            "dedup_flag_docs_per_s": round(n / t_dedup), "dedup_flag_s": round(t_dedup, 3),
+            "ratio_dedup_flag_vs_group_by": round(t_base / t_dedup, 3),
+            "duplicates_group_by_md5": int(dup_rows), "duplicates_is_dup": flagged,
+        }
+        print(f"exact dedup: GROUP BY md5(text) {n / t_base:,.0f} docs/s; dedup_flag (normalise, "
+              f"hash, join, write is_dup) {n / t_dedup:,.0f} docs/s = "
+              f"{t_base / t_dedup:.2f}x the baseline's rate; duplicates {dup_rows} (raw md5) vs "
+              f"{flagged} (whitespace-normalised)")
+
+        # quality signals: vectorised column write vs the per-document Python reference
+        report, t_q = timed(quality.quality_signals, root, log=quiet)
+        ref_docs = texts[: args.reference_docs]
+        _, t_ref = timed(lambda: [reference_signals(x) for x in ref_docs])
+        sample_batch, t_vec = timed(quality.compute_signals, pa.array(ref_docs))
+        results["quality_signals"] = {
+            "docs_per_s": round(n / t_q), "seconds": round(t_q, 2),
+            "compute_only_docs_per_s": round(len(ref_docs) / t_vec),
+            "python_reference_docs_per_s": round(len(ref_docs) / t_ref),
+            "ratio_vs_python_reference": round(t_ref / t_vec, 1),
+        }
+        print(f"quality_signals: {n / t_q:,.0f} docs/s written ({len(quality.COLUMNS)} columns); "
+              f"compute alone {len(ref_docs) / t_vec:,.0f} docs/s vs per-document Python "
+              f"{len(ref_docs) / t_ref:,.0f} docs/s ({t_ref / t_vec:.1f}x)")
+
+        # near-duplicates
+        settings = nd.MinHashSettings()
+        (report, stats), t_nd = timed(nd.near_dup, root, settings, log=quiet)
+        table = lance.dataset(paths.table_uri(root)).to_table(
+            columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
+        clusters = table.column("near_dup_cluster").to_pylist()
+        results["near_dup"] = {
+            "docs_per_s": round(n / t_nd), "seconds": round(t_nd, 2),
+            "candidate_pairs": stats.candidate_pairs, "confirmed_pairs": stats.confirmed_pairs,
+            "near_dup_rate": round(float(np.mean(table.column("near_dup").to_numpy(zero_copy_only=False))), 4),
+        }
+        print(f"near_dup: {n / t_nd:,.0f} docs/s; {stats.candidate_pairs} candidate pairs, "
+              f"{stats.confirmed_pairs} confirmed; near_dup rate "
+              f"{results['near_dup']['near_dup_rate']:.2%}")
+
+        # precision / recall on a sample: planted pairs + random documents, brute-force Jaccard
+        rng = np.random.default_rng(args.seed)
+        half = args.sample // 2
+        chosen = rng.choice(len(pairs), min(len(pairs), half // 2), replace=False)
+        sample = {i for k in chosen for i in pairs[k]}
+        sample |= set(rng.choice(n, args.sample - len(sample), replace=False).tolist())
+        sample = sorted(sample)[: args.sample]
+        doc, sh = nd.shingles(pa.array([texts[i] for i in sample]), settings.ngram)
+        sets = [set(s.tolist()) for s in nd._per_doc_sets(doc, sh, len(sample))]
+        truth, t_bf = timed(brute_force_pairs, sets, 0.8)
+        ours = precision_recall([clusters[i] for i in sample], truth)
+        fineweb = precision_recall(lsh_only_clusters([texts[i] for i in sample], settings), truth)
+        results["near_dup"]["sample"] = {"documents": len(sample), "brute_force_s": round(t_bf, 2),
+                                         "confirmed_jaccard_0.8": ours, "lsh_only": fineweb}
+        print(f"sample of {len(sample)} documents, {ours['true_pairs']} pairs with Jaccard >= 0.8: "
+              f"precision {ours['precision']:.3f}, recall {ours['recall']:.3f} "
+              f"(LSH alone, as FineWeb: precision {fineweb['precision']:.3f}, recall "
+              f"{fineweb['recall']:.3f})")
+
+        # incremental: a new source unit of edited copies of old documents, matched against them
+        from lance_assets.corpus.ingest import ingest
+
+        extra_rng = random.Random(args.seed + 1)
+        sources = extra_rng.sample(range(n), max(1, n // 20))
+        new_texts, new_pairs = plant_near_duplicates([texts[i] for i in sources], 1.0,
+                                                     seed=args.seed + 1, max_edits=1, min_words=0)
+        copies = [new_texts[c] for c, _ in new_pairs]
+        extra = work / "extra.parquet"
+        pq.write_table(pa.table({"text": copies}), extra)
+        ingest(root, str(extra), log=quiet)
+        (report, stats2), t_inc = timed(nd.near_dup, root, settings, log=quiet)
+        results["near_dup"]["incremental"] = {
+            "new_docs": report.rows_written, "seconds": round(t_inc, 2),
+            "docs_per_s": round(report.rows_written / t_inc),
+            "joined_old_clusters": stats2.joined_old_clusters,
+        }
+        print(f"near_dup incremental: {report.rows_written} new documents against {n} old in "
+              f"{t_inc:.2f} s ({report.rows_written / t_inc:,.0f} docs/s), "
+              f"{stats2.joined_old_clusters} joined old clusters")
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

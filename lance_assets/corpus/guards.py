@@ -1,0 +1,110 @@
+"""What must hold before training reads the table: the facts the blocking checks test.
+
+Each function returns a ``Verdict``: passed or not, a sentence a person can act on, and the
+numbers behind it. The checks in ``lance_assets/defs/curation/checks.py`` only wrap these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+import lance
+
+from lance_assets.corpus.rules import RuleError, curation_in_force, rule_problems, validate
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    message: str
+    numbers: dict = field(default_factory=dict)
+
+
+def _filter_or_verdict(ds: lance.LanceDataset) -> tuple[str | None, Verdict | None]:
+    try:
+        return validate(ds, curation_in_force(ds).rules), None
+    except RuleError:
+        return None, Verdict(False, "The curation rules cannot be used (see the `rules_valid` "
+                             "check); this cannot be evaluated until they are fixed.")
+
+
+def rules_valid(ds: lance.LanceDataset) -> Verdict:
+    rules = curation_in_force(ds).rules
+    problems = rule_problems(ds, rules)
+    if problems:
+        return Verdict(False, f"{len(problems)} of {len(rules)} curation rule(s) cannot be used:\n"
+                       + "\n".join(f"- {p}" for p in problems)
+                       + "\n\nFix them in the `curation_rules` config and materialize it again.",
+                       {"broken_rules": [p.rule for p in problems]})
+    return Verdict(True, f"all {len(rules)} rules parse and name existing columns",
+                   {"rules": len(rules)})
+
+
+def filter_keeps_rows(ds: lance.LanceDataset) -> Verdict:
+    filter_sql, bad = _filter_or_verdict(ds)
+    if bad:
+        return bad
+    need = curation_in_force(ds).min_kept_rows
+    kept, total = ds.count_rows(filter=filter_sql), ds.count_rows()
+    numbers = {"kept_rows": kept, "total_rows": total,
+               "kept_share": round(kept / total, 4) if total else 0.0, "min_kept_rows": need}
+    if kept < max(need, 1):
+        return Verdict(False, f"The training filter keeps {kept} of {total} rows (at least "
+                       f"{max(need, 1)} needed). Loosen the rules (see the hit counts on "
+                       "`curation_rules`) or ingest more data.", numbers)
+    return Verdict(True, f"the training filter keeps {kept} of {total} rows", numbers)
+
+
+def input_ids_present(ds: lance.LanceDataset) -> Verdict:
+    if "input_ids" not in ds.schema.names:
+        return Verdict(False, "The table has no `input_ids`; materialize `token_ids`.")
+    filter_sql, bad = _filter_or_verdict(ds)
+    if bad:
+        return bad
+    missing = ds.count_rows(filter=f"({filter_sql}) AND input_ids IS NULL")
+    if missing:
+        return Verdict(False, f"{missing} row(s) pass the training filter but have no "
+                       "`input_ids` (fragments not tokenized yet); materialize `token_ids`.",
+                       {"rows_without_input_ids": missing})
+    return Verdict(True, "every row that passes the filter has input_ids",
+                   {"rows_without_input_ids": 0})
+
+
+def n_tokens_consistent(ds: lance.LanceDataset) -> Verdict:
+    if not {"input_ids", "n_tokens"} <= set(ds.schema.names):
+        return Verdict(False, "The table has no `input_ids`/`n_tokens`; materialize `token_ids`.")
+    con = duckdb.connect()
+    con.register("corpus", ds)
+    bad, example = con.execute(
+        "SELECT count(*), min(id) FROM corpus WHERE input_ids IS NOT NULL "
+        "AND n_tokens IS DISTINCT FROM len(input_ids)").fetchone()
+    if bad:
+        return Verdict(False, f"{bad} row(s) have `n_tokens` different from the length of "
+                       f"`input_ids` (first: id {example}). The token columns are corrupt: "
+                       "re-tokenize into fresh columns.", {"mismatched_rows": bad})
+    return Verdict(True, "n_tokens equals len(input_ids) on every tokenized row",
+                   {"mismatched_rows": 0})
+
+
+def duplicate_rate_in_bounds(ds: lance.LanceDataset) -> Verdict:
+    cur = curation_in_force(ds)
+    cols = {"is_dup", "near_dup"} & set(ds.schema.names)
+    if not cols:
+        return Verdict(False, "The table has neither `is_dup` nor `near_dup`; materialize "
+                       "`dedup_flag` and `near_dup`.")
+    flag = " OR ".join(sorted(cols))
+    con = duckdb.connect()
+    con.register("corpus", ds)
+    rate, rows = con.execute(
+        f"SELECT avg(({flag})::INT), count(*) FROM corpus WHERE ({flag}) IS NOT NULL").fetchone()
+    rate = rate or 0.0
+    numbers = {"duplicate_rate": round(rate, 4), "rows_flagged_or_clear": rows,
+               "min_duplicate_rate": cur.min_duplicate_rate,
+               "max_duplicate_rate": cur.max_duplicate_rate, "columns": sorted(cols)}
+    if not cur.min_duplicate_rate <= rate <= cur.max_duplicate_rate:
+        return Verdict(False, f"{rate:.2%} of rows are flagged {' or '.join(sorted(cols))}, "
+                       f"outside the bounds [{cur.min_duplicate_rate:.0%}, "
+                       f"{cur.max_duplicate_rate:.0%}]. Check the dedup columns, or change the "
+                       "bounds in the `curation_rules` config.", numbers)
+    return Verdict(True, f"duplicate rate {rate:.2%} is within bounds", numbers)

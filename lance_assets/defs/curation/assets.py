@@ -1,0 +1,205 @@
+"""Curation assets: ``quality_signals``, ``near_dup``, ``text_index``, ``curation_rules`` and
+``corpus_profile``.
+
+The first three write to the corpus table (columns or an index) and take the ``lance_corpus``
+pool; ``curation_rules`` records the rules in the table's config; ``corpus_profile`` only reads.
+"""
+
+import base64
+from pathlib import Path
+
+import dagster as dg
+import lance
+
+from lance_assets.corpus import fts, profile, quality
+from lance_assets.corpus import rules as rules_lib
+from lance_assets.corpus import near_dup as near_dup_lib
+from lance_assets.defs.corpus.assets import POOL, dedup_flag, raw_text, token_ids
+from lance_assets.defs.metadata import lineage, markdown_table, table_metadata
+from lance_assets.defs.resources import LanceStore
+
+GROUP = "curation"
+TAGS = {"lance_assets/table": "corpus"}
+
+
+class SignalsConfig(dg.Config):
+    fragments_per_commit: int = 4
+    """Fragments computed per commit: a kill loses at most this many fragments' work."""
+
+
+def _column_write_metadata(uri: str, report) -> dict:
+    seconds = report.duration_s
+    return {
+        **table_metadata(uri, seconds, rows_processed=report.rows_written),
+        "nothing_to_do": report.nothing_to_do,
+        "fragments_written": len(report.fragments_written),
+        "fragments_already_done": report.fragments_already_done,
+        "rows_written": report.rows_written,
+        "docs_per_s": round(report.rows_written / seconds, 1) if seconds else 0.0,
+    }
+
+
+@dg.asset(deps=[raw_text], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
+          pool=POOL, tags=TAGS)
+def quality_signals(context: dg.AssetExecutionContext, config: SignalsConfig,
+                    lance_store: LanceStore):
+    """Per-document statistics from the Gopher, C4 and FineWeb quality rules, one column each
+    (`word_count`, `mean_word_length`, `symbol_word_ratio`, `stop_word_count`,
+    `terminal_punct_line_share`, `dup_line_char_share`, `top_2gram_char_share`, ...). Computed
+    per fragment with pyarrow.compute and numpy; curation rules are SQL over these columns."""
+    report = quality.quality_signals(lance_store.root, fragments_per_commit=config.fragments_per_commit,
+                                     log=context.log.info)
+    return dg.MaterializeResult(metadata={
+        **_column_write_metadata(lance_store.table_uri, report),
+        "dagster/column_lineage": lineage({c: [("raw_text", "text")] for c in quality.COLUMNS}),
+        "signals": dg.MetadataValue.md(markdown_table(quality.signal_summary(lance_store.root))),
+    })
+
+
+class NearDupConfig(SignalsConfig):
+    min_jaccard: float = 0.8
+    """A candidate pair (a shared LSH band) is confirmed when the exact Jaccard similarity of its
+    word 5-gram sets reaches this; 0 confirms every candidate (FineWeb's behaviour)."""
+
+
+@dg.asset(deps=[raw_text], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
+          pool=POOL, tags=TAGS)
+def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_store: LanceStore):
+    """`near_dup_cluster` (int64: equal ids form a cluster), `near_dup` (bool: true for all but
+    the first document of a cluster) and `minhash_bands` (the LSH keys later runs match new
+    documents against). MinHash LSH with FineWeb's settings: word 5-grams, 14 bands x 8
+    hashes; candidates confirmed by exact Jaccard. New documents are matched against old
+    ones; old values are never rewritten."""
+    settings = near_dup_lib.MinHashSettings(min_jaccard=config.min_jaccard)
+    report, stats = near_dup_lib.near_dup(lance_store.root, settings,
+                                          fragments_per_commit=config.fragments_per_commit,
+                                          log=context.log.info)
+    return dg.MaterializeResult(metadata={
+        **_column_write_metadata(lance_store.table_uri, report),
+        "dagster/column_lineage": lineage({
+            "near_dup_cluster": [("raw_text", "text"), ("raw_text", "id")],
+            "near_dup": [("raw_text", "text"), ("raw_text", "id")],
+            "minhash_bands": [("raw_text", "text")]}),
+        "candidate_pairs": stats.candidate_pairs,
+        "confirmed_pairs": stats.confirmed_pairs,
+        "new_rows_flagged": stats.flagged,
+        "new_rows_joining_old_clusters": stats.joined_old_clusters,
+        "near_dup_rate": round(near_dup_lib.near_dup_rate(lance_store.root), 4),
+        "settings": dg.MetadataValue.json(settings.to_dict()),
+    })
+
+
+class TextIndexConfig(dg.Config):
+    example_query: str = "telescope"
+    """A keyword query whose best matches are shown in the metadata."""
+
+
+@dg.asset(deps=[raw_text], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
+          tags=TAGS)
+def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance_store: LanceStore):
+    """Lance full-text (BM25 inverted) index `text_fts` on `text`. The first run builds it; later
+    runs add only the rows appended since. Query: `lance.dataset(uri).to_table(
+    full_text_query="telescope", limit=10)` or `lance_assets.corpus.fts.search`."""
+    report = fts.text_index(lance_store.root)
+    hits = fts.search(lance_store.root, config.example_query, limit=5, columns=("id", "text"))
+    example = [{"id": r["id"], "score": round(r["_score"], 3),
+                "text": r["text"][:80].replace("\n", " ").replace("|", "/")}
+               for r in hits.to_pylist()]
+    return dg.MaterializeResult(metadata={
+        "dagster/uri": lance_store.table_uri,
+        "lance/table_version": report.version,
+        "index_name": fts.INDEX_NAME,
+        "action": report.action,
+        "nothing_to_do": report.nothing_to_do,
+        "indexed_rows": report.indexed_rows,
+        "unindexed_rows": report.unindexed_rows,
+        "duration_s": round(report.duration_s, 3),
+        "example_query": config.example_query,
+        "example_results": dg.MetadataValue.md(markdown_table(example)),
+    })
+
+
+class CurationConfig(dg.Config):
+    rules: dict[str, str] = dict(rules_lib.DEFAULT_RULES)
+    """name -> SQL predicate a document must satisfy to be trained on (Lance/DataFusion SQL over
+    the table's columns). Defaults: Gopher, C4 and FineWeb thresholds, plus both dedup flags."""
+    min_duplicate_rate: float = 0.0
+    max_duplicate_rate: float = 0.5
+    """Bounds on the share of rows flagged `is_dup OR near_dup` (blocking check)."""
+    min_kept_rows: int = 1
+    """The training filter must keep at least this many rows (blocking check)."""
+
+
+@dg.asset(deps=[dedup_flag, quality_signals, near_dup, token_ids], group_name=GROUP,
+          kinds={"lance", "sql"}, code_version="1", pool=POOL, tags=TAGS)
+def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
+                   lance_store: LanceStore):
+    """The curation rules in force: named SQL predicates over columns, joined with AND into the
+    training filter that `pretrained_model` applies. Recorded in the table's config; each rule's
+    hit count (rows it removes, and rows only it removes) is in the metadata. Blocking checks
+    (rules parse, filter keeps rows, tokens present and consistent, duplicate rate in bounds)
+    stop training when they fail."""
+    curation = rules_lib.Curation(rules=dict(config.rules), min_duplicate_rate=config.min_duplicate_rate,
+                              max_duplicate_rate=config.max_duplicate_rate,
+                              min_kept_rows=config.min_kept_rows)
+    version = rules_lib.store_curation(lance_store.root, curation)
+    ds = lance.dataset(lance_store.table_uri)
+    ev = rules_lib.evaluate(ds, curation.rules)
+    broken = [h.rule for h in ev.hits if h.problem]
+    if broken:
+        context.log.error(f"broken curation rules: {broken}; the `rules_valid` check will fail")
+    return dg.MaterializeResult(metadata={
+        "dagster/uri": lance_store.table_uri,
+        "lance/table_version": version,
+        "dagster/row_count": ev.total_rows,
+        "rules": dg.MetadataValue.md(markdown_table(ev.rows())),
+        "training_filter": dg.MetadataValue.md(f"```sql\n{ev.filter}\n```"),
+        "kept_rows": ev.kept_rows if ev.kept_rows is not None else -1,
+        "kept_share": round(ev.kept_share, 4),
+        "broken_rules": dg.MetadataValue.json(broken),
+        "hit_counts": dg.MetadataValue.json({h.rule: h.removed for h in ev.hits}),
+    })
+
+
+class ProfileConfig(dg.Config):
+    queries_dir: str = ""
+    """Folder of .sql files to run (default: lance_assets/corpus/sql/profile in the package)."""
+
+
+@dg.asset(deps=[dedup_flag, quality_signals, near_dup, token_ids], group_name=GROUP,
+          kinds={"duckdb", "lance"}, code_version="1", tags=TAGS)
+def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
+                   lance_store: LanceStore):
+    """EDA of the corpus: DuckDB SQL over the Lance table through Arrow (no copy). Rows by score
+    bucket, length percentiles, duplicate rates, language (stop-word heuristic), tokens per
+    document, near-duplicate clusters, rule hit counts, and a histogram of what curation keeps.
+    The queries are the .sql files in lance_assets/corpus/sql/profile: edit or add one."""
+    folder = Path(config.queries_dir) if config.queries_dir else profile.QUERIES_DIR
+    prof = profile.profile(lance_store.root, folder)
+    metadata: dict = {
+        "dagster/uri": lance_store.table_uri,
+        "lance/table_version": prof.table_version,
+        "dagster/row_count": prof.rows,
+        "queries_dir": dg.MetadataValue.path(str(folder)),
+        "kept_column": "passes the rules in force" if prof.kept_defined else
+        "undefined: a rule could not be evaluated by DuckDB",
+    }
+    failed = []
+    for res in [*prof.results, prof.rule_hits]:
+        if res.error:
+            failed.append(res.name)
+            metadata[res.name] = dg.MetadataValue.md(f"**query failed:** {res.error}\n\n```sql\n{res.sql}\n```")
+        else:
+            metadata[res.name] = dg.MetadataValue.md(markdown_table(res.rows))
+    metadata["failed_queries"] = dg.MetadataValue.json(failed)
+    if prof.histogram_png:
+        out = lance_store.root / "reports" / "corpus_profile.png"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(prof.histogram_png)
+        metadata["histogram"] = dg.MetadataValue.md(
+            "![words and scores, kept vs removed](data:image/png;base64,"
+            f"{base64.b64encode(prof.histogram_png).decode()})")
+        metadata["histogram_png"] = dg.MetadataValue.path(str(out))
+    if failed:
+        context.log.warning(f"profile queries failed: {failed}")
+    return dg.MaterializeResult(metadata=metadata)

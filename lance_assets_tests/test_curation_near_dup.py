@@ -1,0 +1,99 @@
+"""Near-duplicates: MinHash LSH against brute-force Jaccard, and incremental writes that match new
+documents against old ones without rewriting old values."""
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lance_assets import paths
+from lance_assets.bench.curation_bench import (brute_force_pairs, plant_near_duplicates,
+                                               precision_recall)
+from lance_assets.corpus import near_dup as nd
+from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.synthetic import SyntheticSpec, generate
+from lance_assets.corpus.table import data_files_by_field
+from lance_assets_tests.conftest import quiet
+
+
+def shingle_sets(texts):
+    doc, sh = nd.shingles(pa.array(texts), 5)
+    return [set(s.tolist()) for s in nd._per_doc_sets(doc, sh, len(texts))]
+
+
+def test_signature_agreement_estimates_jaccard():
+    texts = generate(SyntheticSpec(rows=60, seed=9)).column("text").to_pylist()
+    texts, pairs = plant_near_duplicates(texts, 0.5, seed=2, max_edits=6)
+    settings = nd.MinHashSettings()
+    doc, sh = nd.shingles(pa.array(texts), settings.ngram)
+    sig = nd.signatures(doc, sh, len(texts), settings)
+    sets = nd._per_doc_sets(doc, sh, len(texts))
+    errors = [abs(np.mean(sig[i] == sig[j]) - nd.jaccard(sets[i], sets[j])) for i, j in pairs]
+    assert np.mean(errors) < 0.05  # 112 permutations: standard error ~0.04 near J = 0.8
+
+
+def test_planted_near_duplicates_precision_and_recall(tmp_path):
+    texts = generate(SyntheticSpec(rows=1200, seed=11, dup_fraction=0.02)).column("text").to_pylist()
+    texts, pairs = plant_near_duplicates(texts, 0.15, seed=4)
+    pq.write_table(pa.table({"text": texts}), tmp_path / "planted.parquet")
+    root = tmp_path / "data"
+    ingest(root, str(tmp_path / "planted.parquet"), rows_per_fragment=400, log=quiet)
+    report, stats = nd.near_dup(root, log=quiet)
+    assert report.rows_written == len(texts) and stats.confirmed_pairs > 0
+    t = lance.dataset(paths.table_uri(root)).to_table(
+        columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
+    clusters = t.column("near_dup_cluster").to_pylist()
+    flags = t.column("near_dup").to_pylist()
+
+    rng = np.random.default_rng(0)
+    sample = sorted({i for p in pairs for i in p} | set(rng.choice(1200, 200, replace=False).tolist()))
+    truth = brute_force_pairs(shingle_sets([texts[i] for i in sample]), 0.8)
+    got = precision_recall([clusters[i] for i in sample], truth)
+    assert got["true_pairs"] > 100
+    assert got["recall"] >= 0.9 and got["precision"] >= 0.95, got
+    # one document per cluster is kept, and it is the first
+    first = {}
+    for i, c in enumerate(clusters):
+        first.setdefault(c, i)
+        assert flags[i] == (first[c] != i)
+        assert c == first[c]  # the cluster id is its first member's id (ids are 0..n-1 here)
+
+
+def test_incremental_matches_new_against_old_without_rewriting(tmp_path):
+    base = generate(SyntheticSpec(rows=600, seed=12, dup_fraction=0.0)).column("text").to_pylist()
+    planted, pairs = plant_near_duplicates(base, 0.1, seed=5, max_edits=1)
+    copies = [planted[c] for c, _ in pairs]
+    pq.write_table(pa.table({"text": base}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"text": copies + base[:5]}), tmp_path / "b.parquet")
+    root = tmp_path / "data"
+    uri = paths.table_uri(root)
+    ingest(root, str(tmp_path / "a.parquet"), rows_per_fragment=200, log=quiet)
+    nd.near_dup(root, fragments_per_commit=2, log=quiet)
+    before = lance.dataset(uri)
+    old_values = before.to_table(columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
+    old_files = data_files_by_field(before, "near_dup")
+    assert not any(old_values.column("near_dup").to_pylist())  # no near-dups planted yet
+
+    ingest(root, str(tmp_path / "b.parquet"), rows_per_fragment=200, log=quiet)
+    report, stats = nd.near_dup(root, log=quiet)
+    assert report.rows_written == len(copies) + 5 and report.fragments_already_done == 3
+    after = lance.dataset(uri)
+    t = after.to_table(columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
+    assert t.slice(0, 600).equals(old_values)  # old values unchanged ...
+    assert {k: v for k, v in data_files_by_field(after, "near_dup").items() if k in old_files} \
+        == old_files  # ... and their files untouched
+    new = t.slice(600).to_pylist()
+    sources = [src for _, src in pairs] + list(range(5))
+    matched = sum(r["near_dup"] and r["near_dup_cluster"] == s for r, s in zip(new, sources))
+    assert matched >= 0.95 * len(new)
+    assert stats.joined_old_clusters == matched
+    assert nd.near_dup(root, log=quiet)[0].nothing_to_do
+
+
+def test_changed_settings_are_refused(tmp_path):
+    root = tmp_path / "data"
+    ingest(root, "synthetic:100", log=quiet)
+    nd.near_dup(root, log=quiet)
+    with pytest.raises(nd.SettingsMismatchError, match="drop the columns"):
+        nd.near_dup(root, nd.MinHashSettings(bands=20, rows_per_band=5), log=quiet)
