@@ -3,6 +3,7 @@
 import dagster as dg
 
 from lance_assets.defs.corpus.assets import dedup_flag, raw_text, token_ids
+from lance_assets.defs.corpus.tokenizer import tokenizer
 from lance_assets.defs.resources import lance_store_from_env
 from lance_assets.defs.training.assets import pretrained_model, samples
 
@@ -20,7 +21,7 @@ corpus_schedule = dg.ScheduleDefinition(
 )
 
 defs = dg.Definitions(
-    assets=[raw_text, dedup_flag, token_ids, pretrained_model, samples],
+    assets=[raw_text, dedup_flag, tokenizer, token_ids, pretrained_model, samples],
     jobs=[corpus_job, end_to_end_job],
     schedules=[corpus_schedule],
     resources={

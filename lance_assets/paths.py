@@ -46,3 +46,8 @@ def latest_checkpoint_pointer(root: str | os.PathLike) -> Path:
 
 def samples_dir(root: str | os.PathLike) -> Path:
     return Path(root) / "samples"
+
+
+def tokenizers_dir(root: str | os.PathLike) -> Path:
+    """Trained BPE files, each named by its sha256, and ``LATEST`` naming the newest."""
+    return Path(root) / "tokenizers"

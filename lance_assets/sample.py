@@ -38,13 +38,14 @@ def load_model(ckpt_path: str | os.PathLike) -> tuple[GPT, dict]:
     model = GPT(GPTConfig(**state["model_config"]))
     model.load_state_dict(state["model"])
     model.eval()
-    return model, state["tokenizer"]
+    # the run's data dir: where a trained BPE named in the checkpoint (bpe:<sha256>) lives
+    return model, {**state["tokenizer"], "data_dir": state.get("args", {}).get("data")}
 
 
 def generate_samples(ckpt_path: str | os.PathLike, prompts: list[str], *, max_new_tokens: int = 200,
                      temperature: float = 0.8, top_k: int | None = 40, seed: int = 0) -> list[dict]:
     model, info = load_model(ckpt_path)
-    tok = load_tokenizer(info["name"])
+    tok = load_tokenizer(info["name"], info.get("data_dir"))
     banned = [info["pad_id"], *range(info["vocab_size"], model.cfg.vocab_size)]
     torch.manual_seed(seed)
     out = []

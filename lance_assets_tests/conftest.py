@@ -45,3 +45,18 @@ def tokenized_root(tmp_path_factory):
     dedup_flag(root, log=quiet)
     token_ids(root, "byte", log=quiet)
     return root
+
+
+@pytest.fixture(scope="session")
+def bpe_root(tmp_path_factory):
+    """The demo corpus (synthetic, 2,000 docs), deduplicated, with a BPE trained on it and no
+    token columns yet (shared: copy it before writing)."""
+    from lance_assets.corpus.bpe import train_bpe
+    from lance_assets.corpus.dedup import dedup_flag
+    from lance_assets.corpus.ingest import ingest
+
+    root = tmp_path_factory.mktemp("bpe") / "data"
+    ingest(root, "synthetic", rows_per_fragment=500, log=quiet)
+    dedup_flag(root, log=quiet)
+    train_bpe(root, log=quiet)
+    return root

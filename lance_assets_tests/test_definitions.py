@@ -10,10 +10,11 @@ def test_definitions_load():
 def test_asset_graph_shape():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert keys == {"raw_text", "dedup_flag", "token_ids", "pretrained_model", "samples"}
+    assert keys == {"raw_text", "dedup_flag", "tokenizer", "token_ids", "pretrained_model", "samples"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
-    assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "token_ids": {"dedup_flag"},
+    assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
+                       "token_ids": {"dedup_flag", "tokenizer"},
                        "pretrained_model": {"token_ids"}, "samples": {"pretrained_model"}}
     for key in ("raw_text", "dedup_flag", "token_ids"):
         node = graph.get(dg.AssetKey(key))

@@ -14,7 +14,7 @@ from lance_assets.defs.training.torchrun import TorchrunPipesClient
 def test_materialize_whole_graph(tmp_path):
     root = tmp_path / "data"
     assets = [defs.get_assets_def(k) for k in
-              ("raw_text", "dedup_flag", "token_ids", "pretrained_model", "samples")]
+              ("raw_text", "dedup_flag", "tokenizer", "token_ids", "pretrained_model", "samples")]
     run_config = {"ops": {
         "raw_text": {"config": {"rows_per_fragment": 200}},
         "pretrained_model": {"config": {"steps": 20, "seq_len": 64, "batch_size": 8,
@@ -32,7 +32,7 @@ def test_materialize_whole_graph(tmp_path):
         return {k: v.value for k, v in mats[0].metadata.items()}
 
     ds = lance.dataset(paths.table_uri(root))
-    assert {"text", "is_dup", "input_ids", "n_tokens"} <= set(ds.schema.names)
+    assert {"text", "is_dup", "input_ids", "n_tokens", "n_bytes"} <= set(ds.schema.names)
     raw, dup, tok = meta("raw_text"), meta("dedup_flag"), meta("token_ids")
     assert raw["rows_added"] == 600 and raw["dagster/row_count"] == 600 and raw["fragments_added"] == 3
     assert raw["lance/table_version"] < dup["lance/table_version"] < tok["lance/table_version"]
@@ -40,7 +40,10 @@ def test_materialize_whole_graph(tmp_path):
     assert 0 < dup["duplicate_rate"] < 0.2
     assert "is_dup" in dup["dagster/column_lineage"].deps_by_column
     assert [c.name for c in tok["dagster/column_schema"].columns][-2:] == ["input_ids", "n_tokens"]
-    assert tok["eos_id"] == 256 and tok["pad_id"] == 257 and tok["tokens_written"] > 0
+    bpe = meta("tokenizer")  # token_ids default to the trained BPE
+    assert tok["tokenizer_name"] == bpe["tokenizer_name"] == f"bpe:{bpe['tokenizer_sha256']}"
+    assert (tok["eos_id"], tok["pad_id"]) == (bpe["eos_id"], bpe["pad_id"]) and tok["tokens_written"] > 0
+    assert bpe["bpe_vs_byte"] >= 3 and tok["bytes_per_token"] > 3
 
     model = meta("pretrained_model")
     assert model["step"] == 20 and model["world_size"] == 1
@@ -57,12 +60,14 @@ def test_materialize_whole_graph(tmp_path):
     assert all(len(s["token_ids"]) == 16 for s in saved["samples"])
 
     # materializing again with nothing new is a no-op for every column
-    again = dg.materialize(assets[:3], resources=resources, run_config={"ops": {}})
+    again = dg.materialize(assets[:4], resources=resources, run_config={"ops": {}})
     assert again.success
     mats = {m.asset_key.to_user_string(): m.metadata for m in again.asset_materializations_for_node("raw_text")
             + again.asset_materializations_for_node("dedup_flag")
+            + again.asset_materializations_for_node("tokenizer")
             + again.asset_materializations_for_node("token_ids")}
     assert mats["raw_text"]["nothing_new"].value is True
     assert mats["dedup_flag"]["nothing_to_do"].value is True
+    assert mats["tokenizer"]["nothing_to_do"].value is True
     assert mats["token_ids"]["nothing_to_do"].value is True
     assert lance.dataset(paths.table_uri(root)).version == ds.version

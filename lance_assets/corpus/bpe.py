@@ -1,0 +1,325 @@
+"""A byte-level BPE trained on the curated corpus (the ``tokenizer`` asset's library).
+
+Training sample, reproducible from the table alone:
+
+- documents that pass the curation filter (``NOT is_dup``), never the held-out slice
+  ``id % 20 = 0`` (the trainer's validation split): the tokenizer never sees validation text;
+- when the candidates hold more than ``max_train_bytes``, a fixed 1-in-k subset by id
+  (``(id * 7919) % 1000 < k``, spread over the whole corpus), read in storage order and cut at
+  ``max_train_bytes``.
+
+``rustbpe`` learns the merges with the GPT-4 split pattern; the result is exported as a tiktoken
+encoding: the learned ranks (256 single bytes first, then merges), ``<|endoftext|>`` = EOS and
+``<|pad|>`` = PAD right after them (PAD is never produced by encoding text). The file is JSON,
+named by its own sha256, under ``DATA/tokenizers/``; ``DATA/tokenizers/LATEST`` names the newest.
+Bytes/token is measured on up to ``heldout_max_bytes`` of held-out text, for this BPE, for bytes
+and for cl100k_base.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import lance
+
+from lance_assets import paths
+from lance_assets.corpus.table import open_table
+from lance_assets.corpus.tokenizers import (
+    BPE_PREFIX, ByteTokenizer, TiktokenTokenizer, TokenizerInfo, load_tokenizer,
+)
+
+# GPT-4's (cl100k_base) pre-tokenization: contractions, words, 1-3 digit numbers, punctuation
+# runs, newlines, other whitespace. Merges never cross these chunk boundaries.
+SPLIT_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+EOS_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|pad|>"
+FORMAT = "lance_assets.bpe/1"
+HELDOUT_MOD = 20  # the same slice as the trainer's frozen validation split (id % 20 = 0)
+DEFAULT_VOCAB_SIZE = 8192  # ids including EOS and PAD; 32768 recommended for real corpora
+DEFAULT_MAX_TRAIN_BYTES = 100_000_000
+DEFAULT_HELDOUT_MAX_BYTES = 10_000_000
+DEFAULT_FILTER = "NOT is_dup"
+COMPARE_WITH = ("byte", "cl100k_base")
+
+
+# ---------------------------------------------------------------------------------------------
+# The file: JSON, deterministic bytes, named by its sha256.
+
+
+def file_bytes(ranks: list[bytes], pattern: str = SPLIT_PATTERN) -> bytes:
+    """The tokenizer file for ``ranks`` (token bytes in rank order)."""
+    doc = {
+        "format": FORMAT,
+        "pattern": pattern,
+        "special_tokens": {EOS_TOKEN: len(ranks), PAD_TOKEN: len(ranks) + 1},
+        "ranks": [base64.b64encode(t).decode("ascii") for t in ranks],
+    }
+    return (json.dumps(doc, indent=0, sort_keys=True) + "\n").encode("utf-8")
+
+
+def save(root: str | os.PathLike, ranks: list[bytes], pattern: str = SPLIT_PATTERN) -> Path:
+    """Write the file (atomically) as ``DATA/tokenizers/<sha256>.json``; returns its path."""
+    data = file_bytes(ranks, pattern)
+    sha = hashlib.sha256(data).hexdigest()
+    path = paths.tokenizers_dir(root) / f"{sha}.json"
+    if not path.is_file():
+        _atomic_write(path, data)
+    return path
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+def latest_sha(root: str | os.PathLike) -> str | None:
+    """The sha256 of the newest trained BPE under ``root``, or None."""
+    pointer = paths.tokenizers_dir(root) / "LATEST"
+    if not pointer.is_file():
+        return None
+    return pointer.read_text().strip() or None
+
+
+def _set_latest(root: str | os.PathLike, sha: str) -> None:
+    _atomic_write(paths.tokenizers_dir(root) / "LATEST", (sha + "\n").encode())
+
+
+def _search_roots(root: str | os.PathLike | None) -> list[Path]:
+    roots = [Path(root)] if root is not None else []
+    roots.append(paths.data_dir())
+    return list(dict.fromkeys(r.resolve() for r in roots))
+
+
+def resolve_path(name: str, root: str | os.PathLike | None = None) -> Path:
+    """The file behind ``bpe``, ``bpe:<sha256>`` or a path to a tokenizer file."""
+    if name.endswith(".json") and not name.startswith(BPE_PREFIX):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"tokenizer file {path} does not exist")
+        return path
+    roots = _search_roots(root)
+    if name == "bpe":
+        for r in roots:
+            sha = latest_sha(r)
+            if sha:
+                return resolve_path(BPE_PREFIX + sha, r)
+        raise FileNotFoundError(
+            f"tokenizer 'bpe': no trained BPE under {', '.join(str(r) for r in roots)} "
+            "(tokenizers/LATEST). Materialize the `tokenizer` asset first "
+            "(dagster asset materialize -m lance_assets.definitions --select tokenizer).")
+    sha = name[len(BPE_PREFIX):]
+    for r in roots:
+        path = paths.tokenizers_dir(r) / f"{sha}.json"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"tokenizer {name!r}: no file {sha}.json under the tokenizers/ folder of "
+        f"{', '.join(str(r) for r in roots)}. Pass the data dir that holds it (LANCE_ASSETS_DATA "
+        "or --data), or materialize the `tokenizer` asset there again.")
+
+
+def load(name: str, root: str | os.PathLike | None = None, *,
+         num_threads: int | None = None) -> TiktokenTokenizer:
+    """A trained BPE as a tokenizer: ``bpe``, ``bpe:<sha256>`` or a path to its file. The
+    file's sha256 is checked against its name."""
+    import tiktoken
+
+    path = resolve_path(name, root)
+    data = path.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    named_by_hash = len(path.stem) == 64 and all(c in "0123456789abcdef" for c in path.stem)
+    if named_by_hash and path.stem != sha:
+        raise ValueError(
+            f"tokenizer file {path} is corrupt: its sha256 is {sha}, not its name. Delete it and "
+            "materialize the `tokenizer` asset again.")
+    doc = json.loads(data)
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a {FORMAT} tokenizer file (format {doc.get('format')!r})")
+    ranks = {base64.b64decode(t): i for i, t in enumerate(doc["ranks"])}
+    specials = doc["special_tokens"]
+    enc = tiktoken.Encoding(f"bpe_{sha[:12]}", pat_str=doc["pattern"], mergeable_ranks=ranks,
+                            special_tokens=specials)
+    info = TokenizerInfo(name=BPE_PREFIX + sha, eos_id=specials[EOS_TOKEN],
+                         pad_id=specials[PAD_TOKEN], vocab_size=enc.n_vocab, sha256=sha)
+    return TiktokenTokenizer(enc, info, num_threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training.
+
+
+@dataclass
+class BpeReport:
+    name: str  # bpe:<sha256>, what token_ids and the sampler load
+    sha256: str
+    path: str
+    vocab_size: int  # ids, including EOS and PAD
+    vocab_size_requested: int
+    merges: int
+    eos_id: int
+    pad_id: int
+    train_docs: int
+    train_bytes: int
+    train_s: float  # reading the sample + rustbpe training
+    heldout_docs: int
+    heldout_bytes: int
+    bytes_per_token: dict[str, float | None] = field(default_factory=dict)
+    spec: dict = field(default_factory=dict)
+    nothing_to_do: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def saturated(self) -> bool:
+        """True when the corpus ran out of pairs to merge before the requested vocabulary."""
+        return self.vocab_size < self.vocab_size_requested
+
+
+def _sidecar(root: str | os.PathLike, sha: str) -> Path:
+    return paths.tokenizers_dir(root) / f"{sha}.train.json"
+
+
+def _spec(ds: lance.LanceDataset, **settings) -> dict:
+    frags = [[f.fragment_id, f.physical_rows, f.metadata.num_deletions]
+             for f in ds.get_fragments()]
+    spec = {**settings, "heldout_mod": HELDOUT_MOD, "pattern": SPLIT_PATTERN, "format": FORMAT,
+            "rustbpe": importlib.metadata.version("rustbpe"), "fragments": frags}
+    spec["fingerprint"] = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    return spec
+
+
+def _check_filter(ds: lance.LanceDataset, where: str) -> None:
+    try:
+        ds.count_rows(filter=where)
+    except Exception as exc:
+        raise ValueError(
+            f"filter {where!r} cannot run on {ds.uri} ({exc}). It is SQL over the table's "
+            f"columns {ds.schema.names}; `NOT is_dup` needs `dedup_flag` materialized first."
+        ) from exc
+
+
+def sample_filter(ds: lance.LanceDataset, where: str, max_bytes: int) -> str:
+    """The SQL predicate selecting the training sample (see the module docstring)."""
+    candidates = f"({where}) AND id % {HELDOUT_MOD} != 0"
+    total = 0
+    for batch in ds.scanner(columns=["n_chars"], filter=candidates).to_batches():
+        total += int(batch.column(0).to_numpy(zero_copy_only=False).sum())
+    if total <= max_bytes:
+        return candidates
+    per_mille = max(1, math.ceil(1000 * max_bytes / total))
+    return f"{candidates} AND (id * 7919) % 1000 < {per_mille}"
+
+
+def _texts(ds: lance.LanceDataset, where: str, max_bytes: int, counter: dict) -> Iterator[str]:
+    """Texts matching ``where`` in storage order until ``max_bytes`` UTF-8 bytes were given."""
+    for batch in ds.scanner(columns=["text"], filter=where, batch_size=1024).to_batches():
+        for text in batch.column(0).to_pylist():
+            if counter["bytes"] >= max_bytes:
+                return
+            counter["docs"] += 1
+            counter["bytes"] += len(text.encode("utf-8"))
+            yield text
+
+
+def bytes_per_token(tokenizers: dict, texts: list[str]) -> dict[str, float | None]:
+    """UTF-8 bytes per token of ``texts`` under each tokenizer (None when there is no text)."""
+    import pyarrow as pa
+
+    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    out = {}
+    for name, tok in tokenizers.items():
+        ids = tok.encode_batch(pa.array(texts, pa.string()))
+        n_tokens = len(ids.values)
+        out[name] = round(n_bytes / n_tokens, 3) if n_tokens else None
+    return out
+
+
+def train_bpe(
+    root: str | os.PathLike,
+    *,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    max_train_bytes: int = DEFAULT_MAX_TRAIN_BYTES,
+    filter: str = DEFAULT_FILTER,
+    heldout_max_bytes: int = DEFAULT_HELDOUT_MAX_BYTES,
+    compare_with: Iterable[str] = COMPARE_WITH,
+    log: Callable[[str], None] = print,
+) -> BpeReport:
+    """Train (or, when the newest BPE was trained on the same table state with the same
+    settings, reuse) the corpus BPE; returns what was trained and how well it compresses."""
+    start = time.perf_counter()
+    if vocab_size < 258:
+        raise ValueError(f"vocab_size {vocab_size}: needs at least 258 ids (256 bytes, EOS, PAD)")
+    ds = open_table(root)
+    _check_filter(ds, filter)
+    spec = _spec(ds, vocab_size=vocab_size, max_train_bytes=max_train_bytes, filter=filter,
+                 heldout_max_bytes=heldout_max_bytes, compare_with=list(compare_with))
+    previous = latest_sha(root)
+    if previous and _sidecar(root, previous).is_file():
+        stored = json.loads(_sidecar(root, previous).read_text())
+        path = paths.tokenizers_dir(root) / f"{previous}.json"
+        if stored.get("spec", {}).get("fingerprint") == spec["fingerprint"] and path.is_file():
+            log(f"tokenizer {stored['name']} was trained on this table state with these "
+                "settings: nothing to do")
+            return BpeReport(**{**stored, "path": str(path), "nothing_to_do": True,
+                                "duration_s": time.perf_counter() - start})
+
+    import rustbpe
+
+    where = sample_filter(ds, filter, max_train_bytes)
+    counter = {"docs": 0, "bytes": 0}
+    t0 = time.perf_counter()
+    trainer = rustbpe.Tokenizer()
+    trainer.train_from_iterator(_texts(ds, where, max_train_bytes, counter), vocab_size - 2,
+                                pattern=SPLIT_PATTERN)
+    train_s = time.perf_counter() - t0
+    if not counter["docs"]:
+        raise ValueError(f"no documents of {ds.uri} pass {where!r}: nothing to train a BPE on")
+    ranked = sorted(((bytes(tok), rank) for tok, rank in trainer.get_mergeable_ranks()),
+                    key=lambda kv: kv[1])
+    if [r for _, r in ranked] != list(range(len(ranked))):
+        raise RuntimeError("rustbpe returned non-contiguous ranks")
+    path = save(root, [t for t, _ in ranked])
+    tok = load(str(path))
+    log(f"trained BPE {tok.info.name[:16]}: {len(ranked)} tokens from {counter['docs']} docs "
+        f"({counter['bytes'] / 1e6:.1f} MB) in {train_s:.1f}s")
+
+    heldout = list(_texts(ds, f"({filter}) AND id % {HELDOUT_MOD} = 0", heldout_max_bytes,
+                          held := {"docs": 0, "bytes": 0}))
+    compared = {"bpe": tok, **{name: load_tokenizer(name) if name != "byte" else ByteTokenizer()
+                               for name in compare_with}}
+    report = BpeReport(
+        name=tok.info.name, sha256=tok.info.sha256, path=str(path),
+        vocab_size=tok.info.vocab_size, vocab_size_requested=vocab_size,
+        merges=len(ranked) - 256, eos_id=tok.info.eos_id, pad_id=tok.info.pad_id,
+        train_docs=counter["docs"], train_bytes=counter["bytes"], train_s=round(train_s, 3),
+        heldout_docs=held["docs"], heldout_bytes=held["bytes"],
+        bytes_per_token=bytes_per_token(compared, heldout) if heldout else {},
+        spec=spec,
+    )
+    stored = {k: v for k, v in asdict(report).items() if k not in ("nothing_to_do", "duration_s")}
+    _atomic_write(_sidecar(root, report.sha256), json.dumps(stored, indent=1).encode())
+    _set_latest(root, report.sha256)
+    report.duration_s = time.perf_counter() - start
+    return report
+
+
+def longest_tokens(tok: TiktokenTokenizer, n: int = 12) -> list[str]:
+    """The ``n`` longest learned tokens, as text (for a glance at what the BPE learned)."""
+    tokens = sorted(tok.enc._mergeable_ranks, key=lambda t: (-len(t), t))[:n]
+    return [t.decode("utf-8", errors="replace") for t in tokens]
