@@ -4,11 +4,16 @@ import dagster as dg
 
 from lance_assets.defs.corpus.assets import dedup_flag, raw_text, token_ids
 from lance_assets.defs.corpus.tokenizer import tokenizer
+from lance_assets.defs.curation.assets import (corpus_profile, curation_rules, near_dup,
+                                              quality_signals, text_index)
+from lance_assets.defs.curation.checks import CHECKS as CURATION_CHECKS
 from lance_assets.defs.resources import lance_store_from_env
 from lance_assets.defs.training.assets import pretrained_model, samples
 
 corpus_job = dg.define_asset_job(
-    "corpus_refresh", selection=dg.AssetSelection.assets(raw_text, dedup_flag, token_ids),
+    "corpus_refresh",
+    selection=dg.AssetSelection.assets(raw_text, dedup_flag, token_ids, quality_signals, near_dup,
+                                       text_index),
     description="Ingest what is new in LANCE_ASSETS_SOURCE, then bring every column up to date.",
 )
 end_to_end_job = dg.define_asset_job(
@@ -21,7 +26,9 @@ corpus_schedule = dg.ScheduleDefinition(
 )
 
 defs = dg.Definitions(
-    assets=[raw_text, dedup_flag, tokenizer, token_ids, pretrained_model, samples],
+    assets=[raw_text, dedup_flag, tokenizer, token_ids, pretrained_model, samples,
+            quality_signals, near_dup, text_index, curation_rules, corpus_profile],
+    asset_checks=CURATION_CHECKS,
     jobs=[corpus_job, end_to_end_job],
     schedules=[corpus_schedule],
     resources={

@@ -90,6 +90,8 @@ def test_training_filter_follows_the_stored_rules(curated_root, tmp_path):
     v = rules.store_curation(root, rules.Curation(rules={"exact_dup": "NOT is_dup"}))
     assert rules.store_curation(root, rules.Curation(rules={"exact_dup": "NOT is_dup"})) == v
     assert rules.training_filter(root) == "(NOT is_dup)"
+    rules.store_curation(root, rules.Curation(rules={"z": "NOT is_dup", "a": "n_chars > 0"}))
+    assert rules.training_filter(root) == "(NOT is_dup) AND (n_chars > 0)"  # the order written
     rules.store_curation(root, rules.Curation(rules={"short": "n_chars <<< 3"}))
     with pytest.raises(rules.RuleError, match="'short'"):
         rules.training_filter(root)

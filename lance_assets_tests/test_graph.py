@@ -7,6 +7,7 @@ import lance
 
 from lance_assets import paths
 from lance_assets.definitions import defs
+from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
@@ -14,7 +15,8 @@ from lance_assets.defs.training.torchrun import TorchrunPipesClient
 def test_materialize_whole_graph(tmp_path):
     root = tmp_path / "data"
     assets = [defs.get_assets_def(k) for k in
-              ("raw_text", "dedup_flag", "tokenizer", "token_ids", "pretrained_model", "samples")]
+              ("raw_text", "dedup_flag", "tokenizer", "token_ids", "pretrained_model", "samples",
+               "quality_signals", "near_dup", "curation_rules")]
     run_config = {"ops": {
         "raw_text": {"config": {"rows_per_fragment": 200}},
         "pretrained_model": {"config": {"steps": 20, "seq_len": 64, "batch_size": 8,
@@ -23,7 +25,7 @@ def test_materialize_whole_graph(tmp_path):
     }}
     resources = {"lance_store": LanceStore(data_dir=str(root), source="synthetic:600"),
                  "pipes_subprocess_client": TorchrunPipesClient()}
-    result = dg.materialize(assets, resources=resources, run_config=run_config)
+    result = dg.materialize([*assets, *CHECKS], resources=resources, run_config=run_config)
     assert result.success
 
     def meta(key):
@@ -36,7 +38,9 @@ def test_materialize_whole_graph(tmp_path):
     raw, dup, tok = meta("raw_text"), meta("dedup_flag"), meta("token_ids")
     assert raw["rows_added"] == 600 and raw["dagster/row_count"] == 600 and raw["fragments_added"] == 3
     assert raw["lance/table_version"] < dup["lance/table_version"] < tok["lance/table_version"]
-    assert tok["lance/table_version"] == ds.version
+    assert meta("curation_rules")["lance/table_version"] == ds.version  # the last writer
+    assert len(result.get_asset_check_evaluations()) == len(CHECKS)
+    assert all(e.passed for e in result.get_asset_check_evaluations())  # training was not blocked
     assert 0 < dup["duplicate_rate"] < 0.2
     assert "is_dup" in dup["dagster/column_lineage"].deps_by_column
     assert [c.name for c in tok["dagster/column_schema"].columns][-2:] == ["input_ids", "n_tokens"]

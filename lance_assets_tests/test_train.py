@@ -16,6 +16,8 @@ def test_demo_training_validation_loss_falls(tmp_path):
     """The demo's own run: default corpus, the `pretrained_model` asset's default flags."""
     from lance_assets.corpus.dedup import dedup_flag
     from lance_assets.corpus.ingest import ingest
+    from lance_assets.corpus.near_dup import near_dup
+    from lance_assets.corpus.quality import quality_signals
     from lance_assets.corpus.tokenize import token_ids
     from lance_assets.defs.training.assets import TrainConfig, trainer_command
     from lance_assets_tests.conftest import quiet
@@ -23,6 +25,8 @@ def test_demo_training_validation_loss_falls(tmp_path):
     root = tmp_path / "data"
     ingest(root, "synthetic", log=quiet)
     dedup_flag(root, log=quiet)
+    quality_signals(root, log=quiet)  # the default filter is the curation rules over these
+    near_dup(root, log=quiet)
     token_ids(root, "byte", log=quiet)
     out = tmp_path / "run"
     cmd = trainer_command(TrainConfig(), root, out)

@@ -69,7 +69,15 @@ class Curation:
     """The training filter must keep at least this many rows."""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # rules as [name, predicate] pairs: the table config is written with sorted keys, and
+        # the order a person wrote the rules in is the order they are shown and applied in
+        return {**asdict(self), "rules": [[k, v] for k, v in self.rules.items()]}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "Curation":
+        rules = raw.get("rules", {})
+        return cls(**{**raw, "rules": dict(rules) if isinstance(rules, dict) else
+                      {k: v for k, v in rules}})
 
 
 class RuleError(ValueError):
@@ -146,7 +154,7 @@ def validate(ds: lance.LanceDataset, rules: dict[str, str]) -> str:
 
 def stored_curation(ds: lance.LanceDataset) -> Curation | None:
     raw = get_json_config(ds, CURATION_KEY)
-    return Curation(**raw) if raw else None
+    return Curation.from_dict(raw) if raw else None
 
 
 def curation_in_force(ds: lance.LanceDataset) -> Curation:
@@ -157,7 +165,8 @@ def curation_in_force(ds: lance.LanceDataset) -> Curation:
 def store_curation(root: str | Path, curation: Curation) -> int:
     """Record ``curation`` in the table's config (a new table version only if it changed)."""
     ds = lance.dataset(paths.table_uri(root))
-    if stored_curation(ds) != curation:
+    stored = stored_curation(ds)
+    if stored is None or stored.to_dict() != curation.to_dict():
         set_json_config(ds, CURATION_KEY, curation.to_dict())
         ds = lance.dataset(paths.table_uri(root))
     return ds.version

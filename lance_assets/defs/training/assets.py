@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 
 from lance_assets import paths
+from lance_assets.corpus.rules import training_filter
 from lance_assets.defs.corpus.assets import token_ids
 from lance_assets.defs.metadata import markdown_table
 from lance_assets.defs.resources import LanceStore
@@ -38,7 +39,8 @@ class TrainConfig(dg.Config):
     weight_decay: float = 0.1
     dtype: str = "auto"
     compile: bool = False
-    filter: str = "NOT is_dup"
+    filter: str = ""
+    """SQL predicate of training documents; '' = the curation rules in force (`curation_rules`)."""
     val_mod: int = 20
     num_splits: int = 8
     read_batch_size: int = 64
@@ -66,6 +68,8 @@ LAUNCH_ONLY = {"nproc_per_node", "run_name"}
 
 def trainer_command(cfg: TrainConfig, root: Path, out: Path) -> list[str]:
     """`torchrun ... -m lance_assets.train` with one flag per config field."""
+    if not cfg.filter:  # the curation rules' combined filter, validated against the table
+        cfg = cfg.model_copy(update={"filter": training_filter(root)})
     flags: list[str] = ["--data", str(root), "--out", str(out)]
     for name, value in cfg.model_dump().items():
         flag = "--" + name.replace("_", "-")
@@ -112,12 +116,13 @@ def loss_curve_markdown(metrics_path: Path) -> Optional[str]:
     return f"![loss curve](data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()})"
 
 
-@dg.asset(deps=[token_ids], group_name=GROUP, kinds={"pytorch", "lance"}, code_version="1")
+@dg.asset(deps=[token_ids, dg.AssetKey("curation_rules")], group_name=GROUP,
+          kinds={"pytorch", "lance"}, code_version="1")
 def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
                      lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
     """A compact GPT trained by `torchrun -m lance_assets.train`, launched through Dagster Pipes.
-    The loader packs and shuffles `input_ids` straight from the Lance table (filter
-    `NOT is_dup`, a frozen validation split); rank 0 reports losses and tokens/s."""
+    The loader packs and shuffles `input_ids` straight from the Lance table (filter: the
+    `curation_rules` in force, a frozen validation split); rank 0 reports losses and tokens/s."""
     root = lance_store.root
     out = paths.train_dir(root) / (config.run_name or context.run.run_id[:8])
     cmd = trainer_command(config, root, out)
