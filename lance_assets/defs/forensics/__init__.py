@@ -1,0 +1,1 @@
+"""Forensics: embeddings, the vector index, and attribution of generated samples."""

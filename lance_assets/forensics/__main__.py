@@ -1,0 +1,112 @@
+"""Search the corpus and attribute text to training documents, from the command line.
+
+    python -m lance_assets.forensics search "telescope nebula" --k 10 [--mode hybrid] [--json]
+    python -m lance_assets.forensics attribute --text-file sample.txt --k 5 [--json]
+    python -m lance_assets.forensics near-dups --threshold 0.95 --sample 2000 [--json]
+
+Rows searched: those of the table version the newest model trained on (DATA/train/LATEST);
+``--version`` pins another one. ``--data`` (default $LANCE_ASSETS_DATA, else ./data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lance_assets import paths
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default=None, help="data root (default $LANCE_ASSETS_DATA or ./data)")
+    p.add_argument("--version", type=int, default=None,
+                   help="table version whose rows to use (default: the newest model's)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m lance_assets.forensics", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("search", help="hybrid (BM25 + vector, RRF), vector or full-text search")
+    s.add_argument("query")
+    s.add_argument("--k", type=int, default=10)
+    s.add_argument("--mode", choices=["hybrid", "vector", "text"], default="hybrid")
+    s.add_argument("--filter", default=None, help="extra SQL predicate, e.g. 'NOT is_dup'")
+    _common(s)
+    a = sub.add_parser("attribute", help="rank the training documents a text draws on")
+    src = a.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text-file", help="file holding the text ('-' = standard input)")
+    src.add_argument("--text", help="the text itself")
+    a.add_argument("--k", type=int, default=5)
+    _common(a)
+    n = sub.add_parser("near-dups", help="semantic near-duplicate pairs on a sample")
+    n.add_argument("--threshold", type=float, default=0.95)
+    n.add_argument("--sample", type=int, default=2000)
+    n.add_argument("--top", type=int, default=10)
+    _common(n)
+    return p.parse_args(argv)
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    root = paths.data_dir(args.data)
+    log = _quiet if args.json else (lambda m: print(m, file=sys.stderr))
+    if args.command == "search":
+        from lance_assets.forensics.search import search
+
+        res = search(root, args.query, args.k, mode=args.mode, version=args.version,
+                     filter=args.filter)
+        if args.json:
+            print(json.dumps(res.to_dict(), indent=2))
+            return 0
+        print(f"{res.mode} search for {res.query!r} over {res.pinned['source']}")
+        for note in res.notes:
+            print(f"  note: {note}")
+        for i, h in enumerate(res.hits, start=1):
+            ranks = f"vector #{h.vector_rank or '-'}, text #{h.text_rank or '-'}"
+            print(f"{i:>3}. id {h.id}  score {h.score:.4f}  ({ranks})\n     {h.snippet}")
+        return 0
+    if args.command == "attribute":
+        from lance_assets.forensics.attribution import attribute
+
+        if args.text is not None:
+            text = args.text
+        else:
+            text = sys.stdin.read() if args.text_file == "-" else Path(args.text_file).read_text()
+        res = attribute(root, text, args.k, version=args.version, log=log)
+        if args.json:
+            print(json.dumps(res.to_dict(), indent=2))
+            return 0
+        print(f"verdict: {res.verdict}: {res.reason}")
+        print(f"{res.text_tokens} tokens, {res.covered_share:.0%} inside shared spans of >= "
+              f"{res.min_span_tokens} tokens (table version {res.table_version})")
+        for s in res.sources:
+            cos = "-" if s.cosine is None else f"{s.cosine:.3f}"
+            print(f"{s.rank:>3}. id {s.id}  score {s.score:.4f}  longest span "
+                  f"{s.longest_span_tokens} tokens  coverage {s.coverage:.0%}  cosine {cos}  "
+                  f"[{'+'.join(s.found_by)}]\n     {s.snippet}")
+        return 0
+    from lance_assets.forensics.near_dups import semantic_near_dups
+    from lance_assets.forensics.pinned import resolve_pin
+
+    res = semantic_near_dups(root, pin=resolve_pin(root, args.version), threshold=args.threshold,
+                             sample=args.sample, top=args.top)
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2))
+        return 0
+    print(f"{res.pairs_above} of {res.pairs} pairs (rate {res.pair_rate:.4%}) in a sample of "
+          f"{res.sample_rows} have cosine >= {res.threshold}; "
+          f"{res.rows_with_neighbour_share:.1%} of sampled documents have such a neighbour")
+    for r in res.closest:
+        print(f"  {r['cosine']:.4f}  {r['id_a']} ~ {r['id_b']}\n     {r['text_a']}\n     {r['text_b']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

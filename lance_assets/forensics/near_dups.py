@@ -1,0 +1,84 @@
+"""Semantic near-duplicates: pairs of documents whose embeddings are nearly parallel.
+
+MinHash (``near_dup``) finds documents sharing most of their word 5-grams; this finds documents
+that *say the same thing* (paraphrases, templated pages, translations of boilerplate), which
+word overlap misses. On a uniform random sample of the pinned rows, every pair's cosine
+similarity is computed (one matrix product); the report gives the share of pairs at or above
+``threshold``, the share of sampled documents with at least one such neighbour, and the
+closest pairs with how the exact and MinHash flags see them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import lance
+import numpy as np
+
+from lance_assets import paths
+from lance_assets.forensics.embed import DIM, EMBEDDING
+from lance_assets.forensics.pinned import Pin, resolve_pin
+from lance_assets.forensics.search import snippet
+
+DEFAULT_THRESHOLD = 0.95
+DEFAULT_SAMPLE = 2000
+
+
+@dataclass
+class NearDupReport:
+    sample_rows: int
+    threshold: float
+    pairs: int  # pairs in the sample
+    pairs_above: int
+    pair_rate: float  # pairs_above / pairs
+    rows_with_neighbour_share: float  # sampled rows with >= 1 neighbour at or above threshold
+    closest: list[dict] = field(default_factory=list)  # id_a, id_b, cosine, flags, snippets
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def semantic_near_dups(root: str | Path, *, pin: Pin | None = None,
+                       threshold: float = DEFAULT_THRESHOLD, sample: int = DEFAULT_SAMPLE,
+                       top: int = 10, seed: int = 0) -> NearDupReport:
+    """Near-duplicate pairs by cosine similarity on a random sample of the pinned rows."""
+    pin = pin or resolve_pin(root)
+    ds = lance.dataset(paths.table_uri(root))
+    if EMBEDDING.name not in ds.schema.names:
+        raise RuntimeError("no `embedding` column: materialize `embeddings` first")
+    flt = " AND ".join(x for x in (pin.rows_filter(), f"{EMBEDDING.name} IS NOT NULL") if x)
+    ids = ds.to_table(columns=["id"], filter=flt).column("id").to_numpy()
+    rng = np.random.default_rng(seed)
+    picked = np.sort(rng.choice(ids, size=min(sample, len(ids)), replace=False))
+    n = len(picked)
+    if n < 2:
+        return NearDupReport(n, threshold, 0, 0, 0.0, 0.0)
+    flags = [c for c in ("is_dup", "near_dup") if c in ds.schema.names]
+    tbl = ds.to_table(columns=["id", EMBEDDING.name, "text", *flags],
+                      filter=f"id IN ({', '.join(map(str, picked.tolist()))})")
+    vecs = tbl.column(EMBEDDING.name).combine_chunks().values.to_numpy(
+        zero_copy_only=False).reshape(-1, DIM)
+    row_ids = tbl.column("id").to_numpy()
+    sims = vecs @ vecs.T
+    iu = np.triu_indices(n, k=1)
+    pair_sims = sims[iu]
+    above = pair_sims >= threshold
+    np.fill_diagonal(sims, -1.0)
+    with_neighbour = float((sims.max(axis=1) >= threshold).mean())
+    order = np.argsort(-pair_sims, kind="stable")[:top]
+    texts = tbl.column("text").to_pylist()
+    flag_values = {c: tbl.column(c).to_pylist() for c in flags}
+    closest = []
+    for p in order:
+        a, b = int(iu[0][p]), int(iu[1][p])
+        row = {"id_a": int(row_ids[a]), "id_b": int(row_ids[b]),
+               "cosine": round(float(pair_sims[p]), 4)}
+        for c in flags:
+            row[f"{c}_a"], row[f"{c}_b"] = flag_values[c][a], flag_values[c][b]
+        row["text_a"] = snippet(texts[a], "", 90)
+        row["text_b"] = snippet(texts[b], "", 90)
+        closest.append(row)
+    pairs = len(pair_sims)
+    return NearDupReport(n, threshold, pairs, int(above.sum()), round(float(above.mean()), 6),
+                         round(with_neighbour, 4), closest)

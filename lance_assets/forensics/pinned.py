@@ -1,0 +1,89 @@
+"""Which rows forensics looks at: the table version the model trained on.
+
+``DATA/train/LATEST`` names the newest run's final checkpoint; the run's ``summary.json`` (or the
+checkpoint itself) records ``table_version`` and the training ``filter``. Rows are append-only
+and ids increase with every ingest, so the rows of that version are exactly ``id <= max_id`` of
+that version in any later version, where the ``embedding`` column and the indexes may have been
+added since. Token ids are read at the pinned version itself.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import lance
+
+from lance_assets import paths
+from lance_assets.corpus.table import open_table
+
+
+@dataclass(frozen=True)
+class Pin:
+    version: int  # the table version read for tokens and for which rows exist
+    max_id: int  # largest id at that version (-1: empty)
+    train_filter: str | None  # SQL the model's training documents passed (None: not known)
+    checkpoint: str | None
+    source: str  # where the version came from, in words
+
+    def rows_filter(self, training_only: bool = False, latest_max_id: int | None = None) -> str | None:
+        """SQL selecting the pinned rows (only the training documents with ``training_only``),
+        or None when that is every row of the table."""
+        parts = []
+        if latest_max_id is None or latest_max_id > self.max_id:
+            parts.append(f"id <= {self.max_id}")
+        if training_only and self.train_filter:
+            parts.append(f"({self.train_filter})")
+        return " AND ".join(parts) or None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def max_id(ds: lance.LanceDataset) -> int:
+    best = -1
+    for batch in ds.to_batches(columns=["id"]):
+        col = batch.column(0).to_numpy(zero_copy_only=False)
+        if len(col):
+            best = max(best, int(col.max()))
+    return best
+
+
+def model_run(root: str | Path) -> dict | None:
+    """``{checkpoint, table_version, filter}`` of the newest trained model, or None."""
+    pointer = paths.latest_checkpoint_pointer(root)
+    if not pointer.is_file():
+        return None
+    ckpt = Path(pointer.read_text().strip())
+    summary = ckpt.parent / "summary.json"
+    if summary.is_file():
+        info = json.loads(summary.read_text())
+        if "table_version" in info:
+            return {"checkpoint": str(ckpt), "table_version": int(info["table_version"]),
+                    "filter": info.get("filter")}
+    if ckpt.is_file():
+        import torch
+
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        return {"checkpoint": str(ckpt), "table_version": int(state["table_version"]),
+                "filter": state.get("filter")}
+    raise FileNotFoundError(
+        f"{pointer} names {ckpt}, which does not exist and has no summary.json beside it; "
+        "materialize `pretrained_model` again, or pass an explicit table version")
+
+
+def resolve_pin(root: str | Path, version: int | None = None) -> Pin:
+    """The pinned rows: ``version`` when given, else the newest model's, else the newest table."""
+    latest = open_table(root)
+    if version is not None:
+        return Pin(version, max_id(lance.dataset(latest.uri, version=version)), None, None,
+                   f"table version {version} (given)")
+    run = model_run(root)
+    if run is None:
+        return Pin(latest.version, max_id(latest), None, None,
+                   f"newest table version {latest.version} (no trained model: DATA/train/LATEST "
+                   "is missing)")
+    v = run["table_version"]
+    return Pin(v, max_id(lance.dataset(latest.uri, version=v)), run["filter"], run["checkpoint"],
+               f"table version {v}, which {run['checkpoint']} trained on")

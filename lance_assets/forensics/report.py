@@ -1,0 +1,127 @@
+"""The forensics report: every generated sample attributed to training documents, and the
+corpus's semantic near-duplicates, as Markdown (``DATA/reports/forensics.md``) and JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from lance_assets import paths
+from lance_assets.forensics.attribution import Attribution, Attributor
+from lance_assets.forensics.near_dups import NearDupReport, semantic_near_dups
+from lance_assets.forensics.pinned import Pin, resolve_pin
+
+
+@dataclass
+class ForensicsReport:
+    pin: Pin
+    samples_file: str
+    checkpoint: str | None
+    attributions: list[dict]  # {"prompt", "text", "attribution": Attribution.to_dict()}
+    near_dups: NearDupReport | None
+    duration_s: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verdicts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in self.attributions:
+            v = a["attribution"]["verdict"]
+            out[v] = out.get(v, 0) + 1
+        return out
+
+    def to_dict(self) -> dict:
+        return {"pin": self.pin.to_dict(), "samples_file": self.samples_file,
+                "checkpoint": self.checkpoint, "attributions": self.attributions,
+                "near_dups": self.near_dups.to_dict() if self.near_dups else None,
+                "duration_s": round(self.duration_s, 3), "notes": self.notes,
+                "verdicts": self.verdicts}
+
+    def markdown(self) -> str:
+        lines = [f"**Pinned rows:** {self.pin.source}.", ""]
+        if self.pin.train_filter:
+            lines += [f"Training documents: `{self.pin.train_filter}`", ""]
+        for i, a in enumerate(self.attributions, start=1):
+            att = a["attribution"]
+            prompt = a["prompt"] or "(unconditional)"
+            lines += [f"### Sample {i}: {_cell(prompt)} — **{att['verdict']}**", "",
+                      "> " + _cell(a["text"][:300]), "",
+                      f"{att['reason']}. {att['text_tokens']} tokens; "
+                      f"{att['covered_share']:.0%} inside shared spans of >= "
+                      f"{att['min_span_tokens']} tokens.", ""]
+            rows = [{"rank": s["rank"], "id": s["id"], "score": s["score"],
+                     "longest span (tokens)": s["longest_span_tokens"],
+                     "coverage": f"{s['coverage']:.0%}",
+                     "cosine": "" if s["cosine"] is None else s["cosine"],
+                     "found by": "+".join(s["found_by"]),
+                     "longest shared span": _cell(s["span"][:80])}
+                    for s in att["sources"]]
+            lines += [_table(rows), ""]
+        if self.near_dups is not None:
+            nd = self.near_dups
+            lines += ["### Semantic near-duplicates", "",
+                      f"{nd.pairs_above} of {nd.pairs:,} pairs in a sample of {nd.sample_rows} "
+                      f"documents have cosine >= {nd.threshold} (rate {nd.pair_rate:.4%}); "
+                      f"{nd.rows_with_neighbour_share:.1%} of the sampled documents have such a "
+                      "neighbour.", "",
+                      _table([{k: _cell(str(v)) for k, v in r.items()} for r in nd.closest]), ""]
+        lines += [f"_{n}_" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "/")
+
+
+def _table(rows: list[dict]) -> str:
+    if not rows:
+        return "_none_"
+    cols = list(rows[0])
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def load_samples(root: str | Path) -> tuple[Path, dict]:
+    path = paths.samples_dir(root) / "samples.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: materialize `samples` first")
+    return path, json.loads(path.read_text())
+
+
+def forensics_report(root: str | Path, *, k: int = 5, version: int | None = None,
+                     near_dup_threshold: float = 0.95, near_dup_sample: int = 2000,
+                     attributor: Attributor | None = None,
+                     log: Callable[[str], None] = print) -> ForensicsReport:
+    """Attribute every sample in ``samples.json``; add the semantic near-duplicates. Written to
+    ``DATA/reports/forensics.{md,json}``."""
+    start = time.perf_counter()
+    samples_path, samples = load_samples(root)
+    pin = attributor.pin if attributor else resolve_pin(root, version)
+    att = attributor or Attributor(root, pin, log=log)
+    notes = []
+    results = []
+    for s in samples["samples"]:
+        prompt_ids = list(att.tok.encode(s["prompt"])) if s["prompt"] else []
+        text = s["prompt"] + s["completion"]
+        a: Attribution = att.attribute(text, k, tokens=np.asarray(prompt_ids + s["token_ids"]))
+        results.append({"prompt": s["prompt"], "text": text, "attribution": a.to_dict()})
+        log(f"sample {s['prompt']!r}: {a.verdict} ({a.reason})")
+    near = None
+    if att.has_vectors:
+        near = semantic_near_dups(root, pin=pin, threshold=near_dup_threshold,
+                                  sample=near_dup_sample)
+    else:
+        notes.append("no `embedding` column: vector kNN and semantic near-duplicates skipped")
+    report = ForensicsReport(pin, str(samples_path), samples.get("checkpoint"), results, near,
+                             time.perf_counter() - start, notes)
+    out = Path(root) / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "forensics.md").write_text(report.markdown() + "\n")
+    (out / "forensics.json").write_text(json.dumps(report.to_dict(), indent=2))
+    return report

@@ -1,0 +1,188 @@
+"""Hybrid search over the corpus: BM25 (the ``text_index`` inverted index on ``text``) and vector
+kNN (``vector_index`` on ``embedding``), fused by reciprocal rank fusion.
+
+RRF: a document's score is ``sum over the lists it appears in of 1 / (RRF_K + rank)`` (rank from
+1, ``RRF_K = 60`` as in Cormack et al. 2009). Ranks, not raw scores, are fused, so BM25's
+unbounded scores and cosine similarities need no calibration. Each list is fetched ``k * 4``
+deep so a document ranked moderately by both can still make the fused top ``k``.
+
+Only the pinned rows are searched (``pinned.py``): by default those of the table version the
+newest model trained on.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import lance
+import numpy as np
+
+from lance_assets import paths
+from lance_assets.corpus import fts
+from lance_assets.forensics.embed import (DEFAULT_MAX_TOKENS, EMBEDDING, Embedder, shared_embedder,
+                                          table_embedding_spec)
+from lance_assets.forensics.pinned import Pin, max_id, resolve_pin
+from lance_assets.forensics.vector_index import current_settings, nearest_arg
+
+RRF_K = 60
+DEPTH = 4  # each list is fetched k * DEPTH deep before fusing
+SNIPPET_CHARS = 160
+MODES = ("hybrid", "vector", "text")
+
+
+@dataclass
+class Hit:
+    id: int
+    score: float  # RRF score (hybrid), cosine similarity (vector) or BM25 (text)
+    snippet: str
+    vector_rank: int | None = None
+    text_rank: int | None = None
+    cosine: float | None = None
+    bm25: float | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SearchResult:
+    query: str
+    mode: str
+    hits: list[Hit]
+    table_version: int  # the version searched (the newest: it holds the indexes)
+    pinned: dict  # which rows were searchable, and why
+    notes: list[str] = field(default_factory=list)
+    timings_ms: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "hits": [h.to_dict() for h in self.hits]}
+
+
+def rrf(rankings: list[list[int]], k: int = RRF_K) -> dict[int, float]:
+    """Reciprocal rank fusion of ranked id lists: id -> sum of 1 / (k + rank)."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, rid in enumerate(ranking, start=1):
+            scores[rid] = scores.get(rid, 0.0) + 1.0 / (k + rank)
+    return scores
+
+
+def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:
+    """``width`` characters of ``text`` around the first query word it contains, on one line."""
+    text = " ".join((text or "").split())
+    words = [w for w in re.findall(r"\w+", query.lower()) if len(w) > 2]
+    low = text.lower()
+    at = min((m.start() for w in words if (m := re.search(rf"\b{re.escape(w)}", low))),
+             default=0)
+    start = max(0, min(at - width // 3, len(text) - width))
+    out = text[start:start + width]
+    return ("…" if start > 0 else "") + out + ("…" if start + width < len(text) else "")
+
+
+def has_text_index(ds: lance.LanceDataset) -> bool:
+    return fts.INDEX_NAME in {i.name for i in ds.describe_indices()} or any(
+        i.index_type.upper().startswith("INVERTED") for i in ds.describe_indices())
+
+
+class Searcher:
+    """Vector, full-text and hybrid search over one table; keeps the model and table open."""
+
+    def __init__(self, root: str | Path, pin: Pin | None = None, embedder: Embedder | None = None):
+        self.root = Path(root)
+        self.ds = lance.dataset(paths.table_uri(root))
+        self.pin = pin or resolve_pin(root)
+        self.filter = self.pin.rows_filter(latest_max_id=max_id(self.ds))
+        self.settings = current_settings(self.ds)
+        self._embedder = embedder
+        self.has_vectors = EMBEDDING.name in self.ds.schema.names and \
+            self.ds.count_rows(filter=f"{EMBEDDING.name} IS NOT NULL") > 0
+        self.has_text = has_text_index(self.ds)
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            spec = table_embedding_spec(self.ds)
+            self._embedder = shared_embedder(spec.max_tokens if spec else DEFAULT_MAX_TOKENS)
+        return self._embedder
+
+    def vector(self, qvec: np.ndarray, k: int, filter: str | None = None) -> list[tuple[int, float]]:
+        """(id, cosine similarity) of the ``k`` nearest rows."""
+        flt = _and(self.filter, filter)
+        tbl = self.ds.to_table(columns=["id", "_distance"],
+                               nearest=nearest_arg(self.settings, np.asarray(qvec, np.float32), k),
+                               filter=flt, prefilter=flt is not None)
+        return [(int(i), 1.0 - float(d)) for i, d in
+                zip(tbl.column("id").to_pylist(), tbl.column("_distance").to_pylist())]
+
+    def text(self, query: str, k: int, filter: str | None = None) -> list[tuple[int, float]]:
+        """(id, BM25 score) of the ``k`` best keyword matches."""
+        flt = _and(self.filter, filter)
+        tbl = self.ds.to_table(full_text_query=query, columns=["id", "_score"], limit=k,
+                               filter=flt, prefilter=flt is not None)
+        return [(int(i), float(s)) for i, s in
+                zip(tbl.column("id").to_pylist(), tbl.column("_score").to_pylist())]
+
+    def texts(self, ids: list[int]) -> dict[int, str]:
+        if not ids:
+            return {}
+        tbl = self.ds.to_table(columns=["id", "text"], filter=f"id IN ({', '.join(map(str, ids))})")
+        return dict(zip(tbl.column("id").to_pylist(), tbl.column("text").to_pylist()))
+
+    def search(self, query: str, k: int = 10, mode: str = "hybrid",
+               filter: str | None = None) -> SearchResult:
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r}: use one of {MODES}")
+        notes, timings = [], {}
+        vec: list[tuple[int, float]] = []
+        txt: list[tuple[int, float]] = []
+        depth = k * DEPTH if mode == "hybrid" else k
+        if mode in ("hybrid", "vector"):
+            if self.has_vectors:
+                t = time.perf_counter()
+                qvec = self.embedder.encode([query])[0]
+                timings["embed_query"] = (time.perf_counter() - t) * 1e3
+                t = time.perf_counter()
+                vec = self.vector(qvec, depth, filter)
+                timings["vector"] = (time.perf_counter() - t) * 1e3
+            else:
+                notes.append("no `embedding` column: materialize `embeddings` (vector search skipped)")
+        if mode in ("hybrid", "text"):
+            if self.has_text:
+                t = time.perf_counter()
+                txt = self.text(query, depth, filter)
+                timings["text"] = (time.perf_counter() - t) * 1e3
+            else:
+                notes.append("no full-text index on `text`: materialize `text_index` "
+                             "(full-text search skipped)")
+        vrank = {rid: r for r, (rid, _) in enumerate(vec, start=1)}
+        trank = {rid: r for r, (rid, _) in enumerate(txt, start=1)}
+        cos, bm = dict(vec), dict(txt)
+        if mode == "hybrid":
+            fused = rrf([[r for r, _ in vec], [r for r, _ in txt]])
+            ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        else:
+            ranked = (vec if mode == "vector" else txt)[:k]
+        texts = self.texts([rid for rid, _ in ranked])
+        hits = [Hit(rid, round(score, 6), snippet(texts.get(rid, ""), query), vrank.get(rid),
+                    trank.get(rid), None if rid not in cos else round(cos[rid], 4),
+                    None if rid not in bm else round(bm[rid], 4)) for rid, score in ranked]
+        timings = {key: round(v, 2) for key, v in timings.items()}
+        if self.settings is not None and self.settings.index_type == "FLAT":
+            notes.append(f"vector search is exact (flat): {self.settings.rows} rows is below the "
+                         "size where an ANN index pays off")
+        return SearchResult(query, mode, hits, self.ds.version, self.pin.to_dict(), notes, timings)
+
+
+def _and(a: str | None, b: str | None) -> str | None:
+    return " AND ".join(f"({x})" for x in (a, b) if x) or None
+
+
+def search(root: str | Path, query: str, k: int = 10, *, mode: str = "hybrid",
+           version: int | None = None, filter: str | None = None) -> SearchResult:
+    """Hybrid (default), vector or full-text search over the pinned rows; each hit has id, score
+    and a snippet. ``version`` pins another table version; ``filter`` adds a SQL predicate."""
+    pin = resolve_pin(root, version)
+    return Searcher(root, pin).search(query, k, mode, filter)
