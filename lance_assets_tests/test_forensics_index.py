@@ -1,0 +1,141 @@
+"""The embedding column's mechanics (with a stand-in model), the vector index and its recall, and
+the pieces of search and attribution that need no model."""
+
+import hashlib
+import json
+
+import lance
+import numpy as np
+import pytest
+
+from lance_assets import paths
+from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.table import data_files_by_field
+from lance_assets.forensics import embed
+from lance_assets.forensics import vector_index as vindex
+from lance_assets.forensics.attribution import build_ngram_index, ngram_hashes, shared_spans
+from lance_assets.forensics.search import rrf, snippet
+from lance_assets_tests.conftest import quiet
+
+
+class ClusteredEmbedder:
+    """Stands in for the model: 40 clusters of unit vectors, chosen by a hash of the text."""
+
+    device = "cpu"
+    batch_size = 64
+
+    def __init__(self, fail_after_calls: int | None = None):
+        rng = np.random.default_rng(0)
+        self.centres = rng.standard_normal((40, embed.DIM)).astype(np.float32)
+        self.calls = 0
+        self.fail_after_calls = fail_after_calls
+
+    def encode(self, texts):
+        self.calls += 1
+        if self.fail_after_calls is not None and self.calls > self.fail_after_calls:
+            raise KeyboardInterrupt("killed")
+        out = []
+        for t in texts:
+            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
+            r = np.random.default_rng(seed)
+            v = self.centres[seed % 40] + 0.7 * r.standard_normal(embed.DIM).astype(np.float32)
+            out.append(v / np.linalg.norm(v))
+        return np.stack(out).astype(np.float32)
+
+
+def test_embedding_column_is_checkpointed_resumable_and_leaves_text_alone(tmp_path):
+    root = tmp_path / "data"
+    ingest(root, "synthetic:600", rows_per_fragment=200, log=quiet)
+    uri = paths.table_uri(root)
+    text_files = data_files_by_field(lance.dataset(uri), "text")
+    with pytest.raises(KeyboardInterrupt):  # killed while embedding the second fragment
+        embed.embeddings(root, embedder=ClusteredEmbedder(fail_after_calls=1), log=quiet)
+    ds = lance.dataset(uri)
+    assert ds.count_rows("embedding IS NOT NULL") == 200  # the first fragment was committed
+    report = embed.embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
+    assert report.fragments_already_done == 1 and len(report.fragments_written) == 2
+    ds = lance.dataset(uri)
+    assert ds.count_rows("embedding IS NULL") == 0
+    assert data_files_by_field(ds, "text") == text_files
+    assert ds.schema.field("embedding").type == embed.EMBEDDING.type
+    assert not ds.schema.metadata  # table facts live in the manifest config only
+    assert embed.table_embedding_spec(ds) == embed.EmbeddingSpec()
+    again = embed.embeddings(root, log=quiet)  # no model is loaded when nothing is missing
+    assert again.nothing_to_do and again.model_load_s == 0 and again.device == ""
+    with pytest.raises(embed.EmbeddingMismatchError, match="max_tokens=128"):
+        embed.embeddings(root, max_tokens=64, embedder=ClusteredEmbedder(), log=quiet)
+
+
+def test_vector_index_recall_is_measured_and_kept_current(tmp_path):
+    root = tmp_path / "data"
+    ingest(root, "synthetic:3000", rows_per_fragment=1000, log=quiet)
+    embed.embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
+    with pytest.raises(ValueError, match="IVF_PQ"):
+        vindex.vector_index(root, index_type="HNSW")
+    report = vindex.vector_index(root, recall_queries=50)
+    s = report.settings
+    assert report.action == "created" and s.index_type == "IVF_HNSW_SQ"
+    assert s.num_partitions == round(3000 ** 0.5) and s.recall_queries == 50
+    assert s.recall_at_10 >= 0.9 and s.tuning[-1]["recall_at_10"] == s.recall_at_10
+    ds = lance.dataset(paths.table_uri(root))
+    assert vindex.current_settings(ds) == s and vindex.has_index(ds)
+    assert vindex.vector_index(root).action == "up_to_date"
+    # appended rows are embedded and added to the index, not rebuilt from scratch
+    more = tmp_path / "more.jsonl"
+    more.write_text("".join(json.dumps({"text": f"appended document number {i}"}) + "\n"
+                            for i in range(300)))
+    ingest(root, str(more), log=quiet)
+    embed.embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
+    updated = vindex.vector_index(root, recall_queries=50)
+    assert updated.action == "updated" and updated.unindexed_rows == 0
+    assert updated.settings.recall_at_10 >= 0.9
+    # exact search where the table is small, and the index is gone
+    flat = vindex.vector_index(root, flat_below=10_000)
+    assert flat.action == "flat" and flat.settings.index_type == "FLAT"
+    assert not vindex.has_index(lance.dataset(paths.table_uri(root)))
+
+
+def test_index_settings_follow_the_row_count():
+    assert vindex.derive_settings(500).index_type == "FLAT"
+    small, big = vindex.derive_settings(10_000), vindex.derive_settings(1_000_000)
+    assert (small.num_partitions, big.num_partitions) == (100, 1000)
+    pq = vindex.derive_settings(100_000, "IVF_PQ")
+    assert pq.num_sub_vectors == 48 and pq.refine_factor == 5
+
+
+def test_reciprocal_rank_fusion():
+    fused = rrf([[1, 2, 3], [3, 1, 4]])
+    assert fused[1] == pytest.approx(1 / 61 + 1 / 62) and fused[4] == pytest.approx(1 / 63)
+    assert sorted(fused, key=lambda r: -fused[r])[:2] == [1, 3]
+    assert "needle" in snippet("x " * 200 + "the needle here " + "y " * 200, "needle", 60)
+
+
+def test_shared_spans_are_exact_longest_common_substrings():
+    doc = np.array([9, 1, 2, 3, 4, 5, 9, 7, 8, 9, 9])
+    text = np.array([0, 1, 2, 3, 4, 5, 0, 7, 8, 0])
+    longest, end, covered = shared_spans(text, doc, min_span=3)
+    assert (longest, end) == (5, 5)
+    assert covered.tolist() == [False] + [True] * 5 + [False] * 4  # [7, 8] is shorter than 3
+    # same answer whichever array is the shorter one
+    longest2, end2, covered2 = shared_spans(np.tile(text, 3), doc, min_span=3)
+    assert longest2 == 5 and covered2.sum() == 15
+
+
+def test_ngram_index_finds_shared_spans_even_when_sampled(tmp_path):
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(0, 250, size=400).astype(np.int32) for _ in range(50)]
+    import pyarrow as pa
+
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"id": pa.array(range(50), pa.int64()),
+                                  "input_ids": pa.array([d.tolist() for d in docs],
+                                                        pa.list_(pa.int32()))}), uri)
+    ds = lance.dataset(uri)
+    query = np.concatenate([rng.integers(0, 250, 50), docs[17][100:300], rng.integers(0, 250, 50)])
+    full = build_ngram_index(ds, None, n=16)
+    sampled = build_ngram_index(ds, None, n=16, max_ngrams=len(full.hashes) // 8)
+    assert full.sample_mod == 1 and sampled.sample_mod >= 8
+    assert len(sampled.hashes) < len(full.hashes) / 4
+    for index in (full, sampled):
+        assert index.candidates(query)[0][0] == 17
+    assert len(ngram_hashes(np.arange(10), 16)) == 0 and len(ngram_hashes(np.arange(20), 16)) == 5
