@@ -8,7 +8,7 @@ export LANCE_LOG ?= error
 export LANCE_ASSETS_SOURCE
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test dev clean
+.PHONY: setup demo test dev clean bench-loaders
 
 setup:
 	@VENV=$(VENV) ./scripts/bootstrap.sh
@@ -26,6 +26,11 @@ test: setup
 ## The web UI on http://127.0.0.1:3000, on the same instance as `make demo`.
 dev: setup
 	$(BIN)/dagster dev -m lance_assets.definitions -h 127.0.0.1 -p 3000
+
+## Loader A/B (every arm, MDS included) in its own environment: see docs/benchmarks.md.
+bench-loaders: setup
+	@./scripts/mds_venv.sh
+	.venv-mds/bin/python -m lance_assets.bench.loaders $(BENCH_ARGS)
 
 clean:
 	rm -rf data .dagster_home

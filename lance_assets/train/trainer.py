@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from lance_assets.train import checkpoint, data
+from lance_assets.train import blocks, checkpoint, data
 from lance_assets.train.model import GPT, PRESETS, config_for
 
 # Dense bf16 peak FLOP/s per device, for MFU (matched against torch.cuda.get_device_name()).
@@ -72,6 +72,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--transform-parallelism", type=int, default=None)
     p.add_argument("--transform-queue-depth", type=int, default=None)
     p.add_argument("--num-workers", type=int, default=0, help="StreamingDataLoader worker processes")
+    p.add_argument("--blocks-mode", default="off", choices=blocks.MODES,
+                   help="off: pack in the loader from the table; else read pre-packed copies "
+                        "(loader A/B controls, see lance_assets.bench.build_packed_datasets)")
+    p.add_argument("--blocks-path", default=None, help="folder made by build_packed_datasets")
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-blocks", type=int, default=32)
     p.add_argument("--ckpt-every", type=int, default=100)
@@ -229,7 +233,13 @@ class Trainer:
         self.block_len = args.seq_len + 1
         self.tfilter = data.train_filter(args.filter, args.val_mod)
         vfilter = data.val_filter(args.filter, args.val_mod)
-        if args.pack:
+        if args.blocks_mode != "off":
+            manifest = blocks.read_manifest(args.blocks_path or "")
+            if manifest["block_len"] != self.block_len:
+                raise SystemExit(f"{args.blocks_path} holds blocks of {manifest['block_len']} "
+                                 f"tokens; --seq-len must be {manifest['block_len'] - 1}")
+            self.blocks_per_epoch = manifest["n_blocks"]
+        elif args.pack:
             self.blocks_per_epoch = data.count_blocks(self.snap, self.tfilter, self.block_len,
                                                       args.num_splits)
         else:
@@ -273,6 +283,10 @@ class Trainer:
 
     def _loader(self, epoch: int, state: dict | None):
         a = self.args
+        if a.blocks_mode != "off":
+            return None, blocks.iter_blocks(a.blocks_mode, a.blocks_path, batch=a.batch_size,
+                                            rank=self.rank, world=self.world, seed=a.seed,
+                                            epoch=epoch)
         ds = data.train_dataset(
             self.snap, filter=self.tfilter, block_len=self.block_len,
             blocks_per_epoch=self.blocks_per_epoch, num_splits=a.num_splits, rank=self.rank,
@@ -286,11 +300,12 @@ class Trainer:
 
     def _next_blocks(self) -> torch.Tensor:
         try:
-            return next(self.batches)["input_ids"]
+            item = next(self.batches)
         except StopIteration:
             self.epoch += 1
             self.dataset, self.batches = self._loader(self.epoch, None)
-            return next(self.batches)["input_ids"]
+            item = next(self.batches)
+        return item if isinstance(item, torch.Tensor) else item["input_ids"]
 
     def _record(self, entry: dict) -> None:
         if self.rank == 0:
@@ -306,13 +321,15 @@ class Trainer:
 
     def save(self) -> Path | None:
         """Every rank's loader state, merged: resumable on any world size dividing num_splits."""
-        states = all_gather_list([self.dataset.state_dict()], self.distributed, self.world)
+        states = all_gather_list([self.dataset.state_dict()] if self.dataset else [],
+                                 self.distributed, self.world)
         if self.rank != 0:
             return None
         state = {
             "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
             "step": self.step, "epoch": self.epoch, "tokens_seen": self.tokens_seen,
-            "loader": type(self.dataset).merge_state_dicts(states), "world_size": self.world,
+            "loader": type(self.dataset).merge_state_dicts(states) if states else None,
+            "world_size": self.world, "blocks_mode": self.args.blocks_mode,
             "model_config": asdict(self.cfg), "args": vars(self.args), "tokenizer": self.tok,
             "table_version": self.snap.version, "filter": self.tfilter, "git_commit": git_commit(),
         }
