@@ -162,6 +162,13 @@ def test_hf_source_reads_through_datasets_offline(tmp_path, monkeypatch):
     again = ingest(tmp_path / "d", "hf:parquet", hf_data_files=data_files, log=quiet)
     assert again.rows_added == 0  # resumes after the last part: nothing left
 
+    capped = tmp_path / "capped"
+    first = ingest(capped, "hf:parquet", hf_data_files=data_files, rows_per_commit=1000,
+                   max_new_rows=1500, log=quiet)
+    assert first.rows_added == 2048  # stops at the first commit boundary past 1,500
+    rest = ingest(capped, "hf:parquet", hf_data_files=data_files, rows_per_commit=1000, log=quiet)
+    assert rest.rows_added == 952 and content_raw(capped) == rows
+
 
 def content_raw(root):
     rows = lance.dataset(paths.table_uri(root)).to_table(columns=["id", "text", "source_part"]).to_pylist()

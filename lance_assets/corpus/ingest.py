@@ -175,12 +175,15 @@ def ingest(
     rows_per_commit: int = DEFAULT_ROWS_PER_COMMIT,
     max_doc_chars: int = DEFAULT_MAX_DOC_CHARS,
     hf_data_files: Optional[list[str]] = None,
+    max_new_rows: Optional[int] = None,
     log: Callable[[str], None] = print,
 ) -> IngestReport:
     """Append what is new in ``source`` to the corpus table under ``root``.
 
     A file that cannot be read (corrupt, wrong schema, bad JSON) is left out and reported in
-    ``files_failed``; the others still ingest, and nothing already stored changes.
+    ``files_failed``; the others still ingest, and nothing already stored changes. With
+    ``max_new_rows`` the run stops at the first commit boundary past that many rows (for
+    endless streams such as ``hf:`` sources); the next run continues from there.
     """
     start = time.perf_counter()
     uri = paths.table_uri(root)
@@ -192,12 +195,14 @@ def ingest(
         log(f"skipping {path}: {why}")
     skipped = SkipCounter()
     for unit in resolved.units:
+        if max_new_rows is not None and report.rows_added >= max_new_rows:
+            break
         done = watermarks.get(unit.key, -1)
         if unit.n_parts is not None and done >= unit.n_parts - 1:
             report.units_already_present.append(unit.key)
             continue
         rows = _ingest_unit(uri, unit, done + 1, next_id, skipped, rows_per_fragment,
-                            rows_per_commit, max_doc_chars, report, log)
+                            rows_per_commit, max_doc_chars, report, log, max_new_rows)
         next_id += rows
         (report.units_ingested if rows else report.units_already_present).append(unit.key)
     report.rows_skipped = dict(skipped.counts)
@@ -212,7 +217,8 @@ def ingest(
 
 def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, skipped: SkipCounter,
                  rows_per_fragment: int, rows_per_commit: int, max_doc_chars: int,
-                 report: IngestReport, log: Callable[[str], None]) -> int:
+                 report: IngestReport, log: Callable[[str], None],
+                 max_new_rows: Optional[int] = None) -> int:
     """Commit ``unit``'s parts from ``first_part`` on; returns the rows committed.
 
     A read error stops this unit (its earlier commits stay) and is reported in ``files_failed``.
@@ -221,6 +227,8 @@ def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, ski
     committed = 0
     try:
         while not parts.exhausted:
+            if max_new_rows is not None and report.rows_added >= max_new_rows:
+                break
             counter = {"rows": 0, "bytes": 0, "last_part": None}
 
             def batches() -> Iterator[pa.RecordBatch]:
