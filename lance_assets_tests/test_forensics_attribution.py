@@ -10,11 +10,13 @@ import pytest
 
 from lance_assets import paths
 from lance_assets.corpus import fts
+from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.tokenize import token_ids
 from lance_assets.forensics import embed
 from lance_assets.forensics.__main__ import main as cli
 from lance_assets.forensics.attribution import Attributor
+from lance_assets.forensics.near_dups import semantic_near_dups
 from lance_assets.forensics.pinned import resolve_pin
 from lance_assets.forensics.search import Searcher
 from lance_assets.forensics.vector_index import vector_index
@@ -53,6 +55,7 @@ def corpus(tmp_path_factory):
         "The ferry timetable changes in winter: two sailings a day, none on Sundays.",
         "Knitting a sock starts at the cuff; the heel is turned with short rows."]))
     ingest(root, str(extra), log=quiet)
+    dedup_flag(root, log=quiet)
     token_ids(root, "byte", log=quiet)
     embedder = embed.shared_embedder(MAX_TOKENS)
     report = embed.embeddings(root, max_tokens=MAX_TOKENS, embedder=embedder, log=quiet)
@@ -128,6 +131,20 @@ def test_hybrid_search_fuses_bm25_and_vectors(corpus):
     assert "ferry" in txt.hits[0].snippet.lower() and txt.hits[0].vector_rank is None
 
 
+def test_semantic_near_dups_separate_what_dedup_already_flagged(corpus):
+    ds = lance.dataset(paths.table_uri(corpus["root"]))
+    flagged = set(ds.to_table(columns=["id"], filter="is_dup").column("id").to_pylist())
+    assert flagged  # the synthetic corpus has exact duplicates: cosine 1 with their original
+    nd = semantic_near_dups(corpus["root"], threshold=0.9, sample=300, top=5)
+    assert nd.sample_rows == 300 and nd.pairs == 300 * 299 // 2 and nd.flags == ["is_dup"]
+    assert 0 < nd.pairs_above_unflagged < nd.pairs_above
+    assert nd.pair_rate == pytest.approx(nd.pairs_above / nd.pairs, abs=1e-6)
+    cosines = [p["cosine"] for p in nd.closest]
+    assert cosines == sorted(cosines, reverse=True) and cosines[0] >= 0.9
+    assert not {p["id_a"] for p in nd.closest} & flagged
+    assert not {p["id_b"] for p in nd.closest} & flagged
+
+
 def test_cli_search_and_attribute(corpus, tmp_path, capsys):
     assert cli(["search", "ferry timetable", "--mode", "text", "--k", "3", "--json",
                 "--data", str(corpus["root"])]) == 0
@@ -176,4 +193,5 @@ def test_forensics_asset_reports_every_sample(corpus):
     assert meta["samples"] == 2 and meta["verdicts"] == {"near-verbatim": 1, "remixed": 1}
     assert f"| 1 | {corpus['planted_id']} |" in meta["report"]
     assert "Semantic near-duplicates" in meta["report"] and 0 <= meta["near_dup_pair_rate"] < 1
+    assert "dedup did not flag" in meta["report"]
     assert (root / "reports" / "forensics.md").is_file()

@@ -102,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{res.pairs_above} of {res.pairs} pairs (rate {res.pair_rate:.4%}) in a sample of "
           f"{res.sample_rows} have cosine >= {res.threshold}; "
-          f"{res.rows_with_neighbour_share:.1%} of sampled documents have such a neighbour")
+          f"{res.rows_with_neighbour_share:.1%} of sampled documents have such a neighbour; "
+          f"{res.pairs_above_unflagged} of the pairs involve no document flagged by "
+          f"{' or '.join(res.flags) or 'dedup'}. Closest such pairs:")
     for r in res.closest:
         print(f"  {r['cosine']:.4f}  {r['id_a']} ~ {r['id_b']}\n     {r['text_a']}\n     {r['text_b']}")
     return 0

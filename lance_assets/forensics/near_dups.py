@@ -4,8 +4,9 @@ MinHash (``near_dup``) finds documents sharing most of their word 5-grams; this 
 that *say the same thing* (paraphrases, templated pages, translations of boilerplate), which
 word overlap misses. On a uniform random sample of the pinned rows, every pair's cosine
 similarity is computed (one matrix product); the report gives the share of pairs at or above
-``threshold``, the share of sampled documents with at least one such neighbour, and the
-closest pairs with how the exact and MinHash flags see them.
+``threshold``, the share of sampled documents with at least one such neighbour, how many of
+those pairs involve a document the exact (``is_dup``) or MinHash (``near_dup``) dedup already
+flagged, and the closest pairs that neither flagged: what only meaning finds.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ class NearDupReport:
     pairs_above: int
     pair_rate: float  # pairs_above / pairs
     rows_with_neighbour_share: float  # sampled rows with >= 1 neighbour at or above threshold
-    closest: list[dict] = field(default_factory=list)  # id_a, id_b, cosine, flags, snippets
+    pairs_above_unflagged: int = 0  # ... where neither document is flagged is_dup / near_dup
+    flags: list[str] = field(default_factory=list)  # the dedup flag columns the table has
+    closest: list[dict] = field(default_factory=list)  # closest pairs dedup did not flag
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -66,19 +69,18 @@ def semantic_near_dups(root: str | Path, *, pin: Pin | None = None,
     above = pair_sims >= threshold
     np.fill_diagonal(sims, -1.0)
     with_neighbour = float((sims.max(axis=1) >= threshold).mean())
-    order = np.argsort(-pair_sims, kind="stable")[:top]
+    flagged = np.zeros(n, bool)
+    for c in flags:
+        flagged |= np.asarray(tbl.column(c).fill_null(False).to_numpy(zero_copy_only=False), bool)
+    unflagged = ~flagged[iu[0]] & ~flagged[iu[1]]
+    order = np.flatnonzero(unflagged)[np.argsort(-pair_sims[unflagged], kind="stable")][:top]
     texts = tbl.column("text").to_pylist()
-    flag_values = {c: tbl.column(c).to_pylist() for c in flags}
     closest = []
     for p in order:
         a, b = int(iu[0][p]), int(iu[1][p])
-        row = {"id_a": int(row_ids[a]), "id_b": int(row_ids[b]),
-               "cosine": round(float(pair_sims[p]), 4)}
-        for c in flags:
-            row[f"{c}_a"], row[f"{c}_b"] = flag_values[c][a], flag_values[c][b]
-        row["text_a"] = snippet(texts[a], "", 90)
-        row["text_b"] = snippet(texts[b], "", 90)
-        closest.append(row)
-    pairs = len(pair_sims)
-    return NearDupReport(n, threshold, pairs, int(above.sum()), round(float(above.mean()), 6),
-                         round(with_neighbour, 4), closest)
+        closest.append({"id_a": int(row_ids[a]), "id_b": int(row_ids[b]),
+                        "cosine": round(float(pair_sims[p]), 4),
+                        "text_a": snippet(texts[a], "", 90), "text_b": snippet(texts[b], "", 90)})
+    return NearDupReport(n, threshold, len(pair_sims), int(above.sum()),
+                         round(float(above.mean()), 6), round(with_neighbour, 4),
+                         int((above & unflagged).sum()), flags, closest)

@@ -68,7 +68,9 @@ class ForensicsReport:
                       f"{nd.pairs_above} of {nd.pairs:,} pairs in a sample of {nd.sample_rows} "
                       f"documents have cosine >= {nd.threshold} (rate {nd.pair_rate:.4%}); "
                       f"{nd.rows_with_neighbour_share:.1%} of the sampled documents have such a "
-                      "neighbour.", "",
+                      f"neighbour. {nd.pairs_above - nd.pairs_above_unflagged} of those pairs "
+                      f"involve a document already flagged by {' or '.join(nd.flags) or 'no flag'}; "
+                      f"{nd.pairs_above_unflagged} do not. The closest pairs dedup did not flag:", "",
                       _table([{k: _cell(str(v)) for k, v in r.items()} for r in nd.closest]), ""]
         lines += [f"_{n}_" for n in self.notes]
         return "\n".join(lines)

@@ -108,36 +108,35 @@ class Searcher:
             self._embedder = shared_embedder(spec.max_tokens if spec else DEFAULT_MAX_TOKENS)
         return self._embedder
 
-    def vector(self, qvec: np.ndarray, k: int, filter: str | None = None) -> list[tuple[int, float]]:
-        """(id, cosine similarity) of the ``k`` nearest rows."""
+    def vector(self, qvec: np.ndarray, k: int, filter: str | None = None,
+               with_text: bool = False) -> list[tuple]:
+        """(id, cosine similarity[, text]) of the ``k`` nearest rows."""
         flt = _and(self.filter, filter)
-        tbl = self.ds.to_table(columns=["id", "_distance"],
+        tbl = self.ds.to_table(columns=["id", "_distance"] + (["text"] if with_text else []),
                                nearest=nearest_arg(self.settings, np.asarray(qvec, np.float32), k),
                                filter=flt, prefilter=flt is not None)
-        return [(int(i), 1.0 - float(d)) for i, d in
-                zip(tbl.column("id").to_pylist(), tbl.column("_distance").to_pylist())]
+        rows = zip(tbl.column("id").to_pylist(), (1.0 - d for d in tbl.column("_distance").to_pylist()),
+                   *([tbl.column("text").to_pylist()] if with_text else []))
+        return [(int(r[0]), float(r[1]), *r[2:]) for r in rows]
 
-    def text(self, query: str, k: int, filter: str | None = None) -> list[tuple[int, float]]:
-        """(id, BM25 score) of the ``k`` best keyword matches."""
+    def text(self, query: str, k: int, filter: str | None = None,
+             with_text: bool = False) -> list[tuple]:
+        """(id, BM25 score[, text]) of the ``k`` best keyword matches."""
         flt = _and(self.filter, filter)
-        tbl = self.ds.to_table(full_text_query=query, columns=["id", "_score"], limit=k,
-                               filter=flt, prefilter=flt is not None)
-        return [(int(i), float(s)) for i, s in
-                zip(tbl.column("id").to_pylist(), tbl.column("_score").to_pylist())]
-
-    def texts(self, ids: list[int]) -> dict[int, str]:
-        if not ids:
-            return {}
-        tbl = self.ds.to_table(columns=["id", "text"], filter=f"id IN ({', '.join(map(str, ids))})")
-        return dict(zip(tbl.column("id").to_pylist(), tbl.column("text").to_pylist()))
+        tbl = self.ds.to_table(full_text_query=query, limit=k, filter=flt,
+                               columns=["id", "_score"] + (["text"] if with_text else []),
+                               prefilter=flt is not None)
+        rows = zip(tbl.column("id").to_pylist(), tbl.column("_score").to_pylist(),
+                   *([tbl.column("text").to_pylist()] if with_text else []))
+        return [(int(r[0]), float(r[1]), *r[2:]) for r in rows]
 
     def search(self, query: str, k: int = 10, mode: str = "hybrid",
                filter: str | None = None) -> SearchResult:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: use one of {MODES}")
         notes, timings = [], {}
-        vec: list[tuple[int, float]] = []
-        txt: list[tuple[int, float]] = []
+        vec: list[tuple] = []
+        txt: list[tuple] = []
         depth = k * DEPTH if mode == "hybrid" else k
         if mode in ("hybrid", "vector"):
             if self.has_vectors:
@@ -145,27 +144,28 @@ class Searcher:
                 qvec = self.embedder.encode([query])[0]
                 timings["embed_query"] = (time.perf_counter() - t) * 1e3
                 t = time.perf_counter()
-                vec = self.vector(qvec, depth, filter)
+                vec = self.vector(qvec, depth, filter, with_text=True)
                 timings["vector"] = (time.perf_counter() - t) * 1e3
             else:
                 notes.append("no `embedding` column: materialize `embeddings` (vector search skipped)")
         if mode in ("hybrid", "text"):
             if self.has_text:
                 t = time.perf_counter()
-                txt = self.text(query, depth, filter)
+                txt = self.text(query, depth, filter, with_text=True)
                 timings["text"] = (time.perf_counter() - t) * 1e3
             else:
                 notes.append("no full-text index on `text`: materialize `text_index` "
                              "(full-text search skipped)")
-        vrank = {rid: r for r, (rid, _) in enumerate(vec, start=1)}
-        trank = {rid: r for r, (rid, _) in enumerate(txt, start=1)}
-        cos, bm = dict(vec), dict(txt)
+        vrank = {row[0]: r for r, row in enumerate(vec, start=1)}
+        trank = {row[0]: r for r, row in enumerate(txt, start=1)}
+        cos = {rid: score for rid, score, _ in vec}
+        bm = {rid: score for rid, score, _ in txt}
+        texts = {rid: text for rid, _, text in vec + txt}
         if mode == "hybrid":
-            fused = rrf([[r for r, _ in vec], [r for r, _ in txt]])
+            fused = rrf([[row[0] for row in vec], [row[0] for row in txt]])
             ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         else:
-            ranked = (vec if mode == "vector" else txt)[:k]
-        texts = self.texts([rid for rid, _ in ranked])
+            ranked = [(rid, score) for rid, score, _ in (vec if mode == "vector" else txt)[:k]]
         hits = [Hit(rid, round(score, 6), snippet(texts.get(rid, ""), query), vrank.get(rid),
                     trank.get(rid), None if rid not in cos else round(cos[rid], 4),
                     None if rid not in bm else round(bm[rid], 4)) for rid, score in ranked]
