@@ -35,14 +35,20 @@ def write_fineweb_parquet(path, texts, start_id=0, extra=None):
 
 @pytest.fixture(scope="session")
 def tokenized_root(tmp_path_factory):
-    """A small synthetic corpus, deduplicated and byte-tokenized (shared, read-only)."""
+    """A small synthetic corpus, deduplicated, curated (quality signals and near-duplicate
+    flags, so the default training filter, the curation rules, applies) and byte-tokenized
+    (shared, read-only)."""
     from lance_assets.corpus.dedup import dedup_flag
     from lance_assets.corpus.ingest import ingest
+    from lance_assets.corpus.near_dup import near_dup
+    from lance_assets.corpus.quality import quality_signals
     from lance_assets.corpus.tokenize import token_ids
 
     root = tmp_path_factory.mktemp("tokenized") / "data"
     ingest(root, "synthetic:1500", rows_per_fragment=500, log=quiet)
     dedup_flag(root, log=quiet)
+    quality_signals(root, log=quiet)
+    near_dup(root, log=quiet)
     token_ids(root, "byte", log=quiet)
     return root
 

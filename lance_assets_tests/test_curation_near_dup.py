@@ -19,7 +19,7 @@ from lance_assets_tests.conftest import quiet
 
 def shingle_sets(texts):
     doc, sh = nd.shingles(pa.array(texts), 5)
-    return [set(s.tolist()) for s in nd._per_doc_sets(doc, sh, len(texts))]
+    return [set(s.tolist()) for s in nd.per_doc_sets(doc, sh, len(texts))]
 
 
 def test_signature_agreement_estimates_jaccard():
@@ -28,7 +28,7 @@ def test_signature_agreement_estimates_jaccard():
     settings = nd.MinHashSettings()
     doc, sh = nd.shingles(pa.array(texts), settings.ngram)
     sig = nd.signatures(doc, sh, len(texts), settings)
-    sets = nd._per_doc_sets(doc, sh, len(texts))
+    sets = nd.per_doc_sets(doc, sh, len(texts))
     errors = [abs(np.mean(sig[i] == sig[j]) - nd.jaccard(sets[i], sets[j])) for i, j in pairs]
     assert np.mean(errors) < 0.05  # 112 permutations: standard error ~0.04 near J = 0.8
 

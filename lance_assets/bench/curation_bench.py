@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
         sample |= set(rng.choice(n, args.sample - len(sample), replace=False).tolist())
         sample = sorted(sample)[: args.sample]
         doc, sh = nd.shingles(pa.array([texts[i] for i in sample]), settings.ngram)
-        sets = [set(s.tolist()) for s in nd._per_doc_sets(doc, sh, len(sample))]
+        sets = [set(s.tolist()) for s in nd.per_doc_sets(doc, sh, len(sample))]
         truth, t_bf = timed(brute_force_pairs, sets, 0.8)
         ours = precision_recall([clusters[i] for i in sample], truth)
         fineweb = precision_recall(lsh_only_clusters([texts[i] for i in sample], settings), truth)

@@ -209,11 +209,11 @@ class BandIndex:
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each key: found?, the first id that had it, that id's cluster."""
-        pos = np.searchsorted(self.keys, keys)
-        pos = np.minimum(pos, max(len(self.keys) - 1, 0))
-        found = (self.keys[pos] == keys) if len(self.keys) else np.zeros(keys.shape, bool)
-        return found, self.ids[pos] if len(self.ids) else keys * 0, \
-            self.clusters[pos] if len(self.clusters) else keys * 0
+        if len(self.keys) == 0:
+            none = np.zeros(keys.shape, dtype=np.int64)
+            return np.zeros(keys.shape, dtype=bool), none, none
+        pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return self.keys[pos] == keys, self.ids[pos], self.clusters[pos]
 
 
 def load_index(ds: lance.LanceDataset, done_fragments: list) -> BandIndex:
@@ -313,7 +313,8 @@ def assign(
     return cluster, flag
 
 
-def _per_doc_sets(doc: np.ndarray, sh: np.ndarray, n_docs: int) -> list[np.ndarray]:
+def per_doc_sets(doc: np.ndarray, sh: np.ndarray, n_docs: int) -> list[np.ndarray]:
+    """Each document's slice of the output of ``shingles`` (sorted, unique)."""
     cuts = np.searchsorted(doc, np.arange(n_docs + 1))
     return [sh[cuts[i]:cuts[i + 1]] for i in range(n_docs)]
 
@@ -349,7 +350,7 @@ def near_dup(
             t = state["text_ds"].to_table(
                 columns=["id", "text"], filter=f"id IN ({','.join(map(str, chunk.tolist()))})")
             doc, sh = shingles(t.column("text"), settings.ngram)
-            for oid, s in zip(t.column("id").to_pylist(), _per_doc_sets(doc, sh, t.num_rows)):
+            for oid, s in zip(t.column("id").to_pylist(), per_doc_sets(doc, sh, t.num_rows)):
                 out[oid] = s
         return out
 
@@ -368,7 +369,7 @@ def near_dup(
                 raise RuntimeError(f"fragment {frag.fragment_id}: ids are not ascending")
             n = len(ids)
             doc, sh = shingles(batch.column("text"), settings.ngram)
-            sets = _per_doc_sets(doc, sh, n)
+            sets = per_doc_sets(doc, sh, n)
             has_words = np.array([len(s) > 0 for s in sets])
             keys = band_keys(signatures(doc, sh, n, settings), settings)
             cluster, flag = assign(ids, sets, keys, has_words, index, old_sets, settings, stats)

@@ -123,8 +123,8 @@ def rule_problems(ds: lance.LanceDataset, rules: dict[str, str]) -> list[RulePro
         if not isinstance(predicate, str) or not predicate.strip():
             problems.append(RuleProblem(name, str(predicate), "the predicate is empty"))
             continue
-        try:
-            ds.scanner(columns=["id"], filter=predicate, limit=1).to_table()
+        try:  # planning parses, binds columns and types the predicate; nothing is scanned
+            ds.scanner(columns=["id"], filter=predicate).explain_plan()
         except Exception as err:  # Lance raises OSError/ValueError with a parser message
             msg = _lance_message(err)
             missing = re.search(r"No field named ([\w\"]+)", msg)
