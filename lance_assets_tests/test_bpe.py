@@ -116,6 +116,28 @@ def test_token_ids_default_to_the_trained_bpe_and_sampler_can_decode(bpe_root, t
         token_ids(root, "bpe", log=quiet)
 
 
+def test_new_rows_do_not_mint_a_tokenizer_the_column_would_not_use(bpe_root, tmp_path):
+    from lance_assets.corpus.dedup import dedup_flag
+    from lance_assets.corpus.ingest import ingest
+
+    root = copy_root(bpe_root, tmp_path)
+    first = bpe.train_bpe(root, compare_with=(), log=quiet)
+    ingest(root, "synthetic:2500", log=quiet)  # new rows before token_ids: train again
+    dedup_flag(root, log=quiet)
+    second = bpe.train_bpe(root, compare_with=(), log=quiet)
+    assert not second.nothing_to_do and second.train_docs > first.train_docs
+    _, info, _ = token_ids(root, log=quiet)
+    assert info.sha256 == second.sha256
+
+    ingest(root, "synthetic:2600", log=quiet)  # new rows after token_ids: input_ids use it
+    dedup_flag(root, log=quiet)
+    assert bpe.train_bpe(root, compare_with=(), log=quiet).nothing_to_do
+    forced = bpe.train_bpe(root, compare_with=(), retrain=True, log=quiet)
+    assert not forced.nothing_to_do and forced.train_docs > second.train_docs
+    _, again, _ = token_ids(root, log=quiet)  # the column keeps its tokenizer
+    assert again == info
+
+
 def test_a_bpe_file_from_elsewhere_is_kept_next_to_the_table(bpe_root, tmp_path):
     src = Path(bpe.train_bpe(bpe_root, log=quiet).path)
     outside = tmp_path / "my_tokenizer.json"

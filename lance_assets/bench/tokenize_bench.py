@@ -13,7 +13,8 @@
    same encoding and thread count: the baseline. A third arm encodes the in-memory texts the way
    ``token_ids`` does (``encode_batch``: numpy buffers, no Python int lists), which isolates the
    cost of the Lance reads and writes. The arms alternate ``--repeats`` times; ratios use each
-   arm's best time (the CPU may be shared).
+   arm's best wall-clock time and, because the CPU may be shared with other work, also its best
+   CPU time (all threads of the process): throughput per CPU second.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import os
 import platform
 import random
+import resource
 import sysconfig
 import tempfile
 import time
@@ -85,6 +87,19 @@ def timed(fn):
     return time.perf_counter() - start, value
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process, every thread (Lance's and tiktoken's included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measured(fn):
+    """(wall seconds, CPU seconds, value)."""
+    cpu = cpu_seconds()
+    wall, value = timed(fn)
+    return wall, cpu_seconds() - cpu, value
+
+
 def drop_token_columns(root: Path) -> None:
     ds = lance.dataset(paths.table_uri(root))
     ds.drop_columns([c for c in [*TOKEN_COLUMNS, N_BYTES.name] if c in ds.schema.names])
@@ -140,38 +155,41 @@ def main(argv: list[str] | None = None) -> int:
     texts = lance.dataset(paths.table_uri(root)).to_table(columns=["text"]).column("text")
     total_bytes = sum(len(t.encode("utf-8")) for t in texts.to_pylist())
     texts_py = texts.to_pylist()
-    baseline, in_memory, ours, tokens = [], [], [], 0
+    arms = {"encode_ordinary_batch (in memory)": [], "tokenizer.encode_batch (in memory)": [],
+            "token_ids (Lance -> Lance)": []}
+    baseline, in_memory, ours = arms.values()
     for _ in range(args.repeats):
-        seconds, ids = timed(lambda: tok.enc.encode_ordinary_batch(texts_py, num_threads=args.threads))
+        wall, cpu, ids = measured(
+            lambda: tok.enc.encode_ordinary_batch(texts_py, num_threads=args.threads))
         baseline_tokens = sum(len(x) for x in ids)
         del ids
-        baseline.append(seconds)
-        seconds, _ = timed(lambda: tok.encode_batch(texts))
-        in_memory.append(seconds)
+        baseline.append((wall, cpu))
+        wall, cpu, _ = measured(lambda: tok.encode_batch(texts))
+        in_memory.append((wall, cpu))
         drop_token_columns(root)
-        seconds, (rep, info, tokens) = timed(
+        wall, cpu, (rep, info, tokens) = measured(
             lambda: token_ids(root, args.tokenizer, num_threads=args.threads, log=quiet))
-        ours.append(seconds)
+        ours.append((wall, cpu))
     if tokens != baseline_tokens:
         raise SystemExit(f"token counts differ: token_ids {tokens} vs baseline {baseline_tokens}")
-    b, m, o = min(baseline), min(in_memory), min(ours)
-    rows = [("encode_ordinary_batch (in memory)", b),
-            ("tokenizer.encode_batch (in memory)", m), ("token_ids (Lance -> Lance)", o)]
+    best = {name: (min(w for w, _ in runs), min(c for _, c in runs)) for name, runs in arms.items()}
+    (b, b_cpu), (m, m_cpu), (o, o_cpu) = best.values()
     print(f"\ntokenizer {info.name[:20]}, {len(texts_py):,} docs, {total_bytes / 1e6:.1f} MB, "
           f"{tokens:,} tokens ({total_bytes / tokens:.2f} bytes/token), best of {args.repeats}")
-    print(f"{'':36} {'seconds':>8} {'Mtokens/s':>10} {'MB/s':>7}")
-    for name, s in rows:
-        print(f"{name:36} {s:8.2f} {tokens / s / 1e6:10.3f} {total_bytes / s / 1e6:7.2f}")
-    print(f"ratio token_ids / encode_ordinary_batch: {b / o:.2f}; token_ids / the same encode "
-          f"in memory: {m / o:.2f} (all runs, s: baseline "
-          f"{', '.join(f'{s:.1f}' for s in baseline)}; in memory "
-          f"{', '.join(f'{s:.1f}' for s in in_memory)}; token_ids "
-          f"{', '.join(f'{s:.1f}' for s in ours)})")
+    print(f"{'':36} {'wall s':>7} {'Mtokens/s':>10} {'MB/s':>7} {'CPU s':>7} {'MB/CPU-s':>9}")
+    for name, (wall, cpu) in best.items():
+        print(f"{name:36} {wall:7.2f} {tokens / wall / 1e6:10.3f} {total_bytes / wall / 1e6:7.2f} "
+              f"{cpu:7.2f} {total_bytes / cpu / 1e6:9.2f}")
+    print(f"ratio token_ids / encode_ordinary_batch: {b / o:.2f} wall-clock, {b_cpu / o_cpu:.2f} "
+          f"per CPU second; token_ids / the same encode in memory: {m / o:.2f} wall-clock, "
+          f"{m_cpu / o_cpu:.2f} per CPU second")
+    for name, runs in arms.items():
+        print(f"  {name}: " + ", ".join(f"{w:.1f}s wall / {c:.1f}s CPU" for w, c in runs))
     if args.json:
         Path(args.json).write_text(json.dumps({
             "docs": len(texts_py), "bytes": total_bytes, "tokens": tokens,
-            "baseline_s": baseline, "in_memory_s": in_memory, "token_ids_s": ours,
-            "ratio": b / o, "ratio_vs_in_memory": m / o,
+            "runs_wall_cpu_s": arms, "ratio_wall": b / o, "ratio_cpu": b_cpu / o_cpu,
+            "ratio_vs_in_memory_wall": m / o, "ratio_vs_in_memory_cpu": m_cpu / o_cpu,
             "bpe": {"vocab_size": report.vocab_size, "train_s": report.train_s,
                     "train_bytes": report.train_bytes, "bytes_per_token": bpt},
         }, indent=1))

@@ -14,6 +14,10 @@ encoding: the learned ranks (256 single bytes first, then merges), ``<|endoftext
 named by its own sha256, under ``DATA/tokenizers/``; ``DATA/tokenizers/LATEST`` names the newest.
 Bytes/token is measured on up to ``heldout_max_bytes`` of held-out text, for this BPE, for bytes
 and for cl100k_base.
+
+A tokenizer outlives the rows it was trained on: running again reuses the newest BPE when the
+settings are the same and either the table is unchanged or its ``input_ids`` already use that BPE
+(so a daily catch-up does not mint tokenizers nobody uses); ``retrain`` forces a new one.
 """
 
 from __future__ import annotations
@@ -195,13 +199,36 @@ def _sidecar(root: str | os.PathLike, sha: str) -> Path:
     return paths.tokenizers_dir(root) / f"{sha}.train.json"
 
 
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
 def _spec(ds: lance.LanceDataset, **settings) -> dict:
-    frags = [[f.fragment_id, f.physical_rows, f.metadata.num_deletions]
-             for f in ds.get_fragments()]
+    """What a training depends on: the settings, and the table's fragments (its rows)."""
     spec = {**settings, "heldout_mod": HELDOUT_MOD, "pattern": SPLIT_PATTERN, "format": FORMAT,
-            "rustbpe": importlib.metadata.version("rustbpe"), "fragments": frags}
-    spec["fingerprint"] = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+            "rustbpe": importlib.metadata.version("rustbpe")}
+    spec["settings_fingerprint"] = _digest(spec)
+    spec["fragments"] = [[f.fragment_id, f.physical_rows, f.metadata.num_deletions]
+                         for f in ds.get_fragments()]
+    spec["fingerprint"] = _digest(spec)
     return spec
+
+
+def _reusable(root, ds: lance.LanceDataset, spec: dict, stored: dict) -> str | None:
+    """Why the newest BPE can stand, or None: same settings, and either the same table state
+    or the table's input_ids already hold it (a new BPE would not be used by them)."""
+    from lance_assets.corpus.tokenize import has_token_data, table_tokenizer
+
+    old = stored.get("spec", {})
+    if old.get("settings_fingerprint", "") != spec["settings_fingerprint"]:
+        return None
+    if old.get("fingerprint") == spec["fingerprint"]:
+        return "trained on this table state with these settings"
+    current = table_tokenizer(ds)
+    if current is not None and current.sha256 == stored["sha256"] and has_token_data(ds):
+        return ("the table's input_ids use it (new rows since; `retrain` to train on them, then "
+                "re-tokenize with token_ids `replace`)")
+    return None
 
 
 def _check_filter(ds: lance.LanceDataset, where: str) -> None:
@@ -258,10 +285,12 @@ def train_bpe(
     filter: str = DEFAULT_FILTER,
     heldout_max_bytes: int = DEFAULT_HELDOUT_MAX_BYTES,
     compare_with: Iterable[str] = COMPARE_WITH,
+    retrain: bool = False,
     log: Callable[[str], None] = print,
 ) -> BpeReport:
-    """Train (or, when the newest BPE was trained on the same table state with the same
-    settings, reuse) the corpus BPE; returns what was trained and how well it compresses."""
+    """Train the corpus BPE, or reuse the newest one when its settings are the same and either
+    the table has not changed or its input_ids already use it (``retrain`` forces training);
+    returns what was trained and how well it compresses."""
     start = time.perf_counter()
     if vocab_size < 258:
         raise ValueError(f"vocab_size {vocab_size}: needs at least 258 ids (256 bytes, EOS, PAD)")
@@ -270,12 +299,12 @@ def train_bpe(
     spec = _spec(ds, vocab_size=vocab_size, max_train_bytes=max_train_bytes, filter=filter,
                  heldout_max_bytes=heldout_max_bytes, compare_with=list(compare_with))
     previous = latest_sha(root)
-    if previous and _sidecar(root, previous).is_file():
+    if previous and _sidecar(root, previous).is_file() and not retrain:
         stored = json.loads(_sidecar(root, previous).read_text())
         path = paths.tokenizers_dir(root) / f"{previous}.json"
-        if stored.get("spec", {}).get("fingerprint") == spec["fingerprint"] and path.is_file():
-            log(f"tokenizer {stored['name']} was trained on this table state with these "
-                "settings: nothing to do")
+        why = _reusable(root, ds, spec, stored) if path.is_file() else None
+        if why:
+            log(f"tokenizer {stored['name']}: {why}; nothing to do")
             return BpeReport(**{**stored, "path": str(path), "nothing_to_do": True,
                                 "duration_s": time.perf_counter() - start})
 

@@ -113,7 +113,7 @@ class TiktokenTokenizer:
         """One uint32 array per text, encoded on ``num_threads`` threads in contiguous slices."""
         if self.num_threads <= 1 or len(texts) < 2:
             return self._encode_slice(texts)
-        n_slices = min(len(texts), self.num_threads * 4)
+        n_slices = min(len(texts), self.num_threads * 8)  # small tail: threads end together
         bounds = np.linspace(0, len(texts), n_slices + 1).astype(int)
         slices = [texts[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         with ThreadPoolExecutor(self.num_threads) as pool:

@@ -20,6 +20,9 @@ class TokenizerConfig(dg.Config):
     """SQL over the table: which documents the BPE is trained on (curated text)."""
     heldout_max_bytes: int = bpe.DEFAULT_HELDOUT_MAX_BYTES
     """Held-out text (`id % 20 = 0`, never trained on) used to measure bytes/token."""
+    retrain: bool = False
+    """Train again even though the newest BPE has these settings and `input_ids` use it (new
+    rows since). `token_ids` keeps the old one until run with `replace: true`."""
 
 
 @dg.asset(deps=[dedup_flag], group_name=GROUP, kinds={"python", "lance"}, code_version="1",
@@ -28,10 +31,12 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, lance_
     """A byte-level BPE (rustbpe, GPT-4 split pattern) trained on a bounded sample of the curated
     text, exported as a tiktoken encoding with `<|endoftext|>` (EOS) and `<|pad|>` (PAD). Saved as
     DATA/tokenizers/<sha256>.json; `token_ids` uses it by default. Reports bytes/token on
-    held-out text for this BPE, for bytes and for cl100k_base."""
+    held-out text for this BPE, for bytes and for cl100k_base. Re-running trains again only when
+    the settings change, or the table changed and its `input_ids` do not use this BPE yet."""
     report = bpe.train_bpe(lance_store.root, vocab_size=config.vocab_size,
                            max_train_bytes=config.max_train_bytes, filter=config.filter,
-                           heldout_max_bytes=config.heldout_max_bytes, log=context.log.info)
+                           heldout_max_bytes=config.heldout_max_bytes, retrain=config.retrain,
+                           log=context.log.info)
     bpt = report.bytes_per_token
     rows = [{"tokenizer": name, "bytes/token": value,
              "vs byte": round(value / bpt["byte"], 2) if value and bpt.get("byte") else None}
