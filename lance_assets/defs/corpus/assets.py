@@ -19,34 +19,51 @@ GROUP = "corpus"
 
 class RawTextConfig(dg.Config):
     source: Optional[str] = None
-    """Override LANCE_ASSETS_SOURCE for this run: synthetic[:ROWS], a file, folder or glob."""
+    """Override LANCE_ASSETS_SOURCE for this run: synthetic[:ROWS], a file, folder or glob,
+    or hf:DATASET[:CONFIG]."""
     text_column: str = "text"
-    """Name of the text column in parquet / jsonl sources."""
+    """Name of the text column in parquet / jsonl / Hugging Face sources."""
     rows_per_fragment: int = ingest.DEFAULT_ROWS_PER_FRAGMENT
     """Rows per Lance fragment: the unit of incremental column writes."""
+    rows_per_commit: int = ingest.DEFAULT_ROWS_PER_COMMIT
+    """Rows per append commit (ends on a row-group boundary): a kill loses at most one commit."""
+    max_doc_chars: int = ingest.DEFAULT_MAX_DOC_CHARS
+    """Longer documents are skipped and counted."""
+    max_new_rows: Optional[int] = None
+    """Stop after about this many new rows (at a commit boundary); the next run continues.
+    Meant for endless streams such as hf: sources."""
 
 
 @dg.asset(
-    group_name=GROUP, kinds={"lance", "python"}, code_version="1", pool=POOL,
+    group_name=GROUP, kinds={"lance", "python"}, code_version="2", pool=POOL,
     tags={"lance_assets/table": "corpus"},
 )
 def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_store: LanceStore):
-    """Documents appended to the `corpus` Lance table: `id`, `doc_id`, `url`, `source`, `score`,
-    `n_chars`, `text`. Incremental: source units already in the table are skipped."""
+    """Documents appended to the `corpus` Lance table: `id`, `text`, `n_chars`, `source` /
+    `source_part` (the ingest watermark) and the FineWeb columns (`doc_id`, `url`, `dump`,
+    `date`, `score`, `int_score`, `language`, `language_score`, `token_count`). Incremental and
+    exactly-once: what is already in the table is skipped, a killed run resumes."""
     source = config.source or lance_store.source
     report = ingest.ingest(lance_store.root, source, text_column=config.text_column,
-                           rows_per_fragment=config.rows_per_fragment, log=context.log.info)
+                           rows_per_fragment=config.rows_per_fragment,
+                           rows_per_commit=config.rows_per_commit,
+                           max_doc_chars=config.max_doc_chars,
+                           max_new_rows=config.max_new_rows, log=context.log.info)
     if report.nothing_new:
-        context.log.info(f"nothing new in {source!r}: {len(report.units_already_present)} "
-                         "source unit(s) already ingested")
+        context.log.info(f"nothing new in {source!r}")
+    for path, why in report.files_failed.items():
+        context.log.warning(f"not ingested: {path}: {why}")
     return dg.MaterializeResult(metadata={
         **table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_added),
+        "summary": dg.MetadataValue.md(report.markdown()),
         "source": source,
         "nothing_new": report.nothing_new,
-        "units_ingested": len(report.units_ingested),
-        "units_already_present": len(report.units_already_present),
+        "units_ingested": dg.MetadataValue.json(report.units_ingested),
+        "units_with_nothing_new": len(report.units_already_present),
+        "files_failed": dg.MetadataValue.json(report.files_failed),
         "rows_added": report.rows_added,
         "bytes_added": report.bytes_added,
+        "commits": report.commits,
         "fragments_added": report.fragments_added,
         "rows_skipped": sum(report.rows_skipped.values()),
         "rows_skipped_by_reason": dg.MetadataValue.json(report.rows_skipped),

@@ -48,6 +48,10 @@ class TrainConfig(dg.Config):
     transform_parallelism: Optional[int] = None
     transform_queue_depth: Optional[int] = None
     num_workers: int = 0
+    blocks_mode: str = "off"
+    """`off` (pack in the loader) or a pre-packed control arm: `lance`, `mosaic`,
+    `parquet-random`, `parquet-seq` (see lance_assets.bench.build_packed_datasets)."""
+    blocks_path: Optional[str] = None
     eval_every: int = 50
     eval_blocks: int = 32
     ckpt_every: int = 100
@@ -55,8 +59,8 @@ class TrainConfig(dg.Config):
     log_every: int = 10
     log_batch_hashes: bool = False
     seed: int = 1337
-    resume: str = ""
-    """'' (fresh) or 'auto' (continue from the newest checkpoint in the run folder)."""
+    resume: Optional[str] = None
+    """None (fresh), 'auto' (the newest checkpoint in the run folder) or a checkpoint path."""
     nproc_per_node: int = 1
     """Processes (GPUs) per node for torchrun."""
     run_name: str = ""
