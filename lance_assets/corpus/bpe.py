@@ -214,7 +214,7 @@ def _spec(ds: lance.LanceDataset, **settings) -> dict:
     return spec
 
 
-def _reusable(root, ds: lance.LanceDataset, spec: dict, stored: dict) -> str | None:
+def _reusable(ds: lance.LanceDataset, spec: dict, stored: dict) -> str | None:
     """Why the newest BPE can stand, or None: same settings, and either the same table state
     or the table's input_ids already hold it (a new BPE would not be used by them)."""
     from lance_assets.corpus.tokenize import has_token_data, table_tokenizer
@@ -302,7 +302,7 @@ def train_bpe(
     if previous and _sidecar(root, previous).is_file() and not retrain:
         stored = json.loads(_sidecar(root, previous).read_text())
         path = paths.tokenizers_dir(root) / f"{previous}.json"
-        why = _reusable(root, ds, spec, stored) if path.is_file() else None
+        why = _reusable(ds, spec, stored) if path.is_file() else None
         if why:
             log(f"tokenizer {stored['name']}: {why}; nothing to do")
             return BpeReport(**{**stored, "path": str(path), "nothing_to_do": True,

@@ -144,8 +144,8 @@ def token_ids(
         set_json_config(ds, TOKENIZER_KEY, tok.info.to_dict())
     log(f"tokenizer {tok.info.name} ({why})")
 
-    bytes_report = write_columns(uri, [N_BYTES], _n_bytes, fragments_per_commit=fragments_per_commit,
-                                 log=log)
+    bytes_report = write_columns(uri, [N_BYTES], _n_bytes,
+                                 fragments_per_commit=fragments_per_commit, log=log)
 
     totals = {"tokens": 0, "bytes": 0}
 
