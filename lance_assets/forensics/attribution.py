@@ -316,7 +316,8 @@ class Attributor:
         verdict, reason = _verdict(sources, float(union.mean()) if len(q) else 0.0, self.min_span)
         return Attribution(verdict, reason, sources, int(len(q)),
                            round(float(union.mean()) if len(q) else 0.0, 4), self.min_span,
-                           {"ngram": len(by_ngram), "vector": len(cos),
+                           {"ngram": len(by_ngram),
+                            "vector": sum("vector" in how for how in found_by.values()),
                             "index_documents": int(len(self.index.ids))},
                            self.pin.version,
                            {key: round(v * 1e3, 2) for key, v in timings.items()})
