@@ -185,7 +185,7 @@ def test_schedule_and_sensor(tmp_path):
     job = defs.resolve_job_def("corpus_refresh")
     selected = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
     assert {"raw_text", "dedup_flag", "token_ids"} <= selected
-    assert not selected & {"pretrained_model", "samples"}
+    assert not selected & {"pretrained_model", "samples", "forensics"}
 
     landing = tmp_path / "landing"
     landing.mkdir()

@@ -1,15 +1,15 @@
 """Loader A/B: on-the-fly Lance packing against pre-packed Parquet, pre-shuffled Parquet,
 MosaicML MDS and a Lance blocks table, all on the same blocks, in one process tree.
 
-    make bench-loaders          # = scripts/mds_venv.sh, then this module in .venv-mds
+    make bench-loaders          # = scripts/mds_venv.sh, then this module
     python -m lance_assets.bench.loaders [--rows 6000] [--steps 150] [--loader-blocks 4000]
 
 Builds a fresh table (synthetic corpus, byte tokens), makes the pre-packed copies of epoch 0
 (``build_packed_datasets``), then for every arm, each in its own subprocess: the loader alone
 (tokens/s, first-batch latency, peak RSS) and `tiny` training for a fixed number of steps
 (tokens/s, data-wait share). Ratios are against the Lance on-the-fly arm. The MDS arm needs
-``.venv-mds`` (mosaicml-streaming pins numpy<2.2); run the whole benchmark there so every arm
-shares one torch.
+``.venv-mds`` (mosaicml-streaming pins numpy<2.2); when it exists every arm's subprocess runs
+there, so all arms share one torch.
 """
 
 from __future__ import annotations
@@ -75,15 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", nargs="+", default=ARMS, choices=ARMS)
     args = p.parse_args(argv)
     env = {**os.environ, "LANCE_LOG": "error"}
-    python = sys.executable
-    try:
-        import streaming  # noqa: F401
-        arms = args.arms
-    except ImportError:
-        arms = [a for a in args.arms if a != "mosaic"]
-        print("# MDS arm left out: run inside .venv-mds (make bench-loaders)")
-    from lance_assets.bench.build_packed_datasets import build
+    from lance_assets.bench.build_packed_datasets import MDS_PYTHON, build
     from lance_assets.bench.train_loader import build_table
+
+    # Every arm runs in the MDS environment when it exists, so all arms share one torch.
+    python = str(MDS_PYTHON) if MDS_PYTHON.exists() else sys.executable
+    arms = args.arms
+    if not MDS_PYTHON.exists():
+        arms = [a for a in args.arms if a != "mosaic"]
+        print("# MDS arm left out: build .venv-mds first (scripts/mds_venv.sh, or make bench-loaders)")
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"
@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         build_table(root, args.rows)
         manifest = build(str(root), Path(tmp) / "packed", seq_len=args.seq_len,
                          mds="mosaic" in arms)
-        import torch
-
-        print(f"# {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        torch_version = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                                       capture_output=True, text=True, check=True).stdout.strip()
+        print(f"# {platform.machine()}, {os.cpu_count()} cores, arms on torch {torch_version}, "
               f"{manifest['n_blocks']} blocks of {manifest['block_len']} tokens "
               f"(table + copies built in {time.perf_counter() - t0:.0f}s)")
         rows = {}

@@ -1,6 +1,7 @@
 """Incremental ingest on a clock (schedule) or when files land (sensor); both run
 `corpus_refresh`: `raw_text` and every column asset downstream of it, so new files end up
-deduplicated and tokenized with no manual step. Training is not part of it."""
+deduplicated and tokenized with no manual step. Training, sampling and the forensics report on
+the samples are not part of it."""
 
 import hashlib
 import json
@@ -17,7 +18,8 @@ DEFAULT_CRON = "0 3 * * *"
 
 corpus_refresh_job = dg.define_asset_job(
     "corpus_refresh",
-    selection=dg.AssetSelection.keys("raw_text").downstream() - dg.AssetSelection.groups("training"),
+    selection=(dg.AssetSelection.keys("raw_text").downstream()
+               - dg.AssetSelection.groups("training") - dg.AssetSelection.keys("forensics")),
     description="Ingest what is new in the source, then bring every column up to date on the "
                 "new fragments.",
 )
