@@ -120,6 +120,9 @@ def resolve_path(name: str, root: str | os.PathLike | None = None) -> Path:
         return path
     roots = _search_roots(root)
     if name == "bpe":
+        # "the newest" only makes sense for one data dir: the given one, else the default.
+        # (Content-addressed bpe:<sha256> names may be found in any of the roots.)
+        roots = roots[:1]
         for r in roots:
             sha = latest_sha(r)
             if sha:
