@@ -6,6 +6,8 @@ import dagster as dg
 import lance
 import pyarrow as pa
 
+from lance_assets.markdown import table
+
 
 def column_schema(schema: pa.Schema) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(name=f.name, type=str(f.type)) for f in schema])
@@ -32,10 +34,4 @@ def table_metadata(uri: str, duration_s: float, *, rows_processed: int) -> dict:
     }
 
 
-def markdown_table(rows: list[dict]) -> str:
-    if not rows:
-        return "_none_"
-    cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)
+markdown_table = table  # shared with the library's reports

@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from lance_assets import paths
+from lance_assets.markdown import table as _table
 from lance_assets.forensics.attribution import Attribution, Attributor
 from lance_assets.forensics.near_dups import NearDupReport, semantic_near_dups
 from lance_assets.forensics.pinned import Pin, resolve_pin
@@ -78,15 +79,6 @@ class ForensicsReport:
 
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "/")
-
-
-def _table(rows: list[dict]) -> str:
-    if not rows:
-        return "_none_"
-    cols = list(rows[0])
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def load_samples(root: str | Path) -> tuple[Path, dict]:
