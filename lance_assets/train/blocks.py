@@ -10,8 +10,8 @@ Training normally packs and shuffles in the loader, straight from the corpus tab
 - ``mosaic``: MosaicML MDS shards through ``streaming.StreamingDataset`` (its own environment).
 
 Each yields ``(batch, block_len)`` int64 tensors, rank-strided, reshuffled per epoch with
-``seed + epoch``. They exist to be measured; checkpoints in these modes record only the epoch
-and position, not an elastic loader state.
+``seed + epoch``. They exist to be measured; checkpoints in these modes record the step and epoch but
+no loader state (a resume restarts the epoch).
 """
 
 from __future__ import annotations
