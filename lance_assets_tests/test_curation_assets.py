@@ -10,7 +10,6 @@ from lance_assets.corpus import rules
 from lance_assets.definitions import defs
 from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import LanceStore
-from lance_assets.defs.training.assets import TrainConfig, trainer_command
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
 CORPUS = ("raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup", "text_index")
@@ -77,7 +76,14 @@ def test_curation_assets_report_what_a_person_needs(curated, store):
     assert all(e.passed and e.blocking for e in evaluations.values())
 
 
-def test_broken_rule_fails_the_blocking_check_and_training_never_starts(curated, store):
+def failure_description(result, key):
+    data = result.failure_data_for_node(key)
+    assert data is not None, key
+    return data.user_failure_data.description if data.user_failure_data else data.error.message
+
+
+def test_broken_rule_is_refused_before_it_is_stored_and_training_never_starts(curated, store):
+    version = lance.dataset(store.table_uri).version
     broken = {**rules.DEFAULT_RULES, "min_words": "word_cont >= 50"}
     result = dg.materialize(
         [*assets("curation_rules", "pretrained_model"), *CHECKS],
@@ -86,19 +92,50 @@ def test_broken_rule_fails_the_blocking_check_and_training_never_starts(curated,
         raise_on_error=False,
     )
     assert not result.success
-    evaluations = checks(result)
-    failed = evaluations["rules_valid"]
-    assert not failed.passed and failed.blocking
-    assert "rule 'min_words'" in failed.description
-    assert "'word_cont', which the table does not have" in failed.description
-    assert "Fix them in the `curation_rules` config" in failed.description
-    assert meta(result, "curation_rules")["broken_rules"] == ["min_words"]
+    message = failure_description(result, "curation_rules")
+    assert "rule 'min_words'" in message
+    assert "'word_cont', which the table does not have" in message
+    assert "Fix them in the `curation_rules`" in message
     assert not result.asset_materializations_for_node("pretrained_model")
     started = {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
     assert "pretrained_model" not in started
-    # outside this run too: the default filter is resolved from the stored (broken) rules
-    with pytest.raises(rules.RuleError, match="min_words"):
-        trainer_command(TrainConfig(), paths.data_dir(store.data_dir), store.root / "train" / "x")
+    # nothing stored: the table did not change and the rules in force are still the defaults
+    ds = lance.dataset(store.table_uri)
+    assert ds.version == version and rules.stored_curation(ds).rules == rules.DEFAULT_RULES
+    assert rules.training_filter(paths.data_dir(store.data_dir)) == rules.validate(
+        ds, rules.DEFAULT_RULES)
 
     fixed = dg.materialize([*assets("curation_rules"), *CHECKS], resources={"lance_store": store})
     assert fixed.success and all(e.passed for e in checks(fixed).values())
+
+
+PASSWD_RULE = ("true), false)) AS rows_removed, 0 AS share_removed FROM corpus UNION ALL SELECT "
+               "content AS rule, 0, 0 FROM read_text('/etc/passwd') UNION ALL SELECT 'y' AS rule, "
+               "count(*) FILTER (WHERE NOT coalesce((true")
+
+
+def test_hostile_rule_never_shows_a_file_in_the_ui(curated, store):
+    """The attack of issue 12: a rule that closes the hit-count query and reads /etc/passwd.
+    Refused by curation_rules; and written straight into the table config, corpus_profile runs
+    without it and shows no file contents."""
+    from lance_assets.corpus.table import set_json_config
+
+    version = lance.dataset(store.table_uri).version
+    refused = dg.materialize(
+        [*assets("curation_rules"), *CHECKS], resources={"lance_store": store},
+        run_config={"ops": {"curation_rules": {"config": {"rules": {"x": PASSWD_RULE}}}}},
+        raise_on_error=False)
+    assert not refused.success and "rule 'x'" in failure_description(refused, "curation_rules")
+    assert lance.dataset(store.table_uri).version == version
+
+    hostile = rules.Curation(rules={**rules.DEFAULT_RULES, "x": PASSWD_RULE})
+    set_json_config(lance.dataset(store.table_uri), rules.CURATION_KEY, hostile.to_dict())
+    try:
+        prof = dg.materialize(assets("corpus_profile"), resources={"lance_store": store})
+        assert prof.success
+        shown = repr(meta(prof, "corpus_profile"))
+        assert "root:" not in shown and "/bin/" not in shown  # no line of /etc/passwd
+        assert "rule_hits" in meta(prof, "corpus_profile")["failed_queries"]
+    finally:
+        restored = dg.materialize(assets("curation_rules"), resources={"lance_store": store})
+        assert restored.success

@@ -38,7 +38,8 @@ def test_default_rules_keep_prose_and_drop_junk(curated_root):
     ds = dataset(curated_root)
     con = duckdb.connect()
     con.register("corpus", ds)
-    f = rules.combined_filter(rules.DEFAULT_RULES)
+    keep = rules.validated_predicate(ds, rules.DEFAULT_RULES)
+    f = keep.duckdb
     good, good_kept, bad, bad_kept = con.execute(
         f"SELECT count(*) FILTER (WHERE {GOOD}), count(*) FILTER (WHERE {GOOD} AND ({f})), "
         f"count(*) FILTER (WHERE NOT {GOOD}), count(*) FILTER (WHERE NOT {GOOD} AND ({f})) "
@@ -47,7 +48,9 @@ def test_default_rules_keep_prose_and_drop_junk(curated_root):
     # Gopher's 50-word minimum and 5-gram repetition limit also take some short or templated
     # prose (the generator has seven sentence templates); three quarters stays.
     assert good_kept / good > 0.72
-    assert ds.count_rows(filter=f) > 1000  # enough for the demo's training run
+    assert ds.count_rows(filter=keep.lance) > 1000  # enough for the demo's training run
+    assert ds.count_rows(filter=keep.lance) == con.execute(
+        f"SELECT count(*) FROM corpus WHERE {f}").fetchone()[0]  # both renderings agree
 
 
 def test_hit_counts_match_sql(curated_root):
@@ -63,18 +66,19 @@ def test_hit_counts_match_sql(curated_root):
         others = " AND ".join(f"({p})" for k, p in some.items() if k != h.rule)
         assert h.removed_only_by_this == con.execute(
             f"SELECT count(*) FROM corpus WHERE ({others}) AND NOT ({h.predicate})").fetchone()[0]
-    assert ev.kept_rows == ds.count_rows(filter=rules.combined_filter(some)) and ev.ok
+    assert ev.kept_rows == ds.count_rows(filter=rules.validate(ds, some)) and ev.ok
 
 
 def test_broken_rules_are_named_with_the_fix(curated_root):
     ds = dataset(curated_root)
     broken = {"exact_dup": "NOT is_dup", "typo": "word_cont > 50", "unparsable": "score >= 3 AND",
-              "blank": "  "}
+              "blank": "  ", "mistyped": "id > 1.5"}
     problems = {p.rule: p.problem for p in rules.rule_problems(ds, broken)}
-    assert set(problems) == {"typo", "unparsable", "blank"}
+    assert set(problems) == {"typo", "unparsable", "blank", "mistyped"}
     assert "'word_cont', which the table does not have" in problems["typo"]
     assert "word_count" in problems["typo"]  # the columns it could have meant are listed
-    assert "Lance cannot use it as a filter" in problems["unparsable"]
+    assert "does not parse as SQL" in problems["unparsable"]
+    assert "Lance cannot use it as a filter" in problems["mistyped"]  # parses; Lance cannot type it
     with pytest.raises(rules.RuleError, match="typo.*\n.*unparsable"):
         rules.validate(ds, broken)
     ev = rules.evaluate(ds, broken)  # the usable rules are still counted
@@ -84,15 +88,25 @@ def test_broken_rules_are_named_with_the_fix(curated_root):
 def test_training_filter_follows_the_stored_rules(curated_root, tmp_path):
     import shutil
 
+    from lance_assets.corpus.predicate import safe_predicate
+    from lance_assets.corpus.table import set_json_config
+
     root = tmp_path / "data"
     shutil.copytree(curated_root, root)
-    assert rules.training_filter(root) == rules.combined_filter(rules.DEFAULT_RULES)
+    assert rules.training_filter(root) == rules.validate(dataset(root), rules.DEFAULT_RULES)
     v = rules.store_curation(root, rules.Curation(rules={"exact_dup": "NOT is_dup"}))
     assert rules.store_curation(root, rules.Curation(rules={"exact_dup": "NOT is_dup"})) == v
-    assert rules.training_filter(root) == "(NOT is_dup)"
+    assert rules.training_filter(root) == "NOT `is_dup`"
     rules.store_curation(root, rules.Curation(rules={"z": "NOT is_dup", "a": "n_chars > 0"}))
-    assert rules.training_filter(root) == "(NOT is_dup) AND (n_chars > 0)"  # the order written
-    rules.store_curation(root, rules.Curation(rules={"short": "n_chars <<< 3"}))
+    flt = rules.training_filter(root)
+    assert flt == "(NOT `is_dup`) AND (`n_chars` > 0)"  # the order written
+    assert safe_predicate(flt, dataset(root).schema.names).lance == flt  # the trainer re-parses it
+    with pytest.raises(rules.RuleError, match="'short'"):  # refused before it is stored
+        rules.store_curation(root, rules.Curation(rules={"short": "n_chars <<< 3"}))
+    assert rules.training_filter(root) == flt
+    # a broken rule that reached the table config some other way is caught when read back
+    set_json_config(dataset(root), rules.CURATION_KEY,
+                    rules.Curation(rules={"short": "n_chars <<< 3"}).to_dict())
     with pytest.raises(rules.RuleError, match="'short'"):
         rules.training_filter(root)
     assert not guards.rules_valid(dataset(root)).passed

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import duckdb
 import lance
 
-from lance_assets.corpus.rules import RuleError, curation_in_force, rule_problems, validate
+from lance_assets.corpus.predicate import Predicate, safe_predicate
+from lance_assets.corpus.profile import locked_connection
+from lance_assets.corpus.rules import (RuleError, curation_in_force, rule_problems,
+                                       validated_predicate)
 
 
 @dataclass
@@ -21,16 +23,19 @@ class Verdict:
     numbers: dict = field(default_factory=dict)
 
 
-def _filter_or_verdict(ds: lance.LanceDataset) -> tuple[str | None, Verdict | None]:
+def _filter_or_verdict(ds: lance.LanceDataset) -> tuple[Predicate | None, Verdict | None]:
     try:
-        return validate(ds, curation_in_force(ds).rules), None
+        return validated_predicate(ds, curation_in_force(ds).rules), None
     except RuleError:
         return None, Verdict(False, "The curation rules cannot be used (see the `rules_valid` "
                              "check); this cannot be evaluated until they are fixed.")
 
 
 def rules_valid(ds: lance.LanceDataset) -> Verdict:
-    rules = curation_in_force(ds).rules
+    try:
+        rules = curation_in_force(ds).rules
+    except RuleError as err:
+        return Verdict(False, str(err))
     problems = rule_problems(ds, rules)
     if problems:
         return Verdict(False, f"{len(problems)} of {len(rules)} curation rule(s) cannot be used:\n"
@@ -42,11 +47,11 @@ def rules_valid(ds: lance.LanceDataset) -> Verdict:
 
 
 def filter_keeps_rows(ds: lance.LanceDataset) -> Verdict:
-    filter_sql, bad = _filter_or_verdict(ds)
+    keep, bad = _filter_or_verdict(ds)
     if bad:
         return bad
     need = curation_in_force(ds).min_kept_rows
-    kept, total = ds.count_rows(filter=filter_sql), ds.count_rows()
+    kept, total = ds.count_rows(filter=keep.lance), ds.count_rows()
     numbers = {"kept_rows": kept, "total_rows": total,
                "kept_share": round(kept / total, 4) if total else 0.0, "min_kept_rows": need}
     if kept < max(need, 1):
@@ -59,10 +64,11 @@ def filter_keeps_rows(ds: lance.LanceDataset) -> Verdict:
 def input_ids_present(ds: lance.LanceDataset) -> Verdict:
     if "input_ids" not in ds.schema.names:
         return Verdict(False, "The table has no `input_ids`; materialize `token_ids`.")
-    filter_sql, bad = _filter_or_verdict(ds)
+    keep, bad = _filter_or_verdict(ds)
     if bad:
         return bad
-    missing = ds.count_rows(filter=f"({filter_sql}) AND input_ids IS NULL")
+    untokenized = safe_predicate("input_ids IS NULL", ds.schema.names)
+    missing = ds.count_rows(filter=keep.and_(untokenized).lance)
     if missing:
         return Verdict(False, f"{missing} row(s) pass the training filter but have no "
                        "`input_ids` (fragments not tokenized yet); materialize `token_ids`.",
@@ -74,8 +80,7 @@ def input_ids_present(ds: lance.LanceDataset) -> Verdict:
 def n_tokens_consistent(ds: lance.LanceDataset) -> Verdict:
     if not {"input_ids", "n_tokens"} <= set(ds.schema.names):
         return Verdict(False, "The table has no `input_ids`/`n_tokens`; materialize `token_ids`.")
-    con = duckdb.connect()
-    con.register("corpus", ds)
+    con = locked_connection({"corpus": ds})
     bad, example = con.execute(
         "SELECT count(*), min(id) FROM corpus WHERE input_ids IS NOT NULL "
         "AND n_tokens IS DISTINCT FROM len(input_ids)").fetchone()
@@ -93,9 +98,8 @@ def duplicate_rate_in_bounds(ds: lance.LanceDataset) -> Verdict:
     if not cols:
         return Verdict(False, "The table has neither `is_dup` nor `near_dup`; materialize "
                        "`dedup_flag` and `near_dup`.")
-    flag = " OR ".join(sorted(cols))
-    con = duckdb.connect()
-    con.register("corpus", ds)
+    flag = " OR ".join(sorted(cols))  # column names from the fixed set above, not user text
+    con = locked_connection({"corpus": ds})
     rate, rows = con.execute(
         f"SELECT avg(({flag})::INT), count(*) FROM corpus WHERE ({flag}) IS NOT NULL").fetchone()
     rate = rate or 0.0

@@ -43,7 +43,7 @@ _BOOLEAN_OPS = (exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.
                 exp.Is, exp.In, exp.Between, exp.Like, exp.ILike)
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg)
 _OPERATIONS = (*_BOOLEAN_OPS, *_ARITHMETIC)
-_ALLOWED = (*_OPERATIONS, *FUNCTIONS, exp.Paren, exp.Column, exp.Identifier, exp.Literal,
+_ALLOWED = (*_OPERATIONS, *FUNCTIONS, exp.Cast, exp.DataType, exp.Paren, exp.Column, exp.Identifier, exp.Literal,
             exp.Boolean, exp.Null)
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _SHOWN = 120  # characters of the input quoted in an error
@@ -51,6 +51,18 @@ _SHOWN = 120  # characters of the input quoted in an error
 
 class PredicateError(ValueError):
     """A predicate that cannot be used; the message names the input and the fix."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason or message
+        """What was wrong and the fix, without the input (for messages that name it already)."""
+
+
+class _ReadSQL(DuckDB):
+    """DuckDB's SQL, also reading Lance's `column` quotes, so a rendered predicate parses again."""
+
+    class Tokenizer(DuckDB.Tokenizer):
+        IDENTIFIERS = ['"', "`"]
 
 
 class _LanceSQL(DuckDB):
@@ -90,7 +102,7 @@ def _shown(text: str) -> str:
 
 
 def _fail(text: str, problem: str, fix: str) -> PredicateError:
-    return PredicateError(f"predicate {_shown(text)}: {problem}. {fix}")
+    return PredicateError(f"predicate {_shown(text)}: {problem}. {fix}", f"{problem}. {fix}")
 
 
 def _paren(node: exp.Expression) -> exp.Expression:
@@ -114,8 +126,14 @@ def _explicit(tree: exp.Expression) -> exp.Expression:
 def _for_lance(tree: exp.Expression) -> exp.Expression:
     """DataFusion divides integers as integers; DuckDB's ``/`` is always a float division."""
     for div in list(tree.find_all(exp.Div)):
+        if _is_double_cast(div.this):
+            continue
         div.set("this", exp.Cast(this=_paren(div.this), to=exp.DataType.build("DOUBLE")))
     return tree
+
+
+def _is_double_cast(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DOUBLE)
 
 
 def _predicate(source: str, tree: exp.Expression, columns: frozenset[str]) -> Predicate:
@@ -154,15 +172,19 @@ def _node_problem(node: exp.Expression, columns: Collection[str]) -> str | None:
         if not COLUMN_NAME_RE.match(name):
             return f"column {name!r} cannot be used in a predicate (letters, digits, _ only)"
         return None
-    if isinstance(node, exp.Func) and not isinstance(node, _ALLOWED):
+    if isinstance(node, exp.Func) and not isinstance(node, (*_ALLOWED, exp.Cast)):
         name = node.sql_name() if not isinstance(node, exp.Anonymous) else node.name
         return (f"function {name.lower()!r} is not allowed; allowed functions: "
                 f"{', '.join(sorted(FUNCTIONS.values()))}")
     if not isinstance(node, _ALLOWED):
         return (f"{node.sql(dialect='duckdb')[:60]!r} ({type(node).__name__}) is not allowed; a "
                 "predicate may use columns, literals, comparisons, AND/OR/NOT, BETWEEN, IN (...), "
-                "IS [NOT] NULL, LIKE, + - * / % and "
+                "IS [NOT] NULL, LIKE, + - * / %, CAST(x AS DOUBLE) and "
                 f"{', '.join(sorted(FUNCTIONS.values()))}")
+    if isinstance(node, exp.Cast) and not _is_double_cast(node):
+        return "the only cast allowed is CAST(x AS DOUBLE)"
+    if isinstance(node, exp.Cast) and node.args.get("safe"):
+        return "TRY_CAST is not allowed; use CAST(x AS DOUBLE)"
     if isinstance(node, exp.Is) and not isinstance(node.expression, (exp.Null, exp.Boolean)):
         return "IS may only be followed by NULL, TRUE or FALSE"
     if isinstance(node, exp.In) and (node.args.get("query") or node.args.get("unnest")
@@ -206,7 +228,7 @@ def safe_predicate(text: str, columns: Collection[str], *, max_chars: int = MAX_
         raise _fail(text, "it contains control characters", "Remove them")
     columns = frozenset(columns)
     try:
-        tokens = DuckDB().tokenize(text)
+        tokens = _ReadSQL().tokenize(text)
     except SqlglotError as err:
         raise _fail(text, f"it is not valid SQL ({str(err).splitlines()[0]})", fix) from None
     for tok in tokens:
@@ -227,7 +249,7 @@ def safe_predicate(text: str, columns: Collection[str], *, max_chars: int = MAX_
     if depth:
         raise _fail(text, "it has a '(' without a matching ')'", "Close every parenthesis")
     try:
-        statements = sqlglot.parse(text, read="duckdb")
+        statements = sqlglot.parse(text, read=_ReadSQL)
     except RecursionError:
         raise _fail(text, f"it nests deeper than {MAX_DEPTH}", "Simplify it") from None
     except SqlglotError as err:

@@ -4,6 +4,12 @@ The queries are the ``.sql`` files in ``lance_assets/corpus/sql/profile/`` (or a
 as ``queries``): read them, change them, add one, and the next ``corpus_profile`` run shows it.
 Each query runs against a view ``corpus``: the Lance table's columns plus ``kept``, true where a
 row passes every curation rule in force. Rule hit counts are built from the rules themselves.
+
+The rules are user text and the table config that holds them is not trusted: each rule is parsed
+again (``corpus.predicate``) and only its rendered tree reaches DuckDB; a rule that does not parse
+is reported, never run. Rule names are bound as query parameters. Every DuckDB connection here
+runs with external access off and its configuration locked, so no query (a rule, or a ``.sql``
+file from a configured folder) can read or write a file, attach a database or load an extension.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import duckdb
 import lance
 
 from lance_assets import paths
-from lance_assets.corpus.rules import combined_filter, curation_in_force
+from lance_assets.corpus.predicate import Predicate
+from lance_assets.corpus.rules import combined_predicate, curation_in_force, rule_predicates
 
 QUERIES_DIR = Path(__file__).parent / "sql" / "profile"
 
@@ -39,19 +46,35 @@ class Profile:
     rows: int
 
 
-def _connect(ds: lance.LanceDataset, filter_sql: str) -> tuple[duckdb.DuckDBPyConnection, bool]:
-    con = duckdb.connect()
-    con.execute("SET memory_limit = '2GB'")
-    con.register("lance_corpus", ds)
-    try:
-        con.execute(f"CREATE VIEW corpus AS SELECT *, coalesce(({filter_sql}), false) AS kept "
-                    "FROM lance_corpus")
-        con.execute("SELECT kept FROM corpus LIMIT 0")
-        return con, True
-    except duckdb.Error:
-        # a rule DuckDB cannot evaluate (or a column not written yet): profile without `kept`
-        con.execute("CREATE OR REPLACE VIEW corpus AS SELECT *, NULL::BOOLEAN AS kept FROM lance_corpus")
-        return con, False
+def locked_connection(tables: dict[str, object], memory_limit: str = "2GB"
+                      ) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that sees ``tables`` (Lance datasets, Arrow tables) and nothing else:
+    registered first, then external access (files, network, extensions) switched off and the
+    configuration locked, so no later statement can switch it back on."""
+    con = duckdb.connect(config={"autoload_known_extensions": False,
+                                 "autoinstall_known_extensions": False})
+    con.execute(f"SET memory_limit = '{memory_limit}'")  # ours, not user text
+    for name, obj in tables.items():
+        con.register(name, obj)
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def _connect(ds: lance.LanceDataset, kept: Predicate | None
+             ) -> tuple[duckdb.DuckDBPyConnection, bool]:
+    con = locked_connection({"lance_corpus": ds})
+    if kept is not None:
+        try:
+            con.execute(f"CREATE VIEW corpus AS SELECT *, coalesce(({kept.duckdb}), false) AS kept "
+                        "FROM lance_corpus")
+            con.execute("SELECT kept FROM corpus LIMIT 0")
+            return con, True
+        except duckdb.Error:
+            pass
+    # a rule that does not parse, or one DuckDB cannot evaluate: profile without `kept`
+    con.execute("CREATE OR REPLACE VIEW corpus AS SELECT *, NULL::BOOLEAN AS kept FROM lance_corpus")
+    return con, False
 
 
 def run_query(con: duckdb.DuckDBPyConnection, name: str, sql: str) -> QueryResult:
@@ -62,12 +85,30 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str, sql: str) -> QueryResul
         return QueryResult(name, sql, error=str(err).splitlines()[0])
 
 
-def rule_hits_sql(rules: dict[str, str]) -> str:
-    """One pass over the table: per rule, the rows it removes (NULL counts as removed)."""
-    parts = [f"SELECT '{name}' AS rule, count(*) FILTER (WHERE NOT coalesce(({pred}), false)) AS rows_removed, "
-             f"round(rows_removed / count(*), 4) AS share_removed FROM corpus"
-             for name, pred in rules.items()]
-    return "\nUNION ALL\n".join(parts)
+def rule_hits_sql(predicates: dict[str, Predicate]) -> tuple[str, list]:
+    """One pass over the table: per rule, the rows it removes (NULL counts as removed). The SQL
+    holds only the rendered predicates; rule names are parameters."""
+    parts = [f"SELECT ?::VARCHAR AS rule, count(*) FILTER (WHERE NOT coalesce(({p.duckdb}), false)) "
+             "AS rows_removed, round(rows_removed / count(*), 4) AS share_removed FROM corpus"
+             for p in predicates.values()]
+    return "\nUNION ALL\n".join(parts), list(predicates)
+
+
+def rule_hits(con: duckdb.DuckDBPyConnection, ds: lance.LanceDataset,
+              rules: dict[str, str]) -> QueryResult:
+    usable, problems = rule_predicates(ds, rules)
+    sql, names = rule_hits_sql(usable)
+    res = QueryResult("rule_hits", sql)
+    if usable:
+        try:
+            res.rows = con.sql(sql, params=names).to_arrow_table().to_pylist()
+        except duckdb.Error as err:
+            res.error = str(err).splitlines()[0]
+    res.rows += [{"rule": p.rule, "rows_removed": None, "share_removed": None} for p in problems]
+    if problems:
+        res.error = (f"{len(problems)} stored rule(s) cannot be used and were not run: "
+                     + "; ".join(str(p) for p in problems))
+    return res
 
 
 def histogram_png(con: duckdb.DuckDBPyConnection) -> bytes | None:
@@ -115,10 +156,12 @@ def histogram_png(con: duckdb.DuckDBPyConnection) -> bytes | None:
 def profile(root: str | Path, queries: str | Path | None = None) -> Profile:
     ds = lance.dataset(paths.table_uri(root))
     rules = curation_in_force(ds).rules
-    con, kept_defined = _connect(ds, combined_filter(rules) if rules else "true")
+    usable, problems = rule_predicates(ds, rules)
+    kept = combined_predicate(usable) if usable and not problems else None
+    con, kept_defined = _connect(ds, kept)
     folder = Path(queries) if queries else QUERIES_DIR
     results = [run_query(con, f.stem, f.read_text()) for f in sorted(folder.glob("*.sql"))]
-    hits = run_query(con, "rule_hits", rule_hits_sql(rules)) if rules else \
+    hits = rule_hits(con, ds, rules) if rules else \
         QueryResult("rule_hits", "", error="no rules")
     png = histogram_png(con)
     return Profile(results=results, rule_hits=hits, kept_defined=kept_defined, histogram_png=png,

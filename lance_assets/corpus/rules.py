@@ -2,12 +2,17 @@
 
 A rule says which documents to *keep* (``word_count BETWEEN 50 AND 100000``); a document is
 trained on when it passes every rule, so the training filter is the rules joined with AND. A
-row where a rule's columns are NULL (a signal not computed yet) does not pass it. Rules are
-checked with Lance, the engine the training loader filters with: one that does not parse, or
-names a column the table lacks, is reported by name with the fix, before training starts.
+row where a rule's columns are NULL (a signal not computed yet) does not pass it.
+
+A rule is user text, so it is data, never code: each is parsed by ``corpus.predicate`` into one
+boolean expression over the table's columns, rendered back to SQL, and that rendering is checked
+with Lance, the engine the training loader filters with. A rule that does not parse, names a
+column the table lacks, or that Lance cannot type is reported by name with the fix. Rules are
+checked *before* they are stored: a broken rule set is refused whole and nothing is written.
 
 The rules in force are stored in the table's config (manifest key/value metadata, versioned with
-the table) by the ``curation_rules`` asset; ``training_filter`` reads them back for training.
+the table) by the ``curation_rules`` asset; ``training_filter`` reads them back, parses them again
+(the table config is not trusted either) and returns the combined filter.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 import lance
 
 from lance_assets import paths
+from lance_assets.corpus.predicate import Predicate, PredicateError, combine, safe_predicate
 from lance_assets.corpus.table import get_json_config, set_json_config
 
 CURATION_KEY = "lance_assets.curation"
@@ -94,13 +100,6 @@ class RuleProblem:
         return f"rule {self.rule!r} ({self.predicate!r}): {self.problem}"
 
 
-def combined_filter(rules: dict[str, str]) -> str:
-    """The training filter: every rule's predicate, parenthesised, joined with AND."""
-    if not rules:
-        raise RuleError("no curation rules: give at least one (e.g. exact_dup: 'NOT is_dup')")
-    return " AND ".join(f"({p})" for p in rules.values())
-
-
 def _lance_message(err: Exception) -> str:
     """Lance's error without its prefix and source location."""
     msg = str(err).split(", /")[0]
@@ -109,52 +108,95 @@ def _lance_message(err: Exception) -> str:
     return msg.strip()
 
 
+def lance_problem(ds: lance.LanceDataset, pred: Predicate) -> str | None:
+    """Why Lance cannot filter ``ds`` with ``pred`` (types, functions), or None. Planning
+    parses, binds and types the rendered predicate; nothing is scanned."""
+    try:
+        ds.scanner(columns=["id"], filter=pred.lance).explain_plan()
+    except Exception as err:  # Lance raises OSError/ValueError with a parser message
+        return f"Lance cannot use it as a filter: {_lance_message(err)}"
+    return None
+
+
+def _rule_predicate(ds: lance.LanceDataset, name, text) -> Predicate | RuleProblem:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        return RuleProblem(str(name), str(text), "a rule name must be an identifier (letters, "
+                           "digits, underscores, starting with a letter or underscore)")
+    if not isinstance(text, str) or not text.strip():
+        return RuleProblem(name, str(text), "the predicate is empty")
+    try:
+        pred = safe_predicate(text, ds.schema.names)
+    except PredicateError as err:
+        return RuleProblem(name, text, err.reason)
+    problem = lance_problem(ds, pred)
+    return RuleProblem(name, text, problem) if problem else pred
+
+
+def rule_predicates(ds: lance.LanceDataset, rules: dict[str, str]
+                    ) -> tuple[dict[str, Predicate], list[RuleProblem]]:
+    """Each rule parsed against ``ds``'s columns and checked by Lance: the usable ones, and a
+    problem (with the fix) for each of the others."""
+    if not isinstance(rules, dict) or not rules:
+        return {}, [RuleProblem("(none)", "", "no rules given; training needs at least one "
+                                "(e.g. exact_dup: 'NOT is_dup')")]
+    usable, problems = {}, []
+    for name, text in rules.items():
+        got = _rule_predicate(ds, name, text)
+        if isinstance(got, RuleProblem):
+            problems.append(got)
+        else:
+            usable[name] = got
+    return usable, problems
+
+
 def rule_problems(ds: lance.LanceDataset, rules: dict[str, str]) -> list[RuleProblem]:
-    """Every rule that Lance cannot parse or that names a missing column, with the fix."""
-    problems = []
-    columns = set(ds.schema.names)
-    if not rules:
-        return [RuleProblem("(none)", "", "no rules given; training needs at least one")]
-    for name, predicate in rules.items():
-        if not NAME_RE.match(name):
-            problems.append(RuleProblem(name, predicate, "a rule name must be an identifier "
-                                        "(letters, digits, underscores)"))
-            continue
-        if not isinstance(predicate, str) or not predicate.strip():
-            problems.append(RuleProblem(name, str(predicate), "the predicate is empty"))
-            continue
-        try:  # planning parses, binds columns and types the predicate; nothing is scanned
-            ds.scanner(columns=["id"], filter=predicate).explain_plan()
-        except Exception as err:  # Lance raises OSError/ValueError with a parser message
-            msg = _lance_message(err)
-            missing = re.search(r"No field named ([\w\"]+)", msg)
-            if missing:
-                col = missing.group(1).strip('"')
-                problems.append(RuleProblem(name, predicate, (
-                    f"names column {col!r}, which the table does not have. Materialize the asset "
-                    f"that writes it, or fix the rule. Columns: {', '.join(sorted(columns))}")))
-            else:
-                problems.append(RuleProblem(name, predicate, f"Lance cannot use it as a filter: "
-                                            f"{msg}"))
-    return problems
+    """Every rule that does not parse as one predicate over the table's columns, or that Lance
+    cannot filter with, with the fix."""
+    return rule_predicates(ds, rules)[1]
+
+
+def _rule_error(ds: lance.LanceDataset, problems: list[RuleProblem]) -> RuleError:
+    return RuleError(
+        f"{len(problems)} curation rule(s) cannot be used on {ds.uri}:\n"
+        + "\n".join(f"  - {p}" for p in problems)
+        + "\nFix them in the `curation_rules` asset's config (rules: {name: predicate}) and "
+        "materialize it again.")
+
+
+def combined_predicate(predicates: dict[str, Predicate]) -> Predicate:
+    """The training filter: every rule's predicate joined with AND, in the order written."""
+    if not predicates:
+        raise RuleError("no curation rules: give at least one (e.g. exact_dup: 'NOT is_dup')")
+    return combine(list(predicates.values()))
+
+
+def validated_predicate(ds: lance.LanceDataset, rules: dict[str, str]) -> Predicate:
+    """The rules' combined predicate, checked against ``ds``, or a ``RuleError`` naming every
+    broken rule."""
+    usable, problems = rule_predicates(ds, rules)
+    if problems:
+        raise _rule_error(ds, problems)
+    combined = combined_predicate(usable)
+    problem = lance_problem(ds, combined)
+    if problem:
+        raise _rule_error(ds, [RuleProblem("(all rules together)", combined.source, problem)])
+    return combined
 
 
 def validate(ds: lance.LanceDataset, rules: dict[str, str]) -> str:
-    """The combined filter, or a ``RuleError`` naming every broken rule."""
-    problems = rule_problems(ds, rules)
-    if problems:
-        raise RuleError(
-            f"{len(problems)} curation rule(s) cannot be used on {ds.uri}:\n"
-            + "\n".join(f"  - {p}" for p in problems)
-            + "\nFix them in the `curation_rules` asset's config (rules: {name: predicate}) and "
-            "materialize it again."
-        )
-    return combined_filter(rules)
+    """The combined filter as Lance SQL, or a ``RuleError`` naming every broken rule."""
+    return validated_predicate(ds, rules).lance
 
 
 def stored_curation(ds: lance.LanceDataset) -> Curation | None:
     raw = get_json_config(ds, CURATION_KEY)
-    return Curation.from_dict(raw) if raw else None
+    if not raw:
+        return None
+    try:
+        return Curation.from_dict(raw)
+    except (TypeError, ValueError) as err:
+        raise RuleError(f"the curation stored in {ds.uri} (config key {CURATION_KEY!r}) is "
+                        f"malformed ({err}); materialize `curation_rules` again") from None
 
 
 def curation_in_force(ds: lance.LanceDataset) -> Curation:
@@ -163,8 +205,11 @@ def curation_in_force(ds: lance.LanceDataset) -> Curation:
 
 
 def store_curation(root: str | Path, curation: Curation) -> int:
-    """Record ``curation`` in the table's config (a new table version only if it changed)."""
+    """Record ``curation`` in the table's config (a new table version only if it changed).
+    The rules are checked first: a rule set with any broken rule raises ``RuleError`` and
+    nothing is stored."""
     ds = lance.dataset(paths.table_uri(root))
+    validated_predicate(ds, curation.rules)
     stored = stored_curation(ds)
     if stored is None or stored.to_dict() != curation.to_dict():
         set_json_config(ds, CURATION_KEY, curation.to_dict())
@@ -172,10 +217,17 @@ def store_curation(root: str | Path, curation: Curation) -> int:
     return ds.version
 
 
-def training_filter(root: str | Path) -> str:
-    """The combined filter of the rules in force, validated against the table (``RuleError``)."""
+def training_predicate(root: str | Path) -> Predicate:
+    """The combined predicate of the rules in force, checked against the table (``RuleError``).
+    The validation split is not in it: the trainer holds it out itself."""
     ds = lance.dataset(paths.table_uri(root))
-    return validate(ds, curation_in_force(ds).rules)
+    return validated_predicate(ds, curation_in_force(ds).rules)
+
+
+def training_filter(root: str | Path) -> str:
+    """``training_predicate`` as Lance SQL, rendered from the parsed rules (parses again with
+    ``safe_predicate`` to the same predicate)."""
+    return training_predicate(root).lance
 
 
 @dataclass
@@ -213,18 +265,18 @@ def evaluate(ds: lance.LanceDataset, rules: dict[str, str]) -> Evaluation:
     """Hit counts per rule with Lance's own filter (what training applies); broken rules are
     reported, not raised, so the other rules are still counted."""
     total = ds.count_rows()
-    problems = {p.rule: p for p in rule_problems(ds, rules)}
-    usable = {k: v for k, v in rules.items() if k not in problems}
-    kept = ds.count_rows(filter=combined_filter(usable)) if usable else None
+    usable, problem_list = rule_predicates(ds, rules)
+    problems = {p.rule: p for p in problem_list}
+    kept = ds.count_rows(filter=combined_predicate(usable).lance) if usable else None
     hits = []
-    for name, predicate in rules.items():
+    for name, text in (rules.items() if isinstance(rules, dict) else ()):
         if name in problems:
-            hits.append(RuleHits(name, predicate, None, None, problems[name].problem))
+            hits.append(RuleHits(str(name), str(text), None, None, problems[name].problem))
             continue
         others = {k: v for k, v in usable.items() if k != name}
-        kept_by_others = ds.count_rows(filter=combined_filter(others)) if others else total
-        hits.append(RuleHits(name, predicate, total - ds.count_rows(filter=predicate),
+        kept_by_others = ds.count_rows(filter=combined_predicate(others).lance) if others else total
+        hits.append(RuleHits(name, text, total - ds.count_rows(filter=usable[name].lance),
                              kept_by_others - kept))
-    filter_sql = combined_filter(rules) if rules else ""
+    filter_sql = combined_predicate(usable).lance if usable and not problems else ""
     return Evaluation(total_rows=total, kept_rows=None if problems else kept, filter=filter_sql,
                       hits=hits)

@@ -121,8 +121,9 @@ def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance
 
 class CurationConfig(dg.Config):
     rules: dict[str, str] = dict(rules_lib.DEFAULT_RULES)
-    """name -> SQL predicate a document must satisfy to be trained on (Lance/DataFusion SQL over
-    the table's columns). Defaults: Gopher, C4 and FineWeb thresholds, plus both dedup flags."""
+    """name -> SQL predicate a document must satisfy to be trained on: one boolean expression over
+    the table's columns (comparisons, AND/OR/NOT, BETWEEN, IN, IS NULL, LIKE, arithmetic,
+    length/lower/upper/abs/coalesce); anything else is refused before it is stored. Defaults: Gopher, C4 and FineWeb thresholds, plus both dedup flags."""
     min_duplicate_rate: float = 0.0
     max_duplicate_rate: float = 0.5
     """Bounds on the share of rows flagged `is_dup OR near_dup` (blocking check)."""
@@ -131,23 +132,30 @@ class CurationConfig(dg.Config):
 
 
 @dg.asset(deps=[dedup_flag, quality_signals, near_dup, token_ids], group_name=GROUP,
-          kinds={"lance", "sql"}, code_version="1", pool=POOL, tags=TAGS)
+          kinds={"lance", "sql"}, code_version="2", pool=POOL, tags=TAGS)
 def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
                    lance_store: LanceStore):
     """The curation rules in force: named SQL predicates over columns, joined with AND into the
-    training filter that `pretrained_model` applies. Recorded in the table's config; each rule's
-    hit count (rows it removes, and rows only it removes) is in the metadata. Blocking checks
-    (rules parse, filter keeps rows, tokens present and consistent, duplicate rate in bounds)
-    stop training when they fail."""
+    training filter that `pretrained_model` applies. Each rule is parsed into one expression over
+    the table's columns and checked by Lance before anything is recorded: a broken rule fails
+    this asset, naming the rule and the fix, and nothing is stored. Recorded in the table's
+    config; each rule's hit count (rows it removes, and rows only it removes) is in the metadata.
+    Blocking checks (rules parse, filter keeps rows, tokens present and consistent, duplicate
+    rate in bounds) stop training when they fail."""
     curation = rules_lib.Curation(rules=dict(config.rules), min_duplicate_rate=config.min_duplicate_rate,
                               max_duplicate_rate=config.max_duplicate_rate,
                               min_kept_rows=config.min_kept_rows)
-    version = rules_lib.store_curation(lance_store.root, curation)
+    try:
+        version = rules_lib.store_curation(lance_store.root, curation)
+    except rules_lib.RuleError as err:
+        broken = [p.rule for p in rules_lib.rule_problems(lance.dataset(lance_store.table_uri),
+                                                          curation.rules)]
+        raise dg.Failure(description=str(err), allow_retries=False,
+                         metadata={"broken_rules": dg.MetadataValue.json(broken),
+                                   "stored": False}) from None
     ds = lance.dataset(lance_store.table_uri)
     ev = rules_lib.evaluate(ds, curation.rules)
     broken = [h.rule for h in ev.hits if h.problem]
-    if broken:
-        context.log.error(f"broken curation rules: {broken}; the `rules_valid` check will fail")
     return dg.MaterializeResult(metadata={
         "dagster/uri": lance_store.table_uri,
         "lance/table_version": version,
@@ -167,7 +175,7 @@ class ProfileConfig(dg.Config):
 
 
 @dg.asset(deps=[dedup_flag, quality_signals, near_dup, token_ids], group_name=GROUP,
-          kinds={"duckdb", "lance"}, code_version="1", tags=TAGS)
+          kinds={"duckdb", "lance"}, code_version="2", tags=TAGS)
 def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
                    lance_store: LanceStore):
     """EDA of the corpus: DuckDB SQL over the Lance table through Arrow (no copy). Rows by score
