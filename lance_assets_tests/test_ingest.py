@@ -64,7 +64,9 @@ def test_parquet_folder_ingest_and_dedup_flag_exact_duplicates(tmp_path, root):
     assert sum(r["is_dup"] for r in rows) == 5
     assert rows[0]["doc_id"] == "<urn:uuid:00000000>" and rows[0]["url"].startswith("https://")
     assert all(r["n_chars"] == len(r["text"]) for r in rows)
-    assert {r["source"] for r in rows} == {f"file:{(src / n).resolve()}" for n in ("000.parquet", "001.parquet")}
+    # the key names the file and fingerprints its content: file:PATH#FP
+    assert {r["source"].rpartition("#")[0] for r in rows} == {
+        f"file:{(src / n).resolve()}" for n in ("000.parquet", "001.parquet")}
 
 
 def test_ingest_is_incremental_ids_unique_and_rerun_is_noop(tmp_path, root):
@@ -130,7 +132,8 @@ def test_bad_files_are_reported_others_ingest_and_nothing_stored_changes(tmp_pat
     assert set(failed) == {"b_wrong_schema.parquet", "c_corrupt.parquet", "d_bad.jsonl"}
     assert "text_column" in failed["b_wrong_schema.parquet"]
     assert "replace or remove" in failed["c_corrupt.parquet"]
-    assert report.rows_skipped == {"not_utf8": 1, "null_text": 1, "empty_text": 1,
+    # the one non-UTF-8 row is counted once, under its own reason (not also as null text)
+    assert report.rows_skipped == {"not_utf8": 1, "empty_text": 1,
                                    "longer_than_1000000_chars": 1}
     rows = read(root, ["id", "text"])
     assert rows[: len(before)] == before  # what was stored is untouched

@@ -6,11 +6,26 @@ highest committed part per unit is read back from the table itself: it is the wa
 is committed atomically with the rows. A run killed at any moment loses only its uncommitted
 parts; the next run starts after the watermark and ends with exactly the rows of an
 uninterrupted run, with the same ids.
+
+Exactly-once also holds between concurrent runs (two Dagster instances, a schedule and a
+manual run): an ingest holds an exclusive lock on ``<data>/lance/corpus.ingest.lock`` from
+reading the watermark to its last commit, so a second run waits and then finds the rows already
+there. The lock is an ``flock`` on the file: it is released by the kernel when its holder dies
+(SIGKILL included), so a dead run never blocks the next one. It is valid on local disks and on
+NFS (Linux maps ``flock`` to NFS byte-range locks), not on object storage.
+
+The first ingest creates the table empty (a commit of the schema alone) before writing rows, so
+a run killed at any instruction leaves either no table or a valid one.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import socket
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -22,8 +37,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets import paths
-from lance_assets.corpus.sources import SkipCounter, SourceError, SourceUnit, resolve
-from lance_assets.corpus.table import RAW_SCHEMA
+from lance.fragment import write_fragments
+
+from lance_assets.corpus.sources import (SkipCounter, SourceError, SourceUnit, parse_file_key,
+                                         resolve)
+from lance_assets.corpus.table import RAW_SCHEMA, commit_retrying, has_committed_version
 
 DEFAULT_ROWS_PER_FRAGMENT = 4096
 DEFAULT_ROWS_PER_COMMIT = 50_000
@@ -38,6 +56,8 @@ class IngestReport:
     rows_added: int = 0
     bytes_added: int = 0
     rows_skipped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    lock_wait_s: float = 0.0
     commits: int = 0
     fragments_added: int = 0
     total_rows: int = 0
@@ -58,15 +78,57 @@ class IngestReport:
         if self.rows_skipped:
             lines.append("\n| skipped because | rows |\n|---|---|")
             lines += [f"| {k} | {v:,} |" for k, v in sorted(self.rows_skipped.items())]
+        for warning in self.warnings:
+            lines.append(f"\n**Warning:** {warning}")
         if self.files_failed:
             lines.append("\n| file not ingested | why |\n|---|---|")
             lines += [f"| `{k}` | {v} |" for k, v in sorted(self.files_failed.items())]
         return "\n".join(lines)
 
 
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+@contextmanager
+def ingest_lock(root: str | Path, log: Callable[[str], None] = print):
+    """Exclusive right to ingest into the table under ``root`` (see the module docstring)."""
+    folder = paths.db_dir(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{paths.TABLE_NAME}.ingest.lock"
+    with _THREAD_LOCKS_GUARD:  # flock is per open file: threads of one process need this too
+        thread_lock = _THREAD_LOCKS.setdefault(str(path), threading.Lock())
+    start = time.perf_counter()
+    with thread_lock:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+                log(f"another ingest holds {path} ({holder}); waiting for it to finish")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                          f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
+            yield time.perf_counter() - start
+        finally:
+            os.close(fd)  # releases the flock
+
+
+def _ensure_table(uri: str, log: Callable[[str], None]) -> None:
+    """Create the table, empty, unless a version is committed (call with the ingest lock)."""
+    if has_committed_version(uri):
+        return
+    if Path(uri).exists():
+        log(f"{uri} holds files of a first ingest that was killed before its commit; "
+            "creating the table over them")
+    lance.write_dataset(RAW_SCHEMA.empty_table(), uri, mode="create", enable_stable_row_ids=True)
+
+
 def _table_state(uri: str) -> tuple[int, dict[str, int], int]:
     """(next id, highest committed part per source key, fragment count) of the table."""
-    if not Path(uri).exists():
+    if not has_committed_version(uri):
         return 0, {}, 0
     ds = lance.dataset(uri)
     con = duckdb.connect()
@@ -75,6 +137,22 @@ def _table_state(uri: str) -> tuple[int, dict[str, int], int]:
     parts = dict(con.execute(
         "SELECT source, max(source_part) FROM corpus GROUP BY source").fetchall())
     return (-1 if max_id is None else max_id) + 1, parts, len(ds.get_fragments())
+
+
+def _append(uri: str, reader: pa.RecordBatchReader, rows_per_fragment: int,
+            log: Callable[[str], None]) -> None:
+    """Create the table if this is the first commit, write the rows as new fragments, then
+    commit them with one ``Append`` (rebased on the
+    newest version when a concurrent column write wins the race)."""
+    _ensure_table(uri, log)
+    fragments = write_fragments(reader, uri, schema=RAW_SCHEMA, max_rows_per_file=rows_per_fragment)
+
+    def attempt() -> None:
+        ds = lance.dataset(uri)
+        lance.LanceDataset.commit(uri, lance.LanceOperation.Append(fragments),
+                                  read_version=ds.version)
+
+    commit_retrying("append", attempt, log=log)
 
 
 def _valid_utf8(text: pa.Array, skipped: SkipCounter) -> pa.Array:
@@ -103,9 +181,10 @@ def _valid_utf8(text: pa.Array, skipped: SkipCounter) -> pa.Array:
 def normalise(batch: pa.RecordBatch, key: str, part: int, first_id: int, skipped: SkipCounter,
               max_doc_chars: int) -> pa.RecordBatch:
     """Drop null / blank / oversized texts (counted) and lay the batch out in ``RAW_SCHEMA``."""
-    text = _valid_utf8(batch.column("text"), skipped)
+    raw_text = batch.column("text")
+    skipped.add("null_text", raw_text.null_count)  # before decoding: not_utf8 is counted apart
+    text = _valid_utf8(raw_text, skipped)
     null = pc.is_null(text)
-    skipped.add("null_text", pc.sum(null).as_py() or 0)
     length = pc.utf8_length(text)
     blank = pc.and_kleene(pc.invert(null), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0))
     too_long = pc.and_kleene(pc.invert(null), pc.greater(length, max_doc_chars))
@@ -187,30 +266,36 @@ def ingest(
     """
     start = time.perf_counter()
     uri = paths.table_uri(root)
-    Path(uri).parent.mkdir(parents=True, exist_ok=True)
-    resolved = resolve(source, text_column, hf_data_files=hf_data_files)
-    next_id, watermarks, fragments_before = _table_state(uri)
-    report = IngestReport(files_failed=dict(resolved.bad_files))
-    for path, why in resolved.bad_files.items():
-        log(f"skipping {path}: {why}")
-    skipped = SkipCounter()
-    for unit in resolved.units:
-        if max_new_rows is not None and report.rows_added >= max_new_rows:
-            break
-        done = watermarks.get(unit.key, -1)
-        if unit.n_parts is not None and done >= unit.n_parts - 1:
-            report.units_already_present.append(unit.key)
-            continue
-        rows = _ingest_unit(uri, unit, done + 1, next_id, skipped, rows_per_fragment,
-                            rows_per_commit, max_doc_chars, report, log, max_new_rows)
-        next_id += rows
-        (report.units_ingested if rows else report.units_already_present).append(unit.key)
-    report.rows_skipped = dict(skipped.counts)
-    if Path(uri).exists():
-        ds = lance.dataset(uri)
-        report.total_rows = ds.count_rows()
-        report.version = ds.version
-        report.fragments_added = len(ds.get_fragments()) - fragments_before
+    report = IngestReport()
+    with ingest_lock(root, log) as waited:
+        report.lock_wait_s = waited
+        next_id, watermarks, fragments_before = _table_state(uri)
+        resolved = resolve(source, text_column, hf_data_files=hf_data_files,
+                           stored_keys=watermarks.keys())
+        report.files_failed.update(resolved.bad_files)
+        if resolved.warning:
+            report.warnings.append(resolved.warning)
+            log(resolved.warning)
+        for path, why in resolved.bad_files.items():
+            log(f"skipping {path}: {why}")
+        skipped = SkipCounter()
+        for unit in resolved.units:
+            if max_new_rows is not None and report.rows_added >= max_new_rows:
+                break
+            done = watermarks.get(unit.key, -1)
+            if unit.n_parts is not None and done >= unit.n_parts - 1:
+                report.units_already_present.append(unit.key)
+                continue
+            rows = _ingest_unit(uri, unit, done + 1, next_id, skipped, rows_per_fragment,
+                                rows_per_commit, max_doc_chars, report, log, max_new_rows)
+            next_id += rows
+            (report.units_ingested if rows else report.units_already_present).append(unit.key)
+        report.rows_skipped = dict(skipped.counts)
+        if has_committed_version(uri):
+            ds = lance.dataset(uri)
+            report.total_rows = ds.count_rows()
+            report.version = ds.version
+            report.fragments_added = len(ds.get_fragments()) - fragments_before
     report.duration_s = time.perf_counter() - start
     return report
 
@@ -246,18 +331,15 @@ def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, ski
             if first is None:
                 continue  # nothing to write in this group: no commit, no new version
             reader = pa.RecordBatchReader.from_batches(RAW_SCHEMA, _chain(first, stream))
-            if Path(uri).exists():
-                lance.write_dataset(reader, uri, mode="append", max_rows_per_file=rows_per_fragment)
-            else:
-                lance.write_dataset(reader, uri, mode="create", max_rows_per_file=rows_per_fragment,
-                                    enable_stable_row_ids=True)
+            _append(uri, reader, rows_per_fragment, log)
             committed += counter["rows"]
             report.rows_added += counter["rows"]
             report.bytes_added += counter["bytes"]
             report.commits += 1
             log(f"{unit.key}: committed {counter['rows']:,} rows through part {counter['last_part']}")
     except (SourceError, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        where = unit.key.removeprefix("file:")
+        parsed = parse_file_key(unit.key)
+        where = parsed.path if parsed else unit.key
         report.files_failed[where] = f"{exc} (rows committed before the error are kept)"
         log(f"stopped reading {where}: {exc}")
     return committed

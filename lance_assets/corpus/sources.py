@@ -6,12 +6,22 @@ HF dataset), each read as numbered *parts* (a parquet row group, a block of JSON
 1024 rows). Every stored row carries its unit's ``source`` key and its ``source_part``, so the
 table itself is the ingest watermark: the next run resumes after the highest part committed for
 each unit, exactly once, whatever killed the previous run.
+
+A file's key carries a fingerprint of its content (size, first and last 64 KiB):
+``file:PATH#FP``. A file that changed since it was ingested is therefore noticed, never skipped
+in silence. JSON lines files may grow: each ingest reads the byte range that is new since the
+last one as a *generation* ``file:PATH@START-END#FP`` (the fingerprint of the first END bytes),
+so rows appended to a ``.jsonl`` are ingested by the next run. Any other change (a rewritten
+parquet, a jsonl whose ingested bytes changed) is refused with a message naming the file; the
+rows already stored stay as they are.
 """
 
 from __future__ import annotations
 
 import glob
 import gzip
+import hashlib
+import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +37,8 @@ from lance_assets.corpus.synthetic import SyntheticSpec, generate
 FILE_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".txt")
 PART_ROWS = 1024  # rows per part for sources without row groups of their own
 READ_BATCH_ROWS = 1024
-JSON_BLOCK_BYTES = 1 << 20
+JSONL_PART_BYTES = 1 << 20  # a JSON-lines part: the lines that start in one MiB of the file
+FINGERPRINT_EDGE_BYTES = 64 << 10
 
 # FineWeb(-Edu) columns kept next to the text, with the types they are stored as.
 MAPPED_COLUMNS = {
@@ -74,6 +85,61 @@ class SourceUnit:
 class ResolvedSource:
     units: list[SourceUnit]
     bad_files: dict[str, str]  # file -> what is wrong and how to fix it
+    warning: Optional[str] = None  # e.g. a folder or glob that matches no file
+
+
+def fingerprint(path: Path, end: int) -> str:
+    """A cheap content fingerprint of the first ``end`` bytes of ``path``: the length, the
+    first and the last 64 KiB. It changes when a file is replaced, rewritten or truncated."""
+    h = hashlib.sha256(str(end).encode())
+    with open(path, "rb") as fh:
+        h.update(fh.read(min(FINGERPRINT_EDGE_BYTES, end)))
+        tail = max(0, end - FINGERPRINT_EDGE_BYTES)
+        fh.seek(tail)
+        h.update(fh.read(end - tail))
+    return h.hexdigest()[:16]
+
+
+def file_key(path: Path, fp: str) -> str:
+    return f"file:{path}#{fp}"
+
+
+def generation_key(path: Path, start: int, end: int, fp: str) -> str:
+    return f"file:{path}@{start}-{end}#{fp}"
+
+
+@dataclass(frozen=True)
+class StoredKey:
+    """A file unit key read back from the table."""
+
+    key: str
+    path: str
+    fp: Optional[str]  # None for keys written before fingerprints existed
+    start: Optional[int] = None  # a JSON-lines generation's byte range
+    end: Optional[int] = None
+
+
+def parse_file_key(key: str) -> Optional[StoredKey]:
+    if not key.startswith("file:"):
+        return None
+    body, hash_sep, fp = key[len("file:"):].rpartition("#")
+    if not hash_sep:
+        return StoredKey(key, key[len("file:"):], None)
+    path, at, span = body.rpartition("@")
+    if at and "-" in span:
+        lo, _, hi = span.partition("-")
+        if lo.isdigit() and hi.isdigit():
+            return StoredKey(key, path, fp, int(lo), int(hi))
+    return StoredKey(key, body, fp)
+
+
+def stored_keys_by_path(keys) -> dict[str, list[StoredKey]]:
+    out: dict[str, list[StoredKey]] = {}
+    for key in keys:
+        parsed = parse_file_key(key)
+        if parsed is not None:
+            out.setdefault(parsed.path, []).append(parsed)
+    return out
 
 
 def _no_text_column(path, text_column: str, names: list[str]) -> str:
@@ -130,7 +196,7 @@ def _parse_synthetic(spec: str) -> SyntheticSpec:
     return SyntheticSpec(rows=n)
 
 
-def _parquet_unit(path: Path, text_column: str) -> SourceUnit:
+def _parquet_unit(path: Path, text_column: str, key: str) -> SourceUnit:
     meta = pq.read_metadata(path)  # raises for a corrupt file: reported by the caller
     names = meta.schema.to_arrow_schema().names
     if text_column not in names:
@@ -143,29 +209,79 @@ def _parquet_unit(path: Path, text_column: str) -> SourceUnit:
             for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=[rg], columns=wanted):
                 yield rg, select_columns(batch, str(path), text_column)
 
-    return SourceUnit(key=f"file:{path}", read=read, n_parts=meta.num_row_groups,
+    return SourceUnit(key=key, read=read, n_parts=meta.num_row_groups,
                       n_bytes=path.stat().st_size)
 
 
-def _jsonl_unit(path: Path, text_column: str) -> SourceUnit:
+def _parse_json_lines(chunk: bytes, where: str, text_column: str) -> Iterator[pa.RecordBatch]:
+    if not chunk.strip():
+        return
+    try:
+        table = pajson.read_json(io.BytesIO(chunk), read_options=pajson.ReadOptions(
+            block_size=max(len(chunk) + 1, 1 << 20)))
+    except pa.ArrowInvalid as exc:
+        raise SourceError(f"{where}: not valid JSON lines ({exc}). Fix or remove the file.") from exc
+    for batch in table.to_batches(max_chunksize=READ_BATCH_ROWS):
+        yield select_columns(batch, where, text_column)
+
+
+def _line_start_at_or_after(fh, pos: int, lo: int, hi: int) -> int:
+    """The first offset in [pos, hi] where a line starts (``lo`` always starts one)."""
+    if pos <= lo:
+        return lo
+    if pos >= hi:
+        return hi
+    fh.seek(pos - 1)
+    if fh.read(1) == b"\n":
+        return pos
+    fh.readline()
+    return min(fh.tell(), hi)
+
+
+def _jsonl_generation_unit(path: Path, text_column: str, start: int, end: int,
+                           fp: str) -> SourceUnit:
+    """Bytes [start, end) of a JSON-lines file; part i holds the lines that *start* in the
+    i-th MiB of the range, so parts are fixed by the bytes alone and a line of any length
+    (even longer than a part) is read whole, once."""
+    n_parts = max(1, -(-(end - start) // JSONL_PART_BYTES))
+
     def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rb") as fh:
-            try:
-                reader = pajson.open_json(
-                    fh, read_options=pajson.ReadOptions(block_size=JSON_BLOCK_BYTES))
-            except pa.ArrowInvalid as exc:
-                if "Empty JSON" in str(exc):
-                    return  # an empty file: nothing to ingest
-                raise SourceError(f"{path}: not valid JSON lines ({exc}). Fix or remove the file.") from exc
-            for part, batch in enumerate(reader):
+        with open(path, "rb") as fh:
+            for part in range(first, n_parts):
+                lo = _line_start_at_or_after(fh, start + part * JSONL_PART_BYTES, start, end)
+                hi = _line_start_at_or_after(fh, start + (part + 1) * JSONL_PART_BYTES, start, end)
+                if hi <= lo:
+                    continue
+                fh.seek(lo)
+                for batch in _parse_json_lines(fh.read(hi - lo), str(path), text_column):
+                    yield part, batch
+
+    return SourceUnit(key=generation_key(path, start, end, fp), read=read, n_parts=n_parts,
+                      n_bytes=end - start)
+
+
+def _jsonl_gz_unit(path: Path, text_column: str, key: str) -> SourceUnit:
+    """A gzipped JSON-lines file, read as a stream: part i is the i-th run of whole lines of
+    about one MiB (uncompressed)."""
+
+    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+        with gzip.open(path, "rb") as fh:
+            part = 0
+            while True:
+                chunk = fh.read(JSONL_PART_BYTES)
+                if not chunk:
+                    return
+                if not chunk.endswith(b"\n"):
+                    chunk += fh.readline()
                 if part >= first:
-                    yield part, select_columns(batch, str(path), text_column)
+                    for batch in _parse_json_lines(chunk, str(path), text_column):
+                        yield part, batch
+                part += 1
 
-    return SourceUnit(key=f"file:{path}", read=read, n_bytes=path.stat().st_size)
+    return SourceUnit(key=key, read=read, n_bytes=path.stat().st_size)
 
 
-def _txt_unit(path: Path) -> SourceUnit:
+def _txt_unit(path: Path, key: str) -> SourceUnit:
     def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
         if first > 0:
             return
@@ -176,7 +292,7 @@ def _txt_unit(path: Path) -> SourceUnit:
             return
         yield 0, pa.RecordBatch.from_pydict({"text": pa.array([text]), "doc_id": pa.array([path.name])})
 
-    return SourceUnit(key=f"file:{path}", read=read, n_parts=1, n_bytes=path.stat().st_size)
+    return SourceUnit(key=key, read=read, n_parts=1, n_bytes=path.stat().st_size)
 
 
 def _hf_unit(spec: str, text_column: str, data_files: Optional[list[str]]) -> SourceUnit:
@@ -202,7 +318,9 @@ def _hf_unit(spec: str, text_column: str, data_files: Optional[list[str]]) -> So
     return SourceUnit(key=f"hf:{name}:{config}" if config else f"hf:{name}", read=read)
 
 
-def _expand_paths(spec: str) -> list[Path]:
+def expand_paths(spec: str) -> list[Path]:
+    """The ingestible files a local spec names (a file, a folder searched recursively, or a
+    glob), sorted; a path that does not exist is an error, a folder or glob with none is not."""
     if any(ch in spec for ch in "*?["):
         matches = [Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True)]
     else:
@@ -216,25 +334,81 @@ def _expand_paths(spec: str) -> list[Path]:
     return sorted(m.resolve() for m in matches if m.is_file() and m.name.endswith(FILE_SUFFIXES))
 
 
+def _changed(path: Path, stored: list[StoredKey], now: str) -> str:
+    return (f"changed since it was ingested (content fingerprint {now}, stored "
+            f"{', '.join(sorted({k.fp or '?' for k in stored}))}); the rows already ingested from "
+            "it stay in the table. Files are read once: put new documents in a new file (a "
+            ".jsonl may also grow by appending lines), or move this file out of the source")
+
+
+def _file_units(path: Path, text_column: str, stored: list[StoredKey]) -> list[SourceUnit]:
+    """The units to read for ``path``, given the keys the table already holds for it."""
+    size = path.stat().st_size
+    if path.name.endswith(".jsonl"):
+        return _jsonl_units(path, text_column, size, stored)
+    legacy = [k for k in stored if k.fp is None]
+    fp = fingerprint(path, size)
+    key = legacy[0].key if legacy else file_key(path, fp)
+    if stored and not legacy and all(k.fp != fp for k in stored):
+        raise SourceError(_changed(path, stored, fp))
+    if path.name.endswith(".parquet"):
+        return [_parquet_unit(path, text_column, key)]
+    if path.name.endswith(".jsonl.gz"):
+        return [_jsonl_gz_unit(path, text_column, key)]
+    return [_txt_unit(path, key)]
+
+
+def _jsonl_units(path: Path, text_column: str, size: int,
+                 stored: list[StoredKey]) -> list[SourceUnit]:
+    gens = sorted((k for k in stored if k.end is not None), key=lambda k: k.end)
+    if not gens:
+        if stored:  # ingested before generations existed: its byte ranges are unknown
+            return []
+        return [_jsonl_generation_unit(path, text_column, 0, size, fingerprint(path, size))] \
+            if size else []
+    last = gens[-1]
+    if size < last.end or fingerprint(path, last.end) != last.fp:
+        raise SourceError(_changed(path, gens, fingerprint(path, size)))
+    # earlier generations first (a killed run may have left one unfinished), then the new bytes
+    units = [_jsonl_generation_unit(path, text_column, g.start, g.end, g.fp) for g in gens]
+    if size > last.end:
+        with open(path, "rb") as fh:
+            fh.seek(last.end - 1)
+            ends_line = fh.read(1) == b"\n"
+        if not ends_line:
+            raise SourceError(
+                f"grew since it was ingested, but its last ingested line had no newline, so the "
+                f"new bytes continue a stored document. End every line with a newline; to ingest "
+                f"the new lines, move them to a new file")
+        units.append(_jsonl_generation_unit(path, text_column, last.end, size,
+                                            fingerprint(path, size)))
+    return units
+
+
 def resolve(spec: str, text_column: str = "text", *, hf_data_files: Optional[list[str]] = None,
-            ) -> ResolvedSource:
-    """Turn a source spec into units. Files that cannot be read are reported, not fatal."""
+            stored_keys=(), ) -> ResolvedSource:
+    """Turn a source spec into units, given the unit keys the table already holds.
+
+    Files that cannot be read, or that changed in a way that cannot be ingested, are reported
+    in ``bad_files`` (not fatal: the others are read).
+    """
     spec = spec.strip()
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return ResolvedSource([_synthetic_unit(_parse_synthetic(spec))], {})
     if spec.startswith("hf:"):
         return ResolvedSource([_hf_unit(spec, text_column, hf_data_files)], {})
+    by_path = stored_keys_by_path(stored_keys)
     units, bad = [], {}
-    for path in _expand_paths(spec):
+    files = expand_paths(spec)
+    for path in files:
         try:
-            if path.name.endswith(".parquet"):
-                units.append(_parquet_unit(path, text_column))
-            elif path.name.endswith((".jsonl", ".jsonl.gz")):
-                units.append(_jsonl_unit(path, text_column))
-            else:
-                units.append(_txt_unit(path))
+            units.extend(_file_units(path, text_column, by_path.get(str(path), [])))
         except SourceError as exc:
             bad[str(path)] = str(exc)
         except (OSError, pa.ArrowException) as exc:
             bad[str(path)] = f"not a readable {path.suffix} file ({exc}); replace or remove it"
-    return ResolvedSource(units, bad)
+    warning = None
+    if not files:
+        warning = (f"LANCE_ASSETS_SOURCE={spec!r} matches no .parquet, .jsonl, .jsonl.gz or .txt "
+                   "file: nothing to ingest. Check the path or glob for a typo.")
+    return ResolvedSource(units, bad, warning)

@@ -1,14 +1,31 @@
-"""Opening the corpus table and reading what the Dagster layer reports about it."""
+"""Opening the corpus table, committing to it safely, and reading what the Dagster layer
+reports about it.
+
+Every write to the table goes through ``commit_retrying``: Lance commits are optimistic, and a
+commit that lost a race with a concurrent writer (another asset, another run, another Dagster
+instance) raises a *retryable* ``CommitConflictError``. The retry re-opens the newest version and
+rebuilds the operation from it, so writers of different columns can run at the same time and
+correctness never depends on how (or whether) the orchestrator serialises them.
+"""
 
 from __future__ import annotations
 
 import json
+import random
+import time
 from pathlib import Path
+from typing import Callable, Optional, TypeVar
 
 import lance
 import pyarrow as pa
 
 from lance_assets import paths
+
+T = TypeVar("T")
+
+# Retries of one logical write lost to concurrent writers. Each retry rebuilds the operation on
+# the newest version, so this bounds contention, not correctness.
+MAX_COMMIT_ATTEMPTS = 50
 
 # The columns ingest writes. Every other column is added later, one asset per column group.
 RAW_SCHEMA = pa.schema([
@@ -35,10 +52,20 @@ class TableMissingError(RuntimeError):
     pass
 
 
+def has_committed_version(uri: str | Path) -> bool:
+    """True once a version of the dataset at ``uri`` is committed (a manifest exists).
+
+    A folder without one is what a first write killed before its commit leaves behind (data
+    files, no manifest): it is not a table, and the next ingest creates the table over it.
+    """
+    versions = Path(uri) / "_versions"
+    return versions.is_dir() and any(p.name.endswith(".manifest") for p in versions.iterdir())
+
+
 def open_table(root: str | Path, table: str = paths.TABLE_NAME) -> lance.LanceDataset:
     """The Lance dataset behind ``table``, or a clear error if ingest has not run yet."""
     uri = paths.table_uri(root, table)
-    if not Path(uri).exists():
+    if not has_committed_version(uri):
         raise TableMissingError(
             f"No Lance table at {uri}. Materialize `raw_text` first "
             "(dagster asset materialize -m lance_assets.definitions --select raw_text)."
@@ -47,7 +74,36 @@ def open_table(root: str | Path, table: str = paths.TABLE_NAME) -> lance.LanceDa
 
 
 def table_exists(root: str | Path, table: str = paths.TABLE_NAME) -> bool:
-    return Path(paths.table_uri(root, table)).exists()
+    return has_committed_version(paths.table_uri(root, table))
+
+
+def is_retryable_conflict(exc: BaseException) -> bool:
+    """A commit that lost a race and may be rebuilt on the newest version."""
+    from lance.commit import CommitConflictError
+
+    return isinstance(exc, CommitConflictError) and getattr(exc, "retryable", True)
+
+
+def commit_retrying(what: str, attempt: Callable[[], T], *,
+                    log: Optional[Callable[[str], None]] = None,
+                    max_attempts: int = MAX_COMMIT_ATTEMPTS) -> T:
+    """Run ``attempt`` (open the newest version, build the operation, commit) until it is not
+    preempted by a concurrent writer; back off with jitter in between.
+
+    ``attempt`` must re-read the table each time: what it commits is decided on the version it
+    reads, which is how the operation is rebased on the writes that won the race.
+    """
+    for n in range(1, max_attempts + 1):
+        try:
+            return attempt()
+        except Exception as exc:  # noqa: BLE001 - re-raised unless a retryable commit conflict
+            if not is_retryable_conflict(exc) or n == max_attempts:
+                raise
+            if log is not None and n in (1, 10, 25):
+                log(f"{what}: a concurrent write won the commit race; retrying on the newest "
+                    f"version (attempt {n + 1})")
+            time.sleep(min(0.02 * 2 ** min(n, 7), 2.0) * random.uniform(0.5, 1.5))
+    raise AssertionError("unreachable")
 
 
 # Table-level facts (e.g. the tokenizer) live in the manifest's key/value config, versioned with
@@ -59,7 +115,10 @@ def get_json_config(ds: lance.LanceDataset, key: str) -> dict | None:
 
 
 def set_json_config(ds: lance.LanceDataset, key: str, value: dict) -> None:
-    ds.update_config({key: json.dumps(value, sort_keys=True)})
+    """Store ``value`` under ``key`` in the newest version's config (retried on conflicts)."""
+    uri = ds.uri
+    text = json.dumps(value, sort_keys=True)
+    commit_retrying(f"config {key}", lambda: lance.dataset(uri).update_config({key: text}))
 
 
 def data_files_by_field(ds: lance.LanceDataset, column: str) -> dict[int, list[str]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from lance_assets.corpus.sources import FILE_SUFFIXES, SourceError, _expand_paths
+from lance_assets.corpus.sources import FILE_SUFFIXES, SourceError, expand_paths
 from lance_assets.defs.resources import LanceStore
 
 CRON_ENV = "LANCE_ASSETS_INGEST_CRON"
@@ -39,7 +39,7 @@ def landing_files(source: str) -> dict[str, list[int]]:
     if source.startswith(("synthetic", "hf:")):
         return {}
     try:
-        files = _expand_paths(source)
+        files = expand_paths(source)
     except SourceError:
         return {}
     out = {}
