@@ -4,16 +4,23 @@ Packing and shuffling happen in the loader (``lancedb.streaming.StreamingDataset
 ``pack_sequences``): documents that pass the SQL filter are shuffled into ``num_splits`` fixed
 splits, joined with EOS and cut into blocks of ``seq_len + 1`` tokens. The validation split is a
 frozen slice of ids (``id % val_mod = 0``), packed in storage order, identical every run.
+
+The split is the trainer's own: the user's ``--filter`` is parsed and checked against the
+table's columns (``lance_assets.corpus.predicate``), then joined to the split's predicate as a
+parsed tree, never by pasting text, so no filter can reach the other side of the split.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Iterator
 
 import lancedb
 import torch
 from lancedb.streaming import StreamingDataLoader, StreamingDataset
+
+from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
 
 TOKENIZER_KEY = "lance_assets.tokenizer"
 
@@ -38,12 +45,31 @@ def open_snapshot(db_dir: str, table_name: str, version: int | None = None) -> T
     return TableSnapshot(table=table, version=version, tokenizer=json.loads(raw))
 
 
-def train_filter(base: str, val_mod: int) -> str:
-    return f"({base}) AND n_tokens > 0 AND id % {val_mod} != 0"
+@dataclass(frozen=True)
+class Splits:
+    train: Predicate
+    val: Predicate
 
 
-def val_filter(base: str, val_mod: int) -> str:
-    return f"({base}) AND n_tokens > 0 AND id % {val_mod} = 0"
+def splits(user_filter: str, val_mod: int, columns) -> Splits:
+    """The training and validation predicates: the user's filter (checked against ``columns``;
+    ``PredicateError`` names --filter otherwise) AND the trainer's own split."""
+    if not isinstance(val_mod, int) or val_mod < 2:
+        raise ValueError(f"val_mod must be an integer >= 2, got {val_mod!r}")
+    columns = list(columns)
+    try:
+        user = safe_predicate(user_filter, columns) if user_filter.strip() else None
+    except PredicateError as e:
+        raise PredicateError(f"--filter: {e}") from None
+    train = safe_predicate(f"n_tokens > 0 AND id % {val_mod} != 0", columns)
+    val = safe_predicate(f"n_tokens > 0 AND id % {val_mod} = 0", columns)
+    if user is None:
+        return Splits(train, val)
+    return Splits(user.and_(train), user.and_(val))
+
+
+class TooLittleData(RuntimeError):
+    """The filter leaves less than one block per split."""
 
 
 def count_blocks(snap: TableSnapshot, filter: str, block_len: int, num_splits: int) -> int:
@@ -56,7 +82,7 @@ def count_blocks(snap: TableSnapshot, filter: str, block_len: int, num_splits: i
     blocks = tokens // block_len
     blocks -= blocks % num_splits
     if blocks == 0:
-        raise RuntimeError(
+        raise TooLittleData(
             f"filter {filter!r} leaves fewer than {num_splits} blocks of {block_len} tokens; "
             "ingest more data, loosen the filter or shorten --seq-len"
         )
@@ -66,6 +92,9 @@ def count_blocks(snap: TableSnapshot, filter: str, block_len: int, num_splits: i
 def count_rows(snap: TableSnapshot, filter: str, num_splits: int) -> int:
     """Documents per epoch without packing (the loader drops the remainder of ``num_splits``)."""
     rows = snap.table.to_lance().count_rows(filter=filter)
+    if rows < num_splits:
+        raise TooLittleData(f"filter {filter!r} leaves {rows} documents, fewer than the "
+                            f"{num_splits} splits; ingest more data or loosen the filter")
     return rows - rows % num_splits
 
 
@@ -125,6 +154,41 @@ def tokens_per_byte(snap: TableSnapshot, filter: str) -> float | None:
 
 def train_loader(dataset: StreamingDataset, batch_size: int, num_workers: int = 0):
     return StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
+
+
+class TrainBatches:
+    """This rank's training blocks, ``batch_size`` at a time, epoch after epoch (each epoch
+    reshuffled); ``state_dict()`` is the loader position a checkpoint resumes from."""
+
+    def __init__(self, snap: TableSnapshot, *, epoch: int, state: dict | None, batch_size: int,
+                 num_workers: int = 0, **dataset_kw):
+        self.snap, self.epoch, self.dataset_kw = snap, epoch, dataset_kw
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self._open(state)
+
+    def _open(self, state: dict | None) -> None:
+        self.dataset = train_dataset(self.snap, epoch=self.epoch, **self.dataset_kw)
+        if state is not None:
+            self.dataset.load_state_dict(state)
+        self._it: Iterator = iter(train_loader(self.dataset, self.batch_size, self.num_workers))
+
+    def __iter__(self) -> "TrainBatches":
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        try:
+            return next(self._it)["input_ids"]
+        except StopIteration:
+            self.epoch += 1
+            self._open(None)
+            return next(self._it)["input_ids"]
+
+    def state_dict(self) -> dict:
+        return self.dataset.state_dict()
+
+    @staticmethod
+    def merge_state_dicts(states: list[dict]) -> dict:
+        return StreamingDataset.merge_state_dicts(states)
 
 
 def val_blocks(snap: TableSnapshot, *, filter: str, block_len: int, max_blocks: int) -> torch.Tensor:

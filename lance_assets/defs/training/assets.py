@@ -16,79 +16,23 @@ from lance_assets.corpus.rules import training_filter
 from lance_assets.defs.corpus.assets import token_ids
 from lance_assets.defs.metadata import markdown_table
 from lance_assets.defs.resources import LanceStore
+from lance_assets.defs.training.config import LAUNCH_ONLY, TrainConfig
 from lance_assets.defs.training.torchrun import TORCHRUN_SHUTDOWN_TIMEOUT_S, TorchrunPipesClient
+from lance_assets.train.config import to_flags
 
 GROUP = "training"
 
 
-class TrainConfig(dg.Config):
-    """Mirrors `python -m lance_assets.train` flags (same names, `-` as `_`); the defaults train
-    the demo's `tiny` model in about a minute on 2 CPU cores."""
-
-    model: str = "tiny"
-    tokenizer: Optional[str] = None
-    pack: bool = True
-    seq_len: int = 128
-    batch_size: int = 16
-    grad_accum: int = 1
-    steps: int = 300
-    epochs: Optional[float] = None
-    lr: float = 5e-3
-    min_lr: float = 3e-4
-    warmup: int = 60
-    weight_decay: float = 0.1
-    dtype: str = "auto"
-    compile: bool = False
-    filter: str = ""
-    """SQL predicate of training documents; '' = the curation rules in force (`curation_rules`)."""
-    val_mod: int = 20
-    num_splits: int = 8
-    read_batch_size: int = 64
-    io_queue_depth: int = 4
-    transform_parallelism: Optional[int] = None
-    transform_queue_depth: Optional[int] = None
-    num_workers: int = 0
-    blocks_mode: str = "off"
-    """`off` (pack in the loader) or a pre-packed control arm: `lance`, `mosaic`,
-    `parquet-random`, `parquet-seq` (see lance_assets.bench.build_packed_datasets)."""
-    blocks_path: Optional[str] = None
-    eval_every: int = 50
-    eval_blocks: int = 32
-    ckpt_every: int = 100
-    keep_ckpts: int = 2
-    log_every: int = 10
-    log_batch_hashes: bool = False
-    seed: int = 1337
-    resume: Optional[str] = None
-    """None (fresh), 'auto' (the newest checkpoint in the run folder) or a checkpoint path."""
-    nproc_per_node: int = 1
-    """Processes (GPUs) per node for torchrun."""
-    run_name: str = ""
-    """Folder under DATA/train for checkpoints; default: the Dagster run id's first 8 characters."""
-
-
-LAUNCH_ONLY = {"nproc_per_node", "run_name"}
-
-
 def trainer_command(cfg: TrainConfig, root: Path, out: Path) -> list[str]:
-    """`torchrun ... -m lance_assets.train` with one flag per config field."""
+    """`torchrun ... -m lance_assets.train` with one flag per trainer setting."""
     if not cfg.filter:  # the curation rules' combined filter, validated against the table
         cfg = cfg.model_copy(update={"filter": training_filter(root)})
-    flags: list[str] = ["--data", str(root), "--out", str(out)]
-    for name, value in cfg.model_dump().items():
-        flag = "--" + name.replace("_", "-")
-        if name in LAUNCH_ONLY or value is None or value == "":
-            continue
-        if name == "pack":
-            flags.append(flag if value else "--no-pack")
-        elif isinstance(value, bool):
-            flags += [flag] if value else []
-        else:
-            flags += [flag, str(value)]
+    settings = {k: v for k, v in cfg.model_dump().items() if k not in LAUNCH_ONLY}
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc-per-node={cfg.nproc_per_node}",
-        f"--shutdown-timeout={TORCHRUN_SHUTDOWN_TIMEOUT_S}", "-m", "lance_assets.train", *flags,
+        f"--shutdown-timeout={TORCHRUN_SHUTDOWN_TIMEOUT_S}", "-m", "lance_assets.train",
+        "--data", str(root), "--out", str(out), *to_flags(settings),
     ]
 
 
@@ -121,7 +65,7 @@ def loss_curve_markdown(metrics_path: Path) -> Optional[str]:
 
 
 @dg.asset(deps=[token_ids, dg.AssetKey("curation_rules")], group_name=GROUP,
-          kinds={"pytorch", "lance"}, code_version="1")
+          kinds={"pytorch", "lance"}, code_version="2")
 def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
                      lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
     """A compact GPT trained by `torchrun -m lance_assets.train`, launched through Dagster Pipes.

@@ -1,0 +1,224 @@
+"""The trainer's settings, defined once.
+
+``TrainConfig`` is the single source: ``python -m lance_assets.train``'s flags are generated from
+it (``--seq-len`` for ``seq_len``, the help text and the allowed range from the field), and so is
+the Dagster run config of the ``pretrained_model`` asset (``lance_assets.defs.training``), which
+adds the launcher's own ``LaunchConfig``. ``check`` enforces the same ranges on both paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
+
+from lance_assets.train.model import ARCHS, PRESETS
+
+RUN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+
+
+class ConfigError(ValueError):
+    """A setting outside its allowed range; the message names the flag and the range."""
+
+
+def setting(default: Any, help: str, *, ge: float | None = None, gt: float | None = None,
+            choices: tuple | None = None, pattern: re.Pattern | None = None,
+            cli_only: bool = False, dagster_default: Any = MISSING) -> Any:
+    """A dataclass field carrying its help text and allowed range (``ge``/``gt``/``choices``/
+    ``pattern``). ``cli_only``: the launcher sets it, the run config does not show it."""
+    meta = {"help": help, "ge": ge, "gt": gt, "choices": choices, "pattern": pattern,
+            "cli_only": cli_only, "dagster_default": dagster_default}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What one training run reads, trains and writes. The defaults train the demo's `tiny`
+    model in about a minute on 2 CPU cores."""
+
+    # data
+    data: Optional[str] = setting(None, "data root holding lance/corpus.lance "
+                                        "(default $LANCE_ASSETS_DATA or ./data)", cli_only=True)
+    table: str = setting("corpus", "table name in the data root's Lance database", cli_only=True)
+    table_version: Optional[int] = setting(None, "table version to read (default: the newest; "
+                                                 "a resume keeps its own)", ge=1, cli_only=True)
+    filter: str = setting("NOT is_dup", "SQL predicate over the table's columns selecting the "
+                          "training documents; the validation split is excluded by the trainer "
+                          "itself ('' in the run config: the curation rules in force)",
+                          dagster_default="")
+    val_mod: int = setting(20, "documents with id % VAL_MOD == 0 form the frozen validation split",
+                           ge=2)
+    tokenizer: Optional[str] = setting(None, "expected tokenizer name; refuse to train if the "
+                                             "table's input_ids were written with another")
+    pack: bool = setting(True, "pack documents into full blocks in the loader (false: one "
+                               "document per sequence, cut or padded)")
+    seq_len: int = setting(128, "tokens per training sequence", ge=1)
+    num_splits: int = setting(8, "loader splits; a resume works on any world size dividing it",
+                              ge=1)
+    read_batch_size: int = setting(64, "rows per Lance read in the loader", ge=1)
+    io_queue_depth: int = setting(4, "Lance reads in flight in the loader", ge=1)
+    transform_parallelism: Optional[int] = setting(None, "loader transform threads "
+                                                         "(default: the CPU count)", ge=1)
+    transform_queue_depth: Optional[int] = setting(None, "loader transform batches in flight",
+                                                   ge=1)
+    num_workers: int = setting(0, "StreamingDataLoader worker processes", ge=0)
+    # model and optimizer
+    model: str = setting("tiny", "model size preset", choices=tuple(PRESETS))
+    arch: str = setting("nanogpt", "nanogpt: learned positions, LayerNorm, GELU, tied head, "
+                        "AdamW; modern: rotary, RMSNorm, QK-norm, ReLU^2, untied soft-capped "
+                        "head, Muon for hidden matrices + AdamW", choices=ARCHS)
+    batch_size: int = setting(16, "sequences per rank per micro-step", ge=1)
+    grad_accum: int = setting(1, "micro-steps per optimizer step", ge=1)
+    steps: int = setting(300, "optimizer steps", ge=1)
+    epochs: Optional[float] = setting(None, "train this many epochs instead of STEPS", gt=0)
+    lr: float = setting(5e-3, "peak AdamW learning rate (tuned for tiny; ~6e-4 for small)", gt=0)
+    min_lr: float = setting(3e-4, "AdamW learning rate at the end of the cosine decay", ge=0)
+    matrix_lr: float = setting(0.02, "peak Muon learning rate of the hidden matrices "
+                                     "(arch modern)", gt=0)
+    warmup: int = setting(60, "linear warmup steps", ge=0)
+    weight_decay: float = setting(0.1, "weight decay of the matrices", ge=0)
+    dtype: str = setting("auto", "autocast dtype (auto: bfloat16 on GPUs that support it, "
+                                 "else float32)", choices=("auto", "bfloat16", "float32"))
+    compile: bool = setting(False, "torch.compile the model")
+    seed: int = setting(1337, "seed of the initial weights and of the loader's shuffle", ge=0)
+    # the once-in-a-while blocks
+    eval_every: int = setting(50, "steps between validation passes", ge=1)
+    eval_blocks: int = setting(32, "validation blocks per pass", ge=1)
+    ckpt_every: int = setting(100, "steps between checkpoints", ge=1)
+    keep_ckpts: int = setting(2, "checkpoints kept in the run folder", ge=1)
+    log_every: int = setting(10, "steps between progress lines", ge=1)
+    log_batch_hashes: bool = setting(False, "log the sorted hashes of every step's blocks "
+                                            "(all ranks) to metrics.jsonl")
+    resume: Optional[str] = setting(None, "'auto' (the newest good checkpoint in the run "
+                                          "folder) or a checkpoint path")
+    out: Optional[str] = setting(None, "run folder (default DATA/train/manual)", cli_only=True)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How the ``pretrained_model`` asset launches the trainer (not trainer flags)."""
+
+    nproc_per_node: int = setting(1, "processes (GPUs) per node for torchrun", ge=1)
+    run_name: str = setting("", "folder under DATA/train for checkpoints: a plain name (letters, "
+                                "digits, '_', '.', '-'); default: the Dagster run id's first "
+                                "8 characters", pattern=RUN_NAME_RE)
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def value_type(cls, name: str) -> type:
+    """The field's type without Optional: int, float, str or bool."""
+    hint = get_type_hints(cls)[name]
+    if get_origin(hint) is Union:
+        hint = next(a for a in get_args(hint) if a is not type(None))
+    return hint
+
+
+def check_value(cls, name: str, value: Any) -> Any:
+    """``value`` if the field allows it, else ``ConfigError`` naming the flag and the range."""
+    meta = next(f.metadata for f in fields(cls) if f.name == name)
+    if value is None:
+        return value
+    kind = value_type(cls, name)
+    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                 or (kind is int and not float(value).is_integer())):
+        raise ConfigError(f"{flag(name)} {value!r}: must be {'an integer' if kind is int else 'a number'}")
+    problem = None
+    if meta["ge"] is not None and value < meta["ge"]:
+        problem = f"must be >= {meta['ge']}"
+    elif meta["gt"] is not None and value <= meta["gt"]:
+        problem = f"must be > {meta['gt']}"
+    elif meta["choices"] is not None and value not in meta["choices"]:
+        problem = f"choose one of {', '.join(meta['choices'])}"
+    elif meta["pattern"] is not None and value and not meta["pattern"].match(value):
+        problem = ("must be a plain folder name: letters, digits, '_', '.', '-', not starting "
+                   "with '.', no '/', at most 100 characters")
+    if problem:
+        raise ConfigError(f"{flag(name)} {value!r}: {problem}")
+    return value
+
+
+def check(cfg: TrainConfig | LaunchConfig) -> None:
+    """Every field in range, and the settings consistent with one another."""
+    for f in fields(cfg):
+        check_value(type(cfg), f.name, getattr(cfg, f.name))
+    if isinstance(cfg, TrainConfig) and cfg.min_lr > cfg.lr:
+        raise ConfigError(f"--min-lr {cfg.min_lr}: must not exceed --lr {cfg.lr}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not the whole usage block
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _argparse_type(cls, name: str, kind: type):
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}")
+        try:
+            return check_value(cls, name, value)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(f"{text!r} " + str(e).split(": ", 1)[1])
+    convert.__name__ = kind.__name__
+    return convert
+
+
+def build_parser(cls=TrainConfig, *, prog: str = "python -m lance_assets.train",
+                 description: str | None = None) -> argparse.ArgumentParser:
+    """One flag per field: the field's help, its default, its range checked while parsing."""
+    p = _Parser(prog=prog, description=description,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in fields(cls):
+        kind = value_type(cls, f.name)
+        help = f.metadata["help"].replace("%", "%%")
+        if kind is bool:
+            p.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=f.default,
+                           help=help)
+        elif f.metadata["choices"]:
+            p.add_argument(flag(f.name), default=f.default, choices=f.metadata["choices"],
+                           help=help + " (default: %(default)s)")
+        elif kind is str:
+            p.add_argument(flag(f.name), default=f.default, type=_argparse_type(cls, f.name, str),
+                           help=help + (" (default: %(default)s)" if f.default else ""))
+        else:
+            p.add_argument(flag(f.name), default=f.default, type=_argparse_type(cls, f.name, kind),
+                           help=help + " (default: %(default)s)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None, description: str | None = None) -> TrainConfig:
+    """The command line as a ``TrainConfig`` (argparse exits 2 with one line on a bad flag)."""
+    ns = build_parser(description=description).parse_args(argv)
+    cfg = TrainConfig(**vars(ns))
+    try:
+        check(cfg)
+    except ConfigError as e:
+        build_parser().error(str(e))
+    return cfg
+
+
+def data_root(cfg: TrainConfig) -> str:
+    return cfg.data or os.environ.get("LANCE_ASSETS_DATA") or "./data"
+
+
+def to_flags(values: dict) -> list[str]:
+    """Trainer flags for ``values`` (field name -> value); None means the trainer's default."""
+    out: list[str] = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        if value_type(TrainConfig, name) is bool:
+            out.append(flag(name) if value else "--no-" + flag(name)[2:])
+        else:
+            out += [flag(name), str(value)]
+    return out
+
+
+def as_dict(cfg: TrainConfig) -> dict:
+    return asdict(cfg)
