@@ -6,6 +6,10 @@
 
 Rows searched: those of the table version the newest model trained on (DATA/train/LATEST);
 ``--version`` pins another one. ``--data`` (default $LANCE_ASSETS_DATA, else ./data).
+
+A mistake in the input (no table yet, a column not materialized, a filter that is not one
+predicate over the table's columns, a text file that is not UTF-8) prints one line naming it
+and the fix, and exits with status 1; a traceback means a bug.
 """
 
 from __future__ import annotations
@@ -53,9 +57,62 @@ def _quiet(_msg: str) -> None:
     pass
 
 
+class UsageError(ValueError):
+    """A command-line input that cannot be used; the message says which and what to do."""
+
+
+def read_text_arg(path: str) -> str:
+    """The text of ``--text-file`` ('-' = standard input), which must be UTF-8."""
+    where = "standard input" if path == "-" else f"--text-file {path}"
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{where}: is a folder; give a text file") from None
+    except PermissionError:
+        raise UsageError(f"{where}: not readable (permission denied)") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{where}: not UTF-8 text (invalid byte at offset {err.start}); "
+                         "convert it to UTF-8 first (e.g. iconv -t UTF-8)") from None
+
+
+def check_version(root: Path, version: int | None) -> None:
+    if version is None:
+        return
+    from lance_assets.corpus.table import open_table
+
+    known = [v["version"] for v in open_table(root).versions()]
+    if version not in known:
+        raise UsageError(f"--version {version}: the table has no such version (it has "
+                         f"{min(known)} to {max(known)})")
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from lance_assets.corpus.predicate import PredicateError
+    from lance_assets.corpus.table import TableMissingError
+    from lance_assets.forensics.embed import EmbeddingMismatchError
+    from lance_assets.forensics.search import MissingInputError
+
+    return (UsageError, PredicateError, TableMissingError, MissingInputError,
+            EmbeddingMismatchError, FileNotFoundError)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    errors = _user_errors()
+    try:
+        return run(args)
+    except errors as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+
+
+def run(args: argparse.Namespace) -> int:
     root = paths.data_dir(args.data)
+    check_version(root, args.version)
     log = _quiet if args.json else (lambda m: print(m, file=sys.stderr))
     if args.command == "search":
         from lance_assets.forensics.search import search
@@ -75,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "attribute":
         from lance_assets.forensics.attribution import attribute
 
-        if args.text is not None:
-            text = args.text
-        else:
-            text = sys.stdin.read() if args.text_file == "-" else Path(args.text_file).read_text()
+        text = args.text if args.text is not None else read_text_arg(args.text_file)
         res = attribute(root, text, args.k, version=args.version, log=log)
         if args.json:
             print(json.dumps(res.to_dict(), indent=2))

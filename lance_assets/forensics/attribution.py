@@ -40,6 +40,7 @@ from lance_assets.corpus.tokenizers import load_tokenizer
 from lance_assets.forensics.embed import (DEFAULT_MAX_TOKENS, EMBEDDING, Embedder, read_embeddings,
                                           shared_embedder, table_embedding_spec)
 from lance_assets.forensics.pinned import Pin, resolve_pin
+from lance_assets.forensics.search import MissingInputError, checked_filter
 from lance_assets.forensics.search import snippet as text_snippet
 from lance_assets.forensics.vector_index import current_settings, nearest_arg
 
@@ -115,7 +116,7 @@ def read_tokens(ds: lance.LanceDataset, filter: str | None) -> tuple[np.ndarray,
     for batch in ds.to_batches(columns=["id", "input_ids"], filter=filter):
         col = batch.column("input_ids")
         if col.null_count:
-            raise RuntimeError(f"{col.null_count} rows passing {filter!r} have no input_ids; "
+            raise MissingInputError(f"{col.null_count} rows passing {filter!r} have no input_ids; "
                                "materialize `token_ids` first")
         off = col.offsets.to_numpy()
         ids.append(batch.column("id").to_numpy(zero_copy_only=False))
@@ -232,11 +233,13 @@ class Attributor:
         self.pinned = lance.dataset(uri, version=self.pin.version)
         info = self.pinned.config().get(TOKENIZER_KEY)
         if info is None or "input_ids" not in self.pinned.schema.names:
-            raise RuntimeError(f"table version {self.pin.version} has no token columns; "
+            raise MissingInputError(f"table version {self.pin.version} has no token columns; "
                                "materialize `token_ids` first")
         self.tok_info = json.loads(info)
         self.tok = load_tokenizer(self.tok_info["name"], root)
-        self.filter = self.pin.rows_filter(training_only=True)
+        train_rows = checked_filter(self.pinned, self.pin.rows_filter(training_only=True),
+                                    f"the training filter recorded for {self.pin.source}")
+        self.filter = train_rows.lance if train_rows is not None else None
         bpt = bytes_per_token(self.pinned, self.filter, self.tok_info["name"])
         self.min_span = max(4, math.ceil(min_span_chars / bpt))
         self.index = build_ngram_index(self.pinned, self.filter, self.min_span,
@@ -277,7 +280,7 @@ class Attributor:
         if self.has_vectors and text.strip():
             t = time.perf_counter()
             qvec = self.embedder.encode([text])[0]
-            flt = self.pin.rows_filter(training_only=True)
+            flt = self.filter
             tbl = self.latest.to_table(columns=["id", "_distance"],
                                        nearest=nearest_arg(self.settings, qvec, k_vector),
                                        filter=flt, prefilter=flt is not None)

@@ -20,7 +20,7 @@ import numpy as np
 from lance_assets import paths
 from lance_assets.forensics.embed import DIM, EMBEDDING
 from lance_assets.forensics.pinned import Pin, resolve_pin
-from lance_assets.forensics.search import snippet
+from lance_assets.forensics.search import MissingInputError, and_filters, checked_filter, snippet
 
 DEFAULT_THRESHOLD = 0.95
 DEFAULT_SAMPLE = 2000
@@ -49,8 +49,10 @@ def semantic_near_dups(root: str | Path, *, pin: Pin | None = None,
     pin = pin or resolve_pin(root)
     ds = lance.dataset(paths.table_uri(root))
     if EMBEDDING.name not in ds.schema.names:
-        raise RuntimeError("no `embedding` column: materialize `embeddings` first")
-    flt = " AND ".join(x for x in (pin.rows_filter(), f"{EMBEDDING.name} IS NOT NULL") if x)
+        raise MissingInputError(f"{ds.uri} has no `embedding` column: materialize `embeddings` "
+                                "first")
+    flt = and_filters(checked_filter(ds, pin.rows_filter(), "the pinned rows' filter"),
+                      checked_filter(ds, f"{EMBEDDING.name} IS NOT NULL", "embedding filter"))
     ids = ds.to_table(columns=["id"], filter=flt).column("id").to_numpy()
     rng = np.random.default_rng(seed)
     picked = np.sort(rng.choice(ids, size=min(sample, len(ids)), replace=False))

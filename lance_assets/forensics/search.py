@@ -7,7 +7,9 @@ unbounded scores and cosine similarities need no calibration. Each list is fetch
 deep so a document ranked moderately by both can still make the fused top ``k``.
 
 Only the pinned rows are searched (``pinned.py``): by default those of the table version the
-newest model trained on.
+newest model trained on. Every filter (``--filter``, and the training filter a checkpoint
+recorded) is parsed by ``corpus.predicate`` against the table's columns; only the rendered tree
+reaches Lance.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 
 from lance_assets import paths
 from lance_assets.corpus import fts
+from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
 from lance_assets.forensics.embed import (DEFAULT_MAX_TOKENS, EMBEDDING, Embedder, shared_embedder,
                                           table_embedding_spec)
 from lance_assets.forensics.pinned import Pin, max_id, resolve_pin
@@ -31,6 +34,31 @@ RRF_K = 60
 DEPTH = 4  # each list is fetched k * DEPTH deep before fusing
 SNIPPET_CHARS = 160
 MODES = ("hybrid", "vector", "text")
+
+
+class MissingInputError(RuntimeError):
+    """What a forensics command reads has not been materialized; the message names the asset."""
+
+
+def checked_filter(ds: lance.LanceDataset, text: str | Predicate | None, what: str
+                   ) -> Predicate | None:
+    """``text`` parsed as a predicate over ``ds``'s columns (``PredicateError`` naming
+    ``what``), or None when there is no filter."""
+    if text is None or isinstance(text, Predicate):
+        return text
+    try:
+        return safe_predicate(text, ds.schema.names)
+    except PredicateError as err:
+        raise PredicateError(f"{what}: {err}", err.reason) from None
+
+
+def and_filters(*preds: Predicate | None) -> str | None:
+    """The predicates that are set, joined with AND, as Lance SQL (None when none is set)."""
+    out = None
+    for p in preds:
+        if p is not None:
+            out = p if out is None else out.and_(p)
+    return out.lance if out is not None else None
 
 
 @dataclass
@@ -94,7 +122,8 @@ class Searcher:
         self.root = Path(root)
         self.ds = lance.dataset(paths.table_uri(root))
         self.pin = pin or resolve_pin(root)
-        self.filter = self.pin.rows_filter(latest_max_id=max_id(self.ds))
+        self.filter = checked_filter(self.ds, self.pin.rows_filter(latest_max_id=max_id(self.ds)),
+                                     "the pinned rows' filter")
         self.settings = current_settings(self.ds)
         self._embedder = embedder
         self.has_vectors = EMBEDDING.name in self.ds.schema.names and \
@@ -108,10 +137,13 @@ class Searcher:
             self._embedder = shared_embedder(spec.max_tokens if spec else DEFAULT_MAX_TOKENS)
         return self._embedder
 
-    def vector(self, qvec: np.ndarray, k: int, filter: str | None = None,
+    def user_filter(self, filter: str | Predicate | None) -> Predicate | None:
+        return checked_filter(self.ds, filter, "--filter")
+
+    def vector(self, qvec: np.ndarray, k: int, filter: str | Predicate | None = None,
                with_text: bool = False) -> list[tuple]:
         """(id, cosine similarity[, text]) of the ``k`` nearest rows."""
-        flt = _and(self.filter, filter)
+        flt = and_filters(self.filter, self.user_filter(filter))
         tbl = self.ds.to_table(columns=["id", "_distance"] + (["text"] if with_text else []),
                                nearest=nearest_arg(self.settings, np.asarray(qvec, np.float32), k),
                                filter=flt, prefilter=flt is not None)
@@ -119,10 +151,10 @@ class Searcher:
                    *([tbl.column("text").to_pylist()] if with_text else []))
         return [(int(r[0]), float(r[1]), *r[2:]) for r in rows]
 
-    def text(self, query: str, k: int, filter: str | None = None,
+    def text(self, query: str, k: int, filter: str | Predicate | None = None,
              with_text: bool = False) -> list[tuple]:
         """(id, BM25 score[, text]) of the ``k`` best keyword matches."""
-        flt = _and(self.filter, filter)
+        flt = and_filters(self.filter, self.user_filter(filter))
         tbl = self.ds.to_table(full_text_query=query, limit=k, filter=flt,
                                columns=["id", "_score"] + (["text"] if with_text else []),
                                prefilter=flt is not None)
@@ -131,9 +163,10 @@ class Searcher:
         return [(int(r[0]), float(r[1]), *r[2:]) for r in rows]
 
     def search(self, query: str, k: int = 10, mode: str = "hybrid",
-               filter: str | None = None) -> SearchResult:
+               filter: str | Predicate | None = None) -> SearchResult:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: use one of {MODES}")
+        filter = self.user_filter(filter)  # refused before any search runs
         notes, timings = [], {}
         vec: list[tuple] = []
         txt: list[tuple] = []
@@ -174,10 +207,6 @@ class Searcher:
             notes.append(f"vector search is exact (flat): {self.settings.rows} rows is below the "
                          "size where an ANN index pays off")
         return SearchResult(query, mode, hits, self.ds.version, self.pin.to_dict(), notes, timings)
-
-
-def _and(a: str | None, b: str | None) -> str | None:
-    return " AND ".join(f"({x})" for x in (a, b) if x) or None
 
 
 def search(root: str | Path, query: str, k: int = 10, *, mode: str = "hybrid",
