@@ -16,6 +16,7 @@ import lance
 import pyarrow as pa
 
 from lance_assets import paths
+from lance_assets.corpus.table import commit_retrying
 
 INDEX_NAME = "text_fts"
 
@@ -46,10 +47,12 @@ def text_index(root: str | Path) -> TextIndexReport:
     ds = lance.dataset(uri)
     stats = _stats(ds)
     if stats is None:
-        ds.create_scalar_index("text", "INVERTED", name=INDEX_NAME)
+        commit_retrying("text index", lambda: lance.dataset(uri).create_scalar_index(
+            "text", "INVERTED", name=INDEX_NAME, replace=True))
         action = "created"
     elif stats["num_unindexed_rows"] > 0:
-        ds.optimize.optimize_indices(index_names=[INDEX_NAME])
+        commit_retrying("text index update", lambda: lance.dataset(uri).optimize.optimize_indices(
+            index_names=[INDEX_NAME]))
         action = "updated"
     else:
         action = "up_to_date"

@@ -29,7 +29,7 @@ from lance_assets import paths
 from lance_assets.corpus.columns import (
     ColumnWriteReport, ensure_columns, fragments_missing, write_columns,
 )
-from lance_assets.corpus.table import get_json_config, set_json_config
+from lance_assets.corpus.table import commit_retrying, get_json_config, set_json_config
 from lance_assets.corpus.tokenizers import BPE_PREFIX, TokenizerInfo, load_tokenizer
 
 INPUT_IDS = pa.field("input_ids", pa.list_(pa.int32()))
@@ -137,7 +137,8 @@ def token_ids(
             raise TokenizerMismatchError(_mismatch_message(uri, current, name))
         log(f"replace: dropping {TOKEN_COLUMNS} ({current.name}) at version {ds.version}; "
             "older versions keep them")
-        ds.drop_columns(TOKEN_COLUMNS)
+        commit_retrying("drop token columns", lambda: lance.dataset(uri).drop_columns(
+            [c for c in TOKEN_COLUMNS if c in lance.dataset(uri).schema.names]))
         ds = lance.dataset(uri)
         replaced = True
     if current != tok.info:

@@ -25,7 +25,7 @@ import lance
 import numpy as np
 
 from lance_assets import paths
-from lance_assets.corpus.table import get_json_config, set_json_config
+from lance_assets.corpus.table import commit_retrying, get_json_config, set_json_config
 from lance_assets.forensics.embed import DIM, EMBEDDING
 
 INDEX_NAME = "embedding_ann"
@@ -204,7 +204,8 @@ def vector_index(root: str | Path, *, index_type: str = DEFAULT_INDEX_TYPE,
             return VectorIndexReport("up_to_date", old, rows, 0, 0.0, ds.version,
                                      time.perf_counter() - start)
         t = time.perf_counter()
-        ds.optimize.optimize_indices(index_names=[INDEX_NAME])
+        commit_retrying("vector index update", lambda: lance.dataset(uri).optimize.optimize_indices(
+            index_names=[INDEX_NAME]))
         build_s = time.perf_counter() - t
         action, settings = "updated", IndexSettings(**{**old.to_dict(), "rows": old.rows})
     else:
@@ -212,8 +213,9 @@ def vector_index(root: str | Path, *, index_type: str = DEFAULT_INDEX_TYPE,
         kwargs = {"num_partitions": want.num_partitions}
         if want.index_type == "IVF_PQ":
             kwargs["num_sub_vectors"] = want.num_sub_vectors
-        ds.create_index(EMBEDDING.name, want.index_type, name=INDEX_NAME, metric=METRIC,
-                        replace=True, **kwargs)
+        commit_retrying("vector index", lambda: lance.dataset(uri).create_index(
+            EMBEDDING.name, want.index_type, name=INDEX_NAME, metric=METRIC, replace=True,
+            **kwargs))
         build_s = time.perf_counter() - t
         action = "rebuilt" if indexed else "created"
         settings = want

@@ -2,7 +2,9 @@
 also depends on the ``tokenizer`` asset in ``tokenizer.py``).
 
 Each writes its own column(s) with Lance's column APIs and never rewrites existing data files.
-All of them take the ``lance_corpus`` pool, so two runs never write the table at once.
+They take the ``lance_corpus`` pool, which the instance may use to queue table writers (a
+throughput nicety); correctness does not depend on it: the library's writes are safe under
+concurrent writers from any process or instance.
 """
 
 from typing import Optional
@@ -51,6 +53,8 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
                            max_new_rows=config.max_new_rows, log=context.log.info)
     if report.nothing_new:
         context.log.info(f"nothing new in {source!r}")
+    for warning in report.warnings:
+        context.log.warning(warning)
     for path, why in report.files_failed.items():
         context.log.warning(f"not ingested: {path}: {why}")
     return dg.MaterializeResult(metadata={
@@ -61,6 +65,8 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
         "units_ingested": dg.MetadataValue.json(report.units_ingested),
         "units_with_nothing_new": len(report.units_already_present),
         "files_failed": dg.MetadataValue.json(report.files_failed),
+        "warnings": dg.MetadataValue.json(report.warnings),
+        "ingest_lock_wait_s": round(report.lock_wait_s, 3),
         "rows_added": report.rows_added,
         "bytes_added": report.bytes_added,
         "commits": report.commits,

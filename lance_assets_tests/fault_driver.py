@@ -1,0 +1,112 @@
+"""Run one table writer in this process and SIGKILL it at a chosen instruction.
+
+    python -m lance_assets_tests.fault_driver WRITER ROOT POINT N [SOURCE]
+
+The injection points wrap the calls through which the library changes the table:
+
+- ``before-commit N``: the N-th commit is about to start (a version create, an ``Append`` or
+  ``DataReplacement`` commit, an ``add_columns``, a config update, an index build);
+- ``during-commit N``: a timer fires a few milliseconds into the N-th commit;
+- ``after-commit N``: the N-th commit has returned, before the writer goes on;
+- ``files-written N``: the N-th batch of new data files is written but not yet committed.
+
+Nothing here is imported by the package: the writers run unmodified, only the Lance entry
+points are wrapped. Exit status 0 means the point was never reached (the test then fails).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import signal
+import sys
+import threading
+
+import lance
+import lance.fragment
+
+WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings")
+POINTS = ("before-commit", "during-commit", "after-commit", "files-written")
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def install(point: str, n: int, seed: int = 0) -> None:
+    counts = {"commit": 0, "write": 0}
+
+    def committing(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            counts["commit"] += 1
+            hit = counts["commit"] == n
+            if hit and point == "before-commit":
+                _die()
+            if hit and point == "during-commit":
+                threading.Timer(random.Random(seed).uniform(0.0, 0.01), _die).start()
+            out = fn(*args, **kwargs)
+            if hit and point == "after-commit":
+                _die()
+            return out
+        return inner
+
+    def writing(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            counts["write"] += 1
+            if point == "files-written" and counts["write"] == n:
+                _die()
+            return out
+        return inner
+
+    ds_cls = lance.LanceDataset
+    ds_cls.commit = staticmethod(committing(ds_cls.commit))
+    for name in ("add_columns", "update_config", "drop_columns", "create_scalar_index",
+                 "create_index"):
+        setattr(ds_cls, name, committing(getattr(ds_cls, name)))
+    lance.write_dataset = committing(lance.write_dataset)
+
+    import lance_assets.corpus.columns as columns
+    import lance_assets.corpus.ingest as ingest
+
+    for module in (columns, ingest):
+        module.write_fragments = writing(module.write_fragments)
+
+
+def run(writer: str, root: str, source: str | None) -> None:
+    from lance_assets_tests.conftest import quiet
+
+    if writer == "ingest":
+        from lance_assets.corpus.ingest import ingest
+        ingest(root, source, rows_per_fragment=128, rows_per_commit=200, log=quiet)
+    elif writer == "dedup_flag":
+        from lance_assets.corpus.dedup import dedup_flag
+        dedup_flag(root, fragments_per_commit=1, log=quiet)
+    elif writer == "token_ids":
+        from lance_assets.corpus.tokenize import token_ids
+        token_ids(root, "byte", fragments_per_commit=1, log=quiet)
+    elif writer == "quality_signals":
+        from lance_assets.corpus.quality import quality_signals
+        quality_signals(root, fragments_per_commit=1, log=quiet)
+    elif writer == "near_dup":
+        from lance_assets.corpus.near_dup import near_dup
+        near_dup(root, fragments_per_commit=1, log=quiet)
+    elif writer == "embeddings":
+        from lance_assets.forensics.embed import embeddings
+        from lance_assets_tests.test_forensics_index import ClusteredEmbedder
+        embeddings(root, embedder=ClusteredEmbedder(), fragments_per_commit=1, log=quiet)
+    else:
+        raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}")
+
+
+if __name__ == "__main__":
+    writer, root, point, n = sys.argv[1:5]
+    source = sys.argv[5] if len(sys.argv) > 5 else None
+    if point != "none":
+        if point not in POINTS:
+            raise SystemExit(f"unknown point {point!r}; one of {', '.join(POINTS)}")
+        install(point, int(n))
+    run(writer, root, source)
