@@ -46,7 +46,9 @@ class ForensicsReport:
     def markdown(self) -> str:
         lines = [f"**Pinned rows:** {self.pin.source}.", ""]
         if self.pin.train_filter:
-            lines += [f"Training documents: `{self.pin.train_filter}`", ""]
+            # a fenced block: the filter quotes columns with backticks
+            lines += ["Training documents:", "", "```sql", self.pin.train_filter.replace("```", ""),
+                      "```", ""]
         for i, a in enumerate(self.attributions, start=1):
             att = a["attribution"]
             prompt = a["prompt"] or "(unconditional)"
