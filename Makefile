@@ -30,7 +30,7 @@ dev: setup
 ## Loader A/B (every arm, MDS included) in its own environment: see docs/benchmarks.md.
 bench-loaders: setup
 	@./scripts/mds_venv.sh
-	$(BIN)/python -m lance_assets.bench.loaders $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.loaders $(BENCH_ARGS)
 
 clean:
 	rm -rf data .dagster_home

@@ -1,8 +1,8 @@
-"""Pre-packed block loaders: the controls of the loader A/B (``--blocks-mode``).
+"""Pre-packed block loaders: the controls of the loader A/B (``benchmarks/loaders.py``).
 
-Training normally packs and shuffles in the loader, straight from the corpus table
-(``--blocks-mode off``). These arms read the same blocks from copies made ahead of time by
-``python -m lance_assets.bench.build_packed_datasets`` (a folder with ``manifest.json``):
+Training packs and shuffles in the loader, straight from the corpus table. These arms read the
+same blocks from copies made ahead of time by ``python -m benchmarks.build_packed_datasets``
+(a folder with ``manifest.json``), and feed the trainer's step function in the benchmark:
 
 - ``parquet-random``: uncompressed Parquet of int32 blocks in loader order, random take per batch;
 - ``parquet-seq``: the pre-shuffled Parquet copy, read sequentially;
@@ -10,8 +10,7 @@ Training normally packs and shuffles in the loader, straight from the corpus tab
 - ``mosaic``: MosaicML MDS shards through ``streaming.StreamingDataset`` (its own environment).
 
 Each yields ``(batch, block_len)`` int64 tensors, rank-strided, reshuffled per epoch with
-``seed + epoch``. They exist to be measured; checkpoints in these modes record the step and epoch but
-no loader state (a resume restarts the epoch).
+``seed + epoch``. They exist to be measured, not to train production models.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-MODES = ("off", "lance", "mosaic", "parquet-random", "parquet-seq")
+MODES = ("lance", "mosaic", "parquet-random", "parquet-seq")
 
 
 def read_manifest(path: str | Path) -> dict:
@@ -31,7 +30,7 @@ def read_manifest(path: str | Path) -> dict:
     if not manifest.is_file():
         raise FileNotFoundError(
             f"{manifest} not found: build the copies first with "
-            "`python -m lance_assets.bench.build_packed_datasets --out DIR`")
+            "`python -m benchmarks.build_packed_datasets --out DIR`")
     return json.loads(manifest.read_text())
 
 
@@ -106,4 +105,4 @@ def iter_blocks(mode: str, path: str | Path, *, batch: int, rank: int = 0, world
             if len(blocks) == batch or not drop_last:
                 yield blocks
     else:
-        raise ValueError(f"--blocks-mode {mode!r}: choose one of {', '.join(MODES)}")
+        raise ValueError(f"pre-packed arm {mode!r}: choose one of {', '.join(MODES)}")

@@ -1,6 +1,6 @@
 """Pre-packed copies of one epoch of training blocks: the controls of the loader A/B.
 
-    python -m lance_assets.bench.build_packed_datasets --data ./data --out data/packed --seq-len 128
+    python -m benchmarks.build_packed_datasets --data ./data --out data/packed --seq-len 128
 
 The blocks are exactly those the trainer's on-the-fly loader yields in epoch 0 (same table
 version, filter, ``num_splits``, seed and block length), written as:
@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from lance_assets.train import data
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # the repository (benchmarks/ is not installed)
 MDS_PYTHON = ROOT / ".venv-mds" / "bin" / "python"
 ROW_GROUP_BLOCKS = 256
 
@@ -46,13 +46,18 @@ with MDSWriter(out=out, columns={"input_ids": "ndarray:int32:" + str(width)}, co
 """
 
 
+def train_filter(snap: data.TableSnapshot, filter: str = "NOT is_dup", val_mod: int = 20) -> str:
+    """The trainer's training predicate (its own validation split excluded), for Lance."""
+    return data.splits(filter, val_mod, snap.table.schema.names).train.lance
+
+
 def epoch_blocks(data_dir: str, *, seq_len: int, filter: str = "NOT is_dup", val_mod: int = 20,
                  num_splits: int = 8, seed: int = 1337, table_version: int | None = None
                  ) -> tuple[np.ndarray, dict]:
     """Epoch 0 of the on-the-fly loader, as an (n_blocks, seq_len + 1) int32 array."""
     snap = data.open_snapshot(str(Path(data_dir) / "lance"), "corpus", table_version)
     block_len = seq_len + 1
-    tfilter = data.train_filter(filter, val_mod)
+    tfilter = train_filter(snap, filter, val_mod)
     n = data.count_blocks(snap, tfilter, block_len, num_splits)
     ds = data.train_dataset(snap, filter=tfilter, block_len=block_len, blocks_per_epoch=n,
                             num_splits=num_splits, rank=0, world_size=1, seed=seed, epoch=0)

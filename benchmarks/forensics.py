@@ -1,6 +1,6 @@
 """Forensics benchmark: embedding throughput, index builds, search latency and ANN recall.
 
-    python -m lance_assets.bench.forensics --rows 100000 --embed-docs 1000
+    python -m benchmarks.forensics --rows 100000 --embed-docs 1000
 
 In one run, on one synthetic table of ``--rows`` documents:
 

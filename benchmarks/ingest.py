@@ -1,6 +1,6 @@
 """Ingest throughput and memory: `raw_text`'s ingest against a plain pyarrow read + Lance write.
 
-    python -m lance_assets.bench.ingest [--gb 1.0] [--scale 4] [--workdir /tmp/ingest-bench]
+    python -m benchmarks.ingest [--gb 1.0] [--scale 4] [--workdir /tmp/ingest-bench]
 
 Writes a FineWeb-shaped parquet corpus holding GB gigabytes of text (synthetic documents, each
 copy made unique), then, each in a fresh subprocess so peak RSS is its own:

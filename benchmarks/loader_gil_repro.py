@@ -1,6 +1,6 @@
 """Why more loader threads can be slower: a sweep of StreamingDataset's thread knobs (CPU only).
 
-    python -m lance_assets.bench.loader_gil_repro [--rows 20000] [--blocks 3000]
+    python -m benchmarks.loader_gil_repro [--rows 20000] [--blocks 3000]
 
 Builds its own synthetic, byte-tokenized table, then for each (io_queue_depth,
 transform_parallelism) pulls packed blocks as fast as it can and prints tokens/s, the CPU share
@@ -17,13 +17,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from lance_assets.bench.train_loader import build_table
+from benchmarks.train_loader import build_table
+from benchmarks.build_packed_datasets import train_filter
 from lance_assets.train import data
 
 
 def measure(snap, *, io_queue_depth: int, transform_parallelism: int, blocks: int,
             block_len: int) -> dict:
-    tfilter = data.train_filter("NOT is_dup", 20)
+    tfilter = train_filter(snap)
     bpe = data.count_blocks(snap, tfilter, block_len, 8)
     ds = data.train_dataset(snap, filter=tfilter, block_len=block_len, blocks_per_epoch=bpe,
                             num_splits=8, rank=0, world_size=1, seed=0, epoch=0,

@@ -2,12 +2,12 @@
 MosaicML MDS and a Lance blocks table, all on the same blocks, in one process tree.
 
     make bench-loaders          # = scripts/mds_venv.sh, then this module
-    python -m lance_assets.bench.loaders [--rows 6000] [--steps 150] [--loader-blocks 4000]
+    python -m benchmarks.loaders [--rows 6000] [--steps 150] [--loader-blocks 4000]
 
 Builds a fresh table (synthetic corpus, byte tokens), makes the pre-packed copies of epoch 0
 (``build_packed_datasets``), then for every arm, each in its own subprocess: the loader alone
-(tokens/s, first-batch latency, peak RSS) and `tiny` training for a fixed number of steps
-(tokens/s, data-wait share). Ratios are against the Lance on-the-fly arm. The MDS arm needs
+(tokens/s, first-batch latency, peak RSS) and `tiny` training for a fixed number of steps through
+the trainer's step function (``benchmarks.train_arm``: tokens/s, data-wait share). Ratios are against the Lance on-the-fly arm. The MDS arm needs
 ``.venv-mds`` (mosaicml-streaming pins numpy<2.2); when it exists every arm's subprocess runs
 there, so all arms share one torch.
 """
@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 ARMS = ["off", "lance", "parquet-random", "parquet-seq", "mosaic"]
 LABELS = {"off": "Lance corpus, packed on the fly", "lance": "Lance blocks table",
           "parquet-random": "pre-packed Parquet, random take",
@@ -31,23 +32,13 @@ LABELS = {"off": "Lance corpus, packed on the fly", "lance": "Lance blocks table
 
 CHILD = """
 import json, resource, sys, time
+from benchmarks.train_arm import arm_batches
 arm, data_dir, packed, blocks, batch, seq_len = sys.argv[1:7]
 blocks, batch, seq_len = int(blocks), int(batch), int(seq_len)
 t0 = time.perf_counter()
-if arm == "off":
-    from lance_assets.train import data
-    snap = data.open_snapshot(data_dir + "/lance", "corpus")
-    f = data.train_filter("NOT is_dup", 20)
-    n = data.count_blocks(snap, f, seq_len + 1, 8)
-    ds = data.train_dataset(snap, filter=f, block_len=seq_len + 1, blocks_per_epoch=n, num_splits=8,
-                            rank=0, world_size=1, seed=1337, epoch=0)
-    it = (b["input_ids"] for b in data.train_loader(ds, batch))
-else:
-    from lance_assets.train.blocks import iter_blocks
-    it = iter_blocks(arm, packed, batch=batch, seed=1337)
 first = None
 seen = 0
-for b in it:
+for b in arm_batches(arm, data_dir, packed, batch, seq_len):
     if first is None:
         first = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -61,7 +52,8 @@ print(json.dumps({"tokens_per_s": (seen - batch) * (seq_len + 1) / wall, "first_
 
 
 def run_json(cmd: list[str], env: dict) -> dict:
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+    """The last stdout line of ``cmd`` (run from the repository, where ``benchmarks`` imports)."""
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -75,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", nargs="+", default=ARMS, choices=ARMS)
     args = p.parse_args(argv)
     env = {**os.environ, "LANCE_LOG": "error"}
-    from lance_assets.bench.build_packed_datasets import MDS_PYTHON, build
-    from lance_assets.bench.train_loader import build_table
+    from benchmarks.build_packed_datasets import MDS_PYTHON, build
+    from benchmarks.train_loader import build_table
 
     # Every arm runs in the MDS environment when it exists, so all arms share one torch.
     python = str(MDS_PYTHON) if MDS_PYTHON.exists() else sys.executable
@@ -100,17 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         for arm in arms:
             loader = run_json([python, "-c", CHILD, arm, str(root), str(Path(tmp) / "packed"),
                                str(args.loader_blocks), str(args.batch_size), str(args.seq_len)], env)
-            out = Path(tmp) / f"train-{arm}"
-            cmd = [python, "-m", "lance_assets.train", "--data", str(root), "--out", str(out),
-                   "--steps", str(args.steps), "--seq-len", str(args.seq_len),
-                   "--batch-size", str(args.batch_size), "--eval-every", "1000000",
-                   "--ckpt-every", "1000000", "--log-every", "1000000", "--blocks-mode", arm]
-            if arm != "off":
-                cmd += ["--blocks-path", str(Path(tmp) / "packed")]
-            subprocess.run(cmd, env=env, check=True, capture_output=True)
-            summary = json.loads((out / "summary.json").read_text())
-            rows[arm] = {**loader, "train_tok_s": summary["tokens_per_s"],
-                         "wait": summary["data_wait_share"]}
+            trained = run_json([python, "-m", "benchmarks.train_arm", arm, str(root),
+                                str(Path(tmp) / "packed"), str(args.steps), str(args.batch_size),
+                                str(args.seq_len)], env)
+            rows[arm] = {**loader, "train_tok_s": trained["tokens_per_s"],
+                         "wait": trained["data_wait_share"]}
             print(f"# {arm}: done", flush=True)
         ref = rows["off"]
         sizes = manifest["bytes_on_disk"]

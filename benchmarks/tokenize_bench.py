@@ -1,6 +1,6 @@
 """Is ``token_ids`` as fast as tiktoken itself? And how long does the corpus BPE take to train?
 
-    python -m lance_assets.bench.tokenize_bench [--mb 200] [--train-mb 100] [--vocab 32768]
+    python -m benchmarks.tokenize_bench [--mb 200] [--train-mb 100] [--vocab 32768]
 
 1. Builds a corpus of real text found on this machine, offline: Python sources and docs of the
    installed packages and the standard library, and the (gzipped) Debian docs under
@@ -106,7 +106,7 @@ def drop_token_columns(root: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lance_assets.bench.tokenize_bench",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.tokenize_bench",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mb", type=float, default=200, help="corpus size to build (MB of UTF-8)")

@@ -1,6 +1,6 @@
 """Is the Lance loader ever the bottleneck? Training tokens/s fed by the loader vs in-memory tensors.
 
-    python -m lance_assets.bench.train_loader [--models tiny small] [--steps 60]
+    python -m benchmarks.train_loader [--models tiny small] [--steps 60]
 
 For each model, the same blocks are trained on twice in one process: once pulled from
 ``StreamingDataset`` (packing and shuffling on the fly, as in training) and once from a tensor
@@ -22,6 +22,7 @@ import torch
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.tokenize import token_ids
+from benchmarks.build_packed_datasets import train_filter
 from lance_assets.train import data
 from lance_assets.train.model import GPT, config_for
 
@@ -59,7 +60,7 @@ def bench_model(snap, name: str, steps: int, warmup: int, loader_kw: dict, round
     a noisy neighbour on the machine hits both arms alike."""
     seq_len, batch = SHAPES[name]
     block_len = seq_len + 1
-    tfilter = data.train_filter("NOT is_dup", 20)
+    tfilter = train_filter(snap)
     bpe = data.count_blocks(snap, tfilter, block_len, 8)
     pad = snap.tokenizer["pad_id"]
     arms = {}

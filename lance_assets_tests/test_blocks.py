@@ -1,4 +1,4 @@
-"""Every loader A/B arm trains on the same blocks as the on-the-fly Lance loader."""
+"""Every loader A/B arm (benchmarks/) trains on the same blocks as the on-the-fly Lance loader."""
 
 import hashlib
 import subprocess
@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from lance_assets.bench.build_packed_datasets import MDS_PYTHON, build, epoch_blocks
-from lance_assets.train.blocks import iter_blocks
-from lance_assets.train.trainer import main
+from benchmarks.blocks import iter_blocks
+from benchmarks.build_packed_datasets import MDS_PYTHON, ROOT, build, epoch_blocks
+from benchmarks.train_arm import train_arm
 
 
 def digests(batches):
@@ -46,20 +46,25 @@ def test_mds_arm_holds_the_same_blocks(tokenized_root, packed):
     reference = digests([__import__("torch").from_numpy(blocks)])
     code = textwrap.dedent(f"""
         import hashlib, json
-        from lance_assets.train.blocks import iter_blocks
+        from benchmarks.blocks import iter_blocks
         rows = [r for b in iter_blocks("mosaic", {str(out)!r}, batch=512, drop_last=False) for r in b]
         print(json.dumps(sorted(hashlib.blake2b(r.numpy().astype("int64").tobytes(),
                                                  digest_size=8).hexdigest() for r in rows)))
     """)
-    res = subprocess.run([str(MDS_PYTHON), "-c", code], check=True, capture_output=True, text=True)
+    res = subprocess.run([str(MDS_PYTHON), "-c", code], check=True, capture_output=True, text=True,
+                         cwd=ROOT)
     assert __import__("json").loads(res.stdout.strip().splitlines()[-1]) == reference
 
 
-def test_trainer_runs_on_a_prepacked_arm(tokenized_root, packed, tmp_path):
+def test_trainer_step_trains_on_a_prepacked_arm(tokenized_root, packed):
+    """The benchmark feeds the trainer's own step function; no production flag reads the copies."""
     out, _ = packed
-    assert main(["--data", str(tokenized_root), "--out", str(tmp_path / "run"), "--seq-len", "32",
-                 "--batch-size", "8", "--steps", "6", "--eval-every", "3",
-                 "--blocks-mode", "parquet-seq", "--blocks-path", str(out)]) == 0
-    with pytest.raises(SystemExit, match="--seq-len must be 32"):
-        main(["--data", str(tokenized_root), "--out", str(tmp_path / "bad"), "--seq-len", "64",
-              "--blocks-mode", "lance", "--blocks-path", str(out)])
+    result = train_arm("parquet-seq", str(tokenized_root), str(out), steps=3, batch=8, seq_len=32)
+    assert result["tokens_per_s"] > 0 and 0 <= result["data_wait_share"] < 1
+
+
+def test_production_trainer_has_no_prepacked_mode():
+    from lance_assets.train.config import build_parser
+
+    flags = build_parser().format_help()
+    assert "--blocks-mode" not in flags and "--blocks-path" not in flags

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from lance_assets import paths
-from lance_assets.bench.curation_bench import reference_signals as reference
+from lance_assets_tests.curation_reference import reference_signals as reference
 from lance_assets.corpus import quality
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.synthetic import SyntheticSpec, generate

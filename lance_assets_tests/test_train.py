@@ -57,13 +57,14 @@ def test_resume_continues_from_checkpoint(tokenized_root, tmp_path):
 
 def test_validation_blocks_are_frozen_and_disjoint_from_training(tokenized_root):
     snap = data.open_snapshot(str(tokenized_root / "lance"), "corpus")
-    vf = data.val_filter("NOT is_dup", 20)
+    split = data.splits("NOT is_dup", 20, snap.table.schema.names)
+    vf = split.val.lance
     a = data.val_blocks(snap, filter=vf, block_len=65, max_blocks=8)
     b = data.val_blocks(snap, filter=vf, block_len=65, max_blocks=8)
     assert torch.equal(a, b) and a.shape == (8, 65)
     lance_ds = snap.table.to_lance()
     val_ids = set(lance_ds.to_table(columns=["id"], filter=vf).column("id").to_pylist())
-    train_ids = set(lance_ds.to_table(columns=["id"], filter=data.train_filter("NOT is_dup", 20))
+    train_ids = set(lance_ds.to_table(columns=["id"], filter=split.train.lance)
                     .column("id").to_pylist())
     assert val_ids and train_ids and not val_ids & train_ids
     dup_ids = set(lance_ds.to_table(columns=["id"], filter="is_dup").column("id").to_pylist())
