@@ -234,9 +234,15 @@ def _reusable(ds: lance.LanceDataset, spec: dict, stored: dict) -> str | None:
     return None
 
 
-def _check_filter(ds: lance.LanceDataset, where: str) -> None:
+def _check_filter(ds: lance.LanceDataset, where: str) -> str:
+    """``where`` parsed against the table's columns and rendered for Lance (user text is
+    never handed to Lance as typed); a clear error when it cannot run."""
+    from lance_assets.corpus.predicate import safe_predicate
+
     try:
-        ds.count_rows(filter=where)
+        lance_sql = safe_predicate(where, ds.schema.names).lance
+        ds.count_rows(filter=lance_sql)
+        return lance_sql
     except Exception as exc:
         raise ValueError(
             f"filter {where!r} cannot run on {ds.uri} ({exc}). It is SQL over the table's "
@@ -298,7 +304,7 @@ def train_bpe(
     if vocab_size < 258:
         raise ValueError(f"vocab_size {vocab_size}: needs at least 258 ids (256 bytes, EOS, PAD)")
     ds = open_table(root)
-    _check_filter(ds, filter)
+    checked = _check_filter(ds, filter)
     spec = _spec(ds, vocab_size=vocab_size, max_train_bytes=max_train_bytes, filter=filter,
                  heldout_max_bytes=heldout_max_bytes, compare_with=list(compare_with))
     previous = latest_sha(root)
@@ -313,7 +319,7 @@ def train_bpe(
 
     import rustbpe
 
-    where = sample_filter(ds, filter, max_train_bytes)
+    where = sample_filter(ds, checked, max_train_bytes)
     counter = {"docs": 0, "bytes": 0}
     t0 = time.perf_counter()
     trainer = rustbpe.Tokenizer()
@@ -331,7 +337,7 @@ def train_bpe(
     log(f"trained BPE {tok.info.name[:16]}: {len(ranked)} tokens from {counter['docs']} docs "
         f"({counter['bytes'] / 1e6:.1f} MB) in {train_s:.1f}s")
 
-    heldout = list(_texts(ds, f"({filter}) AND id % {HELDOUT_MOD} = 0", heldout_max_bytes,
+    heldout = list(_texts(ds, f"({checked}) AND id % {HELDOUT_MOD} = 0", heldout_max_bytes,
                           held := {"docs": 0, "bytes": 0}))
     compared = {"bpe": tok, **{name: load_tokenizer(name) if name != "byte" else ByteTokenizer()
                                for name in compare_with}}

@@ -69,6 +69,10 @@ def search(root: str | Path, query: str, *, filter: str | None = None, limit: in
            columns: tuple[str, ...] = ("id", "url", "text")) -> pa.Table:
     """The ``limit`` best BM25 matches for ``query`` (with ``_score``), optionally only among
     rows passing ``filter`` (e.g. the training filter)."""
+    from lance_assets.corpus.predicate import safe_predicate
+
     ds = lance.dataset(paths.table_uri(root))
+    if filter is not None:
+        filter = safe_predicate(filter, ds.schema.names).lance
     return ds.to_table(full_text_query=query, columns=list(columns), filter=filter,
                        prefilter=filter is not None, limit=limit)

@@ -65,7 +65,8 @@ def model_run(root: str | Path) -> dict | None:
     if ckpt.is_file():
         import torch
 
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        # weights_only: a checkpoint is a file someone handed us; it must not run code
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
         return {"checkpoint": str(ckpt), "table_version": int(state["table_version"]),
                 "filter": state.get("filter")}
     raise FileNotFoundError(

@@ -1,0 +1,188 @@
+"""Several writers on one table at once: column writers of different columns, two ingests of
+the same source, whole Dagster runs on fresh instances, and a run killed mid-way."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+
+from lance_assets import paths
+from lance_assets.corpus.dedup import dedup_flag
+from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.quality import quality_signals
+from lance_assets_tests.conftest import quiet
+from lance_assets_tests.fault_driver import run as run_writer
+
+REPO = Path(__file__).resolve().parents[1]
+DAGSTER = str(Path(sys.executable).with_name("dagster"))
+COLUMN_WRITERS = ["dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings"]
+
+
+def content(root) -> list[dict]:
+    rows = lance.dataset(paths.table_uri(root)).to_table().sort_by("id").to_pylist()
+    assert len({r["id"] for r in rows}) == len(rows)
+    return rows
+
+
+def test_column_writers_of_different_columns_run_at_once_in_processes(tmp_path):
+    base = tmp_path / "base"
+    ingest(base, "synthetic:3000", rows_per_fragment=100, log=quiet)
+    sequential, concurrent = tmp_path / "seq", tmp_path / "conc"
+    shutil.copytree(base, sequential)
+    shutil.copytree(base, concurrent)
+    for writer in COLUMN_WRITERS:
+        run_writer(writer, str(sequential), None)
+    procs = [subprocess.Popen([sys.executable, "-m", "lance_assets_tests.fault_driver", writer,
+                               str(concurrent), "none", "0"], cwd=REPO,
+                              stderr=subprocess.PIPE, text=True)
+             for writer in COLUMN_WRITERS]
+    for writer, proc in zip(COLUMN_WRITERS, procs):
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"{writer} failed next to the others:\n{err[-3000:]}"
+    assert content(concurrent) == content(sequential)
+
+
+def test_a_commit_that_loses_the_race_is_rebased_on_the_newest_version(tmp_path, monkeypatch):
+    """Deterministic races: just before our first DataReplacement commit another writer adds a
+    column (a Merge); before the second, a rival run of the same asset fills every fragment.
+    Our commits are preempted, retried on the newest version, and the fragments the rival
+    filled are left as it wrote them: one data file per fragment, the same values."""
+    root = tmp_path / "data"
+    ingest(root, "synthetic:600", rows_per_fragment=100, log=quiet)
+    reference = tmp_path / "reference"
+    shutil.copytree(root, reference)
+    quality_signals(reference, log=quiet)
+    uri = paths.table_uri(root)
+    real_commit = lance.LanceDataset.commit
+    raced = []
+
+    def commit(base_uri, operation, read_version=None, **kw):
+        if isinstance(operation, lance.LanceOperation.DataReplacement):
+            raced.append(len(raced))
+            if len(raced) == 1:  # our first group's first attempt
+                lance.dataset(uri).add_columns(pa.schema([pa.field("other", pa.int64())]))
+            elif len(raced) == 3:  # our second group's first attempt
+                monkeypatch.undo()
+                quality_signals(root, log=quiet)  # the rival run finishes the whole column
+        return real_commit(base_uri, operation, read_version=read_version, **kw)
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(commit))
+    messages = []
+    report = quality_signals(root, fragments_per_commit=2, log=messages.append)
+    monkeypatch.undo()
+    assert sum("won the commit race" in m for m in messages) == 2
+    assert report.rows_written == 200  # its first group; the rival wrote the rest
+    assert report.fragments_already_done == 4
+    ds = lance.dataset(uri)
+    word_count = ds.lance_schema.field("word_count").id()
+    for frag in ds.get_fragments():
+        assert sum(word_count in f.fields for f in frag.metadata.data_files()) == 1
+    cols = ["id", "word_count", "mean_word_length"]
+    assert ds.to_table(columns=cols).sort_by("id") == \
+        lance.dataset(paths.table_uri(reference)).to_table(columns=cols).sort_by("id")
+
+
+def test_same_column_written_twice_at_once_keeps_one_value_per_row(tmp_path):
+    root = tmp_path / "data"
+    ingest(root, "synthetic:2000", rows_per_fragment=100, log=quiet)
+    procs = [subprocess.Popen([sys.executable, "-m", "lance_assets_tests.fault_driver",
+                               "dedup_flag", str(root), "none", "0"], cwd=REPO,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    ds = lance.dataset(paths.table_uri(root))
+    assert ds.count_rows("is_dup IS NULL") == 0 and ds.count_rows() == 2000
+    # every fragment holds is_dup in exactly one data file
+    for frag in ds.get_fragments():
+        field = ds.lance_schema.field("is_dup").id()
+        assert sum(field in f.fields for f in frag.metadata.data_files()) == 1
+
+
+def write_parquet_source(folder: Path, rows: int = 20_000) -> Path:
+    from lance_assets.corpus.synthetic import SyntheticSpec, generate
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    table = generate(SyntheticSpec(rows=rows, seed=11))
+    for i in range(4):
+        pq.write_table(table.slice(i * rows // 4, rows // 4).select(["text"]),
+                       folder / f"{i}.parquet", row_group_size=500)
+    return folder
+
+
+def cli(args: list[str], home: Path | None, data: Path, source: str, **kw):
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env.update(LANCE_ASSETS_DATA=str(data), LANCE_ASSETS_SOURCE=source, LANCE_LOG="error")
+    if home is not None:
+        home.mkdir(parents=True, exist_ok=True)
+        env["DAGSTER_HOME"] = str(home)
+    return subprocess.Popen([DAGSTER, "asset", "materialize", "-m", "lance_assets.definitions",
+                             *args], cwd=kw.pop("cwd", REPO), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
+
+
+def test_two_raw_text_runs_on_different_instances_add_every_document_once(tmp_path):
+    src = write_parquet_source(tmp_path / "src")
+    data = tmp_path / "data"
+    runs = [cli(["--select", "raw_text"], tmp_path / f"home{i}", data, str(src)) for i in (1, 2)]
+    for run in runs:
+        out, _ = run.communicate(timeout=300)
+        assert run.returncode == 0, out[-3000:]
+    rows = lance.dataset(paths.table_uri(data)).to_table(columns=["id", "text", "source_part"])
+    assert rows.num_rows == 20_000
+    assert len(set(rows.column("id").to_pylist())) == 20_000
+
+
+@pytest.mark.parametrize("attempt", [1, 2])
+def test_design_selection_on_a_fresh_instance_without_dagster_yaml(tmp_path, attempt):
+    """raw_text, dedup_flag, near_dup and quality_signals in one CLI run on an instance with no
+    dagster.yaml (no pool limit): the column steps overlap and must not fail."""
+    home = tmp_path / "home" if attempt == 1 else None  # the second time: no DAGSTER_HOME at all
+    run = cli(["--select", "raw_text,dedup_flag,near_dup,quality_signals", "--config-json",
+               '{"ops": {"raw_text": {"config": {"rows_per_fragment": 250}}}}'],
+              home, tmp_path / "data", "synthetic:12000", cwd=tmp_path)
+    out, _ = run.communicate(timeout=600)
+    assert run.returncode == 0, out[-4000:]
+    ds = lance.dataset(paths.table_uri(tmp_path / "data"))
+    assert ds.count_rows() == 12_000
+    assert ds.count_rows("is_dup IS NULL OR near_dup IS NULL OR word_count IS NULL") == 0
+
+
+def test_a_cli_run_killed_mid_step_does_not_block_the_next_run(tmp_path):
+    """The instance has the project's dagster.yaml (pool `lance_corpus` limited to 1). A run
+    SIGKILLed during `dedup_flag` stays STARTED forever; the next CLI run must still finish."""
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    data = tmp_path / "data"
+    select = ["--select", "raw_text,dedup_flag", "--config-json",
+              '{"ops": {"raw_text": {"config": {"rows_per_fragment": 200}}, '
+              '"dedup_flag": {"config": {"fragments_per_commit": 1}}}}']
+    first = cli(select, home, data, "synthetic:20000")
+    deadline = time.time() + 300
+    seen = ""
+    while time.time() < deadline and "committed at version" not in seen.split("dedup_flag", 1)[-1]:
+        line = first.stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert "dedup_flag" in seen, seen[-3000:]
+    os.killpg(first.pid, signal.SIGKILL)  # the CLI and its step processes: a power cut
+    first.wait(timeout=30)
+    second = cli(select, home, data, "synthetic:20000")
+    try:
+        out, _ = second.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(second.pid, signal.SIGKILL)
+        raise AssertionError("the run after a killed run did not finish (blocked?)")
+    assert second.returncode == 0, out[-4000:]
+    ds = lance.dataset(paths.table_uri(data))
+    assert ds.count_rows() == 20_000 and ds.count_rows("is_dup IS NULL") == 0
