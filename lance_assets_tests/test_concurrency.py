@@ -186,3 +186,10 @@ def test_a_cli_run_killed_mid_step_does_not_block_the_next_run(tmp_path):
     assert second.returncode == 0, out[-4000:]
     ds = lance.dataset(paths.table_uri(data))
     assert ds.count_rows() == 20_000 and ds.count_rows("is_dup IS NULL") == 0
+    # the killed run is still STARTED; the recovery docs/reliability.md prints marks it failed
+    recover = ("import dagster as dg; i = dg.DagsterInstance.get(); "
+               "[i.report_run_failed(r) for r in i.get_runs() if r.status.value == 'STARTED']; "
+               "print(sorted(r.status.value for r in i.get_runs()))")
+    statuses = subprocess.run([sys.executable, "-c", recover], capture_output=True, text=True,
+                              env={**os.environ, "DAGSTER_HOME": str(home)}, check=True)
+    assert statuses.stdout.strip() == "['FAILURE', 'SUCCESS']", statuses.stdout + statuses.stderr
