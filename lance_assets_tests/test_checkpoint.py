@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from lance_assets.train import checkpoint
 
@@ -16,3 +17,48 @@ def test_atomic_save_keeps_newest_and_ignores_partial_files(tmp_path):
     assert checkpoint.resolve_resume(None, tmp_path) is None
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):
         checkpoint.resolve_resume(str(tmp_path / "nope.pt"), tmp_path)
+
+
+class WritesAMarker:
+    """Unpickling this runs ``Path(marker).touch()``: what a malicious checkpoint would do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def test_a_checkpoint_whose_unpickling_runs_code_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "ckpt_0000010.pt"
+    torch.save({"step": 10, "model": {}, "payload": WritesAMarker(str(marker))}, evil)
+    with pytest.raises(checkpoint.CheckpointError, match="refused"):
+        checkpoint.load(evil)
+    assert not marker.exists()
+    # --resume auto does not run it either: it is skipped, and nothing else is there
+    logged = []
+    assert checkpoint.load_for_resume("auto", tmp_path, log=logged.append) == (None, None)
+    assert not marker.exists() and "skipping" in logged[0]
+
+
+def test_resume_auto_skips_a_corrupt_newest_checkpoint(tmp_path):
+    checkpoint.save_atomic({"step": 10, "model": {"w": torch.ones(2)}}, tmp_path, 10)
+    newest = checkpoint.save_atomic({"step": 20, "model": {"w": torch.ones(2)}}, tmp_path, 20)
+    newest.write_bytes(newest.read_bytes()[: 100])  # e.g. a disk that lost the tail
+    logged = []
+    path, state = checkpoint.load_for_resume("auto", tmp_path, log=logged.append)
+    assert path.name == "ckpt_0000010.pt" and state["step"] == 10
+    assert len(logged) == 1 and "ckpt_0000020.pt" in logged[0] and "skipping" in logged[0]
+    # a checkpoint named explicitly must load
+    with pytest.raises(checkpoint.CheckpointError, match="ckpt_0000020.pt"):
+        checkpoint.load_for_resume(str(newest), tmp_path)
+
+
+def test_a_file_that_is_not_a_checkpoint_is_refused(tmp_path):
+    other = tmp_path / "weights.pt"
+    torch.save([torch.ones(2)], other)
+    with pytest.raises(checkpoint.CheckpointError, match="not a lance_assets checkpoint"):
+        checkpoint.load(other)

@@ -5,7 +5,7 @@ import json
 import torch
 
 from lance_assets.train import checkpoint, data
-from lance_assets.train.trainer import main
+from lance_assets.train.trainer import block_hashes, main
 
 
 def metrics(out):
@@ -87,3 +87,59 @@ def test_torchrun_two_ranks_merges_loader_state(tokenized_root, tmp_path):
     # 8 splits, 2 ranks x 4 blocks per step x 6 steps = 48 blocks: 6 from every split
     assert loader["blocks_emitted_per_split"] == [6] * 8
     assert ckpt["args"]["batch_size"] == 4 and json.loads((out / "summary.json").read_text())["world_size"] == 2
+
+
+def test_resume_auto_falls_back_past_a_corrupt_newest_checkpoint(tokenized_root, tmp_path, capsys):
+    out = tmp_path / "run"
+    common = ["--data", str(tokenized_root), "--out", str(out), "--seq-len", "32", "--batch-size", "8",
+              "--eval-every", "1000", "--ckpt-every", "3", "--keep-ckpts", "3"]
+    assert main(common + ["--steps", "6"]) == 0
+    (out / "ckpt_0000006.pt").write_bytes(b"not a checkpoint")
+    capsys.readouterr()
+    assert main(common + ["--steps", "8", "--resume", "auto"]) == 0
+    said = capsys.readouterr().out
+    assert "skipping" in said and "ckpt_0000006.pt" in said and "resumed from" in said
+    assert "ckpt_0000003.pt at step 3" in said
+    assert checkpoint.load(out / "ckpt_0000008.pt")["step"] == 8
+
+
+def test_a_hostile_checkpoint_is_refused_by_the_cli(tokenized_root, tmp_path, capsys):
+    from lance_assets_tests.test_checkpoint import WritesAMarker
+
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pt"
+    torch.save({"step": 1, "model": {}, "x": WritesAMarker(str(marker))}, evil)
+    assert main(["--data", str(tokenized_root), "--out", str(tmp_path / "run"),
+                 "--resume", str(evil)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "refused" in err and not marker.exists()
+
+
+def test_a_bad_filter_is_one_line_naming_the_flag(tokenized_root, tmp_path, capsys):
+    for hostile in ["1=1) OR (1=1", "no_such_column > 0", "NOT is_dup; DROP TABLE corpus"]:
+        assert main(["--data", str(tokenized_root), "--out", str(tmp_path / "run"),
+                     "--filter", hostile]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--filter" in err, err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_no_validation_document_reaches_a_training_batch(tokenized_root, tmp_path):
+    """Even a filter written to select the validation split (`id % 20 = 0 OR ...`): the split
+    is the trainer's own predicate, joined as a parsed tree, not pasted into the user's text."""
+    out = tmp_path / "run"
+    pull_in_val = "id % 20 = 0 OR n_tokens >= 0"
+    assert main(["--data", str(tokenized_root), "--out", str(out), "--seq-len", "512",
+                 "--batch-size", "16", "--steps", "8", "--eval-every", "1000", "--no-pack",
+                 "--filter", pull_in_val, "--log-batch-hashes"]) == 0
+    seen = {h for m in metrics(out) if "batch_hashes" in m for h in m["batch_hashes"]}
+    assert len(seen) > 100
+    snap = data.open_snapshot(str(tokenized_root / "lance"), "corpus")
+    rows = snap.table.to_lance().to_table(columns=["id", "input_ids"], filter="n_tokens > 0")
+    shape = data.TruncateOrPad(513, snap.tokenizer["eos_id"], snap.tokenizer["pad_id"])
+    by_split = {True: set(), False: set()}
+    for doc_id, seq in zip(rows.column("id").to_pylist(), shape(rows)):
+        digest = block_hashes([seq["input_ids"][None]])[0]
+        by_split[doc_id % 20 == 0].add(digest)
+    assert seen <= by_split[False] | by_split[True]  # the hashes are of whole documents
+    assert not seen & (by_split[True] - by_split[False])  # and never of a validation one
