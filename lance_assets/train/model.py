@@ -31,10 +31,12 @@ ARCHS = ("nanogpt", "modern")
 SOFTCAP = 15.0
 
 
-# name -> (n_layer, n_head, n_embd). `small`, `medium`, `large` are the GPT-2 124M / 350M /
-# 774M shapes; `mega` is an ~78M-parameter body that with a 32k vocabulary adds a 25M embedding.
+# name -> (n_layer, n_head, n_embd). `mini` sits between the demo's `tiny` and `small`;
+# `small`, `medium`, `large` are the GPT-2 124M / 350M / 774M shapes; `mega` is an ~78M-parameter
+# body that with a 32k vocabulary adds a 25M embedding.
 PRESETS = {
     "tiny": (4, 4, 128),
+    "mini": (4, 4, 256),
     "small": (12, 12, 768),
     "mega": (11, 12, 768),
     "medium": (24, 16, 1024),

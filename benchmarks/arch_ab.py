@@ -1,0 +1,110 @@
+"""nanogpt against modern at equal tokens, on real text: validation bits-per-byte and tokens/s.
+
+    python -m benchmarks.arch_ab [--mb 12] [--seeds 1 2 3] [--presets tiny:600 mini:200]
+
+Builds the corpus the tokenizer benchmark uses (``benchmarks.tokenize_bench.build_corpus``: the
+Python sources and docs installed on this machine, real text, offline), ingests it, flags
+duplicates, trains the project's BPE on it (``--vocab`` ids) and tokenizes it. Then, for every
+preset (``NAME:STEPS``, global batch ``--batch-size`` x ``--seq-len`` tokens a step) and seed,
+trains both arms with ``python -m lance_assets.train`` on the same blocks in the same order
+(one loader seed), alternating which arm goes first so a noisy neighbour on the machine hits
+both alike, and reads each run's ``summary.json``. Prints a Markdown table and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.tokenize_bench import build_corpus
+from lance_assets import paths
+from lance_assets.corpus import bpe
+from lance_assets.corpus.dedup import dedup_flag
+from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.tokenize import token_ids
+
+ARCHS = ("nanogpt", "modern")
+
+
+def prepare(work: Path, mb: float, vocab: int) -> Path:
+    root = work / "data"
+    if Path(paths.table_uri(root)).exists():
+        return root
+    quiet = lambda _m: None  # noqa: E731
+    source, docs, nbytes = build_corpus(work / "corpus" / "local_text.parquet", int(mb * 1e6))
+    print(f"# corpus: {docs:,} local text files, {nbytes / 1e6:.1f} MB")
+    ingest(root, str(source), log=quiet)
+    dedup_flag(root, log=quiet)
+    bpe.train_bpe(root, vocab_size=vocab, max_train_bytes=int(mb * 1e6), log=quiet)
+    token_ids(root, log=quiet)
+    return root
+
+
+def run(root: Path, out: Path, arch: str, preset: str, steps: int, seed: int, args) -> dict:
+    cmd = [sys.executable, "-m", "lance_assets.train", "--data", str(root), "--out", str(out),
+           "--arch", arch, "--model", preset, "--steps", str(steps), "--seed", str(seed),
+           "--seq-len", str(args.seq_len), "--batch-size", str(args.batch_size),
+           "--warmup", str(max(1, steps // 10)), "--eval-every", str(steps),
+           "--eval-blocks", str(args.eval_blocks), "--ckpt-every", str(steps),
+           "--log-every", str(steps), "--filter", "NOT is_dup"]
+    subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "LANCE_LOG": "error"})
+    return json.loads((out / "summary.json").read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mb", type=float, default=12, help="real text to build the corpus from (MB)")
+    p.add_argument("--vocab", type=int, default=4096, help="BPE ids")
+    p.add_argument("--presets", nargs="+", default=["tiny:600", "mini:200"],
+                   help="model presets and their optimizer steps, NAME:STEPS")
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--eval-blocks", type=int, default=128)
+    p.add_argument("--work", default=None, help="working folder (default: a temp dir)")
+    args = p.parse_args(argv)
+    work = Path(args.work or tempfile.mkdtemp(prefix="arch_ab_"))
+    t0 = time.perf_counter()
+    root = prepare(work, args.mb, args.vocab)
+    print(f"# {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; data ready in {time.perf_counter() - t0:.0f}s; "
+          f"work {work}")
+    results: dict = {}
+    for spec in args.presets:
+        preset, steps = spec.split(":")
+        for i, seed in enumerate(args.seeds):
+            for arch in ARCHS if i % 2 == 0 else ARCHS[::-1]:
+                s = run(root, work / f"{preset}-{arch}-{seed}", arch, preset, int(steps), seed, args)
+                results.setdefault((preset, arch), []).append(s)
+                print(f"# {preset} {arch} seed {seed}: val bpb {s['val_bpb']}, "
+                      f"{s['tokens_per_s']:,.0f} tok/s, {s['tokens_seen']:,} tokens", flush=True)
+    print("\n| preset | arch | params (M) | tokens | seeds | val bpb (mean ± sd) | tokens/s (median) |")
+    print("|---|---|---|---|---|---|---|")
+    for (preset, arch), runs in results.items():
+        bpb = [r["val_bpb"] for r in runs]
+        sd = statistics.stdev(bpb) if len(bpb) > 1 else 0.0
+        print(f"| {preset} | {arch} | {runs[0]['params_m']} | {runs[0]['tokens_seen']:,} | "
+              f"{len(runs)} | {statistics.mean(bpb):.4f} ± {sd:.4f} | "
+              f"{statistics.median(r['tokens_per_s'] for r in runs):,.0f} |")
+    for spec in args.presets:
+        preset = spec.split(":")[0]
+        a, b = results[(preset, "nanogpt")], results[(preset, "modern")]
+        bpb_ratio = statistics.mean(r["val_bpb"] for r in b) / statistics.mean(r["val_bpb"] for r in a)
+        speed = (statistics.median(r["tokens_per_s"] for r in b)
+                 / statistics.median(r["tokens_per_s"] for r in a))
+        print(f"{preset}: modern / nanogpt val bpb {bpb_ratio:.3f}, tokens/s {speed:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
