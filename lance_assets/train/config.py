@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from lance_assets.train.model import ARCHS, PRESETS
@@ -219,6 +219,3 @@ def to_flags(values: dict) -> list[str]:
             out += [flag(name), str(value)]
     return out
 
-
-def as_dict(cfg: TrainConfig) -> dict:
-    return asdict(cfg)

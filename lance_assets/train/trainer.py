@@ -279,13 +279,15 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     optimizers = make_optimizers(model, cfg, device)
     step, epoch, tokens_seen, loader_state = 0, 0, 0, None
     if ckpt:
-        if ckpt["model_config"] != asdict(model_cfg):
-            raise TrainError(f"--resume: {resume_path} holds a {ckpt['model_config']} model; "
-                             f"this run asks for {asdict(model_cfg)} (keep --model, --arch, "
-                             "--seq-len, or start a new --out)")
+        saved_cfg = {"arch": "nanogpt", **ckpt["model_config"]}  # older checkpoints: no arch
+        if saved_cfg != asdict(model_cfg):
+            raise TrainError(f"--resume: {resume_path} holds a {saved_cfg} model; this run asks "
+                             f"for {asdict(model_cfg)} (keep --model, --arch and --seq-len, or "
+                             "start a new --out)")
         model.load_state_dict(ckpt["model"])
+        saved_opts = ckpt["optimizer"] if isinstance(ckpt["optimizer"], list) else [ckpt["optimizer"]]
         peaks = [[g["peak_lr"] for g in opt.param_groups] for opt in optimizers]
-        for opt, saved, peak in zip(optimizers, ckpt["optimizer"], peaks):
+        for opt, saved, peak in zip(optimizers, saved_opts, peaks):
             opt.load_state_dict(saved)
             for group, lr in zip(opt.param_groups, peak):  # this run's LRs, not the saved ones
                 group["peak_lr"] = lr
