@@ -61,6 +61,50 @@ def run(root: Path, out: Path, arch: str, preset: str, steps: int, seed: int, ar
     return json.loads((out / "summary.json").read_text())
 
 
+def train_curve(run_dir: Path) -> list[tuple[float, float]]:
+    """(seconds of training so far, loss) per step, from the run's metrics.jsonl."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "loss" in r]
+    curve, clock, tokens = [], 0.0, 0
+    for r in rows:
+        clock += (r["tokens"] - tokens) / r["tokens_per_s"]
+        tokens = r["tokens"]
+        curve.append((clock, r["loss"]))
+    return curve
+
+
+def loss_at(curve: list[tuple[float, float]], seconds: float, window: int = 25) -> float:
+    """Mean train loss of the ``window`` steps ending at ``seconds`` of training."""
+    upto = [loss for clock, loss in curve if clock <= seconds] or [curve[0][1]]
+    return statistics.mean(upto[-window:])
+
+
+def report(work: Path, presets: list[str], seeds: list[int]) -> None:
+    print("\n| preset | arch | params (M) | tokens | seeds | val bpb, mean ± sd | tokens/s, median "
+          "| train loss at nanogpt's wall-clock, mean |")
+    print("|---|---|---|---|---|---|---|---|")
+    for preset in presets:
+        runs = {arch: [json.loads((work / f"{preset}-{arch}-{seed}" / "summary.json").read_text())
+                       for seed in seeds] for arch in ARCHS}
+        budget = {seed: train_curve(work / f"{preset}-nanogpt-{seed}")[-1][0] for seed in seeds}
+        for arch in ARCHS:
+            bpb = [r["val_bpb"] for r in runs[arch]]
+            sd = statistics.stdev(bpb) if len(bpb) > 1 else 0.0
+            at_clock = statistics.mean(loss_at(train_curve(work / f"{preset}-{arch}-{seed}"),
+                                               budget[seed]) for seed in seeds)
+            print(f"| {preset} | {arch} | {runs[arch][0]['params_m']} | "
+                  f"{runs[arch][0]['tokens_seen']:,} | {len(bpb)} | {statistics.mean(bpb):.4f} ± "
+                  f"{sd:.4f} | {statistics.median(r['tokens_per_s'] for r in runs[arch]):,.0f} | "
+                  f"{at_clock:.3f} |")
+    for preset in presets:
+        summaries = {arch: [json.loads((work / f"{preset}-{arch}-{seed}" / "summary.json")
+                                       .read_text()) for seed in seeds] for arch in ARCHS}
+        bpb = [statistics.mean(r["val_bpb"] for r in summaries[arch]) for arch in ARCHS]
+        speed = [statistics.median(r["tokens_per_s"] for r in summaries[arch]) for arch in ARCHS]
+        print(f"{preset}: modern / nanogpt val bpb at equal tokens {bpb[1] / bpb[0]:.3f}, "
+              f"tokens/s {speed[1] / speed[0]:.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mb", type=float, default=12, help="real text to build the corpus from (MB)")
@@ -72,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--eval-blocks", type=int, default=128)
     p.add_argument("--work", default=None, help="working folder (default: a temp dir)")
+    p.add_argument("--report-only", action="store_true",
+                   help="print the table from the runs already in --work")
     args = p.parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="arch_ab_"))
     t0 = time.perf_counter()
@@ -79,30 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; data ready in {time.perf_counter() - t0:.0f}s; "
           f"work {work}")
-    results: dict = {}
-    for spec in args.presets:
+    for spec in args.presets if not args.report_only else []:
         preset, steps = spec.split(":")
         for i, seed in enumerate(args.seeds):
             for arch in ARCHS if i % 2 == 0 else ARCHS[::-1]:
                 s = run(root, work / f"{preset}-{arch}-{seed}", arch, preset, int(steps), seed, args)
-                results.setdefault((preset, arch), []).append(s)
                 print(f"# {preset} {arch} seed {seed}: val bpb {s['val_bpb']}, "
                       f"{s['tokens_per_s']:,.0f} tok/s, {s['tokens_seen']:,} tokens", flush=True)
-    print("\n| preset | arch | params (M) | tokens | seeds | val bpb (mean ± sd) | tokens/s (median) |")
-    print("|---|---|---|---|---|---|---|")
-    for (preset, arch), runs in results.items():
-        bpb = [r["val_bpb"] for r in runs]
-        sd = statistics.stdev(bpb) if len(bpb) > 1 else 0.0
-        print(f"| {preset} | {arch} | {runs[0]['params_m']} | {runs[0]['tokens_seen']:,} | "
-              f"{len(runs)} | {statistics.mean(bpb):.4f} ± {sd:.4f} | "
-              f"{statistics.median(r['tokens_per_s'] for r in runs):,.0f} |")
-    for spec in args.presets:
-        preset = spec.split(":")[0]
-        a, b = results[(preset, "nanogpt")], results[(preset, "modern")]
-        bpb_ratio = statistics.mean(r["val_bpb"] for r in b) / statistics.mean(r["val_bpb"] for r in a)
-        speed = (statistics.median(r["tokens_per_s"] for r in b)
-                 / statistics.median(r["tokens_per_s"] for r in a))
-        print(f"{preset}: modern / nanogpt val bpb {bpb_ratio:.3f}, tokens/s {speed:.2f}")
+    report(work, [spec.split(":")[0] for spec in args.presets], args.seeds)
     return 0
 
 
