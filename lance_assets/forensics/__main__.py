@@ -95,9 +95,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from lance_assets.corpus.table import TableMissingError
     from lance_assets.forensics.embed import EmbeddingMismatchError
     from lance_assets.forensics.search import MissingInputError
+    from lance_assets.train.checkpoint import CheckpointError
 
     return (UsageError, PredicateError, TableMissingError, MissingInputError,
-            EmbeddingMismatchError, FileNotFoundError)
+            EmbeddingMismatchError, FileNotFoundError, CheckpointError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,10 +63,10 @@ def model_run(root: str | Path) -> dict | None:
             return {"checkpoint": str(ckpt), "table_version": int(info["table_version"]),
                     "filter": info.get("filter")}
     if ckpt.is_file():
-        import torch
+        # a checkpoint is a file someone may have handed us: loaded weights-only, never run
+        from lance_assets.train.checkpoint import load
 
-        # weights_only: a checkpoint is a file someone handed us; it must not run code
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+        state = load(ckpt)
         return {"checkpoint": str(ckpt), "table_version": int(state["table_version"]),
                 "filter": state.get("filter")}
     raise FileNotFoundError(
