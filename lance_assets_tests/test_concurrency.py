@@ -14,7 +14,6 @@ import pyarrow as pa
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.quality import quality_signals
 from lance_assets_tests.conftest import quiet

@@ -377,9 +377,9 @@ def _jsonl_units(path: Path, text_column: str, size: int,
             ends_line = fh.read(1) == b"\n"
         if not ends_line:
             raise SourceError(
-                f"grew since it was ingested, but its last ingested line had no newline, so the "
-                f"new bytes continue a stored document. End every line with a newline; to ingest "
-                f"the new lines, move them to a new file")
+                "grew since it was ingested, but its last ingested line had no newline, so the "
+                "new bytes continue a stored document. End every line with a newline; to ingest "
+                "the new lines, move them to a new file")
         units.append(_jsonl_generation_unit(path, text_column, last.end, size,
                                             fingerprint(path, size)))
     return units
