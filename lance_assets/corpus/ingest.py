@@ -35,10 +35,9 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from lance_assets import paths
 from lance.fragment import write_fragments
 
+from lance_assets import paths
 from lance_assets.corpus.sources import (SkipCounter, SourceError, SourceUnit, parse_file_key,
                                          resolve)
 from lance_assets.corpus.table import RAW_SCHEMA, commit_retrying, has_committed_version
@@ -142,8 +141,7 @@ def _table_state(uri: str) -> tuple[int, dict[str, int], int]:
 def _append(uri: str, reader: pa.RecordBatchReader, rows_per_fragment: int,
             log: Callable[[str], None]) -> None:
     """Create the table if this is the first commit, write the rows as new fragments, then
-    commit them with one ``Append`` (rebased on the
-    newest version when a concurrent column write wins the race)."""
+    commit them with one ``Append``, rebased when a concurrent column write wins the race."""
     _ensure_table(uri, log)
     fragments = write_fragments(reader, uri, schema=RAW_SCHEMA, max_rows_per_file=rows_per_fragment)
 
