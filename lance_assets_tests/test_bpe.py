@@ -16,8 +16,8 @@ import pytest
 from lance_assets import paths
 from lance_assets.corpus import bpe
 from lance_assets.corpus.columns import fragments_missing
-from lance_assets.corpus.tokenize import TokenizerMismatchError, table_tokenizer, token_ids
-from lance_assets.corpus.tokenizers import load_tokenizer
+from lance_assets.corpus.tokenize import TokenizerMismatchError, token_ids
+from lance_assets.corpus.tokenizers import load_tokenizer, table_tokenizer
 from lance_assets_tests.conftest import quiet
 
 

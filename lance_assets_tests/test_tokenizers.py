@@ -4,8 +4,8 @@ import pytest
 
 from lance_assets import paths
 from lance_assets.corpus.synthetic import SyntheticSpec, generate
-from lance_assets.corpus.tokenize import TokenizerMismatchError, table_tokenizer, token_ids
-from lance_assets.corpus.tokenizers import load_tokenizer
+from lance_assets.corpus.tokenize import TokenizerMismatchError, token_ids
+from lance_assets.corpus.tokenizers import load_tokenizer, table_tokenizer
 from lance_assets_tests.conftest import quiet
 
 EDGE_CASES = ["", "a", "héllo wörld", "日本語のテキスト", "emoji 🧪🚀 and ZWJ 👩‍👩‍👧", "tab\tnew\nline\r\n",

@@ -38,7 +38,8 @@ import lance
 from lance_assets import paths
 from lance_assets.corpus.table import open_table
 from lance_assets.corpus.tokenizers import (
-    BPE_PREFIX, ByteTokenizer, TiktokenTokenizer, TokenizerInfo, load_tokenizer,
+    EOS_TOKEN, FORMAT, PAD_TOKEN, ByteTokenizer, TiktokenTokenizer, has_token_data, latest_sha,
+    load_bpe, load_tokenizer, table_tokenizer,
 )
 
 # GPT-4's (cl100k_base) pre-tokenization: contractions, words, 1-3 digit numbers, punctuation
@@ -47,9 +48,6 @@ SPLIT_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
-EOS_TOKEN = "<|endoftext|>"
-PAD_TOKEN = "<|pad|>"
-FORMAT = "lance_assets.bpe/1"
 HELDOUT_MOD = 20  # the same slice as the trainer's frozen validation split (id % 20 = 0)
 DEFAULT_VOCAB_SIZE = 8192  # ids including EOS and PAD; 32768 recommended for real corpora
 DEFAULT_MAX_TRAIN_BYTES = 100_000_000
@@ -93,79 +91,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def latest_sha(root: str | os.PathLike) -> str | None:
-    """The sha256 of the newest trained BPE under ``root``, or None."""
-    pointer = paths.tokenizers_dir(root) / "LATEST"
-    if not pointer.is_file():
-        return None
-    return pointer.read_text().strip() or None
-
-
 def _set_latest(root: str | os.PathLike, sha: str) -> None:
     _atomic_write(paths.tokenizers_dir(root) / "LATEST", (sha + "\n").encode())
-
-
-def _search_roots(root: str | os.PathLike | None) -> list[Path]:
-    roots = [Path(root)] if root is not None else []
-    roots.append(paths.data_dir())
-    return list(dict.fromkeys(r.resolve() for r in roots))
-
-
-def resolve_path(name: str, root: str | os.PathLike | None = None) -> Path:
-    """The file behind ``bpe``, ``bpe:<sha256>`` or a path to a tokenizer file."""
-    if name.endswith(".json") and not name.startswith(BPE_PREFIX):
-        path = Path(name).expanduser()
-        if not path.is_file():
-            raise FileNotFoundError(f"tokenizer file {path} does not exist")
-        return path
-    roots = _search_roots(root)
-    if name == "bpe":
-        # "the newest" only makes sense for one data dir: the given one, else the default.
-        # (Content-addressed bpe:<sha256> names may be found in any of the roots.)
-        roots = roots[:1]
-        for r in roots:
-            sha = latest_sha(r)
-            if sha:
-                return resolve_path(BPE_PREFIX + sha, r)
-        raise FileNotFoundError(
-            f"tokenizer 'bpe': no trained BPE under {', '.join(str(r) for r in roots)} "
-            "(tokenizers/LATEST). Materialize the `tokenizer` asset first "
-            "(dagster asset materialize -m lance_assets.definitions --select tokenizer).")
-    sha = name[len(BPE_PREFIX):]
-    for r in roots:
-        path = paths.tokenizers_dir(r) / f"{sha}.json"
-        if path.is_file():
-            return path
-    raise FileNotFoundError(
-        f"tokenizer {name!r}: no file {sha}.json under the tokenizers/ folder of "
-        f"{', '.join(str(r) for r in roots)}. Pass the data dir that holds it (LANCE_ASSETS_DATA "
-        "or --data), or materialize the `tokenizer` asset there again.")
-
-
-def load(name: str, root: str | os.PathLike | None = None, *,
-         num_threads: int | None = None) -> TiktokenTokenizer:
-    """A trained BPE as a tokenizer: ``bpe``, ``bpe:<sha256>`` or a path to its file. The
-    file's sha256 is checked against its name."""
-    import tiktoken
-
-    path = resolve_path(name, root)
-    data = path.read_bytes()
-    sha = hashlib.sha256(data).hexdigest()
-    named_by_hash = len(path.stem) == 64 and all(c in "0123456789abcdef" for c in path.stem)
-    if named_by_hash and path.stem != sha:
-        raise ValueError(
-            f"tokenizer file {path} is corrupt: its sha256 is {sha}, not its name. Delete it and "
-            "materialize the `tokenizer` asset again.")
-    doc = json.loads(data)
-    if doc.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a {FORMAT} tokenizer file (format {doc.get('format')!r})")
-    ranks = {base64.b64decode(t): i for i, t in enumerate(doc["ranks"])}
-    specials = doc["special_tokens"]
-    enc = tiktoken.Encoding(f"bpe_{sha[:12]}", pat_str=doc["pattern"], mergeable_ranks=ranks,
-                            special_tokens=specials)
-    info = TokenizerInfo(name=BPE_PREFIX + sha, eos_id=specials[EOS_TOKEN],
-                         pad_id=specials[PAD_TOKEN], vocab_size=enc.n_vocab, sha256=sha)
-    return TiktokenTokenizer(enc, info, num_threads)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,8 +147,6 @@ def _spec(ds: lance.LanceDataset, **settings) -> dict:
 def _reusable(ds: lance.LanceDataset, spec: dict, stored: dict) -> str | None:
     """Why the newest BPE can stand, or None: same settings, and either the same table state
     or the table's input_ids already hold it (a new BPE would not be used by them)."""
-    from lance_assets.corpus.tokenize import has_token_data, table_tokenizer
-
     old = stored.get("spec", {})
     if old.get("settings_fingerprint", "") != spec["settings_fingerprint"]:
         return None
@@ -333,7 +258,7 @@ def train_bpe(
     if [r for _, r in ranked] != list(range(len(ranked))):
         raise RuntimeError("rustbpe returned non-contiguous ranks")
     path = save(root, [t for t, _ in ranked])
-    tok = load(str(path))
+    tok = load_bpe(str(path))
     log(f"trained BPE {tok.info.name[:16]}: {len(ranked)} tokens from {counter['docs']} docs "
         f"({counter['bytes'] / 1e6:.1f} MB) in {train_s:.1f}s")
 

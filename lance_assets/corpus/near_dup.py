@@ -39,8 +39,8 @@ import pyarrow.compute as pc
 from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.corpus.table import get_json_config, set_json_config
+from lance_assets.keys import NEAR_DUP_KEY
 
-NEAR_DUP_KEY = "lance_assets.near_dup"
 NEAR_DUP_CLUSTER = pa.field("near_dup_cluster", pa.int64())
 NEAR_DUP = pa.field("near_dup", pa.bool_())
 BATCH_ROWS = 2048

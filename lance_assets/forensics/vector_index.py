@@ -27,9 +27,9 @@ import numpy as np
 from lance_assets import paths
 from lance_assets.corpus.table import commit_retrying, get_json_config, set_json_config
 from lance_assets.forensics.embed import DIM, EMBEDDING
+from lance_assets.keys import VECTOR_INDEX_KEY
 
 INDEX_NAME = "embedding_ann"
-VECTOR_INDEX_KEY = "lance_assets.vector_index"
 FLAT_BELOW = 1024
 METRIC = "cosine"
 DEFAULT_INDEX_TYPE = "IVF_HNSW_SQ"

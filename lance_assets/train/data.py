@@ -21,8 +21,8 @@ import torch
 from lancedb.streaming import StreamingDataLoader, StreamingDataset
 
 from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
+from lance_assets.keys import TOKENIZER_KEY
 
-TOKENIZER_KEY = "lance_assets.tokenizer"
 
 
 @dataclass(frozen=True)

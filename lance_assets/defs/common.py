@@ -1,0 +1,32 @@
+"""Definitions shared by the Dagster domains (``defs/corpus``, ``defs/curation``,
+``defs/forensics``, ``defs/training``): the pool, group names, tags and the keys of assets
+one domain depends on in another.
+
+Domains import this module, ``defs/metadata`` and ``defs/resources``, never each other: an
+asset in another domain is referenced by its key from here, so no domain module imports
+another domain's module.
+"""
+
+import dagster as dg
+
+# Every asset that writes the corpus table takes this pool. The instance may use it to queue
+# writers (a throughput nicety); correctness does not depend on it: the library's writes are
+# safe under concurrent writers from any process or instance.
+POOL = "lance_corpus"
+
+CORPUS_GROUP = "corpus"
+CURATION_GROUP = "curation"
+FORENSICS_GROUP = "forensics"
+TRAINING_GROUP = "training"
+
+TABLE_TAGS = {"lance_assets/table": "corpus"}  # assets that read or write the corpus table
+
+# Assets referenced across domains.
+RAW_TEXT = dg.AssetKey("raw_text")
+DEDUP_FLAG = dg.AssetKey("dedup_flag")
+TOKEN_IDS = dg.AssetKey("token_ids")
+QUALITY_SIGNALS = dg.AssetKey("quality_signals")
+NEAR_DUP = dg.AssetKey("near_dup")
+TEXT_INDEX = dg.AssetKey("text_index")
+SAMPLES = dg.AssetKey("samples")
+FORENSICS = dg.AssetKey("forensics")

@@ -1,0 +1,28 @@
+"""Names and defaults every layer shares: the Dagster definitions, the library, the trainer and
+the benchmarks import them from here, so a key is spelled once.
+
+Framework-free on purpose (no dagster, torch or lance import): the trainer runs under
+``torchrun`` without Dagster, and any module may import this one without creating a cycle.
+"""
+
+# Keys of the table's config (Lance manifest key/value metadata): what a column was computed
+# with, read back by whoever uses the column.
+TOKENIZER_KEY = "lance_assets.tokenizer"  # the tokenizer input_ids hold (name, ids, sha256)
+CURATION_KEY = "lance_assets.curation"  # the curation rules in force
+NEAR_DUP_KEY = "lance_assets.near_dup"  # the MinHash settings near_dup was computed with
+EMBEDDING_KEY = "lance_assets.embedding"  # the model and truncation of `embedding`
+VECTOR_INDEX_KEY = "lance_assets.vector_index"  # the ANN index settings and measured recall
+
+# Columns read across layers (the trainer, forensics and the benchmarks read what the corpus
+# assets write).
+ID = "id"
+TEXT = "text"
+INPUT_IDS = "input_ids"
+N_TOKENS = "n_tokens"
+N_BYTES = "n_bytes"
+IS_DUP = "is_dup"
+NEAR_DUP = "near_dup"
+EMBEDDING = "embedding"
+
+# Prompts the sampler continues when none are given (the `samples` asset and the CLI).
+DEFAULT_PROMPTS = ("An introduction to the", "The bright star", "Students often ask why", "")
