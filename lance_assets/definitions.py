@@ -3,10 +3,9 @@ sensor that keep the corpus current."""
 
 import dagster as dg
 
-from lance_assets.defs.corpus.assets import dedup_flag, raw_text, token_ids
+from lance_assets.defs.corpus.assets import dedup_flag, raw_text, token_ids, tokenizer
 from lance_assets.defs.corpus.automation import (corpus_refresh_job, corpus_refresh_schedule,
                                                 landing_sensor)
-from lance_assets.defs.corpus.tokenizer import tokenizer
 from lance_assets.defs.curation.assets import (corpus_profile, curation_rules, near_dup,
                                               quality_signals, text_index)
 from lance_assets.defs.curation.checks import CHECKS as CURATION_CHECKS
@@ -17,7 +16,10 @@ from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
 end_to_end_job = dg.define_asset_job(
     "end_to_end", selection=dg.AssetSelection.all(),
-    description="The whole graph: ingest, dedup, tokenize, train, sample.",
+    description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
+                "near_dup, text_index, curation_rules, corpus_profile); tokenizer and token_ids; "
+                "embeddings and vector_index; training (pretrained_model, samples); and the "
+                "forensics report.",
 )
 
 defs = dg.Definitions(

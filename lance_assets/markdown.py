@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def table(rows: list[dict]) -> str:
+def markdown_table(rows: list[dict]) -> str:
     """A Markdown table of ``rows`` (dicts with the same keys); ``_none_`` when empty."""
     if not rows:
         return "_none_"

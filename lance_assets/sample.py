@@ -18,11 +18,9 @@ import torch
 
 from lance_assets import paths
 from lance_assets.corpus.tokenizers import load_tokenizer
+from lance_assets.keys import DEFAULT_PROMPTS
 from lance_assets.train import checkpoint
 from lance_assets.train.model import GPT, GPTConfig
-
-DEFAULT_PROMPTS = ["An introduction to the", "The bright star", "Students often ask why", ""]
-
 
 def latest_checkpoint(root: str | os.PathLike) -> Path:
     pointer = paths.latest_checkpoint_pointer(root)

@@ -15,10 +15,11 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from lance_assets import paths
+from lance_assets import keys, paths
 from lance_assets.corpus.columns import ColumnWriteReport, write_columns
 
-IS_DUP = pa.field("is_dup", pa.bool_())
+IS_DUP = pa.field(keys.IS_DUP, pa.bool_())
+DESCRIPTIONS = {IS_DUP.name: "True when the whitespace-normalised text appeared at a smaller id."}
 # RE2 (DuckDB) and Python agree on this explicit class; `\s` differs between them.
 WHITESPACE_RUN = r"[ \t\n\r\f\v]+"
 NORMALISED_HASH_SQL = f"md5(trim(regexp_replace(text, '{WHITESPACE_RUN}', ' ', 'g')))"
@@ -64,10 +65,3 @@ def dedup_flag(
         yield from out.to_batches()
 
     return write_columns(uri, [IS_DUP], compute, fragments_per_commit=fragments_per_commit, log=log)
-
-
-def duplicate_rate(root: str | Path) -> float:
-    ds = lance.dataset(paths.table_uri(root))
-    con = duckdb.connect()
-    con.register("corpus", ds)
-    return con.execute("SELECT avg(is_dup::INT) FROM corpus WHERE is_dup IS NOT NULL").fetchone()[0] or 0.0

@@ -36,13 +36,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import paths
+from lance_assets import keys, paths
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.corpus.table import get_json_config, set_json_config
 from lance_assets.keys import NEAR_DUP_KEY
 
 NEAR_DUP_CLUSTER = pa.field("near_dup_cluster", pa.int64())
-NEAR_DUP = pa.field("near_dup", pa.bool_())
+NEAR_DUP = pa.field(keys.NEAR_DUP, pa.bool_())
+DESCRIPTIONS = {
+    NEAR_DUP_CLUSTER.name: "Near-duplicate cluster: rows with equal values are MinHash LSH "
+                           "near-duplicates (word 5-grams, Jaccard confirmed).",
+    NEAR_DUP.name: "True for every row of a cluster but its first (smallest id).",
+    "minhash_bands": "The row's LSH band keys (one int64 per band); later runs match new rows "
+                     "against them.",
+}
 BATCH_ROWS = 2048
 SHINGLES_PER_CHUNK = 1 << 15  # bounds the (shingles × permutations) matrix to ~30 MB
 MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -383,12 +390,3 @@ def near_dup(
     report = write_columns(uri, fields(settings), compute,
                            fragments_per_commit=fragments_per_commit, log=log)
     return report, stats
-
-
-def near_dup_rate(root: str | Path) -> float:
-    import duckdb
-
-    con = duckdb.connect()
-    con.register("corpus", lance.dataset(paths.table_uri(root)))
-    return con.execute(
-        "SELECT avg(near_dup::INT) FROM corpus WHERE near_dup IS NOT NULL").fetchone()[0] or 0.0

@@ -61,6 +61,18 @@ def locked_connection(tables: dict[str, object], memory_limit: str = "2GB"
     return con
 
 
+def flag_rate(root: str | Path, column: str) -> float:
+    """Share of the rows holding the boolean ``column`` where it is true (0.0 when none hold
+    it): ``is_dup`` for ``dedup_flag``, ``near_dup`` for ``near_dup``."""
+    ds = lance.dataset(paths.table_uri(root))
+    if column not in ds.schema.names:
+        raise ValueError(f"{ds.uri} has no column {column!r}; materialize the asset that writes it")
+    quoted = '"' + column.replace('"', '""') + '"'  # an identifier, never text to run
+    con = locked_connection({"corpus": ds})
+    return con.execute(
+        f"SELECT avg({quoted}::INT) FROM corpus WHERE {quoted} IS NOT NULL").fetchone()[0] or 0.0
+
+
 def _connect(ds: lance.LanceDataset, kept: Predicate | None
              ) -> tuple[duckdb.DuckDBPyConnection, bool]:
     con = locked_connection({"lance_corpus": ds})

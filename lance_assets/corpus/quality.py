@@ -87,6 +87,7 @@ SIGNALS: list[Signal] = [
 FIELDS = [pa.field(s.name, s.type) for s in SIGNALS]
 SCHEMA = pa.schema(FIELDS)
 COLUMNS = [s.name for s in SIGNALS]
+DESCRIPTIONS = {s.name: f"{s.definition} [{s.source}]" for s in SIGNALS}
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:

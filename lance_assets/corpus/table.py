@@ -46,6 +46,23 @@ RAW_SCHEMA = pa.schema([
     pa.field("n_chars", pa.int32()),
     pa.field("text", pa.string()),
 ])
+# What each column of RAW_SCHEMA holds (shown as the `raw_text` asset's column schema).
+RAW_DESCRIPTIONS = {
+    "id": "Row id, unique and increasing in ingest order; the curation and split rules key on it.",
+    "doc_id": "The source's own document id (FineWeb `id`); null when the source has none.",
+    "url": "Where the document was crawled from (FineWeb); null for other sources.",
+    "source": "Source unit the row came from: file:/abs/path, synthetic:..., hf:...",
+    "source_part": "Row group or block within the source unit: the ingest watermark.",
+    "dump": "Common Crawl dump (FineWeb).",
+    "date": "Crawl date (FineWeb).",
+    "score": "FineWeb-Edu educational quality score (0-5, float).",
+    "int_score": "FineWeb-Edu score rounded to an integer.",
+    "language": "Language code given by the source.",
+    "language_score": "The source's language-identification confidence.",
+    "token_count": "Token count given by the source (its own tokenizer).",
+    "n_chars": "Characters in `text`.",
+    "text": "The document text (UTF-8), as ingested; never rewritten.",
+}
 
 
 class TableMissingError(RuntimeError):

@@ -33,9 +33,15 @@ from lance_assets.corpus.tokenizers import (
     TokenizerInfo, choose_tokenizer, has_token_data, keep_bpe_file, load_tokenizer, table_tokenizer,
 )
 
-INPUT_IDS = pa.field("input_ids", pa.list_(pa.int32()))
-N_TOKENS = pa.field("n_tokens", pa.int32())
-N_BYTES = pa.field("n_bytes", pa.int32())
+INPUT_IDS = pa.field(keys.INPUT_IDS, pa.list_(pa.int32()))
+N_TOKENS = pa.field(keys.N_TOKENS, pa.int32())
+N_BYTES = pa.field(keys.N_BYTES, pa.int32())
+DESCRIPTIONS = {
+    INPUT_IDS.name: "Token ids of `text` under the tokenizer recorded in the table's config; "
+                    "no EOS (the loader adds it when packing).",
+    N_TOKENS.name: "Length of `input_ids`.",
+    N_BYTES.name: "UTF-8 bytes of `text` (for bits per byte, independent of the tokenizer).",
+}
 TOKEN_COLUMNS = [INPUT_IDS.name, N_TOKENS.name]
 ENCODE_BATCH_ROWS = 2048
 FRAGMENTS_AHEAD = 1  # fragments encoded ahead of the one being written

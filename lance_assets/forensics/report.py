@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from lance_assets import paths
-from lance_assets.markdown import table as _table
+from lance_assets.markdown import markdown_table
 from lance_assets.forensics.attribution import Attribution, Attributor
 from lance_assets.forensics.near_dups import NearDupReport, semantic_near_dups
 from lance_assets.forensics.pinned import Pin, resolve_pin
@@ -64,7 +64,7 @@ class ForensicsReport:
                      "found by": "+".join(s["found_by"]),
                      "longest shared span": _cell(s["span"][:80])}
                     for s in att["sources"]]
-            lines += [_table(rows), ""]
+            lines += [markdown_table(rows), ""]
         if self.near_dups is not None:
             nd = self.near_dups
             lines += ["### Semantic near-duplicates", "",
@@ -74,7 +74,7 @@ class ForensicsReport:
                       f"neighbour. {nd.pairs_above - nd.pairs_above_unflagged} of those pairs "
                       f"involve a document already flagged by {' or '.join(nd.flags) or 'no flag'}; "
                       f"{nd.pairs_above_unflagged} do not. The closest pairs dedup did not flag:", "",
-                      _table([{k: _cell(str(v)) for k, v in r.items()} for r in nd.closest]), ""]
+                      markdown_table([{k: _cell(str(v)) for k, v in r.items()} for r in nd.closest]), ""]
         lines += [f"_{n}_" for n in self.notes]
         return "\n".join(lines)
 

@@ -1,22 +1,27 @@
-"""Column assets of the corpus table: ``raw_text`` -> ``dedup_flag`` -> ``token_ids`` (which
-also depends on the ``tokenizer`` asset in ``tokenizer.py``).
+"""Assets of the corpus table: ``raw_text`` -> ``dedup_flag`` -> ``tokenizer`` (a BPE trained
+on the curated text) -> ``token_ids``.
 
-Each writes its own column(s) with Lance's column APIs and never rewrites existing data files.
-They take the ``lance_corpus`` pool, which the instance may use to queue table writers (a
-throughput nicety); correctness does not depend on it: the library's writes are safe under
-concurrent writers from any process or instance.
+Each column asset writes its own column(s) with Lance's column APIs and never rewrites existing
+data files, and takes the ``lance_corpus`` pool (``defs/common.py``).
 """
 
 from typing import Optional
 
 import dagster as dg
 
-from lance_assets.corpus import dedup, ingest, tokenize
-from lance_assets.defs.metadata import lineage, markdown_table, table_metadata
+from lance_assets.corpus import bpe, dedup, ingest, profile, tokenize
+from lance_assets.corpus.table import RAW_DESCRIPTIONS, RAW_SCHEMA
+from lance_assets.corpus.tokenizers import load_bpe
+from lance_assets.defs.common import CORPUS_GROUP as GROUP
+from lance_assets.defs.common import POOL, TABLE_TAGS
+from lance_assets.defs.metadata import column_schema, column_write_metadata, table_metadata
 from lance_assets.defs.resources import LanceStore
+from lance_assets.markdown import markdown_table
 
-POOL = "lance_corpus"
-GROUP = "corpus"
+RAW_TEXT_COLUMNS = column_schema(RAW_SCHEMA, RAW_DESCRIPTIONS)
+DEDUP_FLAG_COLUMNS = column_schema([dedup.IS_DUP], dedup.DESCRIPTIONS)
+TOKEN_IDS_COLUMNS = column_schema([tokenize.N_BYTES, tokenize.INPUT_IDS, tokenize.N_TOKENS],
+                                  tokenize.DESCRIPTIONS)
 
 
 class RawTextConfig(dg.Config):
@@ -37,8 +42,8 @@ class RawTextConfig(dg.Config):
 
 
 @dg.asset(
-    group_name=GROUP, kinds={"lance", "python"}, code_version="2", pool=POOL,
-    tags={"lance_assets/table": "corpus"},
+    group_name=GROUP, kinds={"lance", "python"}, code_version="2", pool=POOL, tags=TABLE_TAGS,
+    metadata={"dagster/column_schema": RAW_TEXT_COLUMNS},
 )
 def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_store: LanceStore):
     """Documents appended to the `corpus` Lance table: `id`, `text`, `n_chars`, `source` /
@@ -58,7 +63,8 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
     for path, why in report.files_failed.items():
         context.log.warning(f"not ingested: {path}: {why}")
     return dg.MaterializeResult(metadata={
-        **table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_added),
+        **table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_added,
+                         columns=RAW_TEXT_COLUMNS),
         "summary": dg.MetadataValue.md(report.markdown()),
         "source": source,
         "nothing_new": report.nothing_new,
@@ -84,7 +90,7 @@ class ColumnConfig(dg.Config):
 
 @dg.asset(
     deps=[raw_text], group_name=GROUP, kinds={"lance", "duckdb"}, code_version="1", pool=POOL,
-    tags={"lance_assets/table": "corpus"},
+    tags=TABLE_TAGS, metadata={"dagster/column_schema": DEDUP_FLAG_COLUMNS},
 )
 def dedup_flag(context: dg.AssetExecutionContext, config: ColumnConfig, lance_store: LanceStore):
     """`is_dup` (bool): true for a document whose whitespace-normalised text appeared at a
@@ -92,13 +98,67 @@ def dedup_flag(context: dg.AssetExecutionContext, config: ColumnConfig, lance_st
     report = dedup.dedup_flag(lance_store.root, fragments_per_commit=config.fragments_per_commit,
                               log=context.log.info)
     return dg.MaterializeResult(metadata={
-        **table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_written),
-        "dagster/column_lineage": lineage({"is_dup": [("raw_text", "text"), ("raw_text", "id")]}),
+        **column_write_metadata(lance_store.table_uri, report, DEDUP_FLAG_COLUMNS,
+                                {"is_dup": [("raw_text", "text"), ("raw_text", "id")]}),
+        "duplicate_rate": round(profile.flag_rate(lance_store.root, "is_dup"), 4),
+    })
+
+
+class TokenizerConfig(dg.Config):
+    vocab_size: int = bpe.DEFAULT_VOCAB_SIZE
+    """Ids including EOS and PAD. 8192 by default; 32768 recommended for real corpora. The demo's
+    synthetic corpus runs out of pairs to merge near 1,060 ids (every distinct word is a token):
+    the BPE stops there and says so (`saturated`)."""
+    max_train_bytes: int = bpe.DEFAULT_MAX_TRAIN_BYTES
+    """Upper bound on the training sample: a fixed 1-in-k subset by id when the corpus is larger."""
+    filter: str = bpe.DEFAULT_FILTER
+    """SQL over the table: which documents the BPE is trained on (curated text)."""
+    heldout_max_bytes: int = bpe.DEFAULT_HELDOUT_MAX_BYTES
+    """Held-out text (`id % 20 = 0`, never trained on) used to measure bytes/token."""
+    retrain: bool = False
+    """Train again even though the newest BPE has these settings and `input_ids` use it (new
+    rows since). `token_ids` keeps the old one until run with `replace: true`."""
+
+
+@dg.asset(deps=[dedup_flag], group_name=GROUP, kinds={"python", "lance"}, code_version="1",
+          tags=TABLE_TAGS)
+def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, lance_store: LanceStore):
+    """A byte-level BPE (rustbpe, GPT-4 split pattern) trained on a bounded sample of the curated
+    text, exported as a tiktoken encoding with `<|endoftext|>` (EOS) and `<|pad|>` (PAD). Saved as
+    DATA/tokenizers/<sha256>.json; `token_ids` uses it by default. Reports bytes/token on
+    held-out text for this BPE, for bytes and for cl100k_base. Re-running trains again only when
+    the settings change, or the table changed and its `input_ids` do not use this BPE yet."""
+    report = bpe.train_bpe(lance_store.root, vocab_size=config.vocab_size,
+                           max_train_bytes=config.max_train_bytes, filter=config.filter,
+                           heldout_max_bytes=config.heldout_max_bytes, retrain=config.retrain,
+                           log=context.log.info)
+    bpt = report.bytes_per_token
+    rows = [{"tokenizer": name, "bytes/token": value,
+             "vs byte": round(value / bpt["byte"], 2) if value and bpt.get("byte") else None}
+            for name, value in bpt.items()]
+    tok = load_bpe(report.path)
+    return dg.MaterializeResult(metadata={
         "nothing_to_do": report.nothing_to_do,
-        "fragments_written": len(report.fragments_written),
-        "fragments_already_done": report.fragments_already_done,
-        "rows_written": report.rows_written,
-        "duplicate_rate": round(dedup.duplicate_rate(lance_store.root), 4),
+        "tokenizer_name": report.name,
+        "tokenizer_sha256": report.sha256,
+        "path": dg.MetadataValue.path(report.path),
+        "vocab_size": report.vocab_size,
+        "vocab_size_requested": report.vocab_size_requested,
+        "saturated": report.saturated,
+        "merges": report.merges,
+        "eos_id": report.eos_id,
+        "pad_id": report.pad_id,
+        "train_s": report.train_s,
+        "train_docs": report.train_docs,
+        "train_bytes": report.train_bytes,
+        "heldout_docs": report.heldout_docs,
+        "heldout_bytes": report.heldout_bytes,
+        "bytes_per_token": dg.MetadataValue.md(markdown_table(rows)),
+        **{f"bytes_per_token_{name}": value for name, value in bpt.items()},
+        "bpe_vs_byte": round(bpt["bpe"] / bpt["byte"], 2) if bpt.get("bpe") and bpt.get("byte")
+        else None,
+        "longest_tokens": dg.MetadataValue.json(bpe.longest_tokens(tok)),
+        "duration_s": round(report.duration_s, 3),
     })
 
 
@@ -113,8 +173,9 @@ class TokenIdsConfig(ColumnConfig):
 
 
 @dg.asset(
-    deps=[dedup_flag, dg.AssetKey("tokenizer")], group_name=GROUP, kinds={"lance", "python"},
-    code_version="2", pool=POOL, tags={"lance_assets/table": "corpus"},
+    deps=[dedup_flag, tokenizer], group_name=GROUP, kinds={"lance", "python"},
+    code_version="2", pool=POOL, tags=TABLE_TAGS,
+    metadata={"dagster/column_schema": TOKEN_IDS_COLUMNS},
 )
 def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_store: LanceStore):
     """`input_ids` (list<int32>, no EOS: the loader adds it when packing), `n_tokens` (int32) and
@@ -123,17 +184,10 @@ def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_s
     report, info, tokens = tokenize.token_ids(
         lance_store.root, config.tokenizer, fragments_per_commit=config.fragments_per_commit,
         replace=config.replace, log=context.log.info)
-    meta = table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_written)
     seconds = report.duration_s
     return dg.MaterializeResult(metadata={
-        **meta,
-        "dagster/column_lineage": lineage({"input_ids": [("raw_text", "text")],
-                                           "n_tokens": [("raw_text", "text")],
-                                           "n_bytes": [("raw_text", "text")]}),
-        "nothing_to_do": report.nothing_to_do,
-        "fragments_written": len(report.fragments_written),
-        "fragments_already_done": report.fragments_already_done,
-        "rows_written": report.rows_written,
+        **column_write_metadata(lance_store.table_uri, report, TOKEN_IDS_COLUMNS,
+                                {c: [("raw_text", "text")] for c in tokenize.DESCRIPTIONS}),
         "tokens_written": tokens,
         "tokens_per_s": round(tokens / seconds, 1) if seconds else 0.0,
         "mb_per_s": round(report.bytes_tokenized / 1e6 / seconds, 2) if seconds else 0.0,

@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from lance_assets.corpus.sources import FILE_SUFFIXES, SourceError, expand_paths
+from lance_assets.defs.common import FORENSICS, TRAINING_GROUP
 from lance_assets.defs.resources import LanceStore
 
 CRON_ENV = "LANCE_ASSETS_INGEST_CRON"
@@ -19,9 +20,12 @@ DEFAULT_CRON = "0 3 * * *"
 corpus_refresh_job = dg.define_asset_job(
     "corpus_refresh",
     selection=(dg.AssetSelection.keys("raw_text").downstream()
-               - dg.AssetSelection.groups("training") - dg.AssetSelection.keys("forensics")),
-    description="Ingest what is new in the source, then bring every column up to date on the "
-                "new fragments.",
+               - dg.AssetSelection.groups(TRAINING_GROUP) - dg.AssetSelection.assets(FORENSICS)),
+    description="Ingest what is new in the source (raw_text), then bring everything downstream "
+                "of it up to date on the new fragments: dedup_flag, tokenizer, token_ids, "
+                "quality_signals, near_dup, text_index, curation_rules, corpus_profile, "
+                "embeddings and vector_index. Training (pretrained_model, samples) and the "
+                "forensics report are not part of it.",
 )
 
 corpus_refresh_schedule = dg.ScheduleDefinition(
@@ -29,7 +33,8 @@ corpus_refresh_schedule = dg.ScheduleDefinition(
     job=corpus_refresh_job,
     cron_schedule=os.environ.get(CRON_ENV, DEFAULT_CRON),
     default_status=dg.DefaultScheduleStatus.STOPPED,
-    description=f"Incremental ingest + column catch-up; cron from ${CRON_ENV} (default "
+    description="Runs corpus_refresh (incremental ingest, then everything downstream of it but "
+                f"training and forensics); cron from ${CRON_ENV} (default "
                 f"'{DEFAULT_CRON}'). Off until switched on.",
 )
 
@@ -51,7 +56,10 @@ def landing_files(source: str) -> dict[str, list[int]]:
 
 
 @dg.sensor(job=corpus_refresh_job, minimum_interval_seconds=60,
-           default_status=dg.DefaultSensorStatus.STOPPED)
+           default_status=dg.DefaultSensorStatus.STOPPED,
+           description="Runs corpus_refresh when files appear or change under the source folder "
+                       "or glob (LANCE_ASSETS_SOURCE); checks every 60 s once switched on. Off "
+                       "until switched on.")
 def landing_sensor(context: dg.SensorEvaluationContext, lance_store: LanceStore):
     """Requests a `corpus_refresh` run when files appear (or change) under the source folder
     (LANCE_ASSETS_SOURCE pointing at a folder or glob). The cursor holds the files seen."""

@@ -3,6 +3,7 @@
 
 The first three write to the corpus table (columns or an index) and take the ``lance_corpus``
 pool; ``curation_rules`` records the rules in the table's config; ``corpus_profile`` only reads.
+Assets of the corpus domain are referenced by their keys (``defs/common.py``).
 """
 
 import base64
@@ -14,12 +15,15 @@ import lance
 from lance_assets.corpus import fts, profile, quality
 from lance_assets.corpus import rules as rules_lib
 from lance_assets.corpus import near_dup as near_dup_lib
-from lance_assets.defs.corpus.assets import POOL, dedup_flag, raw_text, token_ids
-from lance_assets.defs.metadata import lineage, markdown_table, table_metadata
+from lance_assets.defs.common import CURATION_GROUP as GROUP
+from lance_assets.defs.common import DEDUP_FLAG, POOL, RAW_TEXT, TABLE_TAGS, TOKEN_IDS
+from lance_assets.defs.metadata import column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
+from lance_assets.markdown import markdown_table
 
-GROUP = "curation"
-TAGS = {"lance_assets/table": "corpus"}
+QUALITY_SIGNALS_COLUMNS = column_schema(quality.FIELDS, quality.DESCRIPTIONS)
+NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(near_dup_lib.MinHashSettings()),
+                                 near_dup_lib.DESCRIPTIONS)
 
 
 class SignalsConfig(dg.Config):
@@ -27,20 +31,8 @@ class SignalsConfig(dg.Config):
     """Fragments computed per commit: a kill loses at most this many fragments' work."""
 
 
-def _column_write_metadata(uri: str, report) -> dict:
-    seconds = report.duration_s
-    return {
-        **table_metadata(uri, seconds, rows_processed=report.rows_written),
-        "nothing_to_do": report.nothing_to_do,
-        "fragments_written": len(report.fragments_written),
-        "fragments_already_done": report.fragments_already_done,
-        "rows_written": report.rows_written,
-        "docs_per_s": round(report.rows_written / seconds, 1) if seconds else 0.0,
-    }
-
-
-@dg.asset(deps=[raw_text], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
-          pool=POOL, tags=TAGS)
+@dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
+          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": QUALITY_SIGNALS_COLUMNS})
 def quality_signals(context: dg.AssetExecutionContext, config: SignalsConfig,
                     lance_store: LanceStore):
     """Per-document statistics from the Gopher, C4 and FineWeb quality rules, one column each
@@ -50,8 +42,8 @@ def quality_signals(context: dg.AssetExecutionContext, config: SignalsConfig,
     report = quality.quality_signals(lance_store.root, fragments_per_commit=config.fragments_per_commit,
                                      log=context.log.info)
     return dg.MaterializeResult(metadata={
-        **_column_write_metadata(lance_store.table_uri, report),
-        "dagster/column_lineage": lineage({c: [("raw_text", "text")] for c in quality.COLUMNS}),
+        **column_write_metadata(lance_store.table_uri, report, QUALITY_SIGNALS_COLUMNS,
+                                {c: [("raw_text", "text")] for c in quality.COLUMNS}),
         "signals": dg.MetadataValue.md(markdown_table(quality.signal_summary(lance_store.root))),
     })
 
@@ -62,8 +54,8 @@ class NearDupConfig(SignalsConfig):
     word 5-gram sets reaches this; 0 confirms every candidate (FineWeb's behaviour)."""
 
 
-@dg.asset(deps=[raw_text], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
-          pool=POOL, tags=TAGS)
+@dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
+          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": NEAR_DUP_COLUMNS})
 def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_store: LanceStore):
     """`near_dup_cluster` (int64: equal ids form a cluster), `near_dup` (bool: true for all but
     the first document of a cluster) and `minhash_bands` (the LSH keys later runs match new
@@ -75,16 +67,17 @@ def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_sto
                                           fragments_per_commit=config.fragments_per_commit,
                                           log=context.log.info)
     return dg.MaterializeResult(metadata={
-        **_column_write_metadata(lance_store.table_uri, report),
-        "dagster/column_lineage": lineage({
-            "near_dup_cluster": [("raw_text", "text"), ("raw_text", "id")],
-            "near_dup": [("raw_text", "text"), ("raw_text", "id")],
-            "minhash_bands": [("raw_text", "text")]}),
+        **column_write_metadata(
+            lance_store.table_uri, report,
+            column_schema(near_dup_lib.fields(settings), near_dup_lib.DESCRIPTIONS), {
+                "near_dup_cluster": [("raw_text", "text"), ("raw_text", "id")],
+                "near_dup": [("raw_text", "text"), ("raw_text", "id")],
+                "minhash_bands": [("raw_text", "text")]}),
         "candidate_pairs": stats.candidate_pairs,
         "confirmed_pairs": stats.confirmed_pairs,
         "new_rows_flagged": stats.flagged,
         "new_rows_joining_old_clusters": stats.joined_old_clusters,
-        "near_dup_rate": round(near_dup_lib.near_dup_rate(lance_store.root), 4),
+        "near_dup_rate": round(profile.flag_rate(lance_store.root, "near_dup"), 4),
         "settings": dg.MetadataValue.json(settings.to_dict()),
     })
 
@@ -94,8 +87,8 @@ class TextIndexConfig(dg.Config):
     """A keyword query whose best matches are shown in the metadata."""
 
 
-@dg.asset(deps=[raw_text], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
-          tags=TAGS)
+@dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
+          tags=TABLE_TAGS)
 def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance_store: LanceStore):
     """Lance full-text (BM25 inverted) index `text_fts` on `text`. The first run builds it; later
     runs add only the rows appended since. Query: `lance.dataset(uri).to_table(
@@ -131,8 +124,8 @@ class CurationConfig(dg.Config):
     """The training filter must keep at least this many rows (blocking check)."""
 
 
-@dg.asset(deps=[dedup_flag, quality_signals, near_dup, token_ids], group_name=GROUP,
-          kinds={"lance", "sql"}, code_version="2", pool=POOL, tags=TAGS)
+@dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS], group_name=GROUP,
+          kinds={"lance", "sql"}, code_version="2", pool=POOL, tags=TABLE_TAGS)
 def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
                    lance_store: LanceStore):
     """The curation rules in force: named SQL predicates over columns, joined with AND into the
@@ -174,8 +167,8 @@ class ProfileConfig(dg.Config):
     """Folder of .sql files to run (default: lance_assets/corpus/sql/profile in the package)."""
 
 
-@dg.asset(deps=[dedup_flag, quality_signals, near_dup, token_ids], group_name=GROUP,
-          kinds={"duckdb", "lance"}, code_version="2", tags=TAGS)
+@dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS], group_name=GROUP,
+          kinds={"duckdb", "lance"}, code_version="2", tags=TABLE_TAGS)
 def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
                    lance_store: LanceStore):
     """EDA of the corpus: DuckDB SQL over the Lance table through Arrow (no copy). Rows by score

@@ -9,14 +9,15 @@ from typing import Optional
 
 import dagster as dg
 
-from lance_assets.defs.corpus.assets import POOL, raw_text
-from lance_assets.defs.metadata import lineage, markdown_table, table_metadata
+from lance_assets.defs.common import FORENSICS_GROUP as GROUP
+from lance_assets.defs.common import POOL, RAW_TEXT, SAMPLES, TABLE_TAGS, TEXT_INDEX
+from lance_assets.defs.metadata import column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
 from lance_assets.forensics import embed
 from lance_assets.forensics import vector_index as vindex
+from lance_assets.markdown import markdown_table
 
-GROUP = "forensics"
-TAGS = {"lance_assets/table": "corpus"}
+EMBEDDINGS_COLUMNS = column_schema([embed.EMBEDDING], embed.DESCRIPTIONS)
 
 
 class EmbeddingsConfig(dg.Config):
@@ -30,8 +31,8 @@ class EmbeddingsConfig(dg.Config):
     """Fragments embedded per commit: a kill loses at most this many fragments' work."""
 
 
-@dg.asset(deps=[raw_text], group_name=GROUP, kinds={"lance", "pytorch"}, code_version="1",
-          pool=POOL, tags=TAGS)
+@dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "pytorch"}, code_version="1",
+          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": EMBEDDINGS_COLUMNS})
 def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig,
                lance_store: LanceStore):
     """`embedding` (fixed_size_list<float32, 384>): all-MiniLM-L6-v2 sentence embeddings of
@@ -42,12 +43,8 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig,
                               fragments_per_commit=config.fragments_per_commit,
                               log=context.log.info)
     return dg.MaterializeResult(metadata={
-        **table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_written),
-        "dagster/column_lineage": lineage({"embedding": [("raw_text", "text")]}),
-        "nothing_to_do": report.nothing_to_do,
-        "fragments_written": len(report.fragments_written),
-        "fragments_already_done": report.fragments_already_done,
-        "rows_written": report.rows_written,
+        **column_write_metadata(lance_store.table_uri, report, EMBEDDINGS_COLUMNS,
+                                {"embedding": [("raw_text", "text")]}),
         "docs_per_s": round(report.docs_per_s, 1),
         "device": report.device or "(model not loaded: nothing to embed)",
         "model_load_s": round(report.model_load_s, 2),
@@ -68,7 +65,7 @@ class VectorIndexConfig(dg.Config):
 
 
 @dg.asset(deps=[embeddings], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
-          tags=TAGS)
+          tags=TABLE_TAGS)
 def vector_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
                  lance_store: LanceStore):
     """ANN index `embedding_ann` on `embedding` (cosine): IVF_HNSW_SQ with ~sqrt(rows)
@@ -112,8 +109,8 @@ class ForensicsConfig(dg.Config):
     """Documents sampled for the near-duplicate pairs (all pairs of the sample are compared)."""
 
 
-@dg.asset(deps=[dg.AssetKey("samples"), vector_index, dg.AssetKey("text_index")],
-          group_name=GROUP, kinds={"lance", "python"}, code_version="1", tags=TAGS)
+@dg.asset(deps=[SAMPLES, vector_index, TEXT_INDEX],
+          group_name=GROUP, kinds={"lance", "python"}, code_version="1", tags=TABLE_TAGS)
 def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
               lance_store: LanceStore):
     """Where did each generated sample come from? Every sample of `samples` is attributed to the

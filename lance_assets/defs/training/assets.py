@@ -13,14 +13,14 @@ import dagster as dg
 
 from lance_assets import paths
 from lance_assets.corpus.rules import training_filter
-from lance_assets.defs.corpus.assets import token_ids
-from lance_assets.defs.metadata import markdown_table
+from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS
+from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.config import LAUNCH_ONLY, TrainConfig
 from lance_assets.defs.training.torchrun import TORCHRUN_SHUTDOWN_TIMEOUT_S, TorchrunPipesClient
+from lance_assets.keys import DEFAULT_PROMPTS
+from lance_assets.markdown import markdown_table
 from lance_assets.train.config import to_flags
-
-GROUP = "training"
 
 
 def trainer_command(cfg: TrainConfig, root: Path, out: Path) -> list[str]:
@@ -64,7 +64,7 @@ def loss_curve_markdown(metrics_path: Path) -> Optional[str]:
     return f"![loss curve](data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()})"
 
 
-@dg.asset(deps=[token_ids, dg.AssetKey("curation_rules")], group_name=GROUP,
+@dg.asset(deps=[TOKEN_IDS, CURATION_RULES], group_name=GROUP,
           kinds={"pytorch", "lance"}, code_version="2")
 def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
                      lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
@@ -93,7 +93,7 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
 
 
 class SamplesConfig(dg.Config):
-    prompts: list[str] = ["An introduction to the", "The bright star", "Students often ask why", ""]
+    prompts: list[str] = list(DEFAULT_PROMPTS)
     max_new_tokens: int = 200
     temperature: float = 0.8
     top_k: int = 40
