@@ -37,12 +37,11 @@ import numpy as np
 
 from lance_assets import paths
 from lance_assets.corpus.tokenizers import load_tokenizer
-from lance_assets.forensics.embed import (DEFAULT_MAX_TOKENS, EMBEDDING, Embedder, read_embeddings,
-                                          shared_embedder, table_embedding_spec)
+from lance_assets.forensics.embed import EMBEDDING, Embedder, read_embeddings
 from lance_assets.forensics.pinned import Pin, resolve_pin
-from lance_assets.forensics.search import MissingInputError, checked_filter
+from lance_assets.forensics.search import MissingInputError, checked_filter, nearest, table_embedder
 from lance_assets.forensics.search import snippet as text_snippet
-from lance_assets.forensics.vector_index import current_settings, nearest_arg
+from lance_assets.forensics.vector_index import current_settings
 from lance_assets.keys import TOKENIZER_KEY
 
 MIN_SPAN_CHARS = 48
@@ -255,8 +254,7 @@ class Attributor:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            spec = table_embedding_spec(self.latest)
-            self._embedder = shared_embedder(spec.max_tokens if spec else DEFAULT_MAX_TOKENS)
+            self._embedder = table_embedder(self.latest)
         return self._embedder
 
     def encode(self, text: str) -> np.ndarray:
@@ -280,13 +278,9 @@ class Attributor:
         if self.has_vectors and text.strip():
             t = time.perf_counter()
             qvec = self.embedder.encode([text])[0]
-            flt = self.filter
-            tbl = self.latest.to_table(columns=["id", "_distance"],
-                                       nearest=nearest_arg(self.settings, qvec, k_vector),
-                                       filter=flt, prefilter=flt is not None)
-            for rid, d in zip(tbl.column("id").to_pylist(), tbl.column("_distance").to_pylist()):
-                cos[int(rid)] = 1.0 - float(d)
-                found_by.setdefault(int(rid), []).append("vector")
+            for rid, cosine in nearest(self.latest, self.settings, qvec, k_vector, self.filter):
+                cos[rid] = cosine
+                found_by.setdefault(rid, []).append("vector")
             missing = [r for r in found_by if r not in cos]
             for rid, vec in read_embeddings(self.latest, missing).items():
                 cos[int(rid)] = float(np.dot(vec, qvec))

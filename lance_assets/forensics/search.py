@@ -110,6 +110,25 @@ def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:
     return ("…" if start > 0 else "") + out + ("…" if start + width < len(text) else "")
 
 
+def table_embedder(ds: lance.LanceDataset) -> Embedder:
+    """The shared model, truncating queries as the table's ``embedding`` column was computed
+    (so a query and the documents it is compared with are embedded alike)."""
+    spec = table_embedding_spec(ds)
+    return shared_embedder(spec.max_tokens if spec else DEFAULT_MAX_TOKENS)
+
+
+def nearest(ds: lance.LanceDataset, settings, qvec: np.ndarray, k: int, filter: str | None,
+            with_text: bool = False) -> list[tuple]:
+    """(id, cosine similarity[, text]) of the ``k`` rows nearest ``qvec`` among those passing
+    ``filter`` (Lance SQL), with the index settings ``vector_index`` tuned (``settings``)."""
+    tbl = ds.to_table(columns=["id", "_distance"] + (["text"] if with_text else []),
+                      nearest=nearest_arg(settings, np.asarray(qvec, np.float32), k),
+                      filter=filter, prefilter=filter is not None)
+    rows = zip(tbl.column("id").to_pylist(), (1.0 - d for d in tbl.column("_distance").to_pylist()),
+               *([tbl.column("text").to_pylist()] if with_text else []))
+    return [(int(r[0]), float(r[1]), *r[2:]) for r in rows]
+
+
 def has_text_index(ds: lance.LanceDataset) -> bool:
     return fts.INDEX_NAME in {i.name for i in ds.describe_indices()} or any(
         i.index_type.upper().startswith("INVERTED") for i in ds.describe_indices())
@@ -133,8 +152,7 @@ class Searcher:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            spec = table_embedding_spec(self.ds)
-            self._embedder = shared_embedder(spec.max_tokens if spec else DEFAULT_MAX_TOKENS)
+            self._embedder = table_embedder(self.ds)
         return self._embedder
 
     def user_filter(self, filter: str | Predicate | None) -> Predicate | None:
@@ -144,12 +162,7 @@ class Searcher:
                with_text: bool = False) -> list[tuple]:
         """(id, cosine similarity[, text]) of the ``k`` nearest rows."""
         flt = and_filters(self.filter, self.user_filter(filter))
-        tbl = self.ds.to_table(columns=["id", "_distance"] + (["text"] if with_text else []),
-                               nearest=nearest_arg(self.settings, np.asarray(qvec, np.float32), k),
-                               filter=flt, prefilter=flt is not None)
-        rows = zip(tbl.column("id").to_pylist(), (1.0 - d for d in tbl.column("_distance").to_pylist()),
-                   *([tbl.column("text").to_pylist()] if with_text else []))
-        return [(int(r[0]), float(r[1]), *r[2:]) for r in rows]
+        return nearest(self.ds, self.settings, qvec, k, flt, with_text)
 
     def text(self, query: str, k: int, filter: str | Predicate | None = None,
              with_text: bool = False) -> list[tuple]:
