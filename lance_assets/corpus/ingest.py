@@ -41,6 +41,7 @@ from lance_assets import paths
 from lance_assets.corpus.sources import (SkipCounter, SourceError, SourceUnit, parse_file_key,
                                          resolve)
 from lance_assets.corpus.table import RAW_SCHEMA, commit_retrying, has_committed_version
+from lance_assets.progress import Progress, progress
 
 DEFAULT_ROWS_PER_FRAGMENT = 4096
 DEFAULT_ROWS_PER_COMMIT = 50_000
@@ -277,17 +278,21 @@ def ingest(
         for path, why in resolved.bad_files.items():
             log(f"skipping {path}: {why}")
         skipped = SkipCounter()
-        for unit in resolved.units:
-            if max_new_rows is not None and report.rows_added >= max_new_rows:
-                break
-            done = watermarks.get(unit.key, -1)
-            if unit.n_parts is not None and done >= unit.n_parts - 1:
-                report.units_already_present.append(unit.key)
-                continue
-            rows = _ingest_unit(uri, unit, done + 1, next_id, skipped, rows_per_fragment,
-                                rows_per_commit, max_doc_chars, report, log, max_new_rows)
-            next_id += rows
-            (report.units_ingested if rows else report.units_already_present).append(unit.key)
+        with progress(len(resolved.units), "raw_text", "source unit", log) as bar:
+            for unit in resolved.units:
+                if max_new_rows is not None and report.rows_added >= max_new_rows:
+                    break
+                done = watermarks.get(unit.key, -1)
+                if unit.n_parts is not None and done >= unit.n_parts - 1:
+                    report.units_already_present.append(unit.key)
+                    bar.update(1)
+                    continue
+                rows = _ingest_unit(uri, unit, done + 1, next_id, skipped, rows_per_fragment,
+                                    rows_per_commit, max_doc_chars, report, log, max_new_rows,
+                                    bar)
+                next_id += rows
+                (report.units_ingested if rows else report.units_already_present).append(unit.key)
+                bar.update(1)
         report.rows_skipped = dict(skipped.counts)
         if has_committed_version(uri):
             ds = lance.dataset(uri)
@@ -301,8 +306,9 @@ def ingest(
 def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, skipped: SkipCounter,
                  rows_per_fragment: int, rows_per_commit: int, max_doc_chars: int,
                  report: IngestReport, log: Callable[[str], None],
-                 max_new_rows: Optional[int] = None) -> int:
-    """Commit ``unit``'s parts from ``first_part`` on; returns the rows committed.
+                 max_new_rows: Optional[int] = None, bar: Optional[Progress] = None) -> int:
+    """Commit ``unit``'s parts from ``first_part`` on; returns the rows committed (counted on
+    ``bar`` as each commit lands).
 
     A read error stops this unit (its earlier commits stay) and is reported in ``files_failed``.
     """
@@ -334,6 +340,8 @@ def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, ski
             report.rows_added += counter["rows"]
             report.bytes_added += counter["bytes"]
             report.commits += 1
+            if bar is not None:
+                bar.update(0, rows=counter["rows"])
             log(f"{unit.key}: committed {counter['rows']:,} rows through part {counter['last_part']}")
     except (SourceError, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         parsed = parse_file_key(unit.key)

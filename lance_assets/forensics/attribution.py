@@ -39,10 +39,16 @@ from lance_assets import paths
 from lance_assets.corpus.tokenizers import load_tokenizer
 from lance_assets.forensics.embed import EMBEDDING, Embedder, read_embeddings
 from lance_assets.forensics.pinned import Pin, resolve_pin
-from lance_assets.forensics.search import MissingInputError, checked_filter, nearest, table_embedder
+from lance_assets.forensics.search import (
+    MissingInputError,
+    checked_filter,
+    nearest,
+    table_embedder,
+)
 from lance_assets.forensics.search import snippet as text_snippet
 from lance_assets.forensics.vector_index import current_settings
 from lance_assets.keys import TOKENIZER_KEY
+from lance_assets.progress import progress
 
 MIN_SPAN_CHARS = 48
 NEAR_VERBATIM_CHARS = 120
@@ -109,18 +115,23 @@ class NgramIndex:
         return [(int(docs[i]), int(counts[i])) for i in order]
 
 
-def read_tokens(ds: lance.LanceDataset, filter: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ids, offsets, flat int32 values) of ``input_ids`` for the rows passing ``filter``."""
+def read_tokens(ds: lance.LanceDataset, filter: str | None,
+                log: Callable[[str], None] | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, offsets, flat int32 values) of ``input_ids`` for the rows passing ``filter``; the
+    rows read are counted on a progress bar and in ``log``."""
     ids, lengths, values = [], [], []
-    for batch in ds.to_batches(columns=["id", "input_ids"], filter=filter):
-        col = batch.column("input_ids")
-        if col.null_count:
-            raise MissingInputError(f"{col.null_count} rows passing {filter!r} have no input_ids; "
-                               "materialize `token_ids` first")
-        off = col.offsets.to_numpy()
-        ids.append(batch.column("id").to_numpy(zero_copy_only=False))
-        lengths.append(np.diff(off))
-        values.append(col.values.to_numpy(zero_copy_only=False)[off[0]:off[-1]])
+    with progress(ds.count_rows(filter=filter), "n-gram index", "row", log) as bar:
+        for batch in ds.to_batches(columns=["id", "input_ids"], filter=filter):
+            col = batch.column("input_ids")
+            if col.null_count:
+                raise MissingInputError(f"{col.null_count} rows passing {filter!r} have no "
+                                        "input_ids; materialize `token_ids` first")
+            off = col.offsets.to_numpy()
+            ids.append(batch.column("id").to_numpy(zero_copy_only=False))
+            lengths.append(np.diff(off))
+            values.append(col.values.to_numpy(zero_copy_only=False)[off[0]:off[-1]])
+            bar.update(batch.num_rows)
     if not ids:
         return np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int32)
     lengths = np.concatenate(lengths)
@@ -131,9 +142,10 @@ def read_tokens(ds: lance.LanceDataset, filter: str | None) -> tuple[np.ndarray,
 
 def build_ngram_index(ds: lance.LanceDataset, filter: str | None, n: int,
                       max_df: int | None = None,
-                      max_ngrams: int = MAX_INDEX_NGRAMS) -> NgramIndex:
+                      max_ngrams: int = MAX_INDEX_NGRAMS,
+                      log: Callable[[str], None] | None = None) -> NgramIndex:
     start = time.perf_counter()
-    ids, offsets, values = read_tokens(ds, filter)
+    ids, offsets, values = read_tokens(ds, filter, log)
     h = ngram_hashes(values, n)
     lengths = np.diff(offsets)
     doc_of = np.repeat(np.arange(len(ids), dtype=np.int32), lengths)[:len(h)]
@@ -242,7 +254,7 @@ class Attributor:
         bpt = bytes_per_token(self.pinned, self.filter, self.tok_info["name"])
         self.min_span = max(4, math.ceil(min_span_chars / bpt))
         self.index = build_ngram_index(self.pinned, self.filter, self.min_span,
-                                       max_ngrams=max_ngrams)
+                                       max_ngrams=max_ngrams, log=log)
         self.doc_of_id = {int(r): i for i, r in enumerate(self.index.ids)}
         log(f"n-gram index: {len(self.index.ids)} training documents, {self.index.tokens} tokens, "
             f"{len(self.index.hashes)} {self.min_span}-grams (1 in {self.index.sample_mod}) in "

@@ -12,10 +12,11 @@ from typing import Callable
 import numpy as np
 
 from lance_assets import paths
-from lance_assets.markdown import markdown_table
 from lance_assets.forensics.attribution import Attribution, Attributor
 from lance_assets.forensics.near_dups import NearDupReport, semantic_near_dups
 from lance_assets.forensics.pinned import Pin, resolve_pin
+from lance_assets.markdown import markdown_table
+from lance_assets.progress import progress
 
 
 @dataclass
@@ -74,7 +75,8 @@ class ForensicsReport:
                       f"neighbour. {nd.pairs_above - nd.pairs_above_unflagged} of those pairs "
                       f"involve a document already flagged by {' or '.join(nd.flags) or 'no flag'}; "
                       f"{nd.pairs_above_unflagged} do not. The closest pairs dedup did not flag:", "",
-                      markdown_table([{k: _cell(str(v)) for k, v in r.items()} for r in nd.closest]), ""]
+                      markdown_table([{k: _cell(str(v)) for k, v in r.items()}
+                                      for r in nd.closest]), ""]
         lines += [f"_{n}_" for n in self.notes]
         return "\n".join(lines)
 
@@ -102,12 +104,14 @@ def forensics_report(root: str | Path, *, k: int = 5, version: int | None = None
     att = attributor or Attributor(root, pin, log=log)
     notes = []
     results = []
-    for s in samples["samples"]:
-        prompt_ids = list(att.tok.encode(s["prompt"])) if s["prompt"] else []
-        text = s["prompt"] + s["completion"]
-        a: Attribution = att.attribute(text, k, tokens=np.asarray(prompt_ids + s["token_ids"]))
-        results.append({"prompt": s["prompt"], "text": text, "attribution": a.to_dict()})
-        log(f"sample {s['prompt']!r}: {a.verdict} ({a.reason})")
+    with progress(len(samples["samples"]), "forensics: attributing", "sample", log) as bar:
+        for s in samples["samples"]:
+            prompt_ids = list(att.tok.encode(s["prompt"])) if s["prompt"] else []
+            text = s["prompt"] + s["completion"]
+            a: Attribution = att.attribute(text, k, tokens=np.asarray(prompt_ids + s["token_ids"]))
+            results.append({"prompt": s["prompt"], "text": text, "attribution": a.to_dict()})
+            log(f"sample {s['prompt']!r}: {a.verdict} ({a.reason})")
+            bar.update(1)
     near = None
     if att.has_vectors:
         near = semantic_near_dups(root, pin=pin, threshold=near_dup_threshold,

@@ -25,8 +25,13 @@ import numpy as np
 from lance_assets import paths
 from lance_assets.corpus import fts
 from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
-from lance_assets.forensics.embed import (DEFAULT_MAX_TOKENS, EMBEDDING, Embedder, shared_embedder,
-                                          table_embedding_spec)
+from lance_assets.forensics.embed import (
+    DEFAULT_MAX_TOKENS,
+    EMBEDDING,
+    Embedder,
+    shared_embedder,
+    table_embedding_spec,
+)
 from lance_assets.forensics.pinned import Pin, max_id, resolve_pin
 from lance_assets.forensics.vector_index import current_settings, nearest_arg
 

@@ -13,8 +13,8 @@ import dagster as dg
 import lance
 
 from lance_assets.corpus import fts, profile, quality
-from lance_assets.corpus import rules as rules_lib
 from lance_assets.corpus import near_dup as near_dup_lib
+from lance_assets.corpus import rules as rules_lib
 from lance_assets.defs.common import CURATION_GROUP as GROUP
 from lance_assets.defs.common import DEDUP_FLAG, POOL, RAW_TEXT, TABLE_TAGS, TOKEN_IDS
 from lance_assets.defs.metadata import column_schema, column_write_metadata
