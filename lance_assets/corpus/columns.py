@@ -25,7 +25,7 @@ import lance
 import pyarrow as pa
 from lance.fragment import LanceFragment, write_fragments
 
-from lance_assets.corpus.table import commit_retrying
+from lance_assets.corpus.table import commit_retrying, leaf_field_ids
 
 # compute(fragment) -> batches holding exactly the group's columns, one row per fragment row
 ComputeFn = Callable[[LanceFragment], Iterable[pa.RecordBatch]]
@@ -69,16 +69,6 @@ def ensure_columns(uri: str, fields: list[pa.Field]) -> lance.LanceDataset:
         return ds
 
     return commit_retrying(f"add columns {[f.name for f in fields]}", attempt)
-
-
-def leaf_field_ids(ds: lance.LanceDataset, column: str) -> set[int]:
-    """Ids of the leaf fields of ``column``: what a data file lists (a list's item, not the list)."""
-
-    def leaves(f) -> set[int]:
-        kids = f.children()
-        return {f.id()} if not kids else set().union(*(leaves(k) for k in kids))
-
-    return leaves(ds.lance_schema.field(column))
 
 
 def fragments_missing(ds: lance.LanceDataset, columns: list[str]) -> list[LanceFragment]:

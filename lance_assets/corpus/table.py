@@ -138,10 +138,18 @@ def set_json_config(ds: lance.LanceDataset, key: str, value: dict) -> None:
     commit_retrying(f"config {key}", lambda: lance.dataset(uri).update_config({key: text}))
 
 
+def leaf_field_ids(ds: lance.LanceDataset, column: str) -> set[int]:
+    """Ids of the leaf fields of ``column``: what a data file lists (a list's item, not the list)."""
+
+    def leaves(f) -> set[int]:
+        kids = f.children()
+        return {f.id()} if not kids else set().union(*(leaves(k) for k in kids))
+
+    return leaves(ds.lance_schema.field(column))
+
+
 def data_files_by_field(ds: lance.LanceDataset, column: str) -> dict[int, list[str]]:
     """For each fragment, the data files that hold ``column`` (empty when it has none)."""
-    from lance_assets.corpus.columns import leaf_field_ids
-
     ids = leaf_field_ids(ds, column)
     out: dict[int, list[str]] = {}
     for frag in ds.get_fragments():

@@ -1,0 +1,180 @@
+"""The layers of DESIGN.md, checked on the source: every module of the package is parsed (``ast``)
+and its imports collected, those inside functions included.
+
+- No import cycle among our modules, counting function-level imports: an import moved into a
+  function to dodge a cycle is still a cycle.
+- The Dagster domains (``defs/corpus``, ``defs/curation``, ``defs/forensics``,
+  ``defs/training``) import ``defs/common``, ``defs/metadata``, ``defs/resources`` and the
+  library, never one another.
+- The library (everything outside ``defs/`` and ``definitions.py``) imports neither ``dagster``
+  nor ``lance_assets.defs``; the trainer may use ``dagster_pipes``.
+- No module imports another module's ``_private`` name.
+"""
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1] / "lance_assets"
+DOMAINS = ("corpus", "curation", "forensics", "training")
+SHARED_DEFS = {"lance_assets.defs", "lance_assets.defs.common", "lance_assets.defs.metadata",
+               "lance_assets.defs.resources"}
+DAGSTER_APP = ("lance_assets.defs", "lance_assets.definitions")
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    target: str  # a module (ours: resolved to the module, not the package, where possible)
+    names: tuple[str, ...]  # `from target import names`
+    in_function: bool
+    line: int
+
+
+def module_name(path: Path, root: Path = PACKAGE_DIR) -> str:
+    parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def parse_imports(path: Path, known: set[str], root: Path = PACKAGE_DIR) -> list[Import]:
+    """Every import statement of ``path``; ``from pkg import mod`` counts as importing
+    ``pkg.mod`` when that is one of the ``known`` modules."""
+    me = module_name(path, root)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    out: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                       ast.Lambda))
+            if isinstance(child, ast.Import):
+                out.extend(Import(me, a.name, (), in_function, child.lineno) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    up = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                for alias in child.names:
+                    sub = f"{base}.{alias.name}"
+                    if sub in known:
+                        out.append(Import(me, sub, (), in_function, child.lineno))
+                    else:
+                        out.append(Import(me, base, (alias.name,), in_function, child.lineno))
+            visit(child, nested)
+
+    visit(tree, False)
+    return out
+
+
+def package_imports(root: Path = PACKAGE_DIR) -> list[Import]:
+    files = sorted(root.rglob("*.py"))
+    known = {module_name(f, root) for f in files}
+    return [imp for f in files for imp in parse_imports(f, known, root)]
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the directed graph ``edges`` as [a, b, ..., a], or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := dfs(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(edges):
+        if start not in state and (found := dfs(start)):
+            return found
+    return None
+
+
+def internal_edges(imports: list[Import], known: set[str]) -> dict[str, set[str]]:
+    """importer -> our modules it imports (package ``__init__`` edges left out when the
+    import names a submodule: importing ``a.b.c`` runs ``a/b/__init__`` first, which is no
+    dependency of ``a.b.c``'s code)."""
+    edges: dict[str, set[str]] = {}
+    for imp in imports:
+        if imp.target in known and imp.target != imp.importer:
+            edges.setdefault(imp.importer, set()).add(imp.target)
+    return edges
+
+
+IMPORTS = package_imports()
+KNOWN = {module_name(f) for f in PACKAGE_DIR.rglob("*.py")}
+
+
+def domain_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] == ["lance_assets", "defs"] and len(parts) > 2 and parts[2] in DOMAINS:
+        return parts[2]
+    return None
+
+
+def is_library(module: str) -> bool:
+    return not any(module == m or module.startswith(m + ".") for m in DAGSTER_APP)
+
+
+def where(imp: Import) -> str:
+    how = "inside a function" if imp.in_function else "at module level"
+    return f"{imp.importer} imports {imp.target} {how} (line {imp.line})"
+
+
+def test_the_walk_sees_the_whole_package():
+    assert {"lance_assets.corpus.tokenize", "lance_assets.defs.corpus.assets",
+            "lance_assets.train.trainer", "lance_assets.keys"} <= KNOWN
+    assert any(i.in_function for i in IMPORTS), "function-level imports are not collected"
+
+
+def test_no_import_cycle_even_through_function_level_imports():
+    cycle = find_cycle(internal_edges(IMPORTS, KNOWN))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_cycle_finder_finds_a_cycle_hidden_in_a_function(tmp_path):
+    pkg = tmp_path / "lance_assets"
+    (pkg / "corpus").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "corpus" / "__init__.py").write_text("")
+    (pkg / "corpus" / "a.py").write_text("from lance_assets.corpus.b import f\n")
+    (pkg / "corpus" / "b.py").write_text("def f():\n    from lance_assets.corpus import a\n")
+    imports = package_imports(pkg)
+    known = {module_name(f, pkg) for f in pkg.rglob("*.py")}
+    assert find_cycle(internal_edges(imports, known)) == [
+        "lance_assets.corpus.a", "lance_assets.corpus.b", "lance_assets.corpus.a"]
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_dagster_domains_do_not_import_each_other(domain):
+    sideways = [where(i) for i in IMPORTS
+                if domain_of(i.importer) == domain
+                and i.target.startswith("lance_assets.defs")
+                and domain_of(i.target) not in (None, domain)]
+    unshared = [where(i) for i in IMPORTS
+                if domain_of(i.importer) == domain and i.target.startswith("lance_assets.defs")
+                and domain_of(i.target) is None and i.target not in SHARED_DEFS]
+    assert not sideways and not unshared, sideways + unshared
+
+
+def test_library_and_trainer_never_import_dagster_or_the_definitions():
+    bad = [where(i) for i in IMPORTS if is_library(i.importer) and (
+        i.target == "dagster" or i.target.startswith("dagster.")
+        or not is_library(i.target))]
+    assert not bad, bad
+    trainer = [i for i in IMPORTS if i.importer.startswith("lance_assets.train")]
+    assert trainer and not [where(i) for i in trainer if i.target.split(".")[0] == "dagster"]
+
+
+def test_no_module_imports_another_modules_private_names():
+    private = [f"{where(i)}: {n}" for i in IMPORTS for n in i.names
+               if n.startswith("_") and not n.startswith("__") and i.target in KNOWN]
+    assert not private, private
