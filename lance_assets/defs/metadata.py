@@ -38,7 +38,8 @@ def column_schema(fields: Iterable[pa.Field], descriptions: Mapping[str, str]) -
 def lineage(derived: Lineage) -> dg.TableColumnLineage:
     """``{"is_dup": [("raw_text", "text")]}`` -> Dagster column lineage."""
     return dg.TableColumnLineage(deps_by_column={
-        col: [dg.TableColumnDep(asset_key=dg.AssetKey(asset), column_name=src) for asset, src in deps]
+        col: [dg.TableColumnDep(asset_key=dg.AssetKey(asset), column_name=src)
+              for asset, src in deps]
         for col, deps in derived.items()
     })
 
