@@ -2,9 +2,18 @@
 kNN (``vector_index`` on ``embedding``), fused by reciprocal rank fusion.
 
 RRF: a document's score is ``sum over the lists it appears in of 1 / (RRF_K + rank)`` (rank from
-1, ``RRF_K = 60`` as in Cormack et al. 2009). Ranks, not raw scores, are fused, so BM25's
-unbounded scores and cosine similarities need no calibration. Each list is fetched ``k * 4``
-deep so a document ranked moderately by both can still make the fused top ``k``.
+1, ``RRF_K = 60`` as in Cormack et al. 2009), computed by lancedb's ``RRFReranker``. Ranks, not
+raw scores, are fused, so BM25's unbounded scores and cosine similarities need no calibration.
+Each list is fetched ``k * 4`` deep so a document ranked moderately by both can still make the
+fused top ``k``.
+
+Why the two lists are fetched here and not by lancedb's hybrid query
+(``table.search(query_type="hybrid").rerank(RRFReranker())``): that query runs both legs with
+the same ``limit`` it then cuts the fused list to, so a hit's rank in each list (``vector_rank``,
+``text_rank``, printed by the CLI) cannot be recovered once a better-ranked row of one list was
+cut for its low fused score (on a 300-row test table, ``limit`` 20: 10 of the 20 vector results
+came back). Filters (``prefilter``), the tuned nprobes / refine factor and our ``text_fts`` index
+it would all support; the lists are fetched with Lance, the fusion is lancedb's.
 
 Only the pinned rows are searched (``pinned.py``): by default those of the table version the
 newest model trained on. Every filter (``--filter``, and the training filter a checkpoint
@@ -21,6 +30,8 @@ from pathlib import Path
 
 import lance
 import numpy as np
+import pyarrow as pa
+from lancedb.rerankers import RRFReranker
 
 from lance_assets import paths
 from lance_assets.corpus import fts
@@ -95,12 +106,21 @@ class SearchResult:
 
 
 def rrf(rankings: list[list[int]], k: int = RRF_K) -> dict[int, float]:
-    """Reciprocal rank fusion of ranked id lists: id -> sum of 1 / (k + rank)."""
-    scores: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, rid in enumerate(ranking, start=1):
-            scores[rid] = scores.get(rid, 0.0) + 1.0 / (k + rank)
-    return scores
+    """Reciprocal rank fusion of the vector and the full-text ranking (ids, best first; either
+    may be empty): id -> sum of 1 / (k + rank), by lancedb's ``RRFReranker``."""
+    if len(rankings) > 2:
+        raise ValueError(f"rrf fuses a vector and a full-text ranking, not {len(rankings)}")
+    vector_ids, text_ids = (list(rankings) + [[], []])[:2]
+
+    def ranked(ids: list[int], score: str) -> pa.Table:
+        # The reranker keys rows by `_rowid`; our ids are unique per row, so they serve.
+        return pa.table({"_rowid": pa.array(ids, pa.uint64()),
+                         score: pa.array(range(len(ids)), pa.float32())})
+
+    fused = RRFReranker(K=k, return_score="all").rerank_hybrid(
+        "", ranked(vector_ids, "_distance"), ranked(text_ids, "_score"))
+    return {int(rid): float(score) for rid, score in
+            zip(fused["_rowid"].to_pylist(), fused["_relevance_score"].to_pylist())}
 
 
 def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:
