@@ -12,6 +12,7 @@ Training sample, reproducible from the table alone:
 encoding: the learned ranks (256 single bytes first, then merges), ``<|endoftext|>`` = EOS and
 ``<|pad|>`` = PAD right after them (PAD is never produced by encoding text). The file is JSON,
 named by its own sha256, under ``DATA/tokenizers/``; ``DATA/tokenizers/LATEST`` names the newest.
+Finding and loading the file (``bpe``, ``bpe:<sha256>``) is ``tokenizers.py``'s job.
 Bytes/token is measured on up to ``heldout_max_bytes`` of held-out text, for this BPE, for bytes
 and for cl100k_base.
 
