@@ -15,8 +15,6 @@ VECTOR_INDEX_KEY = "lance_assets.vector_index"  # the ANN index settings and mea
 
 # Columns read across layers (the trainer, forensics and the benchmarks read what the corpus
 # assets write).
-ID = "id"
-TEXT = "text"
 INPUT_IDS = "input_ids"
 N_TOKENS = "n_tokens"
 N_BYTES = "n_bytes"
