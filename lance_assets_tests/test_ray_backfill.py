@@ -16,12 +16,14 @@ import pytest
 import lance_assets_tests
 from lance_assets import paths
 from lance_assets.corpus import columns, executor
+from lance_assets.corpus.bpe import train_bpe
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.near_dup import near_dup
 from lance_assets.corpus.quality import FIELDS as SIGNAL_FIELDS
 from lance_assets.corpus.quality import fragment_signals, quality_signals
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.corpus.tokenize import table_tokenizer, token_ids
+from lance_assets.corpus.tokenizers import BPE_PREFIX
 from lance_assets.forensics.embed import embeddings
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.test_forensics_index import ClusteredEmbedder
@@ -61,12 +63,21 @@ def content(root):
     return lance.dataset(paths.table_uri(root)).to_table().sort_by("id").to_pylist()
 
 
-def backfill_all(root, where):
+def backfill_all(root, where, tokenizer):
     dedup_flag(root, fragments_per_commit=2, executor=where, log=quiet)
     quality_signals(root, fragments_per_commit=2, executor=where, log=quiet)
     near_dup(root, fragments_per_commit=2, executor=where, log=quiet)
-    token_ids(root, "byte", fragments_per_commit=2, executor=where, log=quiet)
+    token_ids(root, tokenizer, fragments_per_commit=2, executor=where, log=quiet)
     embeddings(root, embedder=ClusteredEmbedder(), executor=where, log=quiet)
+
+
+def trained_bpe(raw, tmp_path) -> tuple[str, object]:
+    """A small BPE trained on the corpus (name, folder): Ray workers load it by name from the
+    data root, as the driver does."""
+    root = copy(raw, tmp_path, "bpe")
+    dedup_flag(root, log=quiet)
+    report = train_bpe(root, vocab_size=512, compare_with=(), log=quiet)
+    return BPE_PREFIX + report.sha256, paths.tokenizers_dir(root)
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,10 @@ class FailOn:
 def test_every_column_writer_on_ray_equals_the_local_one(ray_address, raw, tmp_path,
                                                          monkeypatch):
     local, on_ray = copy(raw, tmp_path, "local"), copy(raw, tmp_path, "ray")
-    backfill_all(local, "local")
+    bpe, tokenizers = trained_bpe(raw, tmp_path)
+    for root in (local, on_ray):
+        shutil.copytree(tokenizers, paths.tokenizers_dir(root))
+    backfill_all(local, "local", bpe)
 
     fanned_out = []
     real_map = executor.ray_map
@@ -96,7 +110,7 @@ def test_every_column_writer_on_ray_equals_the_local_one(ray_address, raw, tmp_p
         return real_map(fn, shared, keys, **kw)
 
     monkeypatch.setattr(executor, "ray_map", counting_map)
-    backfill_all(on_ray, "ray")
+    backfill_all(on_ray, "ray", bpe)
     # dedup, quality, near_dup (signatures), n_bytes, token_ids, embeddings: all six column
     # groups went to Ray tasks, every fragment each
     assert [n for _, n in fanned_out] == [FRAGMENTS] * 6
@@ -105,6 +119,7 @@ def test_every_column_writer_on_ray_equals_the_local_one(ray_address, raw, tmp_p
     got, want = content(on_ray), content(local)
     assert len(got) == 600 and got == want
     assert sum(r["is_dup"] for r in got) > 0 and sum(r["near_dup"] for r in got) > 0
+    assert table_tokenizer(lance.dataset(paths.table_uri(on_ray))).name == bpe
 
 
 def test_a_failed_task_leaves_the_other_fragments_committed_and_the_rerun_redoes_it(
