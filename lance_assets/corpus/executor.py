@@ -26,6 +26,7 @@ EXECUTORS = ("local", "ray")
 # commits, few enough that finished results (a data file's metadata, or a fragment's MinHash
 # payload for near_dup) never pile up in the object store.
 IN_FLIGHT_PER_CPU = 2
+SYSTEM_RETRIES = 2
 
 
 def executor_name(requested: str | None = None) -> str:
@@ -94,7 +95,10 @@ def ray_map(fn: Callable[[Any, Any], Any], shared: Any, keys: Iterable[Any], *,
     import ray
 
     ensure_ray()
-    remote = ray.remote(_call).options(num_gpus=num_gpus, max_retries=0)
+    # A worker that dies (OOM, a preempted node) is retried: a task only writes a new,
+    # uncommitted file, so running it twice is harmless. An exception in the task is not.
+    remote = ray.remote(_call).options(num_gpus=num_gpus, max_retries=SYSTEM_RETRIES,
+                                       retry_exceptions=False)
     shared_ref = ray.put(shared)
     keys = list(keys)
     if max_in_flight is None:
