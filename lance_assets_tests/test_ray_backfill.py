@@ -16,6 +16,7 @@ import pytest
 import lance_assets_tests
 from lance_assets import paths
 from lance_assets.corpus import columns, executor
+from lance_assets.corpus import near_dup as nd
 from lance_assets.corpus.bpe import train_bpe
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
@@ -138,6 +139,28 @@ def test_a_failed_task_leaves_the_other_fragments_committed_and_the_rerun_redoes
 
     reference = copy(raw, tmp_path, "reference")
     quality_signals(reference, executor="local", log=quiet)
+    assert content(root) == content(reference)
+
+
+def test_near_dup_on_ray_stops_at_a_failed_fragment_and_the_rerun_finishes_the_rest(
+        ray_address, raw, tmp_path):
+    """Each fragment's clusters depend on every fragment before it: after a failed signature
+    task, the fragments before it are committed and none after it."""
+    root = copy(raw, tmp_path, "near-dup-fail")
+    uri = paths.table_uri(root)
+    settings = nd.MinHashSettings()
+    failing = columns.Staged(FailOn(2, nd.MinHashes(settings)),
+                             nd.Clusterer(uri, settings, nd.NearDupStats()))
+    with pytest.raises(columns.FragmentsFailedError, match="fragment 2: ValueError"):
+        columns.write_columns(uri, nd.fields(settings), failing, fragments_per_commit=1,
+                              executor="ray", log=quiet)
+    ds = lance.dataset(uri)
+    assert [f.fragment_id for f in columns.fragments_missing(ds, ["near_dup"])] == [2, 3, 4, 5]
+    report, _ = near_dup(root, executor="ray", log=quiet)
+    assert report.fragments_written == [2, 3, 4, 5]
+
+    reference = copy(raw, tmp_path, "near-dup-reference")
+    near_dup(reference, executor="local", log=quiet)
     assert content(root) == content(reference)
 
 
