@@ -11,7 +11,7 @@ Prints, each against the local executor measured in the same run:
   model once) documents/s, local vs Ray;
 - the commit rate the driver sustains: ``n_bytes`` (a trivial compute) on a table of tiny
   fragments, one ``DataReplacement`` commit per fragment, local vs Ray (commits/s);
-- scaling: ``quality_signals`` (single-threaded numpy per fragment) on a Ray of 1 CPU vs 2 CPUs,
+- scaling: ``quality_signals`` (numpy per fragment) on a Ray pinned to 1 core vs 2 cores,
   against the ideal 2x.
 
 Ray start-up (``ray.init`` and one warmed worker per CPU) is timed apart and left out of the
@@ -130,15 +130,54 @@ def bench_commits(raw: Path, work: Path) -> dict:
     return out
 
 
+def worker_cpu_s() -> float:
+    """CPU seconds used so far by this driver's Ray workers (the raylet's ``ray::`` children;
+    other Ray clusters on the machine are not descendants of this process)."""
+    import psutil
+
+    total = 0.0
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            name = proc.name()
+            if name.startswith("ray::") and not name.endswith("Agent"):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 def bench_scaling(raw: Path, work: Path) -> dict:
+    """Ray on 1 core, then on 2: the driver is pinned to those cores before ``ray.init``, so the
+    raylet and every worker inherit the pinning (pyarrow's and Lance's own thread pools would
+    otherwise use the other core behind a ``num_cpus=1`` Ray)."""
     out = {}
-    for cpus in (1, 2):
-        out[f"ray_init_s_{cpus}"] = start_ray(cpus)
-        root = fresh(raw, work, f"scale-{cpus}")
-        seconds, report = timed(lambda root=root: quality_signals(root, executor="ray", log=quiet))
-        out[f"{cpus}_cpu"] = {"s": seconds, "docs_per_s": report.rows_written / seconds}
+    everything = os.sched_getaffinity(0)
+    try:
+        for cpus in (1, 2):
+            os.sched_setaffinity(0, set(sorted(everything)[:cpus]))
+            out[f"ray_init_s_{cpus}"] = start_ray(cpus)
+            root = fresh(raw, work, f"scale-{cpus}")
+            cpu0 = worker_cpu_s()
+            seconds, report = timed(
+                lambda root=root: quality_signals(root, executor="ray", log=quiet))
+            cpu_s = worker_cpu_s() - cpu0
+            out[f"{cpus}_cpu"] = {"s": seconds, "docs_per_s": report.rows_written / seconds,
+                                  "task_cpu_s": cpu_s, "parallelism": cpu_s / seconds,
+                                  "docs_per_cpu_s": report.rows_written / cpu_s}
+    finally:
+        os.sched_setaffinity(0, everything)
     out["speedup_2_over_1"] = out["2_cpu"]["docs_per_s"] / out["1_cpu"]["docs_per_s"]
     return out
+
+
+def print_scaling(s: dict) -> None:
+    for n in (1, 2):
+        r = s[f"{n}_cpu"]
+        print(f"scaling: quality_signals on {n} core(s): {r['docs_per_s']:.0f} docs/s, tasks used "
+              f"{r['task_cpu_s']:.1f} CPU-s ({r['parallelism']:.2f} cores busy, "
+              f"{r['docs_per_cpu_s']:.0f} docs per CPU-s)")
+    print(f"scaling: 2 cores / 1 core {s['speedup_2_over_1']:.2f}x (ideal 2x)")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -153,6 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
                    help="fragments (4 rows each) for the commit-rate run")
     p.add_argument("--tokenizer", default="cl100k_base")
     p.add_argument("--skip-embeddings", action="store_true")
+    p.add_argument("--only-scaling", action="store_true", help="the 1 vs 2 core run alone")
     p.add_argument("--work", default=None, help="folder for the tables (default: a temp folder)")
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args(argv)
@@ -162,6 +202,11 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict = {"cpus": os.cpu_count(), "rows": args.rows, "fragments": args.fragments}
     try:
         raw = build(work / "raw", args.rows, args.fragments)
+        if args.only_scaling:
+            results["scaling"] = bench_scaling(raw, work)
+            s = results["scaling"]
+            print_scaling(results["scaling"])
+            return results
         tiny = build(work / "tiny", 4 * args.tiny_fragments, args.tiny_fragments)
         assert len(lance.dataset(paths.table_uri(tiny)).get_fragments()) == args.tiny_fragments
         results["ray_init_s"] = start_ray(os.cpu_count() or 2)
@@ -190,8 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{e['ray']['docs_per_s']:.1f} docs/s: Ray/local wall {e['ray_over_local_wall']:.2f}")
     print(f"commits: local {c['local']['commits_per_s']:.1f}/s, Ray {c['ray']['commits_per_s']:.1f}/s "
           f"({args.tiny_fragments} fragments, final manifest {c['ray']['manifest_kb']:.0f} KiB)")
-    print(f"scaling: quality_signals 1 CPU {s['1_cpu']['docs_per_s']:.0f} docs/s, 2 CPUs "
-          f"{s['2_cpu']['docs_per_s']:.0f} docs/s: {s['speedup_2_over_1']:.2f}x (ideal 2x)")
+    print_scaling(s)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return results
