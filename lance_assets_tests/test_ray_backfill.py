@@ -219,6 +219,7 @@ print("after local: ray initialized =", ray.is_initialized())
 on_ray = dg.materialize([defs.get_assets_def("dedup_flag")], resources={"lance_store": store},
                         run_config={"ops": {"dedup_flag": {"config": {"executor": "ray"}}}})
 assert on_ray.success
+print("after ray: ray initialized =", ray.is_initialized())
 """
 
 
@@ -233,6 +234,7 @@ def test_dagster_assets_start_ray_only_for_executor_ray(ray_address, raw, tmp_pa
     assert "after local: ray initialized = False" in proc.stdout
     assert "executor: local" in proc.stderr
     assert "executor: ray (2 CPUs" in proc.stderr  # connected through the dagster-ray resource
+    assert "after ray: ray initialized = False" in proc.stdout  # and disconnected after the step
     reference = copy(raw, tmp_path, "dagster-reference")
     quality_signals(reference, executor="local", log=quiet)
     dedup_flag(reference, executor="local", log=quiet)

@@ -40,7 +40,9 @@ def ray_cluster_resource() -> LocalRay:
     options: dict = {"runtime_env": runtime_env()}
     if not os.environ.get("RAY_ADDRESS"):
         options["include_dashboard"] = False  # a run's own local Ray: start fast
-    return LocalRay(lifecycle=Lifecycle(connect=False, cleanup="always"),
+    # cleanup "never": nothing to delete (LocalRay), and a connected Ray is shut down at the
+    # end of the step whatever the policy
+    return LocalRay(lifecycle=Lifecycle(connect=False, cleanup="never"),
                     ray_init_options=options)
 
 
