@@ -20,7 +20,7 @@ import pytest
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "lance_assets"
 DOMAINS = ("corpus", "curation", "forensics", "training")
 SHARED_DEFS = {"lance_assets.defs", "lance_assets.defs.common", "lance_assets.defs.metadata",
-               "lance_assets.defs.resources"}
+               "lance_assets.defs.resources", "lance_assets.defs.executor"}
 DAGSTER_APP = ("lance_assets.defs", "lance_assets.definitions")
 
 

@@ -13,22 +13,50 @@ the race, the group is rebased on the newest version. Fragments that meanwhile g
 from another writer are dropped from the commit (their values are equal: every column is a
 deterministic function of the table), and a fragment whose columns were dropped and re-added
 under new field ids is computed again.
+
+Where the values are computed is the executor's choice (``corpus.executor``): in this process
+(``local``, the default), or as one Ray task per fragment (``ray``) that opens the table by URI,
+computes and writes the fragment's new data file and hands its metadata back. Either way this
+process (the driver) makes every commit, as results arrive, so a failed task or a killed driver
+leaves only unfinished fragments to redo. A task that fails does not stop the others: their
+fragments are committed and the write then fails naming the fragments that are left.
+
+A compute is therefore picklable: a module-level function, a ``functools.partial`` or a small
+dataclass, never a closure over a live dataset. A compute whose fragments depend on the ones
+before it (near-duplicates) is a :class:`Staged` one: its costly part runs as tasks, its
+order-dependent rest in the driver, in fragment order.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Iterator
 
 import lance
 import pyarrow as pa
 from lance.fragment import LanceFragment, write_fragments
 
+from lance_assets.corpus import executor as executors
 from lance_assets.corpus.table import commit_retrying, leaf_field_ids
+from lance_assets.progress import progress
 
 # compute(fragment) -> batches holding exactly the group's columns, one row per fragment row
 ComputeFn = Callable[[LanceFragment], Iterable[pa.RecordBatch]]
+
+
+@dataclass
+class Staged:
+    """A compute in two parts: ``parallel(fragment) -> payload`` depends on that fragment only
+    (the costly part: a Ray task under the ``ray`` executor), ``ordered(fragment, payload) ->
+    batches`` may depend on every fragment before it (run in the driver, in fragment order)."""
+
+    parallel: Callable[[LanceFragment], Any]
+    ordered: Callable[[LanceFragment, Any], Iterable[pa.RecordBatch]]
+
+    def __call__(self, frag: LanceFragment) -> Iterable[pa.RecordBatch]:
+        return self.ordered(frag, self.parallel(frag))
 
 
 @dataclass
@@ -82,41 +110,147 @@ def fragments_missing(ds: lance.LanceDataset, columns: list[str]) -> list[LanceF
     return todo
 
 
+class FragmentsFailedError(RuntimeError):
+    """Some fragments could not be computed; every other fragment was committed."""
+
+    def __init__(self, uri: str, columns: list[str], failures: dict[int, BaseException],
+                 report: ColumnWriteReport) -> None:
+        self.failures, self.report = failures, report
+        lines = "; ".join(f"fragment {fid}: {type(e).__name__}: {e}"
+                          for fid, e in sorted(failures.items()))
+        super().__init__(
+            f"{'+'.join(columns)} of {uri}: {len(failures)} fragment(s) failed ({lines}). "
+            f"{len(report.fragments_written)} other fragment(s) were committed; run again to "
+            "compute only the fragments still missing.")
+
+
 def write_columns(
     uri: str,
     fields: list[pa.Field],
     compute: ComputeFn,
     *,
     fragments_per_commit: int = 4,
+    executor: str | None = None,
+    gpu: bool = False,
     log: Callable[[str], None] = print,
 ) -> ColumnWriteReport:
-    """Compute ``fields`` for every fragment that lacks them and commit in groups."""
+    """Compute ``fields`` for every fragment that lacks them and commit in groups.
+
+    ``executor``: ``local`` or ``ray`` (default: ``LANCE_ASSETS_EXECUTOR``, else ``local``).
+    ``gpu``: under Ray, give each task one GPU when the cluster has any."""
     start = time.perf_counter()
+    where = executors.executor_name(executor)
     columns = [f.name for f in fields]
     ds = ensure_columns(uri, fields)
     schema = pa.schema([ds.schema.field(c) for c in columns])
     todo = fragments_missing(ds, columns)
     report = ColumnWriteReport(columns=columns)
     report.fragments_already_done = len(ds.get_fragments()) - len(todo)
-    for i in range(0, len(todo), fragments_per_commit):
-        group = todo[i : i + fragments_per_commit]
-        written: dict[int, tuple[lance.fragment.DataFile, int]] = {}
-        for frag in group:
-            written[frag.fragment_id] = (_write_fragment_columns(uri, frag, schema, columns,
-                                                                 compute), frag.physical_rows)
-        ds, committed = _commit_group(uri, columns, schema, compute, written, log)
-        report.commits += int(bool(committed))
-        report.fragments_written.extend(committed)
-        report.rows_written += sum(written[f][1] for f in committed if f in written)
-        report.fragments_already_done += len(group) - len(committed)
-        log(
-            f"{'+'.join(columns)}: {i + len(group)}/{len(todo)} fragments "
-            f"({report.rows_written} rows) committed at version {ds.version}"
-        )
+    if where == "ray" and todo:
+        results = _ray_results(uri, ds.version, todo, schema, columns, compute, gpu, log)
+    else:
+        results = ((f.fragment_id, (_write_fragment_columns(uri, f, schema, columns, compute),
+                                    f.physical_rows), None) for f in todo)
+    desc = "+".join(columns)
+    failures: dict[int, BaseException] = {}
+    pending: dict[int, tuple[lance.fragment.DataFile, int]] = {}
+    done = 0
+    with progress(total=len(todo), desc=desc, unit="fragment", log=log) as bar:
+
+        def commit() -> None:
+            nonlocal ds, done
+            ds, committed = _commit_group(uri, columns, schema, compute, pending, log)
+            report.commits += int(bool(committed))
+            report.fragments_written.extend(committed)
+            report.rows_written += sum(pending[f][1] for f in committed)
+            report.fragments_already_done += len(pending) - len(committed)
+            done += len(pending)
+            bar.update(len(pending), rows=sum(n for _, n in pending.values()))
+            pending.clear()
+            log(f"{desc}: {done}/{len(todo)} fragments ({report.rows_written} rows) committed "
+                f"at version {ds.version}")
+
+        for frag_id, written, error in results:
+            if error is not None:
+                failures[frag_id] = error
+                continue
+            pending[frag_id] = written
+            if len(pending) >= fragments_per_commit:
+                commit()
+        if pending:
+            commit()
     report.version = ds.version
     report.total_rows = ds.count_rows()
     report.duration_s = time.perf_counter() - start
+    if failures:
+        raise FragmentsFailedError(uri, columns, failures, report)
     return report
+
+
+@dataclass(frozen=True)
+class _FragmentJob:
+    """What a Ray task needs besides the fragment id (pickled once, shared by every task)."""
+
+    uri: str
+    version: int
+    schema: pa.Schema
+    columns: list[str]
+    compute: Any
+
+
+@lru_cache(maxsize=4)
+def _open(uri: str, version: int) -> lance.LanceDataset:
+    """The table at the version the driver planned on (credentials: the worker's environment)."""
+    return lance.dataset(uri, version=version)
+
+
+def _fragment_task(job: _FragmentJob, frag_id: int) -> tuple[lance.fragment.DataFile, int]:
+    """Runs in a Ray worker: write ``frag_id``'s new data file; the driver commits it."""
+    frag = _open(job.uri, job.version).get_fragment(frag_id)
+    data_file = _write_fragment_columns(job.uri, frag, job.schema, job.columns, job.compute)
+    return data_file, frag.physical_rows
+
+
+def _payload_task(job: _FragmentJob, frag_id: int) -> Any:
+    """Runs in a Ray worker: the parallel part of a ``Staged`` compute for ``frag_id``."""
+    return job.compute(_open(job.uri, job.version).get_fragment(frag_id))
+
+
+def _ray_results(uri: str, version: int, todo: list[LanceFragment], schema: pa.Schema,
+                 columns: list[str], compute: ComputeFn, gpu: bool,
+                 log: Callable[[str], None]) -> Iterator[tuple[int, Any, BaseException | None]]:
+    """(fragment id, (data file, rows) or None, error or None) as Ray tasks finish.
+
+    A ``Staged`` compute: its parallel part as tasks, its ordered part here in fragment order;
+    after a failed fragment, the fragments behind it are left for the next run (their values
+    depend on it)."""
+    executors.ensure_ray(log)
+    num_gpus = 1 if gpu and executors.cluster_gpus() else 0
+    by_id = {f.fragment_id: f for f in todo}
+    staged = isinstance(compute, Staged)
+    job = _FragmentJob(uri, version, schema, columns, compute.parallel if staged else compute)
+    tasks = executors.ray_map(_payload_task if staged else _fragment_task, job, list(by_id),
+                              ordered=staged, num_gpus=num_gpus)
+    for result in tasks:
+        if result.error is not None:
+            yield result.key, None, result.error
+            if staged:
+                tasks.close()  # cancels the tasks behind it
+                return
+            continue
+        if not staged:
+            yield result.key, result.value, None
+            continue
+        frag = by_id[result.key]
+        try:
+            data_file = _write_fragment_columns(
+                uri, frag, schema, columns,
+                lambda f, payload=result.value: compute.ordered(f, payload))
+        except Exception as exc:  # noqa: BLE001 - reported with its fragment, like a task's
+            yield result.key, None, exc
+            tasks.close()
+            return
+        yield result.key, (data_file, frag.physical_rows), None
 
 
 def _write_fragment_columns(uri: str, frag: LanceFragment, schema: pa.Schema, columns: list[str],

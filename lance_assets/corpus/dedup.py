@@ -7,6 +7,7 @@ runs of whitespace are collapsed to one space and the ends trimmed. First occurr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -32,27 +33,26 @@ def normalise(text: str) -> str:
     return re.sub(WHITESPACE_RUN, " ", text).strip(" ")
 
 
-def _first_ids(con: duckdb.DuckDBPyConnection, ds: lance.LanceDataset) -> None:
-    """Materialise ``firsts(h, first_id)``: the smallest id per normalised-text hash."""
-    con.register("corpus", ds)
-    con.execute(
-        f"CREATE OR REPLACE TEMP TABLE firsts AS "
-        f"SELECT {NORMALISED_HASH_SQL} AS h, min(id) AS first_id FROM corpus GROUP BY h"
-    )
-
-
-def dedup_flag(
-    root: str | Path, *, fragments_per_commit: int = 4, log: Callable[[str], None] = print
-) -> ColumnWriteReport:
-    """Write ``is_dup`` for every fragment that lacks it."""
-    uri = paths.table_uri(root)
-    ds = lance.dataset(uri)
+def first_ids(ds: lance.LanceDataset) -> pa.Table:
+    """``(h, first_id)``: the smallest id per normalised-text hash, over the whole table."""
     con = duckdb.connect()
     # DuckDB spills to disk past this, so the hash table never needs the corpus in memory.
     con.execute("SET memory_limit = '2GB'")
-    _first_ids(con, ds)
+    con.register("corpus", ds)
+    return con.sql(
+        f"SELECT {NORMALISED_HASH_SQL} AS h, min(id) AS first_id FROM corpus GROUP BY h"
+    ).to_arrow_table()
 
-    def compute(frag) -> Iterator[pa.RecordBatch]:
+
+@dataclass(frozen=True)
+class DupFlags:
+    """``is_dup`` of one fragment: its rows joined with ``firsts`` on the normalised hash.
+    Picklable (an Arrow table), so a Ray task can run it; shared through the object store."""
+
+    firsts: pa.Table
+
+    def __call__(self, frag) -> Iterator[pa.RecordBatch]:
+        con = _connection(self.firsts)
         part = frag.to_table(columns=["id", "text"])
         part = part.append_column("pos", pa.array(np.arange(part.num_rows, dtype=np.int64)))
         con.register("part", part)
@@ -64,4 +64,31 @@ def dedup_flag(
         con.unregister("part")
         yield from out.to_batches()
 
-    return write_columns(uri, [IS_DUP], compute, fragments_per_commit=fragments_per_commit, log=log)
+
+_CONNECTIONS: dict[int, duckdb.DuckDBPyConnection] = {}
+
+
+def _connection(firsts: pa.Table) -> duckdb.DuckDBPyConnection:
+    """One DuckDB connection per ``firsts`` table per process, holding it as a native table
+    (scanned faster than Arrow for every fragment's join). Keyed by identity: the connection
+    keeps ``firsts`` alive, so its id is not reused while the entry exists."""
+    key = id(firsts)
+    if key not in _CONNECTIONS:
+        _CONNECTIONS.clear()  # a new run: drop the previous run's table
+        con = duckdb.connect()
+        con.execute("SET memory_limit = '2GB'")
+        con.register("firsts_arrow", firsts)
+        con.execute("CREATE TEMP TABLE firsts AS SELECT * FROM firsts_arrow")
+        _CONNECTIONS[key] = con
+    return _CONNECTIONS[key]
+
+
+def dedup_flag(
+    root: str | Path, *, fragments_per_commit: int = 4, executor: str | None = None,
+    log: Callable[[str], None] = print,
+) -> ColumnWriteReport:
+    """Write ``is_dup`` for every fragment that lacks it."""
+    uri = paths.table_uri(root)
+    compute = DupFlags(first_ids(lance.dataset(uri)))
+    return write_columns(uri, [IS_DUP], compute, fragments_per_commit=fragments_per_commit,
+                         executor=executor, log=log)

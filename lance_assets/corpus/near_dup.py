@@ -36,13 +36,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import keys, paths
-from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
+from lance_assets import paths
+from lance_assets.corpus.columns import (
+    ColumnWriteReport, Staged, fragments_missing, write_columns,
+)
 from lance_assets.corpus.table import get_json_config, set_json_config
+from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
 from lance_assets.keys import NEAR_DUP_KEY
 
 NEAR_DUP_CLUSTER = pa.field("near_dup_cluster", pa.int64())
-NEAR_DUP = pa.field(keys.NEAR_DUP, pa.bool_())
+NEAR_DUP = pa.field(NEAR_DUP_COLUMN, pa.bool_())
 DESCRIPTIONS = {
     NEAR_DUP_CLUSTER.name: "Near-duplicate cluster: rows with equal values are MinHash LSH "
                            "near-duplicates (word 5-grams, Jaccard confirmed).",
@@ -328,9 +331,11 @@ def per_doc_sets(doc: np.ndarray, sh: np.ndarray, n_docs: int) -> list[np.ndarra
 
 def near_dup(
     root: str | Path, settings: MinHashSettings = MinHashSettings(), *,
-    fragments_per_commit: int = 4, log: Callable[[str], None] = print,
+    fragments_per_commit: int = 4, executor: str | None = None,
+    log: Callable[[str], None] = print,
 ) -> tuple[ColumnWriteReport, NearDupStats]:
-    """Write the near-duplicate columns for every fragment that lacks them."""
+    """Write the near-duplicate columns for every fragment that lacks them. Under the ``ray``
+    executor the MinHash signatures are Ray tasks and the clustering runs here, in id order."""
     uri = paths.table_uri(root)
     ds = lance.dataset(uri)
     current = get_json_config(ds, NEAR_DUP_KEY)
@@ -348,45 +353,70 @@ def near_dup(
         set_json_config(ds, NEAR_DUP_KEY, settings.to_dict())
         ds = lance.dataset(uri)
     stats = NearDupStats()
-    state: dict = {}
+    compute = Staged(MinHashes(settings), Clusterer(uri, settings, stats))
+    report = write_columns(uri, fields(settings), compute,
+                           fragments_per_commit=fragments_per_commit, executor=executor, log=log)
+    return report, stats
 
-    def old_sets(wanted: np.ndarray) -> dict[int, np.ndarray]:
-        out = {}
-        for i in range(0, len(wanted), 4096):
-            chunk = wanted[i:i + 4096]
-            t = state["text_ds"].to_table(
-                columns=["id", "text"], filter=f"id IN ({','.join(map(str, chunk.tolist()))})")
-            doc, sh = shingles(t.column("text"), settings.ngram)
-            for oid, s in zip(t.column("id").to_pylist(), per_doc_sets(doc, sh, t.num_rows)):
-                out[oid] = s
-        return out
 
-    def compute(frag) -> Iterator[pa.RecordBatch]:
-        if "index" not in state:
-            # the table as it was before this run: every text, and the keys already written
-            ds0 = lance.dataset(uri)
-            missing = {f.fragment_id for f in fragments_missing(ds0, cols)}
-            state["text_ds"] = ds0
-            state["index"] = load_index(ds0, [f for f in ds0.get_fragments()
-                                              if f.fragment_id not in missing])
-        index: BandIndex = state["index"]
+@dataclass(frozen=True)
+class MinHashes:
+    """The per-fragment part (shingles, signatures, band keys), independent of every other
+    fragment: a Ray task under the ``ray`` executor. One entry per batch of ``BATCH_ROWS``."""
+
+    settings: MinHashSettings
+
+    def __call__(self, frag) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        out = []
         for batch in frag.to_batches(columns=["id", "text"], batch_size=BATCH_ROWS):
             ids = batch.column("id").to_numpy()
             if len(ids) > 1 and not np.all(np.diff(ids) > 0):
                 raise RuntimeError(f"fragment {frag.fragment_id}: ids are not ascending")
+            doc, sh = shingles(batch.column("text"), self.settings.ngram)
+            keys = band_keys(signatures(doc, sh, len(ids), self.settings), self.settings)
+            out.append((ids, doc, sh, keys))
+        return out
+
+
+class Clusterer:
+    """The order-dependent part: each batch against every document before it (the band index
+    of the table as it was before this run, plus the batches done since). Runs in the driver."""
+
+    def __init__(self, uri: str, settings: MinHashSettings, stats: NearDupStats) -> None:
+        self.uri, self.settings, self.stats = uri, settings, stats
+        self.text_ds: lance.LanceDataset | None = None
+        self.index: BandIndex | None = None
+
+    def old_sets(self, wanted: np.ndarray) -> dict[int, np.ndarray]:
+        out = {}
+        for i in range(0, len(wanted), 4096):
+            chunk = wanted[i:i + 4096]
+            t = self.text_ds.to_table(
+                columns=["id", "text"], filter=f"id IN ({','.join(map(str, chunk.tolist()))})")
+            doc, sh = shingles(t.column("text"), self.settings.ngram)
+            for oid, s in zip(t.column("id").to_pylist(), per_doc_sets(doc, sh, t.num_rows)):
+                out[oid] = s
+        return out
+
+    def __call__(self, frag, minhashes) -> Iterator[pa.RecordBatch]:
+        settings = self.settings
+        if self.index is None:
+            # the table as it was before this run: every text, and the keys already written
+            ds0 = lance.dataset(self.uri)
+            missing = {f.fragment_id for f in fragments_missing(ds0, [f.name for f in
+                                                                      fields(settings)])}
+            self.text_ds = ds0
+            self.index = load_index(ds0, [f for f in ds0.get_fragments()
+                                          if f.fragment_id not in missing])
+        for ids, doc, sh, keys in minhashes:
             n = len(ids)
-            doc, sh = shingles(batch.column("text"), settings.ngram)
             sets = per_doc_sets(doc, sh, n)
             has_words = np.array([len(s) > 0 for s in sets])
-            keys = band_keys(signatures(doc, sh, n, settings), settings)
-            cluster, flag = assign(ids, sets, keys, has_words, index, old_sets, settings, stats)
-            index.add(ids[has_words], cluster[has_words], keys[has_words])
+            cluster, flag = assign(ids, sets, keys, has_words, self.index, self.old_sets,
+                                   settings, self.stats)
+            self.index.add(ids[has_words], cluster[has_words], keys[has_words])
             bands = pa.FixedSizeListArray.from_arrays(pa.array(keys.reshape(-1)), settings.bands)
             bands = pc.if_else(pa.array(has_words), bands, pa.nulls(n, bands.type))
             yield pa.RecordBatch.from_arrays(
                 [pa.array(cluster, pa.int64()), pa.array(flag), bands],
                 schema=pa.schema(fields(settings)))
-
-    report = write_columns(uri, fields(settings), compute,
-                           fragments_per_commit=fragments_per_commit, log=log)
-    return report, stats

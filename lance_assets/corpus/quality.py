@@ -246,17 +246,20 @@ def compute_signals(texts: pa.Array) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array(cols[s.name], s.type) for s in SIGNALS], schema=SCHEMA)
 
 
+def fragment_signals(frag) -> Iterator[pa.RecordBatch]:
+    """Every signal for one fragment (module-level: a Ray task can run it)."""
+    for batch in frag.to_batches(columns=["text"], batch_size=BATCH_ROWS):
+        yield compute_signals(batch.column("text"))
+
+
 def quality_signals(
-    root: str | Path, *, fragments_per_commit: int = 4, log: Callable[[str], None] = print
+    root: str | Path, *, fragments_per_commit: int = 4, executor: str | None = None,
+    log: Callable[[str], None] = print,
 ) -> ColumnWriteReport:
     """Write every quality signal column for each fragment that lacks them."""
     uri = paths.table_uri(root)
-
-    def compute(frag) -> Iterator[pa.RecordBatch]:
-        for batch in frag.to_batches(columns=["text"], batch_size=BATCH_ROWS):
-            yield compute_signals(batch.column("text"))
-
-    return write_columns(uri, FIELDS, compute, fragments_per_commit=fragments_per_commit, log=log)
+    return write_columns(uri, FIELDS, fragment_signals, fragments_per_commit=fragments_per_commit,
+                         executor=executor, log=log)
 
 
 def signal_summary(root: str | Path) -> list[dict]:

@@ -8,12 +8,14 @@ them from the table itself, and mixing tokenizers in one column is refused.
 
 Speed: while fragment *i* is written and committed, the next fragment is read and encoded on a
 background thread; encoding runs on ``num_threads`` threads (tiktoken's Rust core releases the
-GIL) straight into numpy buffers. Per fragment, checkpointed and resumable like every column
-write (``write_columns``).
+GIL) straight into numpy buffers. Under the ``ray`` executor each fragment is encoded by a Ray
+task instead (one tokenizer thread per task, the tokenizer loaded once per worker). Per
+fragment, checkpointed and resumable like every column write (``write_columns``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -28,9 +30,11 @@ from lance_assets import keys, paths
 from lance_assets.corpus.columns import (
     ColumnWriteReport, ensure_columns, fragments_missing, write_columns,
 )
+from lance_assets.corpus.executor import executor_name
 from lance_assets.corpus.table import commit_retrying, set_json_config
 from lance_assets.corpus.tokenizers import (
-    TokenizerInfo, choose_tokenizer, has_token_data, keep_bpe_file, load_tokenizer, table_tokenizer,
+    BPE_PREFIX, TokenizerInfo, choose_tokenizer, has_token_data, keep_bpe_file, load_tokenizer,
+    table_tokenizer,
 )
 
 INPUT_IDS = pa.field(keys.INPUT_IDS, pa.list_(pa.int32()))
@@ -80,6 +84,76 @@ def _n_bytes(frag) -> list[pa.RecordBatch]:
     return [pa.RecordBatch.from_arrays([lengths.combine_chunks()], schema=pa.schema([N_BYTES]))]
 
 
+_TOKENIZERS: dict[tuple, object] = {}
+
+
+@dataclass(frozen=True)
+class TokenEncoder:
+    """``input_ids`` + ``n_tokens`` of one fragment. Picklable: a Ray worker loads the tokenizer
+    itself (once per process) by name from the data root, and checks it is the driver's."""
+
+    name: str
+    root: str
+    sha256: str
+    num_threads: int | None = None
+
+    @property
+    def key(self) -> tuple:
+        return (self.name, self.root, self.sha256, self.num_threads)
+
+    def tokenizer(self):
+        if self.key not in _TOKENIZERS:
+            tok = load_tokenizer(self.name, self.root, num_threads=self.num_threads)
+            if tok.info.sha256 != self.sha256:
+                raise TokenizerMismatchError(
+                    f"tokenizer {self.name!r} under {self.root} has sha256 "
+                    f"{tok.info.sha256[:12]} here, {self.sha256[:12]} on the driver; every "
+                    "worker must see the same data root")
+            _TOKENIZERS[self.key] = tok
+        return _TOKENIZERS[self.key]
+
+    def __call__(self, frag) -> list[pa.RecordBatch]:
+        tok = self.tokenizer()
+        batches = []
+        for batch in frag.to_batches(columns=["text"], batch_size=ENCODE_BATCH_ROWS):
+            ids = tok.encode_batch(batch.column("text"))
+            lengths = pc.list_value_length(ids).cast(pa.int32())
+            batches.append(pa.RecordBatch.from_arrays(
+                [ids, lengths], schema=pa.schema([INPUT_IDS, N_TOKENS])))
+        return batches
+
+
+class EncodeAhead:
+    """The local path: while fragment *i* is written and committed, the next ones are encoded
+    on a background thread (``write_columns`` asks for fragments in ``order``)."""
+
+    def __init__(self, encoder: TokenEncoder, order: list, pool: ThreadPoolExecutor) -> None:
+        self.encoder, self.order, self.pool = encoder, order, pool
+        self.position = {f.fragment_id: i for i, f in enumerate(order)}
+        self.pending: dict[int, Future] = {}
+
+    def __call__(self, frag) -> list[pa.RecordBatch]:
+        i = self.position.get(frag.fragment_id)
+        if i is None:
+            return self.encoder(frag)
+        for nxt in self.order[i : i + 1 + FRAGMENTS_AHEAD]:
+            if nxt.fragment_id not in self.pending:
+                self.pending[nxt.fragment_id] = self.pool.submit(self.encoder, nxt)
+        return self.pending.pop(frag.fragment_id).result()
+
+
+def _written_totals(uri: str, fragment_ids: list[int]) -> tuple[int, int]:
+    """(tokens, bytes) of the fragments this run wrote, read back from the table."""
+    if not fragment_ids:
+        return 0, 0
+    ds = lance.dataset(uri)
+    wanted = set(fragment_ids)
+    frags = [f for f in ds.get_fragments() if f.fragment_id in wanted]
+    t = ds.scanner(columns=[N_TOKENS.name, N_BYTES.name], fragments=frags).to_table()
+    return (int(pc.sum(t.column(N_TOKENS.name)).as_py() or 0),
+            int(pc.sum(t.column(N_BYTES.name)).as_py() or 0))
+
+
 def token_ids(
     root: str | Path,
     tokenizer: str = "auto",
@@ -87,6 +161,7 @@ def token_ids(
     fragments_per_commit: int = 4,
     replace: bool = False,
     num_threads: int | None = None,
+    executor: str | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[TokenIdsReport, TokenizerInfo, int]:
     """Write ``n_bytes`` and the token columns for every fragment lacking them; returns
@@ -112,51 +187,31 @@ def token_ids(
         set_json_config(ds, keys.TOKENIZER_KEY, tok.info.to_dict())
     log(f"tokenizer {tok.info.name} ({why})")
 
-    bytes_report = write_columns(uri, [N_BYTES], _n_bytes,
-                                 fragments_per_commit=fragments_per_commit, log=log)
+    bytes_report = write_columns(uri, [N_BYTES], _n_bytes, fragments_per_commit=fragments_per_commit,
+                                 executor=executor, log=log)
 
-    totals = {"tokens": 0, "bytes": 0}
-
-    def encode_fragment(frag) -> tuple[list[pa.RecordBatch], int, int]:
-        batches, tokens, n_bytes = [], 0, 0
-        for batch in frag.to_batches(columns=["text"], batch_size=ENCODE_BATCH_ROWS):
-            text = batch.column("text")
-            ids = tok.encode_batch(text)
-            lengths = pc.list_value_length(ids).cast(pa.int32())
-            tokens += len(ids.values)
-            n_bytes += int(pc.sum(pc.binary_length(text)).as_py() or 0)
-            batches.append(pa.RecordBatch.from_arrays(
-                [ids, lengths], schema=pa.schema([INPUT_IDS, N_TOKENS])))
-        return batches, tokens, n_bytes
-
+    encoder = TokenEncoder(tok.info.name if tok.info.name.startswith(BPE_PREFIX) else name,
+                           str(root), tok.info.sha256, num_threads)
     ds = ensure_columns(uri, [INPUT_IDS, N_TOKENS])
-    order = fragments_missing(ds, TOKEN_COLUMNS)
-    position = {f.fragment_id: i for i, f in enumerate(order)}
-    ahead = ThreadPoolExecutor(1, thread_name_prefix="token_ids")
-    pending: dict[int, Future] = {}
-
-    def compute(frag):
-        # write_columns asks for fragments in `order`; keep the next ones encoding meanwhile.
-        i = position.get(frag.fragment_id)
-        if i is None:
-            batches, tokens, n_bytes = encode_fragment(frag)
-        else:
-            for nxt in order[i : i + 1 + FRAGMENTS_AHEAD]:
-                if nxt.fragment_id not in pending:
-                    pending[nxt.fragment_id] = ahead.submit(encode_fragment, nxt)
-            batches, tokens, n_bytes = pending.pop(frag.fragment_id).result()
-        totals["tokens"] += tokens
-        totals["bytes"] += n_bytes
-        return batches
-
+    if executor_name(executor) == "ray":
+        # one task per CPU: the parallelism is in the tasks, not in each task's threads
+        compute = dataclasses.replace(encoder, num_threads=1)
+        ahead = None
+    else:
+        _TOKENIZERS[encoder.key] = tok  # already loaded: the local path reuses it
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="token_ids")
+        compute = EncodeAhead(encoder, fragments_missing(ds, TOKEN_COLUMNS), ahead)
     try:
         report = write_columns(uri, [INPUT_IDS, N_TOKENS], compute,
-                               fragments_per_commit=fragments_per_commit, log=log)
+                               fragments_per_commit=fragments_per_commit, executor=executor,
+                               log=log)
     finally:
-        ahead.shutdown(wait=True, cancel_futures=True)
-    out = TokenIdsReport(**asdict(report), tokenizer_choice=why, bytes_tokenized=totals["bytes"],
+        if ahead is not None:
+            ahead.shutdown(wait=True, cancel_futures=True)
+    tokens, n_bytes = _written_totals(uri, report.fragments_written)
+    out = TokenIdsReport(**asdict(report), tokenizer_choice=why, bytes_tokenized=n_bytes,
                          n_bytes_fragments_written=len(bytes_report.fragments_written),
                          replaced=replaced)
     out.version = lance.dataset(uri).version
     out.duration_s = time.perf_counter() - start
-    return out, tok.info, totals["tokens"]
+    return out, tok.info, tokens

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from lance_assets import keys, paths
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
+from lance_assets.corpus.executor import executor_name
 from lance_assets.corpus.table import get_json_config, set_json_config
 from lance_assets.keys import EMBEDDING_KEY
 
@@ -145,8 +146,11 @@ class EmbeddingsReport(ColumnWriteReport):
 def embeddings(root: str | Path, *, max_tokens: int = DEFAULT_MAX_TOKENS,
                batch_size: int | None = None, device: str | None = None,
                fragments_per_commit: int = 1, embedder: Embedder | None = None,
+               executor: str | None = None,
                log: Callable[[str], None] = print) -> EmbeddingsReport:
-    """Write ``embedding`` for every fragment that lacks it; a fragment group per commit."""
+    """Write ``embedding`` for every fragment that lacks it; a fragment group per commit.
+    Under the ``ray`` executor each fragment is a Ray task, with one GPU when the cluster has
+    any."""
     start = time.perf_counter()
     uri = paths.table_uri(root)
     ds = lance.dataset(uri)
@@ -166,32 +170,56 @@ def embeddings(root: str | Path, *, max_tokens: int = DEFAULT_MAX_TOKENS,
         report.version, report.total_rows = ds.version, ds.count_rows()
         report.duration_s = time.perf_counter() - start
         return report
-    t0 = time.perf_counter()
-    model = embedder or shared_embedder(max_tokens, device)
-    if batch_size:
-        model.batch_size = batch_size
-    report.model_load_s = time.perf_counter() - t0
+    on_ray = executor_name(executor) == "ray"
+    compute = EmbedFragment(max_tokens, batch_size, device, embedder)
+    if on_ray:
+        report.device = "ray"  # each task picks its own (cuda when it was given a GPU)
+    else:  # load the model before the first fragment, so its cost is reported apart
+        t0 = time.perf_counter()
+        model = compute.model()
+        report.model_load_s = time.perf_counter() - t0
+        report.device = model.device
     if current != want:
         set_json_config(ds, EMBEDDING_KEY, want.to_dict())
     log(f"embedding {sum(f.count_rows() for f in todo)} rows in {len(todo)} fragments on "
-        f"{model.device} (model loaded in {report.model_load_s:.1f}s, max_tokens {max_tokens})")
-    encode_s = 0.0
+        f"{report.device} (max_tokens {max_tokens})")
+    t = time.perf_counter()
+    written = write_columns(uri, [EMBEDDING], compute, fragments_per_commit=fragments_per_commit,
+                            executor=executor, gpu=True, log=log)
+    wall_s = time.perf_counter() - t
+    out = EmbeddingsReport(**{**asdict(written), "device": report.device,
+                              "model_load_s": report.model_load_s, "spec": want.to_dict()})
+    # local: the model's own time; Ray: rows per second of the whole fan-out
+    busy = compute.encode_s if not on_ray else wall_s
+    out.docs_per_s = written.rows_written / busy if busy else 0.0
+    out.duration_s = time.perf_counter() - start
+    return out
 
-    def compute(frag) -> list[pa.RecordBatch]:
-        nonlocal encode_s
+
+@dataclass
+class EmbedFragment:
+    """``embedding`` of one fragment. Picklable: a Ray worker loads the model itself, once per
+    process, on the GPU Ray gave the task if any. ``embedder`` replaces the model (tests)."""
+
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    batch_size: int | None = None
+    device: str | None = None
+    embedder: object | None = None
+    encode_s: float = 0.0  # time in the model (in this process)
+
+    def model(self):
+        model = self.embedder or shared_embedder(self.max_tokens, self.device)
+        if self.batch_size:
+            model.batch_size = self.batch_size
+        return model
+
+    def __call__(self, frag) -> list[pa.RecordBatch]:
+        model = self.model()
         texts = frag.to_table(columns=["text"]).column("text").to_pylist()
         t = time.perf_counter()
         vecs = model.encode(texts)
-        encode_s += time.perf_counter() - t
+        self.encode_s += time.perf_counter() - t
         return [pa.RecordBatch.from_arrays([to_arrow(vecs)], schema=pa.schema([EMBEDDING]))]
-
-    written = write_columns(uri, [EMBEDDING], compute, fragments_per_commit=fragments_per_commit,
-                            log=log)
-    out = EmbeddingsReport(**{**asdict(written), "device": model.device,
-                              "model_load_s": report.model_load_s, "spec": want.to_dict()})
-    out.docs_per_s = written.rows_written / encode_s if encode_s else 0.0
-    out.duration_s = time.perf_counter() - start
-    return out
 
 
 def read_embeddings(ds: lance.LanceDataset, ids: list[int] | np.ndarray) -> dict[int, np.ndarray]:

@@ -8,12 +8,14 @@ data files, and takes the ``lance_corpus`` pool (``defs/common.py``).
 from typing import Optional
 
 import dagster as dg
+from dagster_ray import RayResource
 
 from lance_assets.corpus import bpe, dedup, ingest, profile, tokenize
 from lance_assets.corpus.table import RAW_DESCRIPTIONS, RAW_SCHEMA
 from lance_assets.corpus.tokenizers import load_bpe
 from lance_assets.defs.common import CORPUS_GROUP as GROUP
 from lance_assets.defs.common import POOL, TABLE_TAGS
+from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
 from lance_assets.defs.metadata import column_schema, column_write_metadata, table_metadata
 from lance_assets.defs.resources import LanceStore
 from lance_assets.markdown import markdown_table
@@ -83,7 +85,7 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
     })
 
 
-class ColumnConfig(dg.Config):
+class ColumnConfig(ExecutorConfig):
     fragments_per_commit: int = 4
     """Fragments computed per commit: a kill loses at most this many fragments' work."""
 
@@ -91,11 +93,14 @@ class ColumnConfig(dg.Config):
 @dg.asset(
     deps=[raw_text], group_name=GROUP, kinds={"lance", "duckdb"}, code_version="1", pool=POOL,
     tags=TABLE_TAGS, metadata={"dagster/column_schema": DEDUP_FLAG_COLUMNS},
+    resource_defs=RAY_RESOURCE_DEFS,
 )
-def dedup_flag(context: dg.AssetExecutionContext, config: ColumnConfig, lance_store: LanceStore):
+def dedup_flag(context: dg.AssetExecutionContext, config: ColumnConfig, lance_store: LanceStore,
+               ray_cluster: RayResource):
     """`is_dup` (bool): true for a document whose whitespace-normalised text appeared at a
     smaller `id`. Computed with DuckDB over the Lance table, written per fragment."""
     report = dedup.dedup_flag(lance_store.root, fragments_per_commit=config.fragments_per_commit,
+                              executor=column_executor(context, config, ray_cluster),
                               log=context.log.info)
     return dg.MaterializeResult(metadata={
         **column_write_metadata(lance_store.table_uri, report, DEDUP_FLAG_COLUMNS,
@@ -175,15 +180,17 @@ class TokenIdsConfig(ColumnConfig):
 @dg.asset(
     deps=[dedup_flag, tokenizer], group_name=GROUP, kinds={"lance", "python"},
     code_version="2", pool=POOL, tags=TABLE_TAGS,
-    metadata={"dagster/column_schema": TOKEN_IDS_COLUMNS},
+    metadata={"dagster/column_schema": TOKEN_IDS_COLUMNS}, resource_defs=RAY_RESOURCE_DEFS,
 )
-def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_store: LanceStore):
+def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_store: LanceStore,
+              ray_cluster: RayResource):
     """`input_ids` (list<int32>, no EOS: the loader adds it when packing), `n_tokens` (int32) and
     `n_bytes` (int32, UTF-8 length of `text`, for bits per byte). The tokenizer (name, EOS/PAD
     ids, sha256) is recorded in the table's config; by default the trained BPE."""
     report, info, tokens = tokenize.token_ids(
         lance_store.root, config.tokenizer, fragments_per_commit=config.fragments_per_commit,
-        replace=config.replace, log=context.log.info)
+        replace=config.replace, executor=column_executor(context, config, ray_cluster),
+        log=context.log.info)
     seconds = report.duration_s
     return dg.MaterializeResult(metadata={
         **column_write_metadata(lance_store.table_uri, report, TOKEN_IDS_COLUMNS,

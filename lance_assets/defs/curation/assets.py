@@ -11,12 +11,14 @@ from pathlib import Path
 
 import dagster as dg
 import lance
+from dagster_ray import RayResource
 
 from lance_assets.corpus import fts, profile, quality
 from lance_assets.corpus import near_dup as near_dup_lib
 from lance_assets.corpus import rules as rules_lib
 from lance_assets.defs.common import CURATION_GROUP as GROUP
 from lance_assets.defs.common import DEDUP_FLAG, POOL, RAW_TEXT, TABLE_TAGS, TOKEN_IDS
+from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
 from lance_assets.defs.metadata import column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
 from lance_assets.markdown import markdown_table
@@ -26,20 +28,22 @@ NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(near_dup_lib.MinHashSetting
                                  near_dup_lib.DESCRIPTIONS)
 
 
-class SignalsConfig(dg.Config):
+class SignalsConfig(ExecutorConfig):
     fragments_per_commit: int = 4
     """Fragments computed per commit: a kill loses at most this many fragments' work."""
 
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
-          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": QUALITY_SIGNALS_COLUMNS})
+          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": QUALITY_SIGNALS_COLUMNS},
+          resource_defs=RAY_RESOURCE_DEFS)
 def quality_signals(context: dg.AssetExecutionContext, config: SignalsConfig,
-                    lance_store: LanceStore):
+                    lance_store: LanceStore, ray_cluster: RayResource):
     """Per-document statistics from the Gopher, C4 and FineWeb quality rules, one column each
     (`word_count`, `mean_word_length`, `symbol_word_ratio`, `stop_word_count`,
     `terminal_punct_line_share`, `dup_line_char_share`, `top_2gram_char_share`, ...). Computed
     per fragment with pyarrow.compute and numpy; curation rules are SQL over these columns."""
     report = quality.quality_signals(lance_store.root, fragments_per_commit=config.fragments_per_commit,
+                                     executor=column_executor(context, config, ray_cluster),
                                      log=context.log.info)
     return dg.MaterializeResult(metadata={
         **column_write_metadata(lance_store.table_uri, report, QUALITY_SIGNALS_COLUMNS,
@@ -55,8 +59,10 @@ class NearDupConfig(SignalsConfig):
 
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
-          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": NEAR_DUP_COLUMNS})
-def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_store: LanceStore):
+          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": NEAR_DUP_COLUMNS},
+          resource_defs=RAY_RESOURCE_DEFS)
+def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_store: LanceStore,
+             ray_cluster: RayResource):
     """`near_dup_cluster` (int64: equal ids form a cluster), `near_dup` (bool: true for all but
     the first document of a cluster) and `minhash_bands` (the LSH keys later runs match new
     documents against). MinHash LSH with FineWeb's settings: word 5-grams, 14 bands x 8
@@ -65,6 +71,7 @@ def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_sto
     settings = near_dup_lib.MinHashSettings(min_jaccard=config.min_jaccard)
     report, stats = near_dup_lib.near_dup(lance_store.root, settings,
                                           fragments_per_commit=config.fragments_per_commit,
+                                          executor=column_executor(context, config, ray_cluster),
                                           log=context.log.info)
     return dg.MaterializeResult(metadata={
         **column_write_metadata(

