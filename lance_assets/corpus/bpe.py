@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Iterator
 
 import lance
 
-from lance_assets import paths
+from lance_assets import paths, storage
 from lance_assets.corpus.table import open_table
 from lance_assets.corpus.tokenizers import (
     BPE_PREFIX, ByteTokenizer, TiktokenTokenizer, TokenizerInfo, load_tokenizer,
@@ -79,18 +79,8 @@ def save(root: str | os.PathLike, ranks: list[bytes], pattern: str = SPLIT_PATTE
     sha = hashlib.sha256(data).hexdigest()
     path = paths.tokenizers_dir(root) / f"{sha}.json"
     if not path.is_file():
-        _atomic_write(path, data)
+        storage.write_atomic(path, data)
     return path
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
 
 
 def latest_sha(root: str | os.PathLike) -> str | None:
@@ -102,13 +92,13 @@ def latest_sha(root: str | os.PathLike) -> str | None:
 
 
 def _set_latest(root: str | os.PathLike, sha: str) -> None:
-    _atomic_write(paths.tokenizers_dir(root) / "LATEST", (sha + "\n").encode())
+    storage.write_atomic(paths.tokenizers_dir(root) / "LATEST", (sha + "\n").encode())
 
 
 def _search_roots(root: str | os.PathLike | None) -> list[Path]:
-    roots = [Path(root)] if root is not None else []
+    roots = [paths.data_dir(root)] if root is not None else []
     roots.append(paths.data_dir())
-    return list(dict.fromkeys(r.resolve() for r in roots))
+    return list(dict.fromkeys(roots))
 
 
 def resolve_path(name: str, root: str | os.PathLike | None = None) -> Path:
@@ -351,7 +341,7 @@ def train_bpe(
         spec=spec,
     )
     stored = {k: v for k, v in asdict(report).items() if k not in ("nothing_to_do", "duration_s")}
-    _atomic_write(_sidecar(root, report.sha256), json.dumps(stored, indent=1).encode())
+    storage.write_atomic(_sidecar(root, report.sha256), json.dumps(stored, indent=1).encode())
     _set_latest(root, report.sha256)
     report.duration_s = time.perf_counter() - start
     return report

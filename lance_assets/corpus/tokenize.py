@@ -14,7 +14,6 @@ write (``write_columns``).
 
 from __future__ import annotations
 
-import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -25,7 +24,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import paths
+from lance_assets import paths, storage
 from lance_assets.corpus.columns import (
     ColumnWriteReport, ensure_columns, fragments_missing, write_columns,
 )
@@ -92,8 +91,7 @@ def _keep_bpe_file(root: str | Path, name: str, tok) -> None:
 
     target = paths.tokenizers_dir(root) / f"{tok.info.sha256}.json"
     if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(resolve_path(name, root), target)
+        storage.write_atomic(target, resolve_path(name, root).read_bytes())
 
 
 def _mismatch_message(uri: str, current: TokenizerInfo, name: str) -> str:
