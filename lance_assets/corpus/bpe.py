@@ -104,7 +104,7 @@ def _search_roots(root: str | os.PathLike | None) -> list[Path]:
 def resolve_path(name: str, root: str | os.PathLike | None = None) -> Path:
     """The file behind ``bpe``, ``bpe:<sha256>`` or a path to a tokenizer file."""
     if name.endswith(".json") and not name.startswith(BPE_PREFIX):
-        path = Path(name).expanduser()
+        path = storage.location(name)
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file {path} does not exist")
         return path
