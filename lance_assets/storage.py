@@ -343,7 +343,7 @@ class ObjectLease:
                          f"{self.ttl_s:.0f} s")
         self.generation = None
 
-    def __enter__(self) -> "ObjectLease":
+    def __enter__(self) -> ObjectLease:
         self.acquire()
         return self
 

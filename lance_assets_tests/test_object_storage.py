@@ -11,9 +11,9 @@ import secrets
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
+from pathlib import Path
 
 import boto3
 import dagster as dg
@@ -31,6 +31,8 @@ from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.train import checkpoint, data
 
 from .conftest import quiet
+
+REPO = str(Path(__file__).resolve().parents[1])  # the subprocesses import this checkout
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +240,7 @@ def test_atomic_write_killed_before_the_rename_leaves_the_old_file(tmp_path):
     target = tmp_path / "run" / "LATEST"
     storage.write_atomic(target, b"old")
     proc = subprocess.run([sys.executable, "-c", KILL_BEFORE_RENAME, str(target)],
-                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+                          env={**os.environ, "PYTHONPATH": REPO}, check=False)
     assert proc.returncode == -signal.SIGKILL
     assert target.read_bytes() == b"old"
     leftovers = [p.name for p in target.parent.iterdir() if p.name != "LATEST"]
@@ -273,7 +275,7 @@ def test_atomic_write_on_s3_is_one_object_and_a_killed_upload_leaves_the_old_one
     storage.write_atomic(uri, b"old")
     assert keys(client, bucket, "w/") == ["w/train/LATEST"]  # no temp objects, no folders
     proc = subprocess.run([sys.executable, "-c", KILL_MID_UPLOAD, uri],
-                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+                          env={**os.environ, "PYTHONPATH": REPO}, check=False)
     assert proc.returncode == -signal.SIGKILL
     assert storage.read_bytes(uri) == b"old"
     assert keys(client, bucket, "w/") == ["w/train/LATEST"]
@@ -303,3 +305,15 @@ def test_local_roots_keep_resolving_to_absolute_paths(tmp_path, monkeypatch):
     assert paths.data_dir("data") == tmp_path / "data"
     assert paths.table_uri("data") == "data/lance/corpus.lance"
     assert storage.storage_options_for(str(tmp_path)) == {}
+
+
+def test_ingest_where_no_lease_is_possible_is_refused_unless_one_ingest_is_promised(monkeypatch):
+    from lance_assets.corpus.ingest import SINGLE_INGEST_ENV, ingest_lock
+
+    monkeypatch.delenv(SINGLE_INGEST_ENV, raising=False)
+    with pytest.raises(storage.StorageConfigError, match=SINGLE_INGEST_ENV), \
+            ingest_lock("gs://bucket/prefix", log=quiet):
+        pass
+    monkeypatch.setenv(SINGLE_INGEST_ENV, "1")
+    with ingest_lock("gs://bucket/prefix", log=quiet) as held:
+        held.check()  # no lock to lose

@@ -87,6 +87,10 @@ class IngestReport:
         return "\n".join(lines)
 
 
+# Object stores without a verified create-if-absent write (gs://, az://) have no ingest lock:
+# ingest refuses to run there unless the operator promises one ingest at a time with this.
+SINGLE_INGEST_ENV = "LANCE_ASSETS_SINGLE_INGEST"
+
 _THREAD_LOCKS: dict[str, threading.Lock] = {}
 _THREAD_LOCKS_GUARD = threading.Lock()
 
@@ -103,6 +107,16 @@ class HeldLock:
 def ingest_lock(root: str | Path, log: Callable[[str], None] = print) -> Iterator[HeldLock]:
     """Exclusive right to ingest into the table under ``root`` (see the module docstring)."""
     path = paths.ingest_lock_path(root)
+    if storage.is_object_store(path) and path.protocol not in storage.EXCLUSIVE_CREATE_SCHEMES:
+        if os.environ.get(SINGLE_INGEST_ENV) != "1":
+            raise storage.StorageConfigError(
+                f"ingest into {root}: concurrent ingests are kept apart by a lease that needs a "
+                "create-if-absent write, verified here only on S3. If only one ingest ever runs "
+                f"at a time (e.g. one Dagster run of raw_text), set {SINGLE_INGEST_ENV}=1; "
+                "see docs/object-storage.md.")
+        log(f"{SINGLE_INGEST_ENV}=1: ingesting into {root} without a lock")
+        yield HeldLock(0.0, lambda: None)
+        return
     if storage.is_object_store(path):
         owner = f"ingest pid {os.getpid()} on {socket.gethostname()}"
         with storage.ObjectLease(path, owner, log=log) as lease:
