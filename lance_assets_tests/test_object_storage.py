@@ -23,7 +23,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from lance_assets import paths, storage
-from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.ingest import ingest, ingest_lock
+from lance_assets.corpus.table import table_exists
 from lance_assets.definitions import defs
 from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import lance_store_from_env
@@ -182,7 +183,10 @@ def test_concurrent_ingests_into_s3_add_each_row_exactly_once(s3):
             errors.append(e)
 
     threads = [threading.Thread(target=run) for _ in range(2)]
-    [t.start() for t in threads]
+    with ingest_lock(root, log=quiet):  # both start while a third ingest holds the lease
+        [t.start() for t in threads]
+        time.sleep(1.5)
+        assert not table_exists(root)  # neither wrote past the lease
     [t.join() for t in threads]
     assert not errors
     assert sorted(r.rows_added for r in reports) == [0, 400]
