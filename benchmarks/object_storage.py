@@ -40,20 +40,23 @@ def run_graph(rows: int, steps: int) -> tuple[float, dict[str, float]]:
         "vector_index": {"config": {"recall_queries": 5}},
         "forensics": {"config": {"near_dup_sample": 100}},
     }}
+    instance = dg.DagsterInstance.ephemeral()
     start = time.perf_counter()
-    result = dg.materialize([*defs.assets, *CHECKS], run_config=run_config,
+    result = dg.materialize([*defs.assets, *CHECKS], run_config=run_config, instance=instance,
                             resources={"lance_store": lance_store_from_env(),
                                        "pipes_subprocess_client": TorchrunPipesClient()})
     total = time.perf_counter() - start
     assert result.success
     steps_s: dict[str, float] = {}
     started: dict[str, float] = {}
-    for event in result.all_events:
-        key = event.step_key
+    for entry in instance.all_logs(result.run_id):
+        event = entry.dagster_event
+        if event is None:
+            continue
         if event.event_type_value == "STEP_START":
-            started[key] = event.timestamp
-        elif event.event_type_value == "STEP_SUCCESS" and key in started:
-            steps_s[key] = event.timestamp - started[key]
+            started[event.step_key] = entry.timestamp
+        elif event.event_type_value == "STEP_SUCCESS" and event.step_key in started:
+            steps_s[event.step_key] = entry.timestamp - started[event.step_key]
     return total, steps_s
 
 
