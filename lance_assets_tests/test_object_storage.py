@@ -287,6 +287,23 @@ def test_atomic_write_on_s3_is_one_object_and_a_killed_upload_leaves_the_old_one
     assert storage.read_bytes(uri) == b"new"
 
 
+def test_checkpoints_on_s3_keep_the_newest_and_resume_skips_a_truncated_one(s3):
+    import torch
+
+    bucket, _, client = s3
+    out = f"s3://{bucket}/ck/train/run"
+    assert checkpoint.load_for_resume("auto", out) == (None, None)
+    for step in (1, 2, 3):
+        checkpoint.save_atomic({"step": step, "model": {"w": torch.ones(2)}}, out, step, keep=2)
+    assert keys(client, bucket, "ck/") == ["ck/train/run/ckpt_0000002.pt",
+                                           "ck/train/run/ckpt_0000003.pt"]
+    newest = f"{out}/ckpt_0000003.pt"
+    storage.write_atomic(newest, storage.read_bytes(newest)[:100])  # a file that is not whole
+    logged = []
+    path, state = checkpoint.load_for_resume("auto", out, log=logged.append)
+    assert path.name == "ckpt_0000002.pt" and state["step"] == 2 and "skipping" in logged[0]
+
+
 @pytest.mark.parametrize("uri, fix", [
     ("s3://AKID:secret@bucket/prefix", "must not carry credentials"),
     ("s3://bucket/prefix?secret=x", "must not carry credentials"),

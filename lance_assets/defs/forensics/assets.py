@@ -9,6 +9,7 @@ from typing import Optional
 
 import dagster as dg
 
+from lance_assets import paths
 from lance_assets.defs.corpus.assets import POOL, raw_text
 from lance_assets.defs.metadata import lineage, markdown_table, table_metadata
 from lance_assets.defs.resources import LanceStore
@@ -133,7 +134,8 @@ def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
         "pinned": report.pin.source,
         "checkpoint": report.checkpoint or "",
         "report": dg.MetadataValue.md(report.markdown()),
-        "report_path": dg.MetadataValue.path(str(lance_store.root / "reports" / "forensics.md")),
+        "report_path": dg.MetadataValue.path(
+            str(paths.reports_dir(lance_store.root) / "forensics.md")),
         "samples": len(report.attributions),
         "verdicts": dg.MetadataValue.json(report.verdicts),
         "near_dup_pair_rate": nd.pair_rate if nd else -1.0,
