@@ -229,7 +229,7 @@ def train(cfg: TrainConfig) -> dict:
     else:
         device = torch.device("cpu")
     root = paths.data_dir(data_root(cfg))
-    out = paths.data_dir(cfg.out) if cfg.out else paths.run_dir(root, "manual")
+    out = storage.location(cfg.out) if cfg.out else paths.run_dir(root, "manual")
     stop = StopFlag()
     comm = Collectives.start(device)
     with contextlib.ExitStack() as stack:
