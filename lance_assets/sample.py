@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from lance_assets import paths
+from lance_assets import paths, storage
 from lance_assets.corpus.tokenizers import load_tokenizer
 from lance_assets.keys import DEFAULT_PROMPTS
 from lance_assets.train import checkpoint
@@ -28,7 +28,7 @@ def latest_checkpoint(root: str | os.PathLike) -> Path:
         raise FileNotFoundError(
             f"{pointer} does not exist: materialize `pretrained_model` first, or pass --ckpt PATH"
         )
-    return Path(pointer.read_text().strip())
+    return storage.location(pointer.read_text().strip())
 
 
 def load_model(ckpt_path: str | os.PathLike) -> tuple[GPT, dict]:

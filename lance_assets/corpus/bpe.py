@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Iterator
 
 import lance
 
-from lance_assets import paths
+from lance_assets import paths, storage
 from lance_assets.corpus.table import open_table
 from lance_assets.corpus.tokenizers import (
     EOS_TOKEN, FORMAT, PAD_TOKEN, ByteTokenizer, TiktokenTokenizer, has_token_data, latest_sha,
@@ -78,22 +78,12 @@ def save(root: str | os.PathLike, ranks: list[bytes], pattern: str = SPLIT_PATTE
     sha = hashlib.sha256(data).hexdigest()
     path = paths.tokenizers_dir(root) / f"{sha}.json"
     if not path.is_file():
-        _atomic_write(path, data)
+        storage.write_atomic(path, data)
     return path
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
-
-
 def _set_latest(root: str | os.PathLike, sha: str) -> None:
-    _atomic_write(paths.tokenizers_dir(root) / "LATEST", (sha + "\n").encode())
+    storage.write_atomic(paths.tokenizers_dir(root) / "LATEST", (sha + "\n").encode())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,7 +267,7 @@ def train_bpe(
         spec=spec,
     )
     stored = {k: v for k, v in asdict(report).items() if k not in ("nothing_to_do", "duration_s")}
-    _atomic_write(_sidecar(root, report.sha256), json.dumps(stored, indent=1).encode())
+    storage.write_atomic(_sidecar(root, report.sha256), json.dumps(stored, indent=1).encode())
     _set_latest(root, report.sha256)
     report.duration_s = time.perf_counter() - start
     return report

@@ -10,9 +10,11 @@ uninterrupted run, with the same ids.
 Exactly-once also holds between concurrent runs (two Dagster instances, a schedule and a
 manual run): an ingest holds an exclusive lock on ``<data>/lance/corpus.ingest.lock`` from
 reading the watermark to its last commit, so a second run waits and then finds the rows already
-there. The lock is an ``flock`` on the file: it is released by the kernel when its holder dies
-(SIGKILL included), so a dead run never blocks the next one. It is valid on local disks and on
-NFS (Linux maps ``flock`` to NFS byte-range locks), not on object storage.
+there. On a local disk or NFS the lock is an ``flock`` on the file: it is released by the kernel
+when its holder dies (SIGKILL included), so a dead run never blocks the next one (Linux maps
+``flock`` to NFS byte-range locks). Object storage has no locks: there the lock is an expiring
+lease (``storage.ObjectLease``, create-if-absent PUTs) that its holder renews while it runs and
+checks before every commit; a dead holder blocks the next run for at most the lease's TTL.
 
 The first ingest creates the table empty (a commit of the schema alone) before writing rows, so
 a run killed at any instruction leaves either no table or a valid one.
@@ -37,10 +39,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.fragment import write_fragments
 
-from lance_assets import paths
+from lance_assets import paths, storage
 from lance_assets.corpus.sources import (SkipCounter, SourceError, SourceUnit, parse_file_key,
                                          resolve)
-from lance_assets.corpus.table import RAW_SCHEMA, commit_retrying, has_committed_version
+from lance_assets.corpus.table import RAW_SCHEMA, commit_retrying, dataset, has_committed_version
 from lance_assets.progress import Progress, progress
 
 DEFAULT_ROWS_PER_FRAGMENT = 4096
@@ -86,16 +88,42 @@ class IngestReport:
         return "\n".join(lines)
 
 
+# Object stores without a verified create-if-absent write (gs://, az://) have no ingest lock:
+# ingest refuses to run there unless the operator promises one ingest at a time with this.
+SINGLE_INGEST_ENV = "LANCE_ASSETS_SINGLE_INGEST"
+
 _THREAD_LOCKS: dict[str, threading.Lock] = {}
 _THREAD_LOCKS_GUARD = threading.Lock()
 
 
+@dataclass
+class HeldLock:
+    """An ingest lock that is held: how long taking it took, and ``check()`` to call before each
+    commit (a no-op for a kernel lock, which cannot be lost; ``LeaseLost`` for a lease that was)."""
+    waited_s: float
+    check: Callable[[], None]
+
+
 @contextmanager
-def ingest_lock(root: str | Path, log: Callable[[str], None] = print):
+def ingest_lock(root: str | Path, log: Callable[[str], None] = print) -> Iterator[HeldLock]:
     """Exclusive right to ingest into the table under ``root`` (see the module docstring)."""
-    folder = paths.db_dir(root)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{paths.TABLE_NAME}.ingest.lock"
+    path = paths.ingest_lock_path(root)
+    if storage.is_object_store(path) and path.protocol not in storage.EXCLUSIVE_CREATE_SCHEMES:
+        if os.environ.get(SINGLE_INGEST_ENV) != "1":
+            raise storage.StorageConfigError(
+                f"ingest into {root}: concurrent ingests are kept apart by a lease that needs a "
+                "create-if-absent write, verified here only on S3. If only one ingest ever runs "
+                f"at a time (e.g. one Dagster run of raw_text), set {SINGLE_INGEST_ENV}=1; "
+                "see docs/object-storage.md.")
+        log(f"{SINGLE_INGEST_ENV}=1: ingesting into {root} without a lock")
+        yield HeldLock(0.0, lambda: None)
+        return
+    if storage.is_object_store(path):
+        owner = f"ingest pid {os.getpid()} on {socket.gethostname()}"
+        with storage.ObjectLease(path, owner, log=log) as lease:
+            yield HeldLock(lease.waited_s, lease.check)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
     with _THREAD_LOCKS_GUARD:  # flock is per open file: threads of one process need this too
         thread_lock = _THREAD_LOCKS.setdefault(str(path), threading.Lock())
     start = time.perf_counter()
@@ -111,7 +139,7 @@ def ingest_lock(root: str | Path, log: Callable[[str], None] = print):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
                           f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
-            yield time.perf_counter() - start
+            yield HeldLock(time.perf_counter() - start, lambda: None)
         finally:
             os.close(fd)  # releases the flock
 
@@ -120,17 +148,18 @@ def _ensure_table(uri: str, log: Callable[[str], None]) -> None:
     """Create the table, empty, unless a version is committed (call with the ingest lock)."""
     if has_committed_version(uri):
         return
-    if Path(uri).exists():
+    if storage.location(uri).exists():
         log(f"{uri} holds files of a first ingest that was killed before its commit; "
             "creating the table over them")
-    lance.write_dataset(RAW_SCHEMA.empty_table(), uri, mode="create", enable_stable_row_ids=True)
+    lance.write_dataset(RAW_SCHEMA.empty_table(), uri, mode="create", enable_stable_row_ids=True,
+                        storage_options=storage.storage_options_for(uri))
 
 
 def _table_state(uri: str) -> tuple[int, dict[str, int], int]:
     """(next id, highest committed part per source key, fragment count) of the table."""
     if not has_committed_version(uri):
         return 0, {}, 0
-    ds = lance.dataset(uri)
+    ds = dataset(uri)
     con = duckdb.connect()
     con.register("corpus", ds)
     max_id = con.execute("SELECT max(id) FROM corpus").fetchone()[0]
@@ -140,16 +169,21 @@ def _table_state(uri: str) -> tuple[int, dict[str, int], int]:
 
 
 def _append(uri: str, reader: pa.RecordBatchReader, rows_per_fragment: int,
-            log: Callable[[str], None]) -> None:
+            log: Callable[[str], None], check_lock: Callable[[], None] = lambda: None) -> None:
     """Create the table if this is the first commit, write the rows as new fragments, then
-    commit them with one ``Append``, rebased when a concurrent column write wins the race."""
+    commit them with one ``Append``, rebased when a concurrent column write wins the race.
+    ``check_lock`` runs right before each commit attempt: a lost lease stops the write there."""
+    options = storage.storage_options_for(uri)
+    check_lock()
     _ensure_table(uri, log)
-    fragments = write_fragments(reader, uri, schema=RAW_SCHEMA, max_rows_per_file=rows_per_fragment)
+    fragments = write_fragments(reader, uri, schema=RAW_SCHEMA, max_rows_per_file=rows_per_fragment,
+                                storage_options=options)
 
     def attempt() -> None:
-        ds = lance.dataset(uri)
+        check_lock()
+        ds = dataset(uri)
         lance.LanceDataset.commit(uri, lance.LanceOperation.Append(fragments),
-                                  read_version=ds.version)
+                                  read_version=ds.version, storage_options=options)
 
     commit_retrying("append", attempt, log=log)
 
@@ -266,8 +300,8 @@ def ingest(
     start = time.perf_counter()
     uri = paths.table_uri(root)
     report = IngestReport()
-    with ingest_lock(root, log) as waited:
-        report.lock_wait_s = waited
+    with ingest_lock(root, log) as held:
+        report.lock_wait_s = held.waited_s
         next_id, watermarks, fragments_before = _table_state(uri)
         resolved = resolve(source, text_column, hf_data_files=hf_data_files,
                            stored_keys=watermarks.keys())
@@ -289,13 +323,13 @@ def ingest(
                     continue
                 rows = _ingest_unit(uri, unit, done + 1, next_id, skipped, rows_per_fragment,
                                     rows_per_commit, max_doc_chars, report, log, max_new_rows,
-                                    bar)
+                                    held.check, bar)
                 next_id += rows
                 (report.units_ingested if rows else report.units_already_present).append(unit.key)
                 bar.update(1)
         report.rows_skipped = dict(skipped.counts)
         if has_committed_version(uri):
-            ds = lance.dataset(uri)
+            ds = dataset(uri)
             report.total_rows = ds.count_rows()
             report.version = ds.version
             report.fragments_added = len(ds.get_fragments()) - fragments_before
@@ -306,7 +340,9 @@ def ingest(
 def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, skipped: SkipCounter,
                  rows_per_fragment: int, rows_per_commit: int, max_doc_chars: int,
                  report: IngestReport, log: Callable[[str], None],
-                 max_new_rows: Optional[int] = None, bar: Optional[Progress] = None) -> int:
+                 max_new_rows: Optional[int] = None,
+                 check_lock: Callable[[], None] = lambda: None,
+                 bar: Optional[Progress] = None) -> int:
     """Commit ``unit``'s parts from ``first_part`` on; returns the rows committed (counted on
     ``bar`` as each commit lands).
 
@@ -335,7 +371,7 @@ def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, ski
             if first is None:
                 continue  # nothing to write in this group: no commit, no new version
             reader = pa.RecordBatchReader.from_batches(RAW_SCHEMA, _chain(first, stream))
-            _append(uri, reader, rows_per_fragment, log)
+            _append(uri, reader, rows_per_fragment, log, check_lock)
             committed += counter["rows"]
             report.rows_added += counter["rows"]
             report.bytes_added += counter["bytes"]

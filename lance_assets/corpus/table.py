@@ -5,7 +5,9 @@ Every write to the table goes through ``commit_retrying``: Lance commits are opt
 commit that lost a race with a concurrent writer (another asset, another run, another Dagster
 instance) raises a *retryable* ``CommitConflictError``. The retry re-opens the newest version and
 rebuilds the operation from it, so writers of different columns can run at the same time and
-correctness never depends on how (or whether) the orchestrator serialises them.
+correctness never depends on how (or whether) the orchestrator serialises them. The same holds on
+object storage: Lance writes each manifest with a create-if-absent PUT (S3 ``If-None-Match``), so
+of two commits racing for one version exactly one wins and the other gets the retryable conflict.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Callable, Optional, TypeVar
 import lance
 import pyarrow as pa
 
-from lance_assets import paths
+from lance_assets import paths, storage
 
 T = TypeVar("T")
 
@@ -69,14 +71,22 @@ class TableMissingError(RuntimeError):
     pass
 
 
+def dataset(uri: str, version: int | None = None) -> lance.LanceDataset:
+    """``lance.dataset`` with the storage options for ``uri`` (see ``storage_options_for``)."""
+    return lance.dataset(uri, version=version, storage_options=storage.storage_options_for(uri))
+
+
 def has_committed_version(uri: str | Path) -> bool:
     """True once a version of the dataset at ``uri`` is committed (a manifest exists).
 
     A folder without one is what a first write killed before its commit leaves behind (data
     files, no manifest): it is not a table, and the next ingest creates the table over it.
     """
-    versions = Path(uri) / "_versions"
-    return versions.is_dir() and any(p.name.endswith(".manifest") for p in versions.iterdir())
+    versions = storage.location(uri) / "_versions"
+    try:
+        return any(p.name.endswith(".manifest") for p in versions.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def open_table(root: str | Path, table: str = paths.TABLE_NAME) -> lance.LanceDataset:
@@ -87,7 +97,7 @@ def open_table(root: str | Path, table: str = paths.TABLE_NAME) -> lance.LanceDa
             f"No Lance table at {uri}. Materialize `raw_text` first "
             "(dagster asset materialize -m lance_assets.definitions --select raw_text)."
         )
-    return lance.dataset(uri)
+    return dataset(uri)
 
 
 def table_exists(root: str | Path, table: str = paths.TABLE_NAME) -> bool:

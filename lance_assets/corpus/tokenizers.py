@@ -23,7 +23,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import keys, paths
+from lance_assets import keys, paths, storage
 from lance_assets.corpus.columns import fragments_missing
 from lance_assets.corpus.table import get_json_config
 
@@ -208,15 +207,15 @@ def latest_sha(root: str | os.PathLike) -> str | None:
 
 
 def _search_roots(root: str | os.PathLike | None) -> list[Path]:
-    roots = [Path(root)] if root is not None else []
+    roots = [paths.data_dir(root)] if root is not None else []
     roots.append(paths.data_dir())
-    return list(dict.fromkeys(r.resolve() for r in roots))
+    return list(dict.fromkeys(roots))
 
 
 def resolve_path(name: str, root: str | os.PathLike | None = None) -> Path:
     """The file behind ``bpe``, ``bpe:<sha256>`` or a path to a tokenizer file."""
     if name.endswith(".json") and not name.startswith(BPE_PREFIX):
-        path = Path(name).expanduser()
+        path = storage.location(name)
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file {path} does not exist")
         return path
@@ -276,8 +275,7 @@ def keep_bpe_file(root: str | Path, name: str, tok) -> None:
         return
     target = paths.tokenizers_dir(root) / f"{tok.info.sha256}.json"
     if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(resolve_path(name, root), target)
+        storage.write_atomic(target, resolve_path(name, root).read_bytes())
 
 
 # ---------------------------------------------------------------------------------------------

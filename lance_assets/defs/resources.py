@@ -1,13 +1,17 @@
-"""Where the data lives and what ingest reads, from ``LANCE_ASSETS_DATA`` / ``LANCE_ASSETS_SOURCE``."""
+"""Where the data lives and what ingest reads, from ``LANCE_ASSETS_DATA`` / ``LANCE_ASSETS_SOURCE``.
+
+``data_dir`` may be an object-store URI (``s3://bucket/prefix``); it is shown in the UI and run
+config, so it never holds credentials: those stay in the environment (docs/object-storage.md).
+"""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import dagster as dg
 
 from lance_assets import paths
+from lance_assets.storage import Location
 
 
 class LanceStore(dg.ConfigurableResource):
@@ -17,7 +21,8 @@ class LanceStore(dg.ConfigurableResource):
     source: str = paths.DEFAULT_SOURCE
 
     @property
-    def root(self) -> Path:
+    def root(self) -> Location:
+        """An absolute ``Path``, or a ``UPath`` for an object-store URI."""
         return paths.data_dir(self.data_dir)
 
     @property

@@ -237,7 +237,7 @@ class Attributor:
     def __init__(self, root: str | Path, pin: Pin | None = None, embedder: Embedder | None = None,
                  min_span_chars: int = MIN_SPAN_CHARS, max_ngrams: int = MAX_INDEX_NGRAMS,
                  log: Callable[[str], None] = print):
-        self.root = Path(root)
+        self.root = paths.data_dir(root)
         uri = paths.table_uri(root)
         self.pin = pin or resolve_pin(root)
         self.latest = lance.dataset(uri)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import lance
 
-from lance_assets import paths
+from lance_assets import paths, storage
 from lance_assets.corpus.table import open_table
 
 
@@ -55,7 +55,7 @@ def model_run(root: str | Path) -> dict | None:
     pointer = paths.latest_checkpoint_pointer(root)
     if not pointer.is_file():
         return None
-    ckpt = Path(pointer.read_text().strip())
+    ckpt = storage.location(pointer.read_text().strip())
     summary = ckpt.parent / "summary.json"
     if summary.is_file():
         info = json.loads(summary.read_text())

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from lance_assets import paths
+from lance_assets import paths, storage
 from lance_assets.forensics.attribution import Attribution, Attributor
 from lance_assets.forensics.near_dups import NearDupReport, semantic_near_dups
 from lance_assets.forensics.pinned import Pin, resolve_pin
@@ -120,8 +120,7 @@ def forensics_report(root: str | Path, *, k: int = 5, version: int | None = None
         notes.append("no `embedding` column: vector kNN and semantic near-duplicates skipped")
     report = ForensicsReport(pin, str(samples_path), samples.get("checkpoint"), results, near,
                              time.perf_counter() - start, notes)
-    out = Path(root) / "reports"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "forensics.md").write_text(report.markdown() + "\n")
-    (out / "forensics.json").write_text(json.dumps(report.to_dict(), indent=2))
+    out = paths.reports_dir(root)
+    storage.write_atomic(out / "forensics.md", (report.markdown() + "\n").encode())
+    storage.write_atomic(out / "forensics.json", json.dumps(report.to_dict(), indent=2).encode())
     return report

@@ -163,7 +163,7 @@ class Searcher:
     """Vector, full-text and hybrid search over one table; keeps the model and table open."""
 
     def __init__(self, root: str | Path, pin: Pin | None = None, embedder: Embedder | None = None):
-        self.root = Path(root)
+        self.root = paths.data_dir(root)
         self.ds = lance.dataset(paths.table_uri(root))
         self.pin = pin or resolve_pin(root)
         self.filter = checked_filter(self.ds, self.pin.rows_filter(latest_max_id=max_id(self.ds)),

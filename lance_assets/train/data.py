@@ -20,6 +20,7 @@ import lancedb
 import torch
 from lancedb.streaming import StreamingDataLoader, StreamingDataset
 
+from lance_assets import storage
 from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
 from lance_assets.keys import TOKENIZER_KEY
 
@@ -33,8 +34,13 @@ class TableSnapshot:
 
 
 def open_snapshot(db_dir: str, table_name: str, version: int | None = None) -> TableSnapshot:
-    """Open the table pinned at ``version`` (default: the newest) and read its tokenizer."""
-    table = lancedb.connect(db_dir).open_table(table_name)
+    """Open the table pinned at ``version`` (default: the newest) and read its tokenizer.
+
+    ``db_dir`` may be an object-store URI. The connection holds no credentials (Lance reads them
+    from the environment, see ``storage_options_for``), so the ``StreamingDataset`` state that
+    DataLoader workers pickle carries none either."""
+    table = lancedb.connect(str(db_dir), storage_options=storage.storage_options_for(db_dir)
+                            ).open_table(table_name)
     version = version or table.version
     table.checkout(version)
     raw = table.to_lance().config().get(TOKENIZER_KEY)

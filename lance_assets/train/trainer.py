@@ -31,6 +31,7 @@ from typing import Callable, Iterator
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from lance_assets import paths, storage
 from lance_assets.corpus.predicate import PredicateError
 from lance_assets.train import checkpoint, data
 from lance_assets.train.collectives import Collectives, launched_by_torchrun
@@ -203,7 +204,7 @@ def evaluate(model: GPT, blocks: torch.Tensor, pad_id: int, comm: Collectives, b
 
 def open_table(root: Path, cfg: TrainConfig, version: int | None) -> data.TableSnapshot:
     try:
-        return data.open_snapshot(str(root / "lance"), cfg.table, version)
+        return data.open_snapshot(storage.uri_of(paths.db_dir(root)), cfg.table, version)
     except Exception as e:  # a missing folder, table or version: the user's input
         raise TrainError(f"--data {root} --table {cfg.table}"
                          + (f" (version {version})" if version else "")
@@ -227,8 +228,8 @@ def train(cfg: TrainConfig) -> dict:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    root = Path(data_root(cfg))
-    out = Path(cfg.out) if cfg.out else root / "train" / "manual"
+    root = paths.data_dir(data_root(cfg))
+    out = storage.location(cfg.out) if cfg.out else paths.run_dir(root, "manual")
     stop = StopFlag()
     comm = Collectives.start(device)
     with contextlib.ExitStack() as stack:
@@ -310,7 +311,6 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     flops_per_token = model.flops_per_token()
     peak = peak_flops(device)
     commit = git_commit()
-    out.mkdir(parents=True, exist_ok=True)
     metrics_path = out / "metrics.jsonl"
 
     def mfu(tokens: int, seconds: float) -> float | None:
@@ -321,8 +321,7 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
 
     def record(entry: dict) -> None:
         if rank == 0:
-            with open(metrics_path, "a") as fh:
-                fh.write(json.dumps(entry) + "\n")
+            storage.append_text(metrics_path, json.dumps(entry) + "\n")
 
     def save() -> Path | None:
         """Every rank's loader state, merged: resumable on any world size dividing num_splits."""
@@ -412,7 +411,7 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     if run_mfu is not None:
         summary["mfu"] = round(run_mfu, 4)
     if rank == 0:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        storage.write_atomic(out / "summary.json", json.dumps(summary, indent=2).encode())
     report.materialize(summary)
     report.log(f"done: step {step}, val loss {first_val:.4f} -> {val_loss:.4f}, {rate:,.0f} tok/s")
     return summary

@@ -13,6 +13,7 @@ import dagster as dg
 import lance
 from dagster_ray import RayResource
 
+from lance_assets import paths, storage
 from lance_assets.corpus import fts, profile, quality
 from lance_assets.corpus import near_dup as near_dup_lib
 from lance_assets.corpus import rules as rules_lib
@@ -201,9 +202,8 @@ def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
             metadata[res.name] = dg.MetadataValue.md(markdown_table(res.rows))
     metadata["failed_queries"] = dg.MetadataValue.json(failed)
     if prof.histogram_png:
-        out = lance_store.root / "reports" / "corpus_profile.png"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(prof.histogram_png)
+        out = paths.reports_dir(lance_store.root) / "corpus_profile.png"
+        storage.write_atomic(out, prof.histogram_png)
         metadata["histogram"] = dg.MetadataValue.md(
             "![words and scores, kept vs removed](data:image/png;base64,"
             f"{base64.b64encode(prof.histogram_png).decode()})")

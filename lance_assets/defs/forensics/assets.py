@@ -10,6 +10,7 @@ from typing import Optional
 import dagster as dg
 from dagster_ray import RayResource
 
+from lance_assets import paths
 from lance_assets.defs.common import FORENSICS_GROUP as GROUP
 from lance_assets.defs.common import POOL, RAW_TEXT, SAMPLES, TABLE_TAGS, TEXT_INDEX
 from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
@@ -134,7 +135,8 @@ def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
         "pinned": report.pin.source,
         "checkpoint": report.checkpoint or "",
         "report": dg.MetadataValue.md(report.markdown()),
-        "report_path": dg.MetadataValue.path(str(lance_store.root / "reports" / "forensics.md")),
+        "report_path": dg.MetadataValue.path(
+            str(paths.reports_dir(lance_store.root) / "forensics.md")),
         "samples": len(report.attributions),
         "verdicts": dg.MetadataValue.json(report.verdicts),
         "near_dup_pair_rate": nd.pair_rate if nd else -1.0,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from lance_assets import paths
+from lance_assets import paths, storage
 from lance_assets.corpus.rules import training_filter
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
@@ -72,17 +72,14 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     The loader packs and shuffles `input_ids` straight from the Lance table (filter: the
     `curation_rules` in force, a frozen validation split); rank 0 reports losses and tokens/s."""
     root = lance_store.root
-    out = paths.train_dir(root) / (config.run_name or context.run.run_id[:8])
+    out = paths.run_dir(root, config.run_name or context.run.run_id[:8])
     cmd = trainer_command(config, root, out)
     context.log.info("launching: " + " ".join(cmd))
     start = time.perf_counter()
     invocation = pipes_subprocess_client.run(command=cmd, context=context)
     reported = invocation.get_materialize_result()
     summary = json.loads((out / "summary.json").read_text())
-    pointer = paths.latest_checkpoint_pointer(root)
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(summary["checkpoint"])
-    tmp.replace(pointer)
+    storage.write_atomic(paths.latest_checkpoint_pointer(root), summary["checkpoint"].encode())
     metadata = dict(reported.metadata or {})
     metadata["duration_s"] = round(time.perf_counter() - start, 2)
     metadata["run_dir"] = dg.MetadataValue.path(str(out))
@@ -111,10 +108,8 @@ def samples(context: dg.AssetExecutionContext, config: SamplesConfig, lance_stor
     result = generate_samples(ckpt, config.prompts, max_new_tokens=config.max_new_tokens,
                               temperature=config.temperature, top_k=config.top_k, seed=config.seed)
     duration = time.perf_counter() - start
-    out_dir = paths.samples_dir(lance_store.root)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "samples.json").write_text(json.dumps(
-        {"checkpoint": str(ckpt), "samples": result}, indent=2))
+    storage.write_atomic(paths.samples_dir(lance_store.root) / "samples.json", json.dumps(
+        {"checkpoint": str(ckpt), "samples": result}, indent=2).encode())
     n_tokens = sum(len(s["token_ids"]) for s in result)
     md = "\n\n".join(f"**{s['prompt'] or '(unconditional)'}**\n\n> "
                      + (s["prompt"] + s["completion"]).replace("\n", "\n> ") for s in result)

@@ -1,0 +1,351 @@
+"""Local folders and object storage (``s3://``, ``gs://``, ``az://``) behind one set of calls.
+
+The data root (``LANCE_ASSETS_DATA``) may be a local folder or an object-store URI. Everything
+under it goes through this module: Lance datasets take the URI and ``storage_options_for``, and
+every other file (checkpoints, tokenizers, samples, reports, pointers) is a ``pathlib.Path``
+(local) or a ``upath.UPath`` over fsspec (object storage) written with ``write_atomic``.
+
+Credentials never travel as arguments. Lance (object_store) and fsspec (s3fs/gcsfs/adlfs) both
+read the standard environment variables themselves (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ALLOW_HTTP``, ``GOOGLE_APPLICATION_CREDENTIALS``,
+``AZURE_STORAGE_ACCOUNT_NAME``/``AZURE_STORAGE_ACCOUNT_KEY`` ...), so no secret is ever held in
+the table's config, a run's config, Dagster metadata, a checkpoint or a pickled loader state.
+A URI that carries a secret itself (``s3://KEY:SECRET@bucket``, ``?secret=``) is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Union
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from upath import UPath
+
+# Schemes served by fsspec + Lance's object_store. ``file://`` and plain paths are local.
+OBJECT_STORE_SCHEMES = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"}
+
+Location = Union[Path, "UPath"]
+
+
+class StorageConfigError(ValueError):
+    """A data root or its environment that cannot work; the message names the fix."""
+
+
+def scheme(uri: str | os.PathLike) -> str:
+    """``s3``, ``gs``, ``az``, ... for object-store URIs; ``""`` for local paths."""
+    if isinstance(uri, Path):
+        return ""
+    text = str(uri)
+    if "://" not in text:
+        return ""
+    found = text.split("://", 1)[0].lower()
+    return "" if found == "file" else found
+
+
+def is_object_store(uri: str | os.PathLike) -> bool:
+    protocol = getattr(uri, "protocol", None)  # a UPath
+    if protocol is not None:
+        return protocol not in ("", "file", "local")
+    return scheme(uri) in OBJECT_STORE_SCHEMES
+
+
+def check_uri(uri: str) -> None:
+    """Refuse object-store URIs we cannot serve or that carry credentials, naming the fix."""
+    found = scheme(uri)
+    if found and found not in OBJECT_STORE_SCHEMES:
+        raise StorageConfigError(
+            f"{uri!r}: unsupported scheme {found!r}; use a local path or one of "
+            f"{', '.join(sorted(OBJECT_STORE_SCHEMES))}://bucket/prefix")
+    parts = urlsplit(uri)
+    if "@" in parts.netloc or parts.query or parts.fragment:
+        raise StorageConfigError(
+            "LANCE_ASSETS_DATA must not carry credentials or options in the URI (user:secret@, "
+            "?key=...): it is recorded in run config, metadata and checkpoints. Give the bare "
+            "bucket/prefix and put credentials in the standard environment variables "
+            "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...; see docs/object-storage.md).")
+    if not parts.netloc:
+        raise StorageConfigError(f"{uri!r}: no bucket; expected {found}://bucket[/prefix]")
+    if found in ("s3", "s3a"):
+        endpoint = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+                    or os.environ.get("AWS_ENDPOINT") or "")
+        allow = os.environ.get("AWS_ALLOW_HTTP", "").strip().lower() in ("1", "true", "yes")
+        if endpoint.startswith("http://") and not allow:
+            raise StorageConfigError(
+                f"AWS_ENDPOINT_URL={endpoint} is plain HTTP, which Lance refuses by default: set "
+                "AWS_ALLOW_HTTP=true (a local MinIO or test server), or use an https:// endpoint.")
+
+
+def storage_options_for(uri: str | os.PathLike) -> dict[str, str]:
+    """The ``storage_options`` to hand Lance (``lance.dataset``, ``write_dataset``,
+    ``LanceDataset.commit``, ``write_fragments``, ``lancedb.connect``) for ``uri``.
+
+    Lance 14 / lancedb 0.40 read every standard variable from the environment by themselves
+    (endpoint, region, key, secret, session token, allow-http; checked against an S3 server), so
+    the answer is empty on purpose: passing credentials here would copy them into objects that
+    get pickled (loader workers) or logged. The call still validates the URI and environment so
+    a misconfiguration fails here, with the fix, instead of as an opaque I/O error.
+    """
+    if is_object_store(uri):
+        check_uri(str(uri))
+    return {}
+
+
+def location(uri: str | os.PathLike) -> Location:
+    """``uri`` as a path object: a ``Path`` for local paths (``~`` expanded), a ``UPath`` over
+    fsspec for object storage. Listings are not cached: several processes write the same
+    prefixes (trainer ranks, the Dagster run), and a cached listing would hide their files."""
+    if hasattr(uri, "protocol") and hasattr(uri, "fs"):  # already a UPath
+        return uri
+    if isinstance(uri, Path):
+        return uri
+    text = os.fspath(uri)
+    if text.startswith("file://"):
+        return Path(text[len("file://"):]).expanduser()
+    if not is_object_store(text):
+        if scheme(text):
+            check_uri(text)  # an unknown scheme: refused with the list of supported ones
+        return Path(text).expanduser()
+    check_uri(text)
+    from upath import UPath
+
+    return UPath(text.rstrip("/"), use_listings_cache=False)
+
+
+def uri_of(path: Location | str) -> str:
+    """The string Lance, fsspec and a subprocess's command line take for ``path``."""
+    return str(path)
+
+
+def write_atomic(path: Location | str, data: bytes) -> None:
+    """Make ``data`` the whole content of ``path``, or leave the old content: never a prefix.
+
+    Local: a hidden temp file in the same folder, fsynced, renamed over ``path`` with
+    ``os.replace``, then the folder fsynced so the rename survives a power cut. Object storage:
+    one PUT (a multipart upload above 100 MB), which S3, GCS and Azure publish atomically on
+    completion: a reader sees the old object or the new one, and a killed upload leaves none.
+    """
+    path = location(path)
+    if is_object_store(path):
+        path.fs.pipe_file(path.path, data)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_partial_writes(folder: Location | str, name_glob: str = "*") -> int:
+    """Delete temp files that killed ``write_atomic`` calls left in ``folder`` (local only:
+    object storage has none). Returns how many were removed."""
+    folder = location(folder)
+    if is_object_store(folder) or not folder.is_dir():
+        return 0
+    n = 0
+    for stale in folder.glob(f".{name_glob}.tmp-*"):
+        stale.unlink(missing_ok=True)
+        n += 1
+    return n
+
+
+def read_bytes(path: Location | str) -> bytes:
+    return location(path).read_bytes()
+
+
+def append_text(path: Location | str, text: str) -> None:
+    """Append ``text`` to a small log file (training metrics). Local: an ``a``-mode write.
+    Object storage has no append: the file is read and written back whole with one PUT, so a
+    reader never sees a torn line; meant for files of kilobytes, not for bulk data."""
+    path = location(path)
+    if not is_object_store(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as fh:
+            fh.write(text)
+        return
+    old = path.read_bytes() if path.exists() else b""
+    write_atomic(path, old + text.encode("utf-8"))
+
+
+# ---------------------------------------------------------------------------------------------
+# An exclusive lease on object storage, where there is no flock.
+
+# Backends whose fsspec ``pipe_file(mode="create")`` is one conditional request, so exactly one
+# of two racing creators wins: S3 (``If-None-Match: *``, checked against an S3 server). gcsfs
+# and adlfs are not checked here; for them the lease is refused rather than silently racy.
+EXCLUSIVE_CREATE_SCHEMES = {"s3", "s3a"}
+
+LEASE_TTL_S = 60.0
+
+
+class LeaseLost(RuntimeError):
+    """The lease expired or another owner took it over: stop before the next commit."""
+
+
+class ObjectLease:
+    """Exclusive right to one job (e.g. ingest) among processes that share only a bucket.
+
+    The lease is a folder of generation objects ``000000000001.json``, ``...2.json``. Taking it
+    means creating the next generation with a create-if-absent PUT, so of two racing takers
+    exactly one wins. The newest generation rules: it is held while its ``expires`` (wall clock,
+    seconds) is in the future and it is not marked released. The holder rewrites its own object
+    with a later ``expires`` every ``ttl_s / 4``; a holder that dies stops renewing, and after
+    ``ttl_s`` the next taker creates the following generation. ``check()`` fails once a newer
+    generation exists or the holder could not renew in time: call it before every commit, so a
+    stalled holder that was taken over stops instead of writing twice.
+
+    Assumptions, stated in docs/object-storage.md: clocks agree to well within ``ttl_s``, and no
+    holder stalls for longer than ``ttl_s`` between ``check()`` and the commit that follows.
+    """
+
+    def __init__(self, folder: Location | str, owner: str, *, ttl_s: float = LEASE_TTL_S,
+                 poll_s: float = 1.0, log=print):
+        self.folder = location(folder)
+        if not is_object_store(self.folder):
+            raise StorageConfigError(f"{folder}: ObjectLease is for object storage; use a file lock")
+        if self.folder.protocol not in EXCLUSIVE_CREATE_SCHEMES:
+            raise StorageConfigError(
+                f"{folder}: an exclusive lease needs a create-if-absent write, verified here only "
+                f"for S3 ({', '.join(sorted(EXCLUSIVE_CREATE_SCHEMES))}). Run this job with the "
+                "data on S3 or a local/NFS folder, or see docs/object-storage.md.")
+        self.owner = f"{owner} [{secrets.token_hex(4)}]"
+        self.ttl_s, self.poll_s, self.log = ttl_s, poll_s, log
+        self.generation: int | None = None
+        self.waited_s = 0.0
+        self._renewed_at = 0.0
+        self._lost: str | None = None
+        self._stop = None
+        self._thread = None
+
+    # -- the objects
+    @property
+    def _fs(self):
+        return self.folder.fs
+
+    def _name(self, gen: int) -> str:
+        return f"{self.folder.path}/{gen:012d}.json"
+
+    def _generations(self) -> list[int]:
+        try:
+            names = self._fs.ls(self.folder.path, detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            stem = name.rsplit("/", 1)[-1].removesuffix(".json")
+            if stem.isdigit():
+                out.append(int(stem))
+        return sorted(out)
+
+    def _record(self, released: bool = False) -> bytes:
+        import json
+
+        return json.dumps({"owner": self.owner, "expires": time.time() + self.ttl_s,
+                           "released": released}).encode()
+
+    def _holder(self, gen: int) -> dict | None:
+        """The record of ``gen`` when it is still held, else None."""
+        import json
+
+        try:
+            record = json.loads(self._fs.cat_file(self._name(gen)))
+        except FileNotFoundError:
+            return None
+        except ValueError:  # not ours or torn by hand: treat as expired rather than block forever
+            return None
+        if record.get("released") or float(record.get("expires", 0)) <= time.time():
+            return None
+        return record
+
+    # -- the protocol
+    def acquire(self) -> float:
+        """Block until the lease is ours; returns the seconds waited."""
+        start = time.perf_counter()
+        told = None
+        while True:
+            gens = self._generations()
+            top = gens[-1] if gens else 0
+            holder = self._holder(top) if top else None
+            if holder is None:
+                try:
+                    self._fs.pipe_file(self._name(top + 1), self._record(), mode="create")
+                except FileExistsError:
+                    continue  # another taker won this generation: look again
+                self.generation = top + 1
+                self._renewed_at = time.monotonic()
+                self._start_renewing()
+                for old in gens:  # superseded generations: housekeeping only
+                    self._fs.rm_file(self._name(old))
+                self.waited_s = time.perf_counter() - start
+                return self.waited_s
+            if told != holder["owner"]:
+                self.log(f"another process holds the lease {self.folder} ({holder['owner']}, "
+                         f"expires in {float(holder['expires']) - time.time():.0f} s unless "
+                         "renewed); waiting for it")
+                told = holder["owner"]
+            time.sleep(self.poll_s)
+
+    def _start_renewing(self) -> None:
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew_loop, name="lease-renewal", daemon=True)
+        self._thread.start()
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.ttl_s / 4):
+            try:
+                newer = [g for g in self._generations() if g > self.generation]
+                if newer:
+                    self._lost = (f"lease {self.folder} was taken over (generation {newer[-1]}) "
+                                  "after this process failed to renew it in time")
+                    return
+                self._fs.pipe_file(self._name(self.generation), self._record())
+                self._renewed_at = time.monotonic()
+            except Exception as exc:  # noqa: BLE001 - a network blip: check() decides if it matters
+                self.log(f"lease {self.folder}: renewal failed ({exc}); retrying")
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` unless the lease is still surely ours."""
+        if self.generation is None:
+            raise LeaseLost(f"lease {self.folder} is not held")
+        if self._lost:
+            raise LeaseLost(self._lost)
+        # renewals keep the lease ttl_s past the last success; stop with a margin before that
+        if time.monotonic() - self._renewed_at > self.ttl_s * 0.75:
+            raise LeaseLost(f"lease {self.folder} could not be renewed for "
+                            f"{time.monotonic() - self._renewed_at:.0f} s; stopping before it "
+                            "expires and another process takes it")
+
+    def release(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self._thread.join()
+        if self.generation is not None and not self._lost:
+            try:
+                self._fs.pipe_file(self._name(self.generation), self._record(released=True))
+            except Exception as exc:  # noqa: BLE001 - it expires on its own after ttl_s
+                self.log(f"lease {self.folder}: release failed ({exc}); it expires in "
+                         f"{self.ttl_s:.0f} s")
+        self.generation = None
+
+    def __enter__(self) -> ObjectLease:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
