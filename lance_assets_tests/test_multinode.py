@@ -96,7 +96,6 @@ def test_two_nodes_cancelled_then_resumed_on_one_node_see_the_same_batches(
     said = cancel_after_three_steps(data_root, {**CONFIG, "nnodes": 2, "nproc_per_node": 1,
                                                 "launcher": launcher, "run_name": run_name}, out)
     assert "model tiny" in said and "world 2" in said, said[-3000:]  # rank 0's Pipes log lines
-    assert f"resume: auto and run_name: {run_name}" in said, said[-3000:]
     assert processes_mentioning(str(out)) == [], "a rank outlived the cancelled run"
     saved = checkpoint.list_checkpoints(out)
     assert saved, "cancel must leave a checkpoint"
@@ -104,6 +103,12 @@ def test_two_nodes_cancelled_then_resumed_on_one_node_see_the_same_batches(
     k = state["step"]
     assert 3 <= k <= STEPS - MORE and state["world_size"] == 2, f"cancelled at step {k}"
     assert sorted(steps_logged(out)) == list(range(1, k + 1))
+    # what the UI shows: how to go on, in its own words, and that nothing was evaluated
+    hint = ("to continue, materialize pretrained_model again with resume: auto and run_name: "
+            + run_name)
+    assert f"interrupted at step {k}; checkpoint {saved[-1]}; {hint}" in said, said[-3000:]
+    assert f"training cancelled; newest checkpoint {saved[-1].name} in {out}; {hint}" in said
+    assert f"done: step {k}, no evaluation ran after step 0 (eval_every 1000)" in said
 
     # what the cancel said: the same run_name, resume: auto; one node with twice the
     # accumulation (the same global batch), MORE steps past the checkpoint

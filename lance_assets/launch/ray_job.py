@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -32,15 +33,21 @@ from lance_assets.launch.torchrun import SHUTDOWN_TIMEOUT_S, agent_command, free
 PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
 
 
-def _prepare_agent() -> None:
-    """In the agent, before exec. Ray's workers block SIGINT, and a blocked signal stays
+def agent_preexec() -> Callable[[], None]:
+    """What the agent runs before exec. Ray's workers block SIGINT, and a blocked signal stays
     blocked across exec: unblock it, or neither torchrun nor the trainer ever sees a stop.
     Then ask for SIGINT when this actor's worker dies (Linux): Ray kills a job's actors when
     its driver goes, and the agent, in a session of its own, would go on training unwatched;
-    SIGINT makes it write a checkpoint and stop, like a cancel."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
+    SIGINT makes it write a checkpoint and stop, like a cancel. ``prctl`` is looked up here,
+    before the fork: between fork and exec only plain system calls belong (no dlopen)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+    def prepare() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGINT)
+
+    return prepare
 
 
 @ray.remote(max_concurrency=2)  # `interrupt` runs while `run` waits for the agent
@@ -64,7 +71,9 @@ class Agent:
                             is_host=is_host)
         if self.stopped:
             return 130
-        self.proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_prepare_agent)
+        # preexec_fn runs two plain syscalls in the child: safe even in this threaded actor
+        self.proc = subprocess.Popen(cmd, start_new_session=True,
+                                     preexec_fn=agent_preexec())  # noqa: PLW1509
         return self.proc.wait()
 
     def interrupt(self) -> None:
