@@ -26,8 +26,11 @@ from lance_assets.corpus.tokenize import token_ids
 from lance_assets.launch.torchrun import local_agent_commands
 
 
+def quiet(_msg: str) -> None:
+    pass
+
+
 def build_table(root: Path, rows: int) -> None:
-    quiet = lambda _m: None  # noqa: E731
     ingest(root, f"synthetic:{rows}", log=quiet)
     dedup_flag(root, log=quiet)
     token_ids(root, "byte", log=quiet)

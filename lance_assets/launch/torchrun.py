@@ -106,3 +106,22 @@ def stop_agents(procs: list[subprocess.Popen], timeout_s: float,
         psutil.wait_procs(alive, timeout=10)
     for proc in procs:
         proc.wait()
+
+
+def terminate_tree(proc: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM to ``proc`` and every process under it (collected first, while they are still
+    its descendants), then SIGKILL what is left after ``timeout_s``: a service's whole tree."""
+    tree = _tree(proc.pid)
+    for p in tree:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(tree, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=10)
+    proc.wait()

@@ -18,12 +18,11 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 
-from lance_assets.launch.torchrun import SHUTDOWN_TIMEOUT_S, free_port, stop_agents
-
-TORCHRUN_SHUTDOWN_TIMEOUT_S = SHUTDOWN_TIMEOUT_S
+from lance_assets.launch.torchrun import free_port, stop_agents, terminate_tree
 
 Context = dg.OpExecutionContext | dg.AssetExecutionContext
 
@@ -54,16 +53,18 @@ def local_ray_cluster(num_cpus: int | None = None,
         cmd.append(f"--num-cpus={num_cpus}")
     token = secrets.token_hex(32)
     headers = {"authorization": f"Bearer {token}"}
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE,
-                            env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token})
+    log_path = Path(temp_dir) / "ray_start.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "RAY_AUTH_MODE": "token",
+                                     "RAY_AUTH_TOKEN": token})
     address = f"http://127.0.0.1:{dashboard_port}"
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
                 raise RuntimeError("a local Ray did not start: "
-                                   + proc.stderr.read().decode()[-2000:])
+                                   + log_path.read_text(errors="replace")[-2000:])
             try:
                 JobSubmissionClient(address, headers=headers)
                 break
@@ -73,9 +74,7 @@ def local_ray_cluster(num_cpus: int | None = None,
                 time.sleep(1)
         yield address, headers
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-        stop_agents([proc], 30, log=lambda _msg: None)
+        terminate_tree(proc, 30)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
