@@ -143,3 +143,16 @@ def test_nnodes_must_divide_the_loader_splits(data_root):
     failure = result.get_step_failure_events()[0].event_specific_data.error.message
     assert "nnodes x nproc_per_node = 3 must divide num_splits 8" in failure
     assert not (data_root / "train" / "three").exists()
+
+
+def test_local_agents_get_their_own_gpus():
+    """Each agent numbers its devices from LOCAL_RANK 0: on one machine they need disjoint
+    CUDA_VISIBLE_DEVICES, or two ranks land on one GPU (which NCCL refuses)."""
+    from lance_assets.launch.torchrun import local_agent_gpus
+
+    assert local_agent_gpus(2, 2, 4) == [{"CUDA_VISIBLE_DEVICES": "0,1"},
+                                         {"CUDA_VISIBLE_DEVICES": "2,3"}]
+    assert local_agent_gpus(2, 1, 0) == [{}, {}]  # CPU: nothing to split
+    assert local_agent_gpus(1, 8, 8) == [{}]  # one agent sees every GPU
+    with pytest.raises(ValueError, match="needs 4 GPUs, it has 2"):
+        local_agent_gpus(2, 2, 2)

@@ -70,6 +70,24 @@ def local_agent_commands(trainer_args: list[str], *, nnodes: int, nproc_per_node
             for i in range(nnodes)]
 
 
+def local_agent_gpus(nnodes: int, nproc_per_node: int, gpu_count: int) -> list[dict[str, str]]:
+    """Each local agent's environment: its own slice of this machine's GPUs.
+
+    Every agent numbers its ranks' devices from LOCAL_RANK 0, so without a slice each would put
+    its ranks on the same GPUs and NCCL refuses a second rank on one device. No GPUs: nothing
+    to split (CPU training)."""
+    if gpu_count == 0 or nnodes == 1:
+        return [{} for _ in range(nnodes)]
+    if gpu_count < nnodes * nproc_per_node:
+        raise ValueError(
+            f"nnodes {nnodes} x nproc_per_node {nproc_per_node} on this machine needs "
+            f"{nnodes * nproc_per_node} GPUs, it has {gpu_count}: lower nnodes or nproc_per_node, "
+            "or use launcher ray on a cluster")
+    return [{"CUDA_VISIBLE_DEVICES": ",".join(
+                str(g) for g in range(i * nproc_per_node, (i + 1) * nproc_per_node))}
+            for i in range(nnodes)]
+
+
 def _tree(pid: int) -> list[psutil.Process]:
     try:
         root = psutil.Process(pid)

@@ -17,7 +17,7 @@ from lance_assets.defs.metadata import markdown_table
 from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.config import LAUNCH_ONLY, TrainConfig
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
-from lance_assets.launch.torchrun import agent_command, local_agent_commands
+from lance_assets.launch.torchrun import agent_command, local_agent_commands, local_agent_gpus
 from lance_assets.train import checkpoint
 from lance_assets.train.config import to_flags
 
@@ -45,6 +45,18 @@ def check_world(cfg: TrainConfig) -> None:
                          f"{cfg.num_splits}: change nnodes, nproc_per_node or num_splits")
 
 
+def local_agent_envs(cfg: TrainConfig) -> list[dict[str, str]]:
+    """Each local agent's GPUs (none on a machine without CUDA)."""
+    if cfg.nnodes == 1:
+        return [{}]
+    import torch
+
+    try:
+        return local_agent_gpus(cfg.nnodes, cfg.nproc_per_node, torch.cuda.device_count())
+    except ValueError as e:
+        raise dg.Failure(str(e)) from None
+
+
 def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: TrainConfig,
            root: Path, out: Path) -> dg.PipesClientCompletedInvocation:
     """The trainer on ``cfg.nnodes`` nodes by ``cfg.launcher``; on cancel, say how to go on."""
@@ -60,9 +72,12 @@ def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: 
                                      extras=extras)
         commands = local_agent_commands(args, nnodes=cfg.nnodes,
                                         nproc_per_node=cfg.nproc_per_node, rdzv_id=rdzv_id)
-        for cmd in commands:
-            context.log.info("launching: " + " ".join(cmd))
-        return client.run_agents(context=context, commands=commands, extras=extras)
+        envs = local_agent_envs(cfg)
+        for cmd, env in zip(commands, envs):
+            context.log.info("launching: " + " ".join(f"{k}={v}" for k, v in env.items())
+                             + (" " if env else "") + " ".join(cmd))
+        return client.run_agents(context=context, commands=commands, extras=extras,
+                                 agent_envs=envs)
     except dg.DagsterExecutionInterruptedError:
         saved = checkpoint.list_checkpoints(out) if out.is_dir() else []
         context.log.warning("training cancelled; " + (

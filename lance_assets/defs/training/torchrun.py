@@ -150,16 +150,19 @@ class TorchrunPipesClient(dg.PipesSubprocessClient):
 
     def run_agents(self, *, context: Context, commands: Sequence[str | Sequence[str]],
                    extras: dict | None = None, env: Mapping[str, str] | None = None,
-                   cwd: str | None = None) -> dg.PipesClientCompletedInvocation:
-        """Every command (one torchrun agent each) at once, each in a session of its own."""
+                   cwd: str | None = None, agent_envs: Sequence[Mapping[str, str]] | None = None,
+                   ) -> dg.PipesClientCompletedInvocation:
+        """Every command (one torchrun agent each) at once, each in a session of its own;
+        ``agent_envs``: one environment overlay per command (e.g. its GPUs)."""
         with dg.open_pipes_session(context=context, context_injector=self.context_injector,
                                    message_reader=self.message_reader, extras=extras) as session:
             full_env = {**os.environ, **self.env, **(env or {}), **session.get_bootstrap_env_vars()}
             procs: list[subprocess.Popen] = []
             try:
-                for command in commands:
+                for command, overlay in zip(commands, agent_envs or [{}] * len(commands)):
                     procs.append(subprocess.Popen(command, cwd=cwd or self.cwd,
-                                                  start_new_session=True, env=full_env))
+                                                  start_new_session=True,
+                                                  env={**full_env, **overlay}))
                 codes = [proc.wait() for proc in procs]
                 if any(codes):
                     raise dg.DagsterPipesExecutionError(
