@@ -101,6 +101,13 @@ class LaunchConfig:
     """How the ``pretrained_model`` asset launches the trainer (not trainer flags)."""
 
     nproc_per_node: int = setting(1, "processes (GPUs) per node for torchrun", ge=1)
+    nnodes: int = setting(1, "nodes, one torchrun agent each, joined by a c10d rendezvous "
+                             "(launcher local: that many agents on this machine); a resume works "
+                             "on any nnodes x nproc_per_node dividing num_splits", ge=1)
+    launcher: str = setting("local", "local: torchrun agents as subprocesses of the run; ray: a "
+                                     "Ray job with one agent per Ray node (the cluster at "
+                                     "$RAY_ADDRESS, else a local Ray started for the run)",
+                            choices=("local", "ray"))
     run_name: str = setting("", "folder under DATA/train for checkpoints: a plain name (letters, "
                                 "digits, '_', '.', '-'); default: the Dagster run id's first "
                                 "8 characters", pattern=RUN_NAME_RE)

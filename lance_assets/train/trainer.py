@@ -48,15 +48,23 @@ class TrainError(RuntimeError):
 
 
 class Reporter:
-    """Rank 0's voice: Dagster Pipes when launched by the asset, stdout otherwise."""
+    """Rank 0's voice: Dagster Pipes when launched by the asset, stdout otherwise.
+
+    Every torchrun agent of a multi-node run inherits the Pipes environment, so only the
+    global rank 0 (``rank`` is the global rank) opens the Pipes session and reports: the
+    launcher reads one stream of messages. ``resume_hint`` says how to continue an interrupted
+    run in the words of whoever launched it (the launcher may pass its own as a Pipes extra).
+    """
 
     def __init__(self, rank: int, stack: contextlib.ExitStack):
         self.rank = rank
         self.pipes = None
+        self.resume_hint = "continue with --resume auto and the same --out"
         if rank == 0 and os.environ.get("DAGSTER_PIPES_CONTEXT"):
             from dagster_pipes import open_dagster_pipes
 
             self.pipes = stack.enter_context(open_dagster_pipes())
+            self.resume_hint = self.pipes.extras.get("resume_hint") or self.resume_hint
 
     def log(self, msg: str) -> None:
         if self.rank != 0:
@@ -344,6 +352,7 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
                f"table v{snap.version}, {blocks_per_epoch} blocks/epoch, global batch "
                f"{global_batch}, tokenizer {tok['name']}")
     val_loss = first_val = evaluate(model, val, tok["pad_id"], comm, cfg.batch_size, autocast)
+    val_step = step  # the step of the newest validation pass
     if step == 0:
         record({"step": 0, "val_loss": val_loss, "val_bpb": bpb(val_loss)})
     report.log(f"step {step}: val loss {val_loss:.4f}")
@@ -379,7 +388,8 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
             report.log(f"step {step}/{steps}: loss {loss:.4f} lr {entry['lr']:.2e} "
                        f"{rate:,.0f} tok/s" + (f" mfu {entry['mfu']:.1%}" if peak else ""))
         if step % cfg.eval_every == 0 or step == steps:
-            val_loss = evaluate(model, val, tok["pad_id"], comm, cfg.batch_size, autocast)
+            val_loss, val_step = evaluate(model, val, tok["pad_id"], comm, cfg.batch_size,
+                                          autocast), step
             record({"step": step, "val_loss": val_loss, "val_bpb": bpb(val_loss)})
             report.log(f"step {step}: val loss {val_loss:.4f}")
         if step % cfg.ckpt_every == 0 and step < steps:
@@ -390,7 +400,7 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     elapsed = time.perf_counter() - t_start
     rate = (tokens_seen - start_tokens) / max(elapsed, 1e-9)
     if interrupted:
-        report.log(f"interrupted at step {step}; checkpoint {last_ckpt}; continue with --resume auto")
+        report.log(f"interrupted at step {step}; checkpoint {last_ckpt}; {report.resume_hint}")
     final_bpb = bpb(val_loss)
     run_mfu = mfu(tokens_seen - start_tokens, step_time)
     summary = {
@@ -404,6 +414,7 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
         "train_seconds": round(elapsed, 2),
         "data_wait_share": round(data_wait / step_time, 4) if step_time else None,
         "first_val_loss": round(first_val, 4), "val_loss": round(val_loss, 4),
+        "val_loss_step": val_step,
         "val_bpb": round(final_bpb, 4) if final_bpb else None,
         "train_loss": round(loss, 4) if step > start_step else None,
         "blocks_per_epoch": blocks_per_epoch, "git_commit": commit,
@@ -413,7 +424,12 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     if rank == 0:
         storage.write_atomic(out / "summary.json", json.dumps(summary, indent=2).encode())
     report.materialize(summary)
-    report.log(f"done: step {step}, val loss {first_val:.4f} -> {val_loss:.4f}, {rate:,.0f} tok/s")
+    if val_step > start_step:
+        val_text = f"val loss {first_val:.4f} -> {val_loss:.4f}"
+    else:
+        val_text = (f"no evaluation ran after step {start_step} (eval_every {cfg.eval_every}); "
+                    f"val loss at step {start_step}: {first_val:.4f}")
+    report.log(f"done: step {step}, {val_text}, {rate:,.0f} tok/s")
     return summary
 
 

@@ -4,7 +4,6 @@
 import base64
 import io
 import json
-import sys
 import time
 from typing import Optional
 from pathlib import Path
@@ -17,23 +16,75 @@ from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.config import LAUNCH_ONLY, TrainConfig
-from lance_assets.defs.training.torchrun import TORCHRUN_SHUTDOWN_TIMEOUT_S, TorchrunPipesClient
+from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.keys import DEFAULT_PROMPTS
+from lance_assets.launch.torchrun import agent_command, local_agent_commands, local_agent_gpus
 from lance_assets.markdown import markdown_table
+from lance_assets.train import checkpoint
 from lance_assets.train.config import to_flags
 
 
-def trainer_command(cfg: TrainConfig, root: Path, out: Path) -> list[str]:
-    """`torchrun ... -m lance_assets.train` with one flag per trainer setting."""
+def trainer_args(cfg: TrainConfig, root: Path, out: Path) -> list[str]:
+    """The flags of `-m lance_assets.train`: one per trainer setting (launch settings left out)."""
     if not cfg.filter:  # the curation rules' combined filter, validated against the table
         cfg = cfg.model_copy(update={"filter": training_filter(root)})
     settings = {k: v for k, v in cfg.model_dump().items() if k not in LAUNCH_ONLY}
-    return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={cfg.nproc_per_node}",
-        f"--shutdown-timeout={TORCHRUN_SHUTDOWN_TIMEOUT_S}", "-m", "lance_assets.train",
-        "--data", str(root), "--out", str(out), *to_flags(settings),
-    ]
+    return ["--data", str(root), "--out", str(out), *to_flags(settings)]
+
+
+def trainer_command(cfg: TrainConfig, root: Path, out: Path) -> list[str]:
+    """`torchrun --standalone ... -m lance_assets.train` on this machine (one node)."""
+    return agent_command(trainer_args(cfg, root, out), nproc_per_node=cfg.nproc_per_node)
+
+
+def check_world(cfg: TrainConfig) -> None:
+    """The loader's splits must divide evenly over every rank of every node."""
+    world = cfg.nnodes * cfg.nproc_per_node
+    if cfg.num_splits % world:
+        raise dg.Failure(f"nnodes x nproc_per_node = {world} must divide num_splits "
+                         f"{cfg.num_splits}: change nnodes, nproc_per_node or num_splits")
+
+
+def local_agent_envs(cfg: TrainConfig) -> list[dict[str, str]]:
+    """Each local agent's GPUs (none on a machine without CUDA)."""
+    if cfg.nnodes == 1:
+        return [{}]
+    import torch
+
+    try:
+        return local_agent_gpus(cfg.nnodes, cfg.nproc_per_node, torch.cuda.device_count())
+    except ValueError as e:
+        raise dg.Failure(str(e)) from None
+
+
+def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: TrainConfig,
+           root: Path, out: Path) -> dg.PipesClientCompletedInvocation:
+    """The trainer on ``cfg.nnodes`` nodes by ``cfg.launcher``; on cancel, say how to go on."""
+    check_world(cfg)
+    args = trainer_args(cfg, root, out)
+    rdzv_id = f"{out.name}-{context.run.run_id[:8]}"
+    extras = {"resume_hint": "to continue, materialize pretrained_model again with resume: "
+                             f"auto and run_name: {out.name}"}
+    try:
+        if cfg.launcher == "ray":
+            return client.run_on_ray(context=context, trainer_args=args, nnodes=cfg.nnodes,
+                                     nproc_per_node=cfg.nproc_per_node, rdzv_id=rdzv_id,
+                                     extras=extras)
+        commands = local_agent_commands(args, nnodes=cfg.nnodes,
+                                        nproc_per_node=cfg.nproc_per_node, rdzv_id=rdzv_id)
+        envs = local_agent_envs(cfg)
+        for cmd, env in zip(commands, envs):
+            context.log.info("launching: " + " ".join(f"{k}={v}" for k, v in env.items())
+                             + (" " if env else "") + " ".join(cmd))
+        return client.run_agents(context=context, commands=commands, extras=extras,
+                                 agent_envs=envs)
+    except dg.DagsterExecutionInterruptedError:
+        saved = checkpoint.list_checkpoints(out) if out.is_dir() else []
+        context.log.warning("training cancelled; " + (
+            f"newest checkpoint {saved[-1].name} in {out}; {extras['resume_hint']}" if saved
+            else f"no checkpoint was written to {out}; materialize pretrained_model again to "
+                 "start over"))
+        raise
 
 
 def loss_curve_markdown(metrics_path: Path) -> Optional[str]:
@@ -73,10 +124,8 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     `curation_rules` in force, a frozen validation split); rank 0 reports losses and tokens/s."""
     root = lance_store.root
     out = paths.run_dir(root, config.run_name or context.run.run_id[:8])
-    cmd = trainer_command(config, root, out)
-    context.log.info("launching: " + " ".join(cmd))
     start = time.perf_counter()
-    invocation = pipes_subprocess_client.run(command=cmd, context=context)
+    invocation = launch(context, pipes_subprocess_client, config, root, out)
     reported = invocation.get_materialize_result()
     summary = json.loads((out / "summary.json").read_text())
     storage.write_atomic(paths.latest_checkpoint_pointer(root), summary["checkpoint"].encode())
