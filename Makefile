@@ -8,7 +8,7 @@ export LANCE_LOG ?= error
 export LANCE_ASSETS_SOURCE
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test dev clean bench-loaders
+.PHONY: setup demo lint test dev clean bench-loaders
 
 setup:
 	@VENV=$(VENV) ./scripts/bootstrap.sh
@@ -19,8 +19,12 @@ setup:
 demo: setup
 	$(BIN)/dagster asset materialize -m lance_assets.definitions --select '*'
 
-## Run the test suite.
-test: setup
+## The linter (ruff, configured in pyproject.toml).
+lint: setup
+	$(BIN)/ruff check .
+
+## The linter, then the test suite.
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## The web UI on http://127.0.0.1:3000, on the same instance as `make demo`.

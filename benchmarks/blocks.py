@@ -16,8 +16,8 @@ Each yields ``(batch, block_len)`` int64 tensors, rank-strided, reshuffled per e
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch

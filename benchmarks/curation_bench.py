@@ -31,8 +31,12 @@ import pyarrow.parquet as pq
 
 from lance_assets import paths
 from lance_assets.corpus import quality
-from lance_assets_tests.curation_reference import (brute_force_pairs, plant_near_duplicates,
-                                                   precision_recall, reference_signals)
+from lance_assets_tests.curation_reference import (
+    brute_force_pairs,
+    plant_near_duplicates,
+    precision_recall,
+    reference_signals,
+)
 
 
 def lsh_only_clusters(texts: list[str], settings) -> list[int]:
@@ -156,7 +160,8 @@ def main(argv: list[str] | None = None) -> dict:
         results["near_dup"] = {
             "docs_per_s": round(n / t_nd), "seconds": round(t_nd, 2),
             "candidate_pairs": stats.candidate_pairs, "confirmed_pairs": stats.confirmed_pairs,
-            "near_dup_rate": round(float(np.mean(table.column("near_dup").to_numpy(zero_copy_only=False))), 4),
+            "near_dup_rate": round(float(np.mean(
+                table.column("near_dup").to_numpy(zero_copy_only=False))), 4),
         }
         print(f"near_dup: {n / t_nd:,.0f} docs/s; {stats.candidate_pairs} candidate pairs, "
               f"{stats.confirmed_pairs} confirmed; near_dup rate "

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.train_loader import build_table
 from benchmarks.build_packed_datasets import train_filter
+from benchmarks.train_loader import build_table
 from lance_assets.train import data
 
 

@@ -7,9 +7,9 @@ MosaicML MDS and a Lance blocks table, all on the same blocks, in one process tr
 Builds a fresh table (synthetic corpus, byte tokens), makes the pre-packed copies of epoch 0
 (``build_packed_datasets``), then for every arm, each in its own subprocess: the loader alone
 (tokens/s, first-batch latency, peak RSS) and `tiny` training for a fixed number of steps through
-the trainer's step function (``benchmarks.train_arm``: tokens/s, data-wait share). Ratios are against the Lance on-the-fly arm. The MDS arm needs
-``.venv-mds`` (mosaicml-streaming pins numpy<2.2); when it exists every arm's subprocess runs
-there, so all arms share one torch.
+the trainer's step function (``benchmarks.train_arm``: tokens/s, data-wait share). Ratios are
+against the Lance on-the-fly arm. The MDS arm needs ``.venv-mds`` (mosaicml-streaming pins
+numpy<2.2); when it exists every arm's subprocess runs there, so all arms share one torch.
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|---|---|---|")
         for arm, r in rows.items():
             extra = "none" if arm == "off" else f"{sizes[key[arm]] / 1e6:.1f} MB"
-            print(f"| {LABELS[arm]} | {r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / ref['tokens_per_s']:.2f} | "
+            ratio = r['tokens_per_s'] / ref['tokens_per_s']
+            print(f"| {LABELS[arm]} | {r['tokens_per_s']:,.0f} | {ratio:.2f} | "
                   f"{r['first_batch_s']:.2f} | {r['rss_mb']:,.0f} | {r['train_tok_s']:,.0f} | "
                   f"{r['train_tok_s'] / ref['train_tok_s']:.2f} | {r['wait']:.1%} | {extra} |")
         best = max(r["train_tok_s"] for a, r in rows.items() if a != "off")

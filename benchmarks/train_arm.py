@@ -15,7 +15,7 @@ import itertools
 import json
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

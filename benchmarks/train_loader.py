@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.build_packed_datasets import train_filter
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.tokenize import token_ids
-from benchmarks.build_packed_datasets import train_filter
 from lance_assets.train import data
 from lance_assets.train.model import GPT, config_for
 
@@ -109,13 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
               f"torch {torch.__version__}, io_queue_depth {args.io_queue_depth}, "
               f"transform_parallelism {args.transform_parallelism or 'default (cpu count)'}")
-        print("| model | seq x batch | timed steps | Lance loader tok/s | in-memory tok/s | ratio | data-wait share |")
+        print("| model | seq x batch | timed steps | Lance loader tok/s | in-memory tok/s | ratio "
+              "| data-wait share |")
         print("|---|---|---|---|---|---|---|")
         for name in args.models:
             steps = args.steps if name == "tiny" else max(2, args.steps // 5)
             loader_kw = {"io_queue_depth": args.io_queue_depth,
                          "transform_parallelism": args.transform_parallelism}
-            r = bench_model(snap, name, steps, warmup=max(2, steps // 10), loader_kw=loader_kw, rounds=args.rounds)
+            r = bench_model(snap, name, steps, warmup=max(2, steps // 10), loader_kw=loader_kw,
+                            rounds=args.rounds)
             print(f"| {r['model']} | {r['seq_len']} x {r['batch']} | {r['steps']} | "
                   f"{r['lance_tok_s']:,.0f} | {r['memory_tok_s']:,.0f} | {r['ratio']:.3f} | "
                   f"{r['data_wait_share']:.2%} |", flush=True)

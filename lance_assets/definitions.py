@@ -4,10 +4,14 @@ sensor that keep the corpus current."""
 import dagster as dg
 
 from lance_assets.defs.corpus.assets import dedup_flag, raw_text, token_ids, tokenizer
-from lance_assets.defs.corpus.automation import (corpus_refresh_job, corpus_refresh_schedule,
-                                                landing_sensor)
-from lance_assets.defs.curation.assets import (corpus_profile, curation_rules, near_dup,
-                                              quality_signals, text_index)
+from lance_assets.defs.corpus.automation import corpus_refresh_job, corpus_refresh_schedule, landing_sensor
+from lance_assets.defs.curation.assets import (
+                                                corpus_profile,
+                                                curation_rules,
+                                                near_dup,
+                                                quality_signals,
+                                                text_index,
+)
 from lance_assets.defs.curation.checks import CHECKS as CURATION_CHECKS
 from lance_assets.defs.forensics.assets import embeddings, forensics, vector_index
 from lance_assets.defs.resources import lance_store_from_env

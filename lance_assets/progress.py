@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 from tqdm.auto import tqdm
 

@@ -22,6 +22,7 @@ from lance_assets.keys import DEFAULT_PROMPTS
 from lance_assets.train import checkpoint
 from lance_assets.train.model import GPT, GPTConfig
 
+
 def latest_checkpoint(root: str | os.PathLike) -> Path:
     pointer = paths.latest_checkpoint_pointer(root)
     if not pointer.is_file():

@@ -106,8 +106,9 @@ def test_same_column_written_twice_at_once_keeps_one_value_per_row(tmp_path):
 
 
 def write_parquet_source(folder: Path, rows: int = 20_000) -> Path:
-    from lance_assets.corpus.synthetic import SyntheticSpec, generate
     import pyarrow.parquet as pq
+
+    from lance_assets.corpus.synthetic import SyntheticSpec, generate
 
     folder.mkdir(parents=True)
     table = generate(SyntheticSpec(rows=rows, seed=11))
@@ -181,7 +182,7 @@ def test_a_cli_run_killed_mid_step_does_not_block_the_next_run(tmp_path):
         out, _ = second.communicate(timeout=300)
     except subprocess.TimeoutExpired:
         os.killpg(second.pid, signal.SIGKILL)
-        raise AssertionError("the run after a killed run did not finish (blocked?)")
+        raise AssertionError("the run after a killed run did not finish (blocked?)") from None
     assert second.returncode == 0, out[-4000:]
     ds = lance.dataset(paths.table_uri(data))
     assert ds.count_rows() == 20_000 and ds.count_rows("is_dup IS NULL") == 0

@@ -50,7 +50,8 @@ def curated(store):
 
 def test_curation_assets_report_what_a_person_needs(curated, store):
     ds = lance.dataset(store.table_uri)
-    signals, near, index = meta(curated, "quality_signals"), meta(curated, "near_dup"), meta(curated, "text_index")
+    signals, near = meta(curated, "quality_signals"), meta(curated, "near_dup")
+    index = meta(curated, "text_index")
     assert signals["rows_written"] == 800 and "word_count" in signals["signals"]
     assert "word_count" in signals["dagster/column_lineage"].deps_by_column
     assert near["rows_written"] == 800 and 0 < near["near_dup_rate"] < 0.2

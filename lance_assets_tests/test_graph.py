@@ -66,7 +66,8 @@ def test_materialize_whole_graph(tmp_path):
     # materializing again with nothing new is a no-op for every column
     again = dg.materialize(assets[:4], resources=resources, run_config={"ops": {}})
     assert again.success
-    mats = {m.asset_key.to_user_string(): m.metadata for m in again.asset_materializations_for_node("raw_text")
+    mats = {m.asset_key.to_user_string(): m.metadata
+            for m in again.asset_materializations_for_node("raw_text")
             + again.asset_materializations_for_node("dedup_flag")
             + again.asset_materializations_for_node("tokenizer")
             + again.asset_materializations_for_node("token_ids")}

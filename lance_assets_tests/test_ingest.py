@@ -144,7 +144,8 @@ def test_bad_files_are_reported_others_ingest_and_nothing_stored_changes(tmp_pat
 def test_jsonl_and_txt_sources(tmp_path, root):
     folder = tmp_path / "mixed"
     folder.mkdir()
-    (folder / "a.jsonl").write_text("\n".join(json.dumps({"text": f"json doc {i}", "id": i}) for i in range(3)))
+    (folder / "a.jsonl").write_text(
+        "\n".join(json.dumps({"text": f"json doc {i}", "id": i}) for i in range(3)))
     (folder / "b.txt").write_text("a plain text document\nwith two lines")
     (folder / "c.txt").write_bytes(b"\xff\xfe not utf-8 \xc3")
     report = ingest(root, str(folder), log=quiet)

@@ -24,8 +24,7 @@ from lance_assets.corpus.near_dup import near_dup
 from lance_assets.corpus.quality import FIELDS as SIGNAL_FIELDS
 from lance_assets.corpus.quality import fragment_signals, quality_signals
 from lance_assets.corpus.tokenize import token_ids
-from lance_assets.corpus.tokenizers import table_tokenizer
-from lance_assets.corpus.tokenizers import BPE_PREFIX
+from lance_assets.corpus.tokenizers import BPE_PREFIX, table_tokenizer
 from lance_assets.forensics.embed import embeddings
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.test_forensics_index import ClusteredEmbedder

@@ -10,8 +10,8 @@ import torch
 from lance_assets import paths
 from lance_assets.corpus.bpe import train_bpe
 from lance_assets.corpus.ingest import ingest
-from lance_assets.train.checkpoint import CheckpointError
 from lance_assets.forensics import pinned
+from lance_assets.train.checkpoint import CheckpointError
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.test_checkpoint import WritesAMarker
 

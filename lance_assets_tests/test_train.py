@@ -86,7 +86,8 @@ def test_torchrun_two_ranks_merges_loader_state(tokenized_root, tmp_path):
     loader = ckpt["loader"]
     # 8 splits, 2 ranks x 4 blocks per step x 6 steps = 48 blocks: 6 from every split
     assert loader["blocks_emitted_per_split"] == [6] * 8
-    assert ckpt["args"]["batch_size"] == 4 and json.loads((out / "summary.json").read_text())["world_size"] == 2
+    assert ckpt["args"]["batch_size"] == 4
+    assert json.loads((out / "summary.json").read_text())["world_size"] == 2
 
 
 def test_resume_auto_falls_back_past_a_corrupt_newest_checkpoint(tokenized_root, tmp_path, capsys):

@@ -12,7 +12,8 @@ import yaml
 
 from lance_assets.definitions import defs
 from lance_assets.defs.training.assets import trainer_command
-from lance_assets.defs.training.config import LAUNCH_ONLY, TrainConfig as DagsterTrainConfig
+from lance_assets.defs.training.config import LAUNCH_ONLY
+from lance_assets.defs.training.config import TrainConfig as DagsterTrainConfig
 from lance_assets.train import config
 from lance_assets.train.trainer import main
 
@@ -45,7 +46,8 @@ def launchpad_yaml(value, indent: int = 0) -> str:
             if isinstance(v, (dict, list)) and v:
                 lines.append(f"{pad}{k}:\n{launchpad_yaml(v, indent + 2)}")
             else:
-                lines.append(f"{pad}{k}: {launchpad_yaml(v) if isinstance(v, (dict, list)) else yaml12_scalar(v)}")
+                text = launchpad_yaml(v) if isinstance(v, (dict, list)) else yaml12_scalar(v)
+                lines.append(f"{pad}{k}: {text}")
         return "\n".join(lines)
     if isinstance(value, list):
         if not value:

@@ -30,17 +30,25 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import lance
 
 from lance_assets import paths, storage
 from lance_assets.corpus.table import open_table
 from lance_assets.corpus.tokenizers import (
-    EOS_TOKEN, FORMAT, PAD_TOKEN, ByteTokenizer, TiktokenTokenizer, has_token_data, latest_sha,
-    load_bpe, load_tokenizer, table_tokenizer,
+    EOS_TOKEN,
+    FORMAT,
+    PAD_TOKEN,
+    ByteTokenizer,
+    TiktokenTokenizer,
+    has_token_data,
+    latest_sha,
+    load_bpe,
+    load_tokenizer,
+    table_tokenizer,
 )
 
 # GPT-4's (cl100k_base) pre-tokenization: contractions, words, 1-3 digit numbers, punctuation

@@ -30,9 +30,10 @@ order-dependent rest in the driver, in fragment order.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -254,7 +255,7 @@ def _ray_results(uri: str, version: int, todo: list[LanceFragment], schema: pa.S
 
 
 def _write_fragment_columns(uri: str, frag: LanceFragment, schema: pa.Schema, columns: list[str],
-                            compute: ComputeFn) -> "lance.fragment.DataFile":
+                            compute: ComputeFn) -> lance.fragment.DataFile:
     """Compute the group for ``frag`` into one new (uncommitted) data file."""
     if frag.metadata.deletion_file is not None:
         raise ValueError(

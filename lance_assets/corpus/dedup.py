@@ -7,9 +7,9 @@ runs of whitespace are collapsed to one space and the ends trimmed. First occurr
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import duckdb
 import lance

@@ -16,9 +16,10 @@ driver through task arguments.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 EXECUTOR_ENV = "LANCE_ASSETS_EXECUTOR"
 EXECUTORS = ("local", "ray")

@@ -12,8 +12,7 @@ import lance
 
 from lance_assets.corpus.predicate import Predicate, safe_predicate
 from lance_assets.corpus.profile import locked_connection
-from lance_assets.corpus.rules import (RuleError, curation_in_force, rule_problems,
-                                       validated_predicate)
+from lance_assets.corpus.rules import RuleError, curation_in_force, rule_problems, validated_predicate
 
 
 @dataclass

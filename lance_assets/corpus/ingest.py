@@ -27,10 +27,11 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 import duckdb
 import lance
@@ -40,8 +41,7 @@ import pyarrow.compute as pc
 from lance.fragment import write_fragments
 
 from lance_assets import paths, storage
-from lance_assets.corpus.sources import (SkipCounter, SourceError, SourceUnit, parse_file_key,
-                                         resolve)
+from lance_assets.corpus.sources import SkipCounter, SourceError, SourceUnit, parse_file_key, resolve
 from lance_assets.corpus.table import RAW_SCHEMA, commit_retrying, dataset, has_committed_version
 from lance_assets.progress import Progress, progress
 
@@ -356,7 +356,8 @@ def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, ski
                 break
             counter = {"rows": 0, "bytes": 0, "last_part": None}
 
-            def batches() -> Iterator[pa.RecordBatch]:
+            # consumed within this iteration; bound explicitly all the same
+            def batches(counter=counter, committed=committed) -> Iterator[pa.RecordBatch]:
                 for part, raw in parts.commit_group(rows_per_commit):
                     out = normalise(raw, unit.key, part, first_id + committed + counter["rows"],
                                     skipped, max_doc_chars)

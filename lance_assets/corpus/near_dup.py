@@ -27,9 +27,9 @@ one column is refused.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import lance
 import numpy as np
@@ -38,7 +38,10 @@ import pyarrow.compute as pc
 
 from lance_assets import paths
 from lance_assets.corpus.columns import (
-    ColumnWriteReport, Staged, fragments_missing, write_columns,
+    ColumnWriteReport,
+    Staged,
+    fragments_missing,
+    write_columns,
 )
 from lance_assets.corpus.table import get_json_config, set_json_config
 from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN

@@ -43,7 +43,8 @@ _BOOLEAN_OPS = (exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.
                 exp.Is, exp.In, exp.Between, exp.Like, exp.ILike)
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg)
 _OPERATIONS = (*_BOOLEAN_OPS, *_ARITHMETIC)
-_ALLOWED = (*_OPERATIONS, *FUNCTIONS, exp.Cast, exp.DataType, exp.Paren, exp.Column, exp.Identifier, exp.Literal,
+_ALLOWED = (*_OPERATIONS, *FUNCTIONS, exp.Cast, exp.DataType, exp.Paren, exp.Column, exp.Identifier,
+            exp.Literal,
             exp.Boolean, exp.Null)
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _SHOWN = 120  # characters of the input quoted in an error
@@ -82,7 +83,7 @@ class Predicate:
     columns: frozenset[str]
     tree: exp.Expression = field(repr=False, compare=False, hash=False, default=None)
 
-    def and_(self, other: "Predicate") -> "Predicate":
+    def and_(self, other: Predicate) -> Predicate:
         """Both predicates must hold: the two parsed trees joined with AND, rendered again."""
         tree = exp.And(this=self._parsed(), expression=other._parsed())
         return _predicate(f"({self.source}) AND ({other.source})", tree,

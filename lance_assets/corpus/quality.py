@@ -13,9 +13,9 @@ with leading/trailing punctuation trimmed; a token that is only punctuation is n
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import lance
 import numpy as np

@@ -28,7 +28,6 @@ from lance_assets.corpus.predicate import Predicate, PredicateError, combine, sa
 from lance_assets.corpus.table import get_json_config, set_json_config
 from lance_assets.keys import CURATION_KEY
 
-
 # name -> keep-predicate. Thresholds: Gopher (Rae et al. 2021, table A1), C4 (Raffel et al.
 # 2020) and FineWeb (Penedo et al. 2024) as in datatrove's GopherQualityFilter,
 # GopherRepetitionFilter, C4QualityFilter and FineWebQualityFilter.
@@ -80,7 +79,7 @@ class Curation:
         return {**asdict(self), "rules": [[k, v] for k, v in self.rules.items()]}
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "Curation":
+    def from_dict(cls, raw: dict) -> Curation:
         rules = raw.get("rules", {})
         return cls(**{**raw, "rules": dict(rules) if isinstance(rules, dict) else
                       {k: v for k, v in rules}})

@@ -23,9 +23,10 @@ import gzip
 import hashlib
 import io
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -7,9 +7,8 @@ earlier document, half of them with different whitespace, so exact dedup has som
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import random
+from dataclasses import dataclass
 
 import pyarrow as pa
 

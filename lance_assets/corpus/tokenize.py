@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import lance
 import pyarrow as pa
@@ -28,12 +28,20 @@ import pyarrow.compute as pc
 
 from lance_assets import keys, paths
 from lance_assets.corpus.columns import (
-    ColumnWriteReport, ensure_columns, fragments_missing, write_columns,
+    ColumnWriteReport,
+    ensure_columns,
+    fragments_missing,
+    write_columns,
 )
 from lance_assets.corpus.executor import executor_name
 from lance_assets.corpus.table import commit_retrying, set_json_config
 from lance_assets.corpus.tokenizers import (
-    BPE_PREFIX, TokenizerInfo, choose_tokenizer, has_token_data, keep_bpe_file, load_tokenizer,
+    BPE_PREFIX,
+    TokenizerInfo,
+    choose_tokenizer,
+    has_token_data,
+    keep_bpe_file,
+    load_tokenizer,
     table_tokenizer,
 )
 

@@ -104,7 +104,7 @@ class TiktokenTokenizer:
         self.num_threads = num_threads or os.cpu_count() or 1
 
     @classmethod
-    def named(cls, name: str, num_threads: int | None = None) -> "TiktokenTokenizer":
+    def named(cls, name: str, num_threads: int | None = None) -> TiktokenTokenizer:
         """A tiktoken encoding by name; PAD is one past its largest id, so never a real token."""
         enc = _offline_encoding(name)
         digest = hashlib.sha256(enc._pat_str.encode())

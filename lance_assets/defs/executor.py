@@ -13,6 +13,7 @@ pass only ``lance_store`` keep working; a Definitions-level key of the same name
 from __future__ import annotations
 
 import os
+import warnings
 from enum import Enum
 from typing import Optional
 
@@ -22,6 +23,12 @@ from dagster_ray import Lifecycle, LocalRay, RayResource
 from lance_assets.corpus.executor import EXECUTOR_ENV, executor_name, runtime_env
 
 RAY_RESOURCE_KEY = "ray_cluster"
+
+# `resource_defs=` on `@dg.asset` is marked beta; it is how the five column assets carry the
+# Ray resource without every caller of `dg.materialize` having to pass it. Say so once, here,
+# instead of on every load of the code location.
+warnings.filterwarnings("ignore", message=r"Parameter `resource_defs` of function `asset`",
+                        category=dg.BetaWarning)
 
 
 class Executor(Enum):

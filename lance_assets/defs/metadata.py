@@ -11,7 +11,7 @@ run.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import dagster as dg
 import lance

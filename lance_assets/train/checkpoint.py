@@ -18,8 +18,8 @@ import io
 import pickle
 import re
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 

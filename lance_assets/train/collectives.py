@@ -34,7 +34,7 @@ class Collectives:
         self.device, self.rank, self.world, self.group_open = device, rank, world, group_open
 
     @classmethod
-    def start(cls, device: torch.device) -> "Collectives":
+    def start(cls, device: torch.device) -> Collectives:
         """The process group under torchrun (any world size), none when run alone."""
         if not launched_by_torchrun():
             return cls(device)

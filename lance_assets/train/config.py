@@ -167,11 +167,12 @@ def _argparse_type(cls, name: str, kind: type):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}")
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
         try:
             return check_value(cls, name, value)
         except ConfigError as e:
-            raise argparse.ArgumentTypeError(f"{text!r} " + str(e).split(": ", 1)[1])
+            raise argparse.ArgumentTypeError(f"{text!r} " + str(e).split(": ", 1)[1]) from None
     convert.__name__ = kind.__name__
     return convert
 

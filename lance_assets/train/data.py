@@ -13,8 +13,8 @@ parsed tree, never by pasting text, so no filter can reach the other side of the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import lancedb
 import torch
@@ -25,10 +25,9 @@ from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predic
 from lance_assets.keys import TOKENIZER_KEY
 
 
-
 @dataclass(frozen=True)
 class TableSnapshot:
-    table: "lancedb.table.Table"
+    table: lancedb.table.Table
     version: int
     tokenizer: dict  # name, eos_id, pad_id, vocab_size, sha256
 
@@ -178,7 +177,7 @@ class TrainBatches:
             self.dataset.load_state_dict(state)
         self._it: Iterator = iter(train_loader(self.dataset, self.batch_size, self.num_workers))
 
-    def __iter__(self) -> "TrainBatches":
+    def __iter__(self) -> TrainBatches:
         return self
 
     def __next__(self) -> torch.Tensor:

@@ -24,9 +24,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP

@@ -124,7 +124,8 @@ class CurationConfig(dg.Config):
     rules: dict[str, str] = dict(rules_lib.DEFAULT_RULES)
     """name -> SQL predicate a document must satisfy to be trained on: one boolean expression over
     the table's columns (comparisons, AND/OR/NOT, BETWEEN, IN, IS NULL, LIKE, arithmetic,
-    length/lower/upper/abs/coalesce); anything else is refused before it is stored. Defaults: Gopher, C4 and FineWeb thresholds, plus both dedup flags."""
+    length/lower/upper/abs/coalesce); anything else is refused before it is stored. Defaults:
+    Gopher, C4 and FineWeb thresholds, plus both dedup flags."""
     min_duplicate_rate: float = 0.0
     max_duplicate_rate: float = 0.5
     """Bounds on the share of rows flagged `is_dup OR near_dup` (blocking check)."""
@@ -197,7 +198,8 @@ def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
     for res in [*prof.results, prof.rule_hits]:
         if res.error:
             failed.append(res.name)
-            metadata[res.name] = dg.MetadataValue.md(f"**query failed:** {res.error}\n\n```sql\n{res.sql}\n```")
+            metadata[res.name] = dg.MetadataValue.md(
+                f"**query failed:** {res.error}\n\n```sql\n{res.sql}\n```")
         else:
             metadata[res.name] = dg.MetadataValue.md(markdown_table(res.rows))
     metadata["failed_queries"] = dg.MetadataValue.json(failed)

@@ -1,7 +1,7 @@
 """Blocking checks on ``curation_rules``: when one fails, ``pretrained_model`` (downstream) does
 not run in that run. Each wraps a function of ``lance_assets.corpus.guards`` of the same name."""
 
-from typing import Callable
+from collections.abc import Callable
 
 import dagster as dg
 import lance

@@ -5,8 +5,8 @@ import base64
 import io
 import json
 import time
-from typing import Optional
 from pathlib import Path
+from typing import Optional
 
 import dagster as dg
 
