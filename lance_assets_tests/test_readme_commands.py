@@ -114,3 +114,30 @@ def test_every_job_sensor_and_schedule_says_what_it_runs():
             name = key.to_user_string()
             assert re.search(rf"\b{re.escape(name)}\b", job.description), \
                 f"job {job.name} runs {name} but its description does not say so"
+
+
+def test_readme_sections_come_in_the_order_a_newcomer_reads_them():
+    """What it is and the two commands, then the code map (with its asset -> library table),
+    then the UI, the CLI and the schedule; troubleshooting, adding a column, hardware and the
+    credits are there too. Configuration tables and the table write-up live in docs/."""
+    text = README.read_text()
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    order = ["Two commands", "Code map", "The web UI", "The command line", "Schedule and sensor"]
+    positions = [next((i for i, h in enumerate(headings) if h.startswith(name)), None)
+                 for name in order]
+    assert None not in positions, f"README lacks one of {order}: it has {headings}"
+    assert positions == sorted(positions), f"README sections out of order: {headings}"
+    for needed in ("Troubleshooting", "Add a column asset in four steps", "Hardware and disk",
+                   "Credits"):
+        assert any(h.startswith(needed) for h in headings), f"README lacks '## {needed}'"
+    code_map = text.split("## Code map", 1)[1].split("\n## ", 1)[0]
+    assert "| asset (group) | library call |" in code_map
+    for page in ("docs/configuration.md", "docs/table.md"):
+        assert f"]({page})" in text and (README.parent / page).is_file(), page
+
+
+def test_every_link_in_the_readme_resolves():
+    text = README.read_text()
+    for target in re.findall(r"\]\(([^)#]+)\)", text):
+        if "://" not in target:
+            assert (README.parent / target).exists(), f"README links to missing {target}"
