@@ -37,4 +37,4 @@ bench-loaders: setup
 	$(BIN)/python -m benchmarks.loaders $(BENCH_ARGS)
 
 clean:
-	rm -rf data .dagster_home
+	rm -rf data data-* .dagster_home

@@ -28,6 +28,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from lance_assets.launch.signals import StopRequested
 from lance_assets.launch.torchrun import SHUTDOWN_TIMEOUT_S, agent_command, free_port
 
 PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
@@ -99,20 +100,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     return ns, argv[split + 1:]
 
 
-class _Stop:
-    def __init__(self) -> None:
-        self.requested = False
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, _frame) -> None:
-        self.requested = True
-
-
 def main(argv: list[str] | None = None) -> int:
     ns, trainer_args = parse_args(argv)
     ray.init()  # inside a Ray job: the job's cluster
-    stop = _Stop()  # after ray.init, which installs a SIGTERM handler that exits at once
+    stop = StopRequested()  # after ray.init, which installs a SIGTERM handler that exits at once
     gpus = ns.gpus_per_proc
     if gpus is None:
         gpus = 1 if ray.cluster_resources().get("GPU") else 0

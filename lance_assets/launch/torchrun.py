@@ -116,12 +116,7 @@ def stop_agents(procs: list[subprocess.Popen], timeout_s: float,
     _, alive = psutil.wait_procs(tree, timeout=timeout_s)
     if alive:
         log(f"still running after {timeout_s:.0f}s, killing: {sorted(p.pid for p in alive)}")
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=10)
+        _kill(alive)
     for proc in procs:
         proc.wait()
 
@@ -136,10 +131,15 @@ def terminate_tree(proc: subprocess.Popen, timeout_s: float) -> None:
         except psutil.NoSuchProcess:
             pass
     _, alive = psutil.wait_procs(tree, timeout=timeout_s)
-    for p in alive:
+    _kill(alive)
+    proc.wait()
+
+
+def _kill(procs: list[psutil.Process]) -> None:
+    """SIGKILL every process still alive in ``procs`` and reap them."""
+    for p in procs:
         try:
             p.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(alive, timeout=10)
-    proc.wait()
+    psutil.wait_procs(procs, timeout=10)

@@ -20,7 +20,6 @@ import hashlib
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from lance_assets import paths, storage
 from lance_assets.corpus.predicate import PredicateError
+from lance_assets.launch.signals import StopRequested
 from lance_assets.train import checkpoint, data
 from lance_assets.train.collectives import Collectives, launched_by_torchrun
 from lance_assets.train.config import ConfigError, TrainConfig, data_root, parse_args
@@ -79,17 +79,8 @@ class Reporter:
             self.pipes.report_asset_materialization(metadata=metadata)
 
 
-class StopFlag:
+class StopFlag(StopRequested):
     """Set by SIGINT/SIGTERM; the loop stops at the next step boundary, all ranks together."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, _frame) -> None:
-        self.requested = True
-
     def agreed(self, comm: Collectives) -> bool:
         return comm.any(self.requested)
 
