@@ -2,6 +2,7 @@
 
 import lance
 import pyarrow as pa
+import pytest
 
 from lance_assets import paths
 from lance_assets.corpus.columns import fragments_missing, write_columns
@@ -83,3 +84,22 @@ def test_write_columns_commits_in_groups_and_checks_row_counts(root):
     with pytest.raises(RuntimeError, match="1 values for 50 rows"):
         write_columns(uri, [bad], too_few, log=quiet)
     assert lance.dataset(uri).count_rows(filter="short IS NOT NULL") == 0
+
+
+@pytest.mark.parametrize("writer", ["dedup_flag", "quality_signals", "near_dup", "token_ids",
+                                    "embeddings"])
+def test_a_column_writer_before_any_ingest_says_to_materialize_raw_text(tmp_path, writer):
+    """A column asset selected without `raw_text` (or run before it) names the fix, rather
+    than surfacing Lance's 'dataset not found'."""
+    from lance_assets.corpus import dedup, near_dup, quality, tokenize
+    from lance_assets.corpus.table import TableMissingError
+    from lance_assets.forensics import embed
+
+    run = {"dedup_flag": lambda: dedup.dedup_flag(tmp_path),
+           "quality_signals": lambda: quality.quality_signals(tmp_path),
+           "near_dup": lambda: near_dup.near_dup(tmp_path, near_dup.MinHashSettings()),
+           "token_ids": lambda: tokenize.token_ids(tmp_path, "byte"),
+           "embeddings": lambda: embed.embeddings(tmp_path)}[writer]
+    with pytest.raises(TableMissingError, match="Materialize `raw_text` first"):
+        run()
+    assert not (tmp_path / "lance").exists()  # nothing was created on the way

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from lance_assets import keys, paths
 from lance_assets.corpus.columns import ColumnWriteReport, write_columns
+from lance_assets.corpus.table import open_table
 
 IS_DUP = pa.field(keys.IS_DUP, pa.bool_())
 DESCRIPTIONS = {IS_DUP.name: "True when the whitespace-normalised text appeared at a smaller id."}
@@ -89,6 +90,6 @@ def dedup_flag(
 ) -> ColumnWriteReport:
     """Write ``is_dup`` for every fragment that lacks it."""
     uri = paths.table_uri(root)
-    compute = DupFlags(first_ids(lance.dataset(uri)))
+    compute = DupFlags(first_ids(open_table(root)))
     return write_columns(uri, [IS_DUP], compute, fragments_per_commit=fragments_per_commit,
                          executor=executor, log=log)

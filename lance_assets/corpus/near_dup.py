@@ -43,7 +43,7 @@ from lance_assets.corpus.columns import (
     fragments_missing,
     write_columns,
 )
-from lance_assets.corpus.table import get_json_config, set_json_config
+from lance_assets.corpus.table import get_json_config, open_table, set_json_config
 from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
 from lance_assets.keys import NEAR_DUP_KEY
 
@@ -340,7 +340,7 @@ def near_dup(
     """Write the near-duplicate columns for every fragment that lacks them. Under the ``ray``
     executor the MinHash signatures are Ray tasks and the clustering runs here, in id order."""
     uri = paths.table_uri(root)
-    ds = lance.dataset(uri)
+    ds = open_table(root)
     current = get_json_config(ds, NEAR_DUP_KEY)
     cols = [f.name for f in fields(settings)]
     if current is not None and current != settings.to_dict():

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, write_columns
+from lance_assets.corpus.table import open_table
 
 # What a word is trimmed of (ASCII punctuation plus common typographic marks).
 PUNCTUATION = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~“”‘’«»…–—·•"
@@ -258,6 +259,7 @@ def quality_signals(
 ) -> ColumnWriteReport:
     """Write every quality signal column for each fragment that lacks them."""
     uri = paths.table_uri(root)
+    open_table(root)  # a clear error when raw_text has not run yet
     return write_columns(uri, FIELDS, fragment_signals, fragments_per_commit=fragments_per_commit,
                          executor=executor, log=log)
 

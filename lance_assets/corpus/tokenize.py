@@ -34,7 +34,7 @@ from lance_assets.corpus.columns import (
     write_columns,
 )
 from lance_assets.corpus.executor import executor_name
-from lance_assets.corpus.table import commit_retrying, set_json_config
+from lance_assets.corpus.table import commit_retrying, open_table, set_json_config
 from lance_assets.corpus.tokenizers import (
     BPE_PREFIX,
     TokenizerInfo,
@@ -176,7 +176,7 @@ def token_ids(
     (report, tokenizer, tokens written)."""
     start = time.perf_counter()
     uri = paths.table_uri(root)
-    ds = lance.dataset(uri)
+    ds = open_table(root)  # a clear error when raw_text has not run yet
     name, why = choose_tokenizer(root, tokenizer, ds)
     tok = load_tokenizer(name, root, num_threads=num_threads)
     keep_bpe_file(root, name, tok)

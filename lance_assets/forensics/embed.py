@@ -31,7 +31,7 @@ import pyarrow as pa
 from lance_assets import keys, paths
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.corpus.executor import executor_name
-from lance_assets.corpus.table import get_json_config, set_json_config
+from lance_assets.corpus.table import get_json_config, open_table, set_json_config
 from lance_assets.keys import EMBEDDING_KEY
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -153,7 +153,7 @@ def embeddings(root: str | Path, *, max_tokens: int = DEFAULT_MAX_TOKENS,
     any."""
     start = time.perf_counter()
     uri = paths.table_uri(root)
-    ds = lance.dataset(uri)
+    ds = open_table(root)
     want = EmbeddingSpec(max_tokens=max_tokens)
     current = table_embedding_spec(ds)
     if current is not None and current != want and has_embedding_data(ds):
