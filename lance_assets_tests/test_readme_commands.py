@@ -4,6 +4,7 @@ materialize`` uses) against the ``Definitions`` its ``-m`` module loads, and its
 exists. A selection Dagster would reject fails here instead of in a reader's shell."""
 
 import importlib
+import importlib.metadata
 import re
 import shlex
 from pathlib import Path
@@ -141,3 +142,36 @@ def test_every_link_in_the_readme_resolves():
     for target in re.findall(r"\]\(([^)#]+)\)", text):
         if "://" not in target:
             assert (README.parent / target).exists(), f"README links to missing {target}"
+
+
+def dagster_cli():
+    """The click group behind the `dagster` console script (what a reader's shell runs): the
+    module its entry point names holds it as `cli`."""
+    (entry,) = [e for e in importlib.metadata.entry_points(group="console_scripts")
+                if e.name == "dagster"]
+    return importlib.import_module(entry.module).cli
+
+
+def parse_with_dagster_cli(argv: list[str]) -> None:
+    """Parse ``argv`` as the `dagster` CLI would, without running it: an option the
+    subcommand does not have raises click's usage error."""
+    import click
+
+    command, name, args = dagster_cli(), "dagster", list(argv[1:])
+    while isinstance(command, click.Group):
+        name, command, args = command.resolve_command(click.Context(command, info_name=name), args)
+    command.make_context(name, args)
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=[command_id(a) for a in COMMANDS])
+def test_documented_command_parses_with_the_dagster_cli(argv):
+    parse_with_dagster_cli(argv)
+
+
+def test_an_option_the_subcommand_lacks_is_refused():
+    """The check above can fail: `dagster job execute` has no --config-json."""
+    import click
+
+    with pytest.raises(click.UsageError, match="config-json"):
+        parse_with_dagster_cli(["dagster", "job", "execute", "-m", "lance_assets.definitions",
+                                "-j", "corpus_refresh", "--config-json", "{}"])
