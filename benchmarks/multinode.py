@@ -23,7 +23,7 @@ from pathlib import Path
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.tokenize import token_ids
-from lance_assets.launch.torchrun import local_agent_commands
+from lance_assets.launch.torchrun import local_agent_commands, local_agent_threads
 
 
 def quiet(_msg: str) -> None:
@@ -40,7 +40,8 @@ def train(root: Path, out: Path, nnodes: int, args: argparse.Namespace) -> dict:
     trainer_args = ["--data", str(root), "--out", str(out), "--model", args.model,
                     "--steps", str(args.steps), "--eval-every", "100000", "--ckpt-every",
                     "100000", "--log-every", "100000", "--filter", "NOT is_dup"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {**os.environ, **local_agent_threads(nnodes, 1, os.cpu_count())}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
              for cmd in local_agent_commands(trainer_args, nnodes=nnodes, nproc_per_node=1,
                                              rdzv_id=f"bench-{nnodes}")]
     for proc in procs:

@@ -156,3 +156,15 @@ def test_local_agents_get_their_own_gpus():
     assert local_agent_gpus(1, 8, 8) == [{}]  # one agent sees every GPU
     with pytest.raises(ValueError, match="needs 4 GPUs, it has 2"):
         local_agent_gpus(2, 2, 2)
+
+
+def test_local_agents_split_the_cores_between_their_ranks():
+    """Several one-process agents on one machine would each take every core (torchrun sets one
+    thread per worker only for several workers per agent); they share them, unless the user
+    chose a thread count."""
+    from lance_assets.launch.torchrun import local_agent_threads
+
+    assert local_agent_threads(2, 1, 16, environ={}) == {"OMP_NUM_THREADS": "8"}
+    assert local_agent_threads(4, 2, 2, environ={}) == {"OMP_NUM_THREADS": "1"}
+    assert local_agent_threads(1, 1, 16, environ={}) == {}  # one agent: torchrun's own rule
+    assert local_agent_threads(2, 1, 16, environ={"OMP_NUM_THREADS": "3"}) == {}

@@ -88,6 +88,19 @@ def local_agent_gpus(nnodes: int, nproc_per_node: int, gpu_count: int) -> list[d
             for i in range(nnodes)]
 
 
+def local_agent_threads(nnodes: int, nproc_per_node: int, cpu_count: int | None,
+                        environ: dict | None = None) -> dict[str, str]:
+    """``OMP_NUM_THREADS`` for agents that share this machine: its cores split over every rank.
+
+    torchrun sets 1 thread per worker only when one agent runs several workers; with several
+    one-worker agents on one machine each rank would take every core, and the ranks would fight
+    over them. A value the user set is kept."""
+    environ = os.environ if environ is None else environ
+    if nnodes == 1 or "OMP_NUM_THREADS" in environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, (cpu_count or 1) // (nnodes * nproc_per_node)))}
+
+
 def _tree(pid: int) -> list[psutil.Process]:
     try:
         root = psutil.Process(pid)

@@ -4,6 +4,7 @@
 import base64
 import io
 import json
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -18,7 +19,12 @@ from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.config import LAUNCH_ONLY, TrainConfig
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.keys import DEFAULT_PROMPTS
-from lance_assets.launch.torchrun import agent_command, local_agent_commands, local_agent_gpus
+from lance_assets.launch.torchrun import (
+    agent_command,
+    local_agent_commands,
+    local_agent_gpus,
+    local_agent_threads,
+)
 from lance_assets.markdown import markdown_table
 from lance_assets.train import checkpoint
 from lance_assets.train.config import to_flags
@@ -52,9 +58,11 @@ def local_agent_envs(cfg: TrainConfig) -> list[dict[str, str]]:
     import torch
 
     try:
-        return local_agent_gpus(cfg.nnodes, cfg.nproc_per_node, torch.cuda.device_count())
+        gpus = local_agent_gpus(cfg.nnodes, cfg.nproc_per_node, torch.cuda.device_count())
     except ValueError as e:
         raise dg.Failure(str(e)) from None
+    threads = local_agent_threads(cfg.nnodes, cfg.nproc_per_node, os.cpu_count())
+    return [{**env, **threads} for env in gpus]
 
 
 def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: TrainConfig,
