@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.build_packed_datasets import train_filter
+from lance_assets import paths
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.tokenize import token_ids
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"
         build_table(root, args.rows)
-        snap = data.open_snapshot(str(root / "lance"), "corpus")
+        snap = data.open_snapshot(str(paths.db_dir(root)), paths.TABLE_NAME)
         print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
               f"torch {torch.__version__}, io_queue_depth {args.io_queue_depth}, "
               f"transform_parallelism {args.transform_parallelism or 'default (cpu count)'}")
