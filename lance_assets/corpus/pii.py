@@ -64,10 +64,11 @@ PATTERNS = {
     "ip": re.compile(
         r"(?<![\w.:])(?:(?:\d{1,3}\.){3}\d{1,3}"
         r"|(?:[0-9A-Fa-f]{1,4}:){1,7}(?::|(?::?[0-9A-Fa-f]{1,4}){1,7})"
-        r"|::(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,6})?)(?![\w.:])"),
+        r"|::(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,6})?)(?![\w:]|\.\w)"),
     "phone": re.compile(
-        r"(?<![\w+.-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}(?:[ .-]\d{2,4}){1,4}"
-        r"(?![\w.-]\d|\w)"),
+        r"(?<![\w+.-])(?:\+\d{1,3}(?:[ .-]?\(\d{1,4}\)|[ .-]?\d{1,4})?(?:[ .-]?\d{1,8}){1,5}"
+        r"|\(\d{1,5}\)[ .-]?\d{2,4}(?:[ .-]?\d{2,4}){1,3}"
+        r"|\d{2,4}(?:[ .-]\d{2,4}){1,4})(?![\w-]|\.\d)"),
 }
 # Cheap RE2 prefilters (pyarrow.compute): a document that fails one cannot match that kind.
 PREFILTERS = {
@@ -191,7 +192,7 @@ def redact(texts: pa.Array, spans: pa.Array) -> pa.Array:
             if not 0 <= pos <= start <= end <= len(text):
                 raise ValueError(f"pii span {span} does not fit a text of {len(text)} characters "
                                  f"(row {i}): the pii columns are stale; drop them and "
-                                 "materialize `pii` again")
+                                 "materialize `personal_data` again")
             pieces += [text[pos:start], PLACEHOLDERS.get(span["kind"], "<PII>")]
             pos = end
         pieces.append(text[pos:])

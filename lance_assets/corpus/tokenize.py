@@ -12,7 +12,7 @@ GIL) straight into numpy buffers. Under the ``ray`` executor each fragment is en
 task instead (one tokenizer thread per task, the tokenizer loaded once per worker). Per
 fragment, checkpointed and resumable like every column write (``write_columns``).
 
-``redact_pii``: the text handed to the tokenizer has every span of ``pii_spans`` (the ``pii``
+``redact_pii``: the text handed to the tokenizer has every span of ``pii_spans`` (the ``personal_data``
 asset) replaced by its placeholder (``<EMAIL>``, ``<PHONE>``, ``<IP_ADDRESS>``,
 ``<CARD_NUMBER>``); ``text`` itself never changes, and ``n_bytes`` stays the length of ``text``.
 Whether ``input_ids`` were redacted is recorded in the table's config next to the tokenizer, and
@@ -157,7 +157,7 @@ class TokenEncoder:
                 spans = batch.column(PII_SPANS.name)
                 if spans.null_count:
                     raise ValueError(f"fragment {frag.fragment_id}: {spans.null_count} row(s) "
-                                     "have no pii_spans; materialize `pii` before token_ids "
+                                     "have no pii_spans; materialize `personal_data` before token_ids "
                                      "with redact_pii")
                 text = redact(text, spans)
             ids = tok.encode_batch(text)
@@ -210,7 +210,7 @@ def token_ids(
     log: Callable[[str], None] = print,
 ) -> tuple[TokenIdsReport, TokenizerInfo, int]:
     """Write ``n_bytes`` and the token columns for every fragment lacking them; returns
-    (report, tokenizer, tokens written). ``redact_pii``: tokenize the text with the ``pii``
+    (report, tokenizer, tokens written). ``redact_pii``: tokenize the text with the ``personal_data``
     spans replaced by placeholders."""
     start = time.perf_counter()
     uri = paths.table_uri(root)
@@ -221,7 +221,7 @@ def token_ids(
     current = table_tokenizer(ds)
     redaction, current_redaction = redaction_setting(redact_pii), table_redaction(ds)
     if redact_pii and PII_SPANS.name not in ds.schema.names:
-        raise ValueError(f"{uri} has no pii_spans: materialize `pii` before token_ids with "
+        raise ValueError(f"{uri} has no pii_spans: materialize `personal_data` before token_ids with "
                          "redact_pii")
     replaced = False
     other_tokenizer = current is not None and current.sha256 != tok.info.sha256
