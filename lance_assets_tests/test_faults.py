@@ -53,10 +53,13 @@ def world(tmp_path_factory):
     base = tmp_path_factory.mktemp("faults")
     src = base / "src"
     src.mkdir()
-    texts = generate(SyntheticSpec(rows=900, seed=3, dup_fraction=0.1)).column("text")
+    corpus = generate(SyntheticSpec(rows=900, seed=3, dup_fraction=0.1))
+    texts = corpus.column("text")
     for i in range(3):
+        # `score` is the label `quality_score` learns from
         pq.write_table(pa.table({"text": texts.slice(i * 300, 300),
-                                 "id": [f"d{i}-{j}" for j in range(300)]}),
+                                 "id": [f"d{i}-{j}" for j in range(300)],
+                                 "score": corpus.column("score").slice(i * 300, 300)}),
                        src / f"{i}.parquet", row_group_size=100)
     raw = base / "raw"
     ingest(raw, str(src), rows_per_fragment=128, rows_per_commit=200, log=quiet)
