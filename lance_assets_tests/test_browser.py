@@ -39,7 +39,7 @@ from lance_assets.definitions import defs
 REPO = Path(__file__).resolve().parents[1]
 DAGSTER = Path(sys.executable).with_name("dagster")
 # Materialized before the server starts: the first column assets of the corpus, in lineage order.
-COLUMN_ASSETS = ["raw_text", "dedup_flag", "token_ids"]
+COLUMN_ASSETS = ["raw_text", "dedup_flag", "personal_data", "token_ids"]
 SOURCE = "synthetic:200"
 SERVER_START_TIMEOUT_S = 150  # `dagster dev` takes 20-40 s on two busy cores
 STOP_TIMEOUT_S = 15  # a clean stop takes about 9 s
