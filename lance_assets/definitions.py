@@ -22,7 +22,9 @@ from lance_assets.defs.training.torchrun import TorchrunPipesClient
 end_to_end_job = dg.define_asset_job(
     "end_to_end", selection=dg.AssetSelection.all(),
     description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
-                "near_dup, text_index, curation_rules, corpus_profile); tokenizer and token_ids; "
+                "near_dup, text_index, curation_rules, corpus_profile; the taggers detected_language, "
+                "personal_data, paragraph_dups, contamination, quality_score); tokenizer and "
+                "token_ids; "
                 "embeddings and vector_index; training (pretrained_model, samples); and the "
                 "forensics report.",
 )
