@@ -44,7 +44,7 @@ SOURCE = "synthetic:200"
 SERVER_START_TIMEOUT_S = 150  # `dagster dev` takes 20-40 s on two busy cores
 STOP_TIMEOUT_S = 15  # a clean stop takes about 9 s
 UI_TIMEOUT_MS = 60_000
-VIEWPORT = {"width": 1920, "height": 1200}  # the whole asset graph fits, expanded
+VIEWPORT = {"width": 2400, "height": 2400}  # the whole asset graph fits, expanded (19 assets)
 # The "Join the Dagster community" dialog that `dagster dev` shows on localhost, dismissed up front.
 DISMISS_COMMUNITY_DIALOG = "window.localStorage.setItem('communityNux', '\"1\"')"
 # Name rows of asset nodes in the graph, at every zoom level (CSS-module classes keep the name).
