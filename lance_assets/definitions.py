@@ -13,6 +13,7 @@ from lance_assets.defs.curation.assets import (
                                                 text_index,
 )
 from lance_assets.defs.curation.checks import CHECKS as CURATION_CHECKS
+from lance_assets.defs.curation.taggers import TAGGERS as CURATION_TAGGERS
 from lance_assets.defs.forensics.assets import embeddings, forensics, vector_index
 from lance_assets.defs.resources import lance_store_from_env
 from lance_assets.defs.training.assets import pretrained_model, samples
@@ -21,7 +22,9 @@ from lance_assets.defs.training.torchrun import TorchrunPipesClient
 end_to_end_job = dg.define_asset_job(
     "end_to_end", selection=dg.AssetSelection.all(),
     description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
-                "near_dup, text_index, curation_rules, corpus_profile); tokenizer and token_ids; "
+                "near_dup, text_index, curation_rules, corpus_profile; the taggers detected_language, "
+                "personal_data, paragraph_dups, contamination, quality_score); tokenizer and "
+                "token_ids; "
                 "embeddings and vector_index; training (pretrained_model, samples); and the "
                 "forensics report.",
 )
@@ -29,7 +32,7 @@ end_to_end_job = dg.define_asset_job(
 defs = dg.Definitions(
     assets=[raw_text, dedup_flag, tokenizer, token_ids, pretrained_model, samples,
             quality_signals, near_dup, text_index, curation_rules, corpus_profile,
-            embeddings, vector_index, forensics],
+            embeddings, vector_index, forensics, *CURATION_TAGGERS],
     asset_checks=CURATION_CHECKS,
     jobs=[corpus_refresh_job, end_to_end_job],
     schedules=[corpus_refresh_schedule],

@@ -12,6 +12,9 @@ CURATION_KEY = "lance_assets.curation"  # the curation rules in force
 NEAR_DUP_KEY = "lance_assets.near_dup"  # the MinHash settings near_dup was computed with
 EMBEDDING_KEY = "lance_assets.embedding"  # the model and truncation of `embedding`
 VECTOR_INDEX_KEY = "lance_assets.vector_index"  # the ANN index settings and measured recall
+CONTAMINATION_KEY = "lance_assets.contamination"  # the evaluation sets `contaminated` is for
+QUALITY_MODEL_KEY = "lance_assets.quality_model"  # the model file `quality_score` was made with
+TOKEN_REDACTION_KEY = "lance_assets.token_redaction"  # whether input_ids were redacted (PII)
 
 # Columns read across layers (the trainer, forensics and the benchmarks read what the corpus
 # assets write).

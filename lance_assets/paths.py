@@ -77,3 +77,8 @@ def reports_dir(root: str | os.PathLike) -> Location:
 def tokenizers_dir(root: str | os.PathLike) -> Location:
     """Trained BPE files, each named by its sha256, and ``LATEST`` naming the newest."""
     return _root(root) / "tokenizers"
+
+
+def models_dir(root: str | os.PathLike) -> Location:
+    """Small models trained on the corpus (the quality head), each file named by its sha256."""
+    return _root(root) / "models"

@@ -26,7 +26,11 @@ import threading
 import lance
 import lance.fragment
 
-WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings")
+WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
+           "detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score")
+# The evaluation set the contamination writer checks against: a file under the data root (the
+# test copies the root, set and all; the set's fingerprint, not its path, names its column).
+EVAL_SET = "evalsets/planted.jsonl"
 POINTS = ("before-commit", "during-commit", "after-commit", "files-written")
 
 
@@ -98,6 +102,24 @@ def run(writer: str, root: str, source: str | None) -> None:
         from lance_assets.forensics.embed import embeddings
         from lance_assets_tests.test_forensics_index import ClusteredEmbedder
         embeddings(root, embedder=ClusteredEmbedder(), fragments_per_commit=1, log=quiet)
+    elif writer == "detected_language":
+        from lance_assets.corpus.language import language_id
+        language_id(root, fragments_per_commit=1, log=quiet)
+    elif writer == "personal_data":
+        from lance_assets.corpus.pii import pii
+        pii(root, fragments_per_commit=1, log=quiet)
+    elif writer == "paragraph_dups":
+        from lance_assets.corpus.para_dup import paragraph_dups
+        paragraph_dups(root, fragments_per_commit=1, log=quiet)
+    elif writer == "contamination":
+        import os.path
+
+        from lance_assets.corpus.contamination import EvalSetSpec, contamination
+        spec = EvalSetSpec("planted", os.path.join(root, EVAL_SET), "question")
+        contamination(root, [spec], fragments_per_commit=1, log=quiet)
+    elif writer == "quality_score":  # on a table that already has `embedding`
+        from lance_assets.corpus.quality_model import quality_score
+        quality_score(root, fragments_per_commit=1, log=quiet)
     else:
         raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}")
 

@@ -14,11 +14,13 @@ from lance_assets.definitions import defs
 from lance_assets.defs.resources import LanceStore
 
 COLUMN_ASSETS = {"raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup",
-                 "embeddings"}
+                 "embeddings", "detected_language", "personal_data", "paragraph_dups",
+                 "contamination", "quality_score"}
 # In graph order; the BPE `tokenizer` is left out (token_ids runs with the byte tokenizer) to
 # keep this fast. Assets that write the table but add no column are run too.
-ORDER = ["raw_text", "dedup_flag", "quality_signals", "near_dup", "token_ids", "text_index",
-         "curation_rules", "embeddings", "vector_index"]
+ORDER = ["raw_text", "dedup_flag", "quality_signals", "near_dup", "detected_language",
+         "personal_data", "paragraph_dups", "contamination", "token_ids", "text_index",
+         "curation_rules", "embeddings", "vector_index", "quality_score"]
 RUN_CONFIG = {
     "raw_text": {"rows_per_fragment": 120},
     "token_ids": {"tokenizer": "byte"},

@@ -2,6 +2,8 @@ import dagster as dg
 
 from lance_assets.definitions import defs
 
+TAGGERS = ("detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score")
+
 
 def test_definitions_load():
     dg.Definitions.validate_loadable(defs)
@@ -12,21 +14,27 @@ def test_asset_graph_shape():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {"raw_text", "dedup_flag", "tokenizer", "token_ids", "pretrained_model", "samples",
                     "quality_signals", "near_dup", "text_index", "curation_rules", "corpus_profile",
-                    "embeddings", "vector_index", "forensics"}
+                    "embeddings", "vector_index", "forensics", "detected_language", "personal_data",
+                    "paragraph_dups", "contamination", "quality_score"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
-                       "token_ids": {"dedup_flag", "tokenizer"},
+                       "token_ids": {"dedup_flag", "tokenizer", "personal_data"},
                        "pretrained_model": {"token_ids", "curation_rules"},
                        "samples": {"pretrained_model"},
                        "quality_signals": {"raw_text"}, "near_dup": {"raw_text"},
                        "text_index": {"raw_text"},
-                       "curation_rules": {"dedup_flag", "quality_signals", "near_dup", "token_ids"},
-                       "corpus_profile": {"dedup_flag", "quality_signals", "near_dup", "token_ids"},
+                       "curation_rules": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
+                                          *TAGGERS},
+                       "corpus_profile": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
+                                          *TAGGERS},
+                       "detected_language": {"raw_text"}, "personal_data": {"raw_text"},
+                       "paragraph_dups": {"raw_text"}, "contamination": {"raw_text"},
+                       "quality_score": {"raw_text", "embeddings"},
                        "embeddings": {"raw_text"}, "vector_index": {"embeddings"},
                        "forensics": {"samples", "vector_index", "text_index"}}
     for key in ("raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup", "text_index",
-                "curation_rules", "embeddings", "vector_index"):
+                "curation_rules", "embeddings", "vector_index", *TAGGERS):
         node = graph.get(dg.AssetKey(key))
         assert node.pools == {"lance_corpus"}  # one writer of the table at a time
     for key in keys:
@@ -35,7 +43,7 @@ def test_asset_graph_shape():
     # the checks that guard training block it
     guards = {k.name for k in graph.asset_check_keys if k.asset_key == dg.AssetKey("curation_rules")}
     assert guards == {"rules_valid", "filter_keeps_rows", "input_ids_present", "n_tokens_consistent",
-                      "duplicate_rate_in_bounds"}
+                      "duplicate_rate_in_bounds", "contamination_not_kept"}
     assert all(graph.get_check_spec(k).blocking for k in graph.asset_check_keys)
 
 

@@ -5,6 +5,7 @@ The table must end equal to an uninterrupted run's: the same rows, ids and value
 column, no duplicates, nothing lost. See docs/reliability.md for the table of faults.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.synthetic import SyntheticSpec, generate
 from lance_assets.corpus.table import table_exists
 from lance_assets_tests.conftest import quiet
+from lance_assets_tests.fault_driver import EVAL_SET
 from lance_assets_tests.fault_driver import run as run_writer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +31,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ingest creates the table; "later" points land in the middle of the per-fragment commits.
 COLUMN_FAULTS = [("before-commit", 1), ("after-commit", 1), ("files-written", 2),
                  ("during-commit", 4), ("after-commit", 4)]
+COLUMN_WRITERS = ["dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
+                  "detected_language", "personal_data", "paragraph_dups", "contamination",
+                  "quality_score"]
 INGEST_FAULTS = [("before-commit", 1), ("during-commit", 1), ("after-commit", 1),
                  ("files-written", 1), ("during-commit", 3), ("after-commit", 3),
                  ("files-written", 4)]
@@ -48,29 +53,40 @@ def world(tmp_path_factory):
     base = tmp_path_factory.mktemp("faults")
     src = base / "src"
     src.mkdir()
-    texts = generate(SyntheticSpec(rows=900, seed=3, dup_fraction=0.1)).column("text")
+    corpus = generate(SyntheticSpec(rows=900, seed=3, dup_fraction=0.1))
+    texts = corpus.column("text")
     for i in range(3):
+        # `score` is the label `quality_score` learns from
         pq.write_table(pa.table({"text": texts.slice(i * 300, 300),
-                                 "id": [f"d{i}-{j}" for j in range(300)]}),
+                                 "id": [f"d{i}-{j}" for j in range(300)],
+                                 "score": corpus.column("score").slice(i * 300, 300)}),
                        src / f"{i}.parquet", row_group_size=100)
     raw = base / "raw"
     ingest(raw, str(src), rows_per_fragment=128, rows_per_commit=200, log=quiet)
+    # an evaluation set for `contamination`: 30-word passages of three documents
+    planted = [" ".join(t.split()[:30]) for t in texts.to_pylist()[10:400:130]]
+    (raw / EVAL_SET).parent.mkdir(parents=True)
+    (raw / EVAL_SET).write_text("".join(json.dumps({"question": q}) + "\n" for q in planted))
+    # `quality_score` reads `embedding`: its runs start from a table that has it
+    embedded = base / "embedded"
+    shutil.copytree(raw, embedded)
+    run_writer("embeddings", str(embedded), None)
     reference = {}
     ref_ingest = base / "ref-ingest"
     run_writer("ingest", str(ref_ingest), str(src))
     reference["ingest"] = table_content(ref_ingest)
-    for writer in ("dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings"):
+    for writer in COLUMN_WRITERS:
         ref = base / f"ref-{writer}"
-        shutil.copytree(raw, ref)
+        shutil.copytree(embedded if writer == "quality_score" else raw, ref)
         run_writer(writer, str(ref), None)
         reference[writer] = table_content(ref)
-    return {"src": src, "raw": raw, "reference": reference}
+    return {"src": src, "raw": raw, "embedded": embedded, "reference": reference}
 
 
 def kill_then_rerun(world, tmp_path, writer: str, point: str, n: int) -> None:
     root = tmp_path / "data"
     if writer != "ingest":
-        shutil.copytree(world["raw"], root)
+        shutil.copytree(world["embedded" if writer == "quality_score" else "raw"], root)
     cmd = [sys.executable, "-m", "lance_assets_tests.fault_driver", writer, str(root), point,
            str(n), str(world["src"])]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -88,8 +104,7 @@ def test_ingest_killed_then_rerun_equals_uninterrupted(world, tmp_path, point, n
     kill_then_rerun(world, tmp_path, "ingest", point, n)
 
 
-@pytest.mark.parametrize("writer", ["dedup_flag", "token_ids", "quality_signals", "near_dup",
-                                    "embeddings"])
+@pytest.mark.parametrize("writer", COLUMN_WRITERS)
 @pytest.mark.parametrize("point,n", COLUMN_FAULTS, ids=[f"{p}-{n}" for p, n in COLUMN_FAULTS])
 def test_column_writer_killed_then_rerun_equals_uninterrupted(world, tmp_path, writer, point, n):
     kill_then_rerun(world, tmp_path, writer, point, n)

@@ -239,3 +239,28 @@ def test_dagster_assets_start_ray_only_for_executor_ray(ray_address, raw, tmp_pa
     quality_signals(reference, executor="local", log=quiet)
     dedup_flag(reference, executor="local", log=quiet)
     assert content(root) == content(reference)
+
+
+def test_the_curation_taggers_on_ray_equal_the_local_ones(ray_address, raw, tmp_path):
+    """Language, personal data, paragraph duplicates (a Staged compute), contamination (per-set
+    columns, then the union) and the quality score, as Ray tasks: the same table as locally."""
+    import json
+
+    from lance_assets.corpus import contamination, language, para_dup, pii, quality_model
+
+    texts = lance.dataset(paths.table_uri(raw)).to_table(columns=["text"]).column(0).to_pylist()
+    evals = tmp_path / "evals.jsonl"
+    evals.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[5:600:150]))
+    spec = contamination.EvalSetSpec("planted", str(evals))
+    local, on_ray = copy(raw, tmp_path, "tag-local"), copy(raw, tmp_path, "tag-ray")
+    for root, where in ((local, "local"), (on_ray, "ray")):
+        language.language_id(root, fragments_per_commit=2, executor=where, log=quiet)
+        pii.pii(root, fragments_per_commit=2, executor=where, log=quiet)
+        para_dup.paragraph_dups(root, fragments_per_commit=2, executor=where, log=quiet)
+        contamination.contamination(root, [spec], fragments_per_commit=2, executor=where,
+                                    log=quiet)
+        embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
+        quality_model.quality_score(root, executor=where, log=quiet)
+    got, want = content(on_ray), content(local)
+    assert len(got) == 600 and got == want
+    assert sum(r["contaminated"] for r in got) >= 4 and any(r["dup_paragraph_frac"] for r in got)

@@ -111,3 +111,30 @@ def duplicate_rate_in_bounds(ds: lance.LanceDataset) -> Verdict:
                        f"{cur.max_duplicate_rate:.0%}]. Check the dedup columns, or change the "
                        "bounds in the `curation_rules` config.", numbers)
     return Verdict(True, f"duplicate rate {rate:.2%} is within bounds", numbers)
+
+
+def contamination_not_kept(ds: lance.LanceDataset) -> Verdict:
+    """No row the training filter keeps shares a 13-gram with a registered evaluation set, and
+    none it keeps is unchecked while sets are registered."""
+    from lance_assets.corpus.contamination import registered_sets
+
+    sets = registered_sets(ds)
+    names = [s["name"] for s in sets]
+    if not sets:
+        return Verdict(True, "no evaluation sets registered", {"eval_sets": []})
+    if "contaminated" not in ds.schema.names:
+        return Verdict(False, "Evaluation sets are registered but the table has no "
+                       "`contaminated` column; materialize `contamination`.")
+    keep, bad = _filter_or_verdict(ds)
+    if bad:
+        return bad
+    flagged = safe_predicate("contaminated IS NULL OR contaminated", ds.schema.names)
+    count = ds.count_rows(filter=keep.and_(flagged).lance)
+    numbers = {"eval_sets": names, "kept_rows_contaminated_or_unchecked": count}
+    if count:
+        return Verdict(False, f"{count} row(s) that the training filter keeps are contaminated by "
+                       f"an evaluation set ({', '.join(names)}) or not checked yet. Keep the "
+                       "`not_contaminated` rule (NOT contaminated) in the curation rules, or "
+                       "materialize `contamination` on the new rows.", numbers)
+    return Verdict(True, f"no kept row overlaps the evaluation sets ({', '.join(names) or 'none'})",
+                   numbers)

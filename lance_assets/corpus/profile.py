@@ -4,6 +4,8 @@ The queries are the ``.sql`` files in ``lance_assets/corpus/sql/profile/`` (or a
 as ``queries``): read them, change them, add one, and the next ``corpus_profile`` run shows it.
 Each query runs against a view ``corpus``: the Lance table's columns plus ``kept``, true where a
 row passes every curation rule in force. Rule hit counts are built from the rules themselves.
+A query whose file has a ``-- requires: col1, col2`` line is skipped (and says why) until the
+table has those columns, so a tagger's section appears once the tagger has run.
 
 The rules are user text and the table config that holds them is not trusted: each rule is parsed
 again (``corpus.predicate``) and only its rendered tree reaches DuckDB; a rule that does not parse
@@ -34,6 +36,7 @@ class QueryResult:
     sql: str
     rows: list[dict] = field(default_factory=list)
     error: str = ""
+    skipped: str = ""
 
 
 @dataclass
@@ -89,7 +92,20 @@ def _connect(ds: lance.LanceDataset, kept: Predicate | None
     return con, False
 
 
-def run_query(con: duckdb.DuckDBPyConnection, name: str, sql: str) -> QueryResult:
+def required_columns(sql: str) -> list[str]:
+    """The columns named on the query's ``-- requires:`` line (none without one)."""
+    for line in sql.splitlines():
+        if line.strip().lower().startswith("-- requires:"):
+            return [c.strip() for c in line.split(":", 1)[1].split(",") if c.strip()]
+    return []
+
+
+def run_query(con: duckdb.DuckDBPyConnection, name: str, sql: str,
+              columns: list[str] | None = None) -> QueryResult:
+    missing = [c for c in required_columns(sql) if columns is not None and c not in columns]
+    if missing:
+        return QueryResult(name, sql, skipped=f"needs column(s) {missing}, which the table does "
+                           "not have yet (materialize the asset that writes them)")
     try:
         table = con.sql(sql).to_arrow_table()
         return QueryResult(name, sql, table.to_pylist())
@@ -172,7 +188,8 @@ def profile(root: str | Path, queries: str | Path | None = None) -> Profile:
     kept = combined_predicate(usable) if usable and not problems else None
     con, kept_defined = _connect(ds, kept)
     folder = Path(queries) if queries else QUERIES_DIR
-    results = [run_query(con, f.stem, f.read_text()) for f in sorted(folder.glob("*.sql"))]
+    results = [run_query(con, f.stem, f.read_text(), ds.schema.names)
+               for f in sorted(folder.glob("*.sql"))]
     hits = rule_hits(con, ds, rules) if rules else \
         QueryResult("rule_hits", "", error="no rules")
     png = histogram_png(con)

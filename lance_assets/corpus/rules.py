@@ -60,6 +60,54 @@ DEFAULT_RULES: dict[str, str] = {
     "fineweb_newlines": "newline_word_ratio <= 0.3",
 }
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LANGUAGE_CODE_RE = re.compile(r"^[a-z]{2,3}(-[A-Za-z]{2,4})?$")
+LANGUAGE_RULE = "main_language"
+CONTAMINATION_RULE = "not_contaminated"
+DEFAULT_MAIN_LANGUAGE_MIN_SHARE = 0.1
+
+
+def tagger_rules(ds: lance.LanceDataset, *, keep_languages: list[str] | tuple[str, ...] = ("auto",),
+                 main_language_min_share: float = DEFAULT_MAIN_LANGUAGE_MIN_SHARE,
+                 drop_contaminated: bool = True) -> tuple[dict[str, str], list[str]]:
+    """Rules the curation taggers imply, and a note per decision:
+
+    - ``main_language``: ``lang IN (...)``. ``keep_languages=["auto"]`` keeps the corpus's main
+      languages: each language CLD2 detected (``lang``, not ``und``) on at least
+      ``main_language_min_share`` of the rows; explicit codes keep those; ``[]`` adds no rule.
+    - ``not_contaminated``: ``NOT contaminated`` when ``drop_contaminated``.
+
+    A rule is added only once its column exists (the tagger has run); the note says so."""
+    from lance_assets.corpus.language import LANG, main_languages
+
+    rules, notes = {}, []
+    names = set(ds.schema.names)
+    wanted = list(keep_languages)
+    if wanted:
+        if LANG.name not in names:
+            notes.append(f"{LANGUAGE_RULE}: no rule, `lang` is not computed yet (materialize "
+                         "`detected_language`)")
+        else:
+            if wanted == ["auto"]:
+                wanted = main_languages(ds, main_language_min_share)
+                notes.append(f"{LANGUAGE_RULE}: the main languages, each on at least "
+                             f"{main_language_min_share:.0%} of the rows: {wanted}")
+            bad = [c for c in wanted if not isinstance(c, str) or not LANGUAGE_CODE_RE.match(c)]
+            if bad:
+                raise RuleError(f"keep_languages {bad}: not language codes; give ISO 639 codes as "
+                                "CLD2 writes them in `lang` ('en', 'fr', 'zh-Hant'), ['auto'] for "
+                                "the corpus's main languages, or [] for no language rule")
+            if wanted:
+                rules[LANGUAGE_RULE] = f"lang IN ({', '.join(repr(c) for c in sorted(wanted))})"
+            else:
+                notes.append(f"{LANGUAGE_RULE}: no language holds {main_language_min_share:.0%} "
+                             "of the rows; no rule")
+    if drop_contaminated:
+        if "contaminated" in names:
+            rules[CONTAMINATION_RULE] = "NOT contaminated"
+        else:
+            notes.append(f"{CONTAMINATION_RULE}: no rule, `contaminated` is not computed yet "
+                         "(materialize `contamination`)")
+    return rules, notes
 
 
 @dataclass

@@ -11,6 +11,12 @@ background thread; encoding runs on ``num_threads`` threads (tiktoken's Rust cor
 GIL) straight into numpy buffers. Under the ``ray`` executor each fragment is encoded by a Ray
 task instead (one tokenizer thread per task, the tokenizer loaded once per worker). Per
 fragment, checkpointed and resumable like every column write (``write_columns``).
+
+``redact_pii``: the text handed to the tokenizer has every span of ``pii_spans`` (the ``personal_data``
+asset) replaced by its placeholder (``<EMAIL>``, ``<PHONE>``, ``<IP_ADDRESS>``,
+``<CARD_NUMBER>``); ``text`` itself never changes, and ``n_bytes`` stays the length of ``text``.
+Whether ``input_ids`` were redacted is recorded in the table's config next to the tokenizer, and
+mixing redacted and unredacted fragments in one column is refused like a tokenizer change.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from lance_assets.corpus.columns import (
     write_columns,
 )
 from lance_assets.corpus.executor import executor_name
-from lance_assets.corpus.table import commit_retrying, open_table, set_json_config
+from lance_assets.corpus.pii import PII_SPANS, PLACEHOLDERS, redact
+from lance_assets.corpus.table import commit_retrying, get_json_config, open_table, set_json_config
 from lance_assets.corpus.tokenizers import (
     BPE_PREFIX,
     TokenizerInfo,
@@ -61,6 +68,25 @@ FRAGMENTS_AHEAD = 1  # fragments encoded ahead of the one being written
 
 class TokenizerMismatchError(ValueError):
     pass
+
+
+def redaction_setting(redact_pii: bool) -> dict:
+    """What the table's config records about redaction (placeholders included: other
+    placeholders are other tokens)."""
+    return {"redact_pii": bool(redact_pii), "placeholders": dict(PLACEHOLDERS) if redact_pii else {}}
+
+
+def table_redaction(ds: lance.LanceDataset) -> dict:
+    """The redaction ``input_ids`` hold; tables tokenized before redaction existed are not."""
+    return get_json_config(ds, keys.TOKEN_REDACTION_KEY) or redaction_setting(False)
+
+
+def _redaction_message(uri: str, current: dict, wanted: dict) -> str:
+    said = "with" if current["redact_pii"] else "without"
+    return (f"{uri}: input_ids were tokenized {said} PII redaction ({current}), not {wanted}; one "
+            "column holds one kind of text. Run token_ids with the stored redact_pii, or with "
+            "replace: true to drop input_ids/n_tokens in a new table version and tokenize every "
+            "fragment again.")
 
 
 @dataclass
@@ -104,6 +130,7 @@ class TokenEncoder:
     root: str
     sha256: str
     num_threads: int | None = None
+    redact_pii: bool = False
 
     @property
     def key(self) -> tuple:
@@ -123,8 +150,17 @@ class TokenEncoder:
     def __call__(self, frag) -> list[pa.RecordBatch]:
         tok = self.tokenizer()
         batches = []
-        for batch in frag.to_batches(columns=["text"], batch_size=ENCODE_BATCH_ROWS):
-            ids = tok.encode_batch(batch.column("text"))
+        columns = ["text", PII_SPANS.name] if self.redact_pii else ["text"]
+        for batch in frag.to_batches(columns=columns, batch_size=ENCODE_BATCH_ROWS):
+            text = batch.column("text")
+            if self.redact_pii:
+                spans = batch.column(PII_SPANS.name)
+                if spans.null_count:
+                    raise ValueError(f"fragment {frag.fragment_id}: {spans.null_count} row(s) "
+                                     "have no pii_spans; materialize `personal_data` before token_ids "
+                                     "with redact_pii")
+                text = redact(text, spans)
+            ids = tok.encode_batch(text)
             lengths = pc.list_value_length(ids).cast(pa.int32())
             batches.append(pa.RecordBatch.from_arrays(
                 [ids, lengths], schema=pa.schema([INPUT_IDS, N_TOKENS])))
@@ -169,11 +205,13 @@ def token_ids(
     fragments_per_commit: int = 4,
     replace: bool = False,
     num_threads: int | None = None,
+    redact_pii: bool = False,
     executor: str | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[TokenIdsReport, TokenizerInfo, int]:
     """Write ``n_bytes`` and the token columns for every fragment lacking them; returns
-    (report, tokenizer, tokens written)."""
+    (report, tokenizer, tokens written). ``redact_pii``: tokenize the text with the ``personal_data``
+    spans replaced by placeholders."""
     start = time.perf_counter()
     uri = paths.table_uri(root)
     ds = open_table(root)  # a clear error when raw_text has not run yet
@@ -181,10 +219,17 @@ def token_ids(
     tok = load_tokenizer(name, root, num_threads=num_threads)
     keep_bpe_file(root, name, tok)
     current = table_tokenizer(ds)
+    redaction, current_redaction = redaction_setting(redact_pii), table_redaction(ds)
+    if redact_pii and PII_SPANS.name not in ds.schema.names:
+        raise ValueError(f"{uri} has no pii_spans: materialize `personal_data` before token_ids with "
+                         "redact_pii")
     replaced = False
-    if current is not None and current.sha256 != tok.info.sha256 and has_token_data(ds):
+    other_tokenizer = current is not None and current.sha256 != tok.info.sha256
+    if (other_tokenizer or current_redaction != redaction) and has_token_data(ds):
         if not replace:
-            raise TokenizerMismatchError(_mismatch_message(uri, current, name))
+            raise TokenizerMismatchError(_mismatch_message(uri, current, name) if other_tokenizer
+                                         else _redaction_message(uri, current_redaction,
+                                                                 redaction))
         log(f"replace: dropping {TOKEN_COLUMNS} ({current.name}) at version {ds.version}; "
             "older versions keep them")
         commit_retrying("drop token columns", lambda: lance.dataset(uri).drop_columns(
@@ -193,13 +238,16 @@ def token_ids(
         replaced = True
     if current != tok.info:
         set_json_config(ds, keys.TOKENIZER_KEY, tok.info.to_dict())
-    log(f"tokenizer {tok.info.name} ({why})")
+        ds = lance.dataset(uri)
+    if get_json_config(ds, keys.TOKEN_REDACTION_KEY) != redaction:
+        set_json_config(ds, keys.TOKEN_REDACTION_KEY, redaction)
+    log(f"tokenizer {tok.info.name} ({why}){', PII redacted' if redact_pii else ''}")
 
     bytes_report = write_columns(uri, [N_BYTES], _n_bytes, fragments_per_commit=fragments_per_commit,
                                  executor=executor, log=log)
 
     encoder = TokenEncoder(tok.info.name if tok.info.name.startswith(BPE_PREFIX) else name,
-                           str(root), tok.info.sha256, num_threads)
+                           str(root), tok.info.sha256, num_threads, redact_pii)
     ds = ensure_columns(uri, [INPUT_IDS, N_TOKENS])
     if executor_name(executor) == "ray":
         # one task per CPU: the parallelism is in the tasks, not in each task's threads

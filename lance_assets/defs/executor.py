@@ -6,7 +6,7 @@ run, so a run with ``executor: local`` (the default) never pays for Ray. An asse
 else a local Ray for the run, shut down with the run. Workers get this package from the job's
 runtime environment (``py_modules``), never secrets.
 
-The resource is bound to the five column assets themselves, so ``dg.materialize`` callers that
+The resource is bound to the column assets themselves, so ``dg.materialize`` callers that
 pass only ``lance_store`` keep working; a Definitions-level key of the same name would conflict.
 """
 
@@ -24,7 +24,7 @@ from lance_assets.corpus.executor import EXECUTOR_ENV, executor_name, runtime_en
 
 RAY_RESOURCE_KEY = "ray_cluster"
 
-# `resource_defs=` on `@dg.asset` is marked beta; it is how the five column assets carry the
+# `resource_defs=` on `@dg.asset` is marked beta; it is how the column assets carry the
 # Ray resource without every caller of `dg.materialize` having to pass it. Say so once, here,
 # instead of on every load of the code location.
 warnings.filterwarnings("ignore", message=r"Parameter `resource_defs` of function `asset`",

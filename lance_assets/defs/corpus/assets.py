@@ -14,7 +14,7 @@ from lance_assets.corpus import bpe, dedup, ingest, profile, tokenize
 from lance_assets.corpus.table import RAW_DESCRIPTIONS, RAW_SCHEMA
 from lance_assets.corpus.tokenizers import load_bpe
 from lance_assets.defs.common import CORPUS_GROUP as GROUP
-from lance_assets.defs.common import POOL, TABLE_TAGS
+from lance_assets.defs.common import PERSONAL_DATA, POOL, TABLE_TAGS
 from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
 from lance_assets.defs.metadata import column_schema, column_write_metadata, table_metadata
 from lance_assets.defs.resources import LanceStore
@@ -175,10 +175,14 @@ class TokenIdsConfig(ColumnConfig):
     replace: bool = False
     """When `input_ids` hold another tokenizer: drop them in a new table version and tokenize
     every fragment again (otherwise that is refused)."""
+    redact_pii: bool = False
+    """Tokenize the text with the `personal_data` spans replaced by placeholders (<EMAIL>,
+    <PHONE>, <IP_ADDRESS>, <CARD_NUMBER>); `text` never changes. Recorded in the table's config:
+    switching it on or off later needs `replace: true`."""
 
 
 @dg.asset(
-    deps=[dedup_flag, tokenizer], group_name=GROUP, kinds={"lance", "python"},
+    deps=[dedup_flag, tokenizer, PERSONAL_DATA], group_name=GROUP, kinds={"lance", "python"},
     code_version="2", pool=POOL, tags=TABLE_TAGS,
     metadata={"dagster/column_schema": TOKEN_IDS_COLUMNS}, resource_defs=RAY_RESOURCE_DEFS,
 )
@@ -189,7 +193,8 @@ def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_s
     ids, sha256) is recorded in the table's config; by default the trained BPE."""
     report, info, tokens = tokenize.token_ids(
         lance_store.root, config.tokenizer, fragments_per_commit=config.fragments_per_commit,
-        replace=config.replace, executor=column_executor(context, config, ray_cluster),
+        replace=config.replace, redact_pii=config.redact_pii,
+        executor=column_executor(context, config, ray_cluster),
         log=context.log.info)
     seconds = report.duration_s
     return dg.MaterializeResult(metadata={
@@ -201,6 +206,7 @@ def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_s
         "bytes_per_token": round(report.bytes_tokenized / tokens, 3) if tokens else None,
         "tokenizer_choice": report.tokenizer_choice,
         "replaced": report.replaced,
+        "pii_redacted": config.redact_pii,
         "tokenizer": dg.MetadataValue.md(markdown_table([info.to_dict()])),
         "tokenizer_name": info.name,
         "tokenizer_sha256": info.sha256,

@@ -24,8 +24,9 @@ corpus_refresh_job = dg.define_asset_job(
     description="Ingest what is new in the source (raw_text), then bring everything downstream "
                 "of it up to date on the new fragments: dedup_flag, tokenizer, token_ids, "
                 "quality_signals, near_dup, text_index, curation_rules, corpus_profile, "
-                "embeddings and vector_index. Training (pretrained_model, samples) and the "
-                "forensics report are not part of it.",
+                "embeddings and vector_index, and the taggers detected_language, personal_data, "
+                "paragraph_dups, contamination and quality_score. Training (pretrained_model, "
+                "samples) and the forensics report are not part of it.",
 )
 
 corpus_refresh_schedule = dg.ScheduleDefinition(

@@ -19,6 +19,13 @@ from lance_assets.corpus import near_dup as near_dup_lib
 from lance_assets.corpus import rules as rules_lib
 from lance_assets.defs.common import CURATION_GROUP as GROUP
 from lance_assets.defs.common import DEDUP_FLAG, POOL, RAW_TEXT, TABLE_TAGS, TOKEN_IDS
+from lance_assets.defs.curation.taggers import (
+    contamination,
+    detected_language,
+    paragraph_dups,
+    personal_data,
+    quality_score,
+)
 from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
 from lance_assets.defs.metadata import column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
@@ -131,10 +138,21 @@ class CurationConfig(dg.Config):
     """Bounds on the share of rows flagged `is_dup OR near_dup` (blocking check)."""
     min_kept_rows: int = 1
     """The training filter must keep at least this many rows (blocking check)."""
+    keep_languages: list[str] = ["auto"]
+    """Adds the rule `main_language: lang IN (...)`: `["auto"]` keeps the corpus's main
+    languages (each detected on at least `main_language_min_share` of the rows), a list of codes
+    (`["en", "fr"]`) keeps those, `[]` adds no language rule."""
+    main_language_min_share: float = rules_lib.DEFAULT_MAIN_LANGUAGE_MIN_SHARE
+    """With `keep_languages: ["auto"]`: the share of rows a language needs to count as main."""
+    drop_contaminated: bool = True
+    """Adds the rule `not_contaminated: NOT contaminated` (benchmark contamination)."""
 
 
-@dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS], group_name=GROUP,
-          kinds={"lance", "sql"}, code_version="2", pool=POOL, tags=TABLE_TAGS)
+TAGGER_DEPS = [detected_language, personal_data, paragraph_dups, contamination, quality_score]
+
+
+@dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS, *TAGGER_DEPS], group_name=GROUP,
+          kinds={"lance", "sql"}, code_version="3", pool=POOL, tags=TABLE_TAGS)
 def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
                    lance_store: LanceStore):
     """The curation rules in force: named SQL predicates over columns, joined with AND into the
@@ -142,9 +160,20 @@ def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
     the table's columns and checked by Lance before anything is recorded: a broken rule fails
     this asset, naming the rule and the fix, and nothing is stored. Recorded in the table's
     config; each rule's hit count (rows it removes, and rows only it removes) is in the metadata.
+    The taggers add their rules: the corpus's main languages (`lang`) and `NOT contaminated`.
     Blocking checks (rules parse, filter keeps rows, tokens present and consistent, duplicate
-    rate in bounds) stop training when they fail."""
-    curation = rules_lib.Curation(rules=dict(config.rules), min_duplicate_rate=config.min_duplicate_rate,
+    rate in bounds, no contaminated row kept) stop training when they fail."""
+    try:
+        added, notes = rules_lib.tagger_rules(
+            lance.dataset(lance_store.table_uri), keep_languages=config.keep_languages,
+            main_language_min_share=config.main_language_min_share,
+            drop_contaminated=config.drop_contaminated)
+    except rules_lib.RuleError as err:
+        raise dg.Failure(description=str(err), allow_retries=False) from None
+    for note in notes:
+        context.log.info(note)
+    rules = {**dict(config.rules), **{k: v for k, v in added.items() if k not in config.rules}}
+    curation = rules_lib.Curation(rules=rules, min_duplicate_rate=config.min_duplicate_rate,
                               max_duplicate_rate=config.max_duplicate_rate,
                               min_kept_rows=config.min_kept_rows)
     try:
@@ -168,6 +197,8 @@ def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
         "kept_share": round(ev.kept_share, 4),
         "broken_rules": dg.MetadataValue.json(broken),
         "hit_counts": dg.MetadataValue.json({h.rule: h.removed for h in ev.hits}),
+        "tagger_rules": dg.MetadataValue.json(added),
+        "tagger_rule_notes": dg.MetadataValue.json(notes),
     })
 
 
@@ -176,13 +207,14 @@ class ProfileConfig(dg.Config):
     """Folder of .sql files to run (default: lance_assets/corpus/sql/profile in the package)."""
 
 
-@dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS], group_name=GROUP,
-          kinds={"duckdb", "lance"}, code_version="2", tags=TABLE_TAGS)
+@dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS, *TAGGER_DEPS], group_name=GROUP,
+          kinds={"duckdb", "lance"}, code_version="3", tags=TABLE_TAGS)
 def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
                    lance_store: LanceStore):
     """EDA of the corpus: DuckDB SQL over the Lance table through Arrow (no copy). Rows by score
     bucket, length percentiles, duplicate rates, language (stop-word heuristic), tokens per
-    document, near-duplicate clusters, rule hit counts, and a histogram of what curation keeps.
+    document, near-duplicate clusters, rule hit counts, and a histogram of what curation keeps;
+    detected languages, personal data, contamination, quality score and paragraph duplicates.
     The queries are the .sql files in lance_assets/corpus/sql/profile: edit or add one."""
     folder = Path(config.queries_dir) if config.queries_dir else profile.QUERIES_DIR
     prof = profile.profile(lance_store.root, folder)
@@ -196,7 +228,9 @@ def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
     }
     failed = []
     for res in [*prof.results, prof.rule_hits]:
-        if res.error:
+        if res.skipped:
+            metadata[res.name] = dg.MetadataValue.md(f"_skipped: {res.skipped}_")
+        elif res.error:
             failed.append(res.name)
             metadata[res.name] = dg.MetadataValue.md(
                 f"**query failed:** {res.error}\n\n```sql\n{res.sql}\n```")

@@ -44,4 +44,7 @@ CHECKS = [
                    "n_tokens equals the length of input_ids on every tokenized row."),
     blocking_check(guards.duplicate_rate_in_bounds,
                    "The share of rows flagged is_dup OR near_dup is within the configured bounds."),
+    blocking_check(guards.contamination_not_kept,
+                   "No row the training filter keeps shares a word 13-gram with a registered "
+                   "evaluation set (or is unchecked)."),
 ]

@@ -1,0 +1,218 @@
+"""Curation taggers benchmark: language ID per detector, personal-data precision/recall,
+contamination recall, and documents/s of every tagger against ``quality_signals`` on one table.
+
+    python -m benchmarks.curation_tags --rows 20000
+
+- Language identification: CLD2 (``pycld2``, what ``detected_language`` uses) and Lingua
+  (``lingua-language-detector``, high and low accuracy modes; ``pip install
+  lingua-language-detector`` to include it) on the labelled twelve-language sample
+  (``lance_assets_tests/multilingual.py``), short (one sentence) and paragraph documents;
+  accuracy and documents/s after a warm-up call (Lingua loads its models lazily).
+- Personal data: precision and recall per kind on ``--pii-docs`` planted documents
+  (``lance_assets_tests/pii_planted.py``).
+- Contamination: ``--eval-items`` 40-word evaluation items; copies of one item, or of a 13- to
+  40-word piece of it, are planted into ``--planted`` synthetic documents (paraphrase-free, inside
+  longer text); recall on those, false positives on the rest.
+- Throughput: ``synthetic:ROWS`` ingested once; each tagger writes its columns on a copy of the
+  table, timed end to end (``write_columns`` included). The baseline is ``quality_signals`` on
+  the same table in the same run; ``quality_score`` runs on random unit vectors in ``embedding``
+  (the throughput of the head, not of the sentence model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+from lance_assets import paths
+from lance_assets.corpus import contamination, language, para_dup, pii, quality, quality_model
+from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.synthetic import SyntheticSpec, generate
+from lance_assets.forensics import embed
+from lance_assets_tests.multilingual import documents
+from lance_assets_tests.pii_planted import planted_documents
+
+
+def quiet(_msg: str) -> None:
+    pass
+
+
+def detectors() -> dict:
+    import pycld2
+
+    def cld2(text: str) -> str:
+        _, _, details = pycld2.detect(text, bestEffort=True)
+        return details[0][1] if details[0][1] != "un" else "und"
+
+    out = {"cld2 (pycld2)": cld2}
+    try:
+        from lingua import LanguageDetectorBuilder
+    except ImportError:
+        print("lingua-language-detector not installed: only CLD2 measured")
+        return out
+    for label, builder in (("lingua (high accuracy)", LanguageDetectorBuilder.from_all_languages()),
+                           ("lingua (low accuracy)",
+                            LanguageDetectorBuilder.from_all_languages().with_low_accuracy_mode())):
+        det = builder.build()
+
+        def fn(text: str, det=det) -> str:
+            found = det.detect_language_of(text)
+            return found.iso_code_639_1.name.lower() if found else "und"
+
+        out[label] = fn
+    return out
+
+
+def language_table() -> list[dict]:
+    rows = []
+    for name, fn in detectors().items():
+        for kind in ("short", "paragraph"):
+            docs = documents(kind)
+            fn(docs[0][0])  # warm-up: lazy model loading is not detection speed
+            start = time.perf_counter()
+            preds = [fn(t) for t, _ in docs * 5]
+            secs = time.perf_counter() - start
+            right = sum(p == lang for p, (_, lang) in zip(preds, docs * 5))
+            rows.append({"detector": name, "documents": kind,
+                         "accuracy": round(right / len(preds), 3),
+                         "docs_per_s": round(len(preds) / secs)})
+    return rows
+
+
+def pii_table(n: int) -> list[dict]:
+    docs = planted_documents(n, seed=42)
+    start = time.perf_counter()
+    batch = pii.scan(pa.array([t for t, _ in docs])).to_pydict()
+    secs = time.perf_counter() - start
+    rows = []
+    for kind in (*pii.COUNT_FIELDS, "all"):
+        tp = fp = fn = 0
+        for (text, planted), spans in zip(docs, batch["pii_spans"]):
+            found = [(s["kind"], text[s["start"]:s["end"]]) for s in spans
+                     if kind in ("all", s["kind"])]
+            want = [p for p in planted if kind in ("all", p[0])]
+            tp += sum(f in want for f in found)
+            fp += sum(f not in want for f in found)
+            fn += sum(w not in found for w in want)
+        rows.append({"kind": kind, "planted": tp + fn, "found": tp + fp,
+                     "precision": round(tp / (tp + fp), 4) if tp + fp else None,
+                     "recall": round(tp / (tp + fn), 4) if tp + fn else None})
+    print(f"(scanning the {n} planted documents, every one holding candidates: "
+          f"{n / secs:,.0f} documents/s)")
+    return rows
+
+
+def contamination_check(work: Path, rows: int, items: int, planted: int) -> dict:
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(5000)]  # not words of the synthetic corpus
+    evals = [" ".join(rng.choice(vocab) for _ in range(40)) for _ in range(items)]
+    texts = generate(SyntheticSpec(rows=rows, seed=3, dup_fraction=0.0)).column("text").to_pylist()
+    targets = rng.sample(range(len(texts)), planted)
+    for i in targets:
+        words = rng.choice(evals).split()
+        length = rng.randint(13, 40)
+        start = rng.randint(0, 40 - length)
+        piece = " ".join(words[start:start + length])
+        cut = rng.randint(0, len(texts[i]))
+        texts[i] = texts[i][:cut] + " " + piece + " " + texts[i][cut:]
+    src = work / "contam-src"
+    src.mkdir()
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": texts}), src / "c.parquet")
+    (work / "evals.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in evals))
+    root = work / "contam"
+    ingest(root, str(src), log=quiet)
+    start = time.perf_counter()
+    contamination.contamination(root, [contamination.EvalSetSpec(
+        "bench", str(work / "evals.jsonl"))], log=quiet)
+    secs = time.perf_counter() - start
+    flags = lance.dataset(paths.table_uri(root)).to_table(columns=["id", "contaminated"]) \
+        .sort_by("id").column(1).to_pylist()
+    hit = set(targets)
+    found = sum(flags[i] for i in hit)
+    false = sum(f for i, f in enumerate(flags) if i not in hit)
+    return {"documents": rows, "planted": planted, "found": found,
+            "recall": round(found / planted, 4), "false_positives": false,
+            "docs_per_s": round(rows / secs)}
+
+
+def throughput(work: Path, rows: int) -> list[dict]:
+    base = work / "base"
+    ingest(base, f"synthetic:{rows}", log=quiet)
+    evals = work / "evals-small.jsonl"
+    texts = generate(SyntheticSpec(rows=200, seed=99)).column("text").to_pylist()
+    evals.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+
+    def run(name, fn):
+        root = work / name
+        shutil.copytree(base, root)
+        if name == "quality_score":  # random unit vectors stand in for the sentence model
+            rng = np.random.default_rng(0)
+
+            class RandomVectors:
+                device, batch_size = "cpu", 64
+
+                def encode(self, t):
+                    v = rng.standard_normal((len(t), embed.DIM)).astype(np.float32)
+                    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+            embed.embeddings(root, embedder=RandomVectors(), fragments_per_commit=4, log=quiet)
+        start = time.perf_counter()
+        fn(root)
+        return time.perf_counter() - start
+
+    stages = {
+        "quality_signals (baseline)": lambda r: quality.quality_signals(r, log=quiet),
+        "detected_language": lambda r: language.language_id(r, log=quiet),
+        "personal_data": lambda r: pii.pii(r, log=quiet),
+        "paragraph_dups": lambda r: para_dup.paragraph_dups(r, log=quiet),
+        "contamination (1 set of 200 documents)": lambda r: contamination.contamination(
+            r, [contamination.EvalSetSpec("bench", str(evals))], log=quiet),
+        "quality_score": lambda r: quality_model.quality_score(r, log=quiet),
+    }
+    out, baseline = [], None
+    for name, fn in stages.items():
+        secs = run(name.split(" ")[0], fn)
+        rate = rows / secs
+        baseline = baseline or rate
+        out.append({"stage": name, "docs_per_s": round(rate), "vs quality_signals":
+                    f"{rate / baseline:.2f}x"})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=20000)
+    ap.add_argument("--pii-docs", type=int, default=5000)
+    ap.add_argument("--eval-items", type=int, default=500)
+    ap.add_argument("--planted", type=int, default=500)
+    ap.add_argument("--work", type=Path, default=None)
+    args = ap.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="curation_tags_"))
+    from lance_assets.markdown import markdown_table
+
+    print("## language identification, labelled sample (12 languages x 10 sentences)")
+    print(markdown_table(language_table()))
+    print("\n## personal data, planted set")
+    table = pii_table(args.pii_docs)
+    print(markdown_table(table))
+    print("\n## contamination, planted copies")
+    print(markdown_table([contamination_check(work, args.rows, args.eval_items, args.planted)]))
+    print(f"\n## throughput, synthetic:{args.rows}")
+    print(markdown_table(throughput(work, args.rows)))
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
