@@ -18,6 +18,7 @@ CORPUS_GROUP = "corpus"
 CURATION_GROUP = "curation"
 FORENSICS_GROUP = "forensics"
 TRAINING_GROUP = "training"
+MAINTENANCE_GROUP = "maintenance"
 
 TABLE_TAGS = {"lance_assets/table": "corpus"}  # assets that read or write the corpus table
 
@@ -31,3 +32,18 @@ CURATION_RULES = dg.AssetKey("curation_rules")
 TEXT_INDEX = dg.AssetKey("text_index")
 SAMPLES = dg.AssetKey("samples")
 FORENSICS = dg.AssetKey("forensics")
+
+# Table maintenance and column coverage (defs/maintenance).
+EMBEDDINGS = dg.AssetKey("embeddings")
+VECTOR_INDEX = dg.AssetKey("vector_index")
+# Every asset that writes column groups through `corpus.columns.write_columns`. Each gets the
+# blocking `columns_written` check (every row holds written values of the columns it declares
+# in `dagster/column_schema`), and `table_maintenance` runs after it. A new column asset: add
+# its key here.
+COLUMN_ASSETS = (
+    DEDUP_FLAG,
+    QUALITY_SIGNALS,
+    NEAR_DUP,
+    TOKEN_IDS,
+    EMBEDDINGS,
+)
