@@ -1,6 +1,7 @@
 """Several writers on one table at once: column writers of different columns, two ingests of
 the same source, whole Dagster runs on fresh instances, and a run killed mid-way."""
 
+import json
 import os
 import shutil
 import signal
@@ -127,6 +128,30 @@ def cli(args: list[str], home: Path | None, data: Path, source: str, **kw):
     return subprocess.Popen([DAGSTER, "asset", "materialize", "-m", "lance_assets.definitions",
                              *args], cwd=kw.pop("cwd", REPO), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
+
+
+def test_an_ingest_frozen_before_its_commit_adds_nothing_twice_with_no_lock_at_all(
+        tmp_path, monkeypatch):
+    """Exactly-once rests on the commit, not on the lock: with no lock, an ingest frozen
+    (SIGSTOP) inside its second commit while another ingest of the same source completes,
+    then thawed, finds its commit rejected, plans again and adds nothing; every document is in
+    the table once, with the ids of a single uninterrupted ingest."""
+    import lance_assets.corpus.ingest as ingest_module
+    from lance_assets_tests.stall_driver import no_lock, start_frozen, table_rows
+
+    root, source = tmp_path / "data", "synthetic:3000"
+    frozen = start_frozen(str(root), source, 2, "--no-lock")
+    monkeypatch.setattr(ingest_module, "ingest_lock", no_lock)
+    second = ingest(root, source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
+    assert second.rows_added == 3000 - 1024  # the frozen one committed the first part
+    os.kill(frozen.pid, signal.SIGCONT)
+    out, err = frozen.communicate(timeout=300)
+    assert frozen.returncode == 0, err[-3000:]
+    thawed = json.loads(out.splitlines()[-1])
+    assert thawed == {"rows_added": 1024, "replans": 1}
+    reference = tmp_path / "reference"
+    ingest(reference, source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
+    assert table_rows(root) == table_rows(reference)
 
 
 def test_two_raw_text_runs_on_different_instances_add_every_document_once(tmp_path):
