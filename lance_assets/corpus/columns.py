@@ -157,7 +157,37 @@ def ensure_columns(uri: str, fields: list[pa.Field]) -> lance.LanceDataset:
             ds = lance.dataset(uri)
         return ds
 
-    return commit_retrying(f"add columns {[f.name for f in fields]}", attempt)
+    commit_retrying(f"add columns {[f.name for f in fields]}", attempt)
+    return commit_retrying(f"mark {marker.name}", lambda: _adopt_unmarked(uri, fields, marker))
+
+
+def _adopt_unmarked(uri: str, fields: list[pa.Field], marker: pa.Field) -> lance.LanceDataset:
+    """Mark as written the fragments whose group a ``write_columns`` from before write markers
+    wrote: the group's values sit in data files of their own (a rewrite would have merged them
+    with other columns, and those fragments are computed again instead). Only a marker file is
+    written for them, so a table from before markers is not recomputed."""
+    ds = lance.dataset(uri)
+    group_ids = set().union(*(leaf_field_ids(ds, f.name) for f in fields))
+    marker_ids = leaf_field_ids(ds, marker.name)
+    schema = pa.schema([ds.schema.field(marker.name)])
+    groups = []
+    for frag in ds.get_fragments():
+        files = [{i for i in f.fields if i >= 0} for f in frag.metadata.data_files()]
+        if any(marker_ids & f for f in files):
+            continue
+        holding = [f for f in files if group_ids & f]
+        if not holding or not group_ids <= set().union(*holding) \
+                or any(not f <= group_ids for f in holding):
+            continue
+        n = frag.physical_rows
+        table = pa.table([pa.array(np.ones(n, dtype=bool))], schema=schema)
+        new = write_fragments(table, uri, schema=schema, max_rows_per_file=max(n, 1))
+        groups.append(lance.LanceOperation.DataReplacementGroup(
+            frag.fragment_id, new[0].data_files()[0]))
+    if not groups:
+        return ds
+    return lance.LanceDataset.commit(uri, lance.LanceOperation.DataReplacement(groups),
+                                     read_version=ds.version)
 
 
 def _fragments_without_fields(frags: list[LanceFragment], field_ids: set[int]) -> set[int]:
