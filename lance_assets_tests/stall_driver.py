@@ -36,7 +36,7 @@ def freeze_before_commit(n: int) -> None:
     @functools.wraps(real)
     def commit(*args, **kwargs):
         operation = args[1] if len(args) > 1 else kwargs.get("operation")
-        if isinstance(operation, lance.LanceOperation.Merge):
+        if isinstance(operation, (lance.LanceOperation.Merge, lance.LanceOperation.Append)):
             commits["n"] += 1
             if commits["n"] == n:
                 os.kill(os.getpid(), signal.SIGSTOP)  # resumes here on SIGCONT
