@@ -201,19 +201,43 @@ def _fragments_without_fields(frags: list[LanceFragment], field_ids: set[int]) -
 
 def _fragments_with_null(ds: lance.LanceDataset, frags: list[LanceFragment],
                          markers: list[str]) -> dict[int, int]:
-    """``{fragment id: rows}`` of the rows in ``frags`` whose markers are null (a marker no
-    data file of the fragment holds reads as null)."""
+    """``{fragment id: rows}`` of the rows in ``frags`` whose markers are null.
+
+    Read from the metadata where it decides: a fragment with no data file holding a marker was
+    never written; a marker in a data file holding exactly its group (how ``write_columns``
+    writes it, true on every row) is written. Only a marker in a data file that a rewrite
+    merged with other columns is read, to find its nulls."""
     if not frags or not markers:
         return {}
-    where = " OR ".join(f"`{m}` IS NULL" for m in markers)
+    groups = marker_groups(ds)
+    marker_ids = {m: leaf_field_ids(ds, m) for m in markers}
+    own_file = {m: marker_ids[m].union(*(leaf_field_ids(ds, c) for c in groups.get(m, [])))
+                for m in markers}
     out: dict[int, int] = {}
-    scanner = ds.scanner(columns=markers[:1], filter=where, fragments=frags,
-                         with_row_address=True)
-    for batch in scanner.to_batches():
-        frag_ids, counts = np.unique(
-            batch.column("_rowaddr").to_numpy(zero_copy_only=False) >> 32, return_counts=True)
-        for fid, n in zip(frag_ids.tolist(), counts.tolist()):
-            out[fid] = out.get(fid, 0) + n
+    to_scan: dict[tuple[str, ...], list[LanceFragment]] = {}
+    for frag in frags:
+        files = [{i for i in f.fields if i >= 0} for f in frag.metadata.data_files()]
+        scan = []
+        for m in markers:
+            holding = [f for f in files if marker_ids[m] & f]
+            if not holding:
+                out[frag.fragment_id] = frag.count_rows()
+                break
+            if any(f != own_file[m] for f in holding):
+                scan.append(m)
+        else:
+            if scan:
+                to_scan.setdefault(tuple(scan), []).append(frag)
+    for scan_markers, scan_frags in to_scan.items():
+        where = " OR ".join(f"`{m}` IS NULL" for m in scan_markers)
+        scanner = ds.scanner(columns=list(scan_markers[:1]), filter=where, fragments=scan_frags,
+                             with_row_address=True)
+        for batch in scanner.to_batches():
+            frag_ids, counts = np.unique(
+                batch.column("_rowaddr").to_numpy(zero_copy_only=False) >> 32,
+                return_counts=True)
+            for fid, n in zip(frag_ids.tolist(), counts.tolist()):
+                out[fid] = out.get(fid, 0) + n
     return out
 
 
