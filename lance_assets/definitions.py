@@ -30,7 +30,7 @@ end_to_end_job = dg.define_asset_job(
     description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
                 "near_dup, text_index, curation_rules, corpus_profile); tokenizer and token_ids; "
                 "embeddings and vector_index; training (pretrained_model, samples); and the "
-                "forensics report; table_maintenance last.",
+                "forensics report; table_maintenance.",
 )
 
 defs = dg.Definitions(

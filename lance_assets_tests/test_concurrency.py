@@ -17,12 +17,14 @@ import pytest
 from lance_assets import paths
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.quality import quality_signals
+from lance_assets.corpus.table import RAW_SCHEMA
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.fault_driver import run as run_writer
 
 REPO = Path(__file__).resolve().parents[1]
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
 COLUMN_WRITERS = ["dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings"]
+RAW_COLUMNS = set(RAW_SCHEMA.names)
 
 
 def content(root) -> list[dict]:
@@ -46,6 +48,42 @@ def test_column_writers_of_different_columns_run_at_once_in_processes(tmp_path):
     for writer, proc in zip(COLUMN_WRITERS, procs):
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"{writer} failed next to the others:\n{err[-3000:]}"
+    assert content(concurrent) == content(sequential)
+
+
+def test_maintenance_runs_next_to_the_column_writers(tmp_path):
+    """`table_maintenance` (compaction, index refresh, cleanup with its default retention) over
+    and over while the five column writers run as processes on a table of small fragments with
+    deleted rows: every writer succeeds, and once maintenance has compacted the rest, the
+    table holds the sequential result."""
+    from lance_assets.corpus.columns import is_written_marker, unwritten_rows
+    from lance_assets.corpus.maintenance import maintain
+
+    base = tmp_path / "base"
+    ingest(base, "synthetic:2000", rows_per_fragment=100, rows_per_commit=300, log=quiet)
+    lance.dataset(paths.table_uri(base)).delete("id % 50 = 7 AND id > 1000")
+    maintain(base, target_rows_per_fragment=100, log=quiet)  # deleted rows dropped: 20 fragments
+    sequential, concurrent = tmp_path / "seq", tmp_path / "conc"
+    shutil.copytree(base, sequential)
+    shutil.copytree(base, concurrent)
+    for writer in COLUMN_WRITERS:
+        run_writer(writer, str(sequential), None)
+    procs = [subprocess.Popen([sys.executable, "-m", "lance_assets_tests.fault_driver", writer,
+                               str(concurrent), "none", "0"], cwd=REPO,
+                              stderr=subprocess.PIPE, text=True)
+             for writer in COLUMN_WRITERS]
+    compacted = 0
+    while any(p.poll() is None for p in procs):
+        compacted += maintain(concurrent, target_rows_per_fragment=400, log=quiet).fragments_removed
+        time.sleep(0.2)
+    for writer, proc in zip(COLUMN_WRITERS, procs):
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"{writer} failed next to maintenance:\n{err[-3000:]}"
+    report = maintain(concurrent, target_rows_per_fragment=400, log=quiet)
+    assert compacted + report.fragments_removed > 0 and report.fragments_left_out == 0
+    ds = lance.dataset(paths.table_uri(concurrent))
+    written = [c for c in ds.schema.names if c not in RAW_COLUMNS and not is_written_marker(c)]
+    assert unwritten_rows(ds, written).complete
     assert content(concurrent) == content(sequential)
 
 

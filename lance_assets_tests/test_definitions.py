@@ -25,9 +25,7 @@ def test_asset_graph_shape():
                        "corpus_profile": {"dedup_flag", "quality_signals", "near_dup", "token_ids"},
                        "embeddings": {"raw_text"}, "vector_index": {"embeddings"},
                        "forensics": {"samples", "vector_index", "text_index"},
-                       "table_maintenance": {"raw_text", "dedup_flag", "quality_signals",
-                                             "near_dup", "token_ids", "embeddings", "text_index",
-                                             "vector_index"}}
+                       "table_maintenance": {"raw_text"}}
     for key in ("raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup", "text_index",
                 "curation_rules", "embeddings", "vector_index", "table_maintenance"):
         node = graph.get(dg.AssetKey(key))

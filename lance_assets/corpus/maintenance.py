@@ -163,9 +163,11 @@ def maintain(
         def compaction() -> tuple:
             current = lance.dataset(uri)
             left_out = sorted(incomplete_fragments(current))
+            # every deleted row is dropped (Lance's default waits for 10% of a fragment):
+            # column writes need fragments without deletion files
             metrics = current.optimize.compact_files(
                 target_rows_per_fragment=target_rows_per_fragment, materialize_deletions=True,
-                excluded_fragment_ids=left_out)
+                materialize_deletions_threshold=0.0, excluded_fragment_ids=left_out)
             return metrics, len(left_out)
 
         metrics, report.fragments_left_out = commit_retrying("compaction", compaction, log=log)

@@ -33,13 +33,11 @@ TEXT_INDEX = dg.AssetKey("text_index")
 SAMPLES = dg.AssetKey("samples")
 FORENSICS = dg.AssetKey("forensics")
 
-# Table maintenance and column coverage (defs/maintenance).
+# Column coverage (defs/maintenance/checks.py).
 EMBEDDINGS = dg.AssetKey("embeddings")
-VECTOR_INDEX = dg.AssetKey("vector_index")
 # Every asset that writes column groups through `corpus.columns.write_columns`. Each gets the
-# blocking `columns_written` check (every row holds written values of the columns it declares
-# in `dagster/column_schema`), and `table_maintenance` runs after it. A new column asset: add
-# its key here.
+# blocking `columns_written` check: every row holds written values of the columns it declares
+# in `dagster/column_schema`. A new column asset: add its key here.
 COLUMN_ASSETS = (
     DEDUP_FLAG,
     QUALITY_SIGNALS,

@@ -6,8 +6,8 @@ from datetime import timedelta
 import dagster as dg
 
 from lance_assets.corpus import ingest, maintenance
-from lance_assets.defs.common import COLUMN_ASSETS, POOL, RAW_TEXT, TABLE_TAGS, TEXT_INDEX, VECTOR_INDEX
 from lance_assets.defs.common import MAINTENANCE_GROUP as GROUP
+from lance_assets.defs.common import POOL, RAW_TEXT, TABLE_TAGS
 from lance_assets.defs.resources import LanceStore
 
 
@@ -31,10 +31,8 @@ class MaintenanceConfig(dg.Config):
     those versions. The run's checkpoints can no longer resume on them."""
 
 
-@dg.asset(
-    deps=[RAW_TEXT, *COLUMN_ASSETS, TEXT_INDEX, VECTOR_INDEX], group_name=GROUP,
-    kinds={"lance"}, code_version="1", pool=POOL, tags=TABLE_TAGS,
-)
+@dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
+          tags=TABLE_TAGS)
 def table_maintenance(context: dg.AssetExecutionContext, config: MaintenanceConfig,
                       lance_store: LanceStore):
     """Upkeep of the `corpus` table: compacts small fragments (never a fragment whose columns
