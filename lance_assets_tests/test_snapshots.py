@@ -30,9 +30,13 @@ TRAIN = ["--seq-len", "32", "--batch-size", "4", "--num-splits", "8", "--warmup"
 
 @pytest.fixture
 def root(tokenized_root, tmp_path):
-    """A writable copy of the shared tokenized corpus."""
+    """A writable copy of the shared tokenized corpus, without the snapshot tags of the runs
+    other tests trained on it."""
     copy = tmp_path / "data"
     shutil.copytree(tokenized_root, copy)
+    ds = lance.dataset(paths.table_uri(copy))
+    for tag in ds.tags.list():
+        ds.tags.delete(tag)
     return copy
 
 
