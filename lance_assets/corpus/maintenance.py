@@ -192,7 +192,8 @@ def maintain(
         report.versions_removed = stats.old_versions
         report.bytes_reclaimed = stats.bytes_removed
         report.data_files_removed = stats.data_files_removed
-        log(f"cleanup: {stats.old_versions} version(s) older than {keep_versions_for} removed, "
+        log(f"cleanup: {stats.old_versions} untagged version(s) older than "
+            f"{keep_versions_for.total_seconds() / 3600:g} h removed, "
             f"{stats.bytes_removed / 1e6:.1f} MB")
 
     ds = lance.dataset(uri)
