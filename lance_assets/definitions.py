@@ -15,9 +15,16 @@ from lance_assets.defs.curation.assets import (
 from lance_assets.defs.curation.checks import CHECKS as CURATION_CHECKS
 from lance_assets.defs.curation.taggers import TAGGERS as CURATION_TAGGERS
 from lance_assets.defs.forensics.assets import embeddings, forensics, vector_index
+from lance_assets.defs.maintenance.assets import table_maintenance
+from lance_assets.defs.maintenance.automation import table_maintenance_job, table_maintenance_schedule
+from lance_assets.defs.maintenance.checks import coverage_checks
 from lance_assets.defs.resources import lance_store_from_env
 from lance_assets.defs.training.assets import pretrained_model, samples
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
+
+ASSETS = [raw_text, dedup_flag, tokenizer, token_ids, pretrained_model, samples,
+          quality_signals, near_dup, text_index, curation_rules, corpus_profile,
+          embeddings, vector_index, forensics, *CURATION_TAGGERS, table_maintenance]
 
 end_to_end_job = dg.define_asset_job(
     "end_to_end", selection=dg.AssetSelection.all(),
@@ -26,16 +33,14 @@ end_to_end_job = dg.define_asset_job(
                 "personal_data, paragraph_dups, contamination, quality_score); tokenizer and "
                 "token_ids; "
                 "embeddings and vector_index; training (pretrained_model, samples); and the "
-                "forensics report.",
+                "forensics report; table_maintenance.",
 )
 
 defs = dg.Definitions(
-    assets=[raw_text, dedup_flag, tokenizer, token_ids, pretrained_model, samples,
-            quality_signals, near_dup, text_index, curation_rules, corpus_profile,
-            embeddings, vector_index, forensics, *CURATION_TAGGERS],
-    asset_checks=CURATION_CHECKS,
-    jobs=[corpus_refresh_job, end_to_end_job],
-    schedules=[corpus_refresh_schedule],
+    assets=ASSETS,
+    asset_checks=[*CURATION_CHECKS, *coverage_checks(ASSETS)],
+    jobs=[corpus_refresh_job, end_to_end_job, table_maintenance_job],
+    schedules=[corpus_refresh_schedule, table_maintenance_schedule],
     sensors=[landing_sensor],
     resources={
         "lance_store": lance_store_from_env(),

@@ -190,6 +190,7 @@ def append_text(path: Location | str, text: str) -> None:
 EXCLUSIVE_CREATE_SCHEMES = {"s3", "s3a"}
 
 LEASE_TTL_S = 60.0
+LEASE_TTL_ENV = "LANCE_ASSETS_LEASE_TTL_S"  # overrides LEASE_TTL_S (seconds)
 
 
 class LeaseLost(RuntimeError):
@@ -201,18 +202,22 @@ class ObjectLease:
 
     The lease is a folder of generation objects ``000000000001.json``, ``...2.json``. Taking it
     means creating the next generation with a create-if-absent PUT, so of two racing takers
-    exactly one wins. The newest generation rules: it is held while its ``expires`` (wall clock,
-    seconds) is in the future and it is not marked released. The holder rewrites its own object
-    with a later ``expires`` every ``ttl_s / 4``; a holder that dies stops renewing, and after
-    ``ttl_s`` the next taker creates the following generation. ``check()`` fails once a newer
-    generation exists or the holder could not renew in time: call it before every commit, so a
-    stalled holder that was taken over stops instead of writing twice.
+    exactly one wins. Generations are never deleted, so no generation can be created twice: a
+    taker that looked at the folder long ago and tries to create a generation someone has
+    created since fails, and looks again. The newest generation rules: it is held while its
+    ``expires`` (wall clock, seconds) is in the future and it is not marked released. The holder
+    rewrites its own object with a later ``expires`` every ``ttl_s / 4``; a holder that dies
+    stops renewing, and after ``ttl_s`` the next taker creates the following generation.
+    ``check()`` looks for a newer generation itself (one request) and fails once there is one,
+    or once the holder could not renew in time: call it before every commit, so a stalled holder
+    that was taken over stops instead of doing work that would be thrown away.
 
-    Assumptions, stated in docs/object-storage.md: clocks agree to well within ``ttl_s``, and no
-    holder stalls for longer than ``ttl_s`` between ``check()`` and the commit that follows.
+    The lease saves wasted work; it is not what keeps ingest exactly-once (its commits are, see
+    ``corpus.ingest``). Clocks that disagree, or a holder frozen between ``check()`` and its
+    commit, can let two holders work at once; the commit fence then rejects the stale one.
     """
 
-    def __init__(self, folder: Location | str, owner: str, *, ttl_s: float = LEASE_TTL_S,
+    def __init__(self, folder: Location | str, owner: str, *, ttl_s: float | None = None,
                  poll_s: float = 1.0, log=print):
         self.folder = location(folder)
         if not is_object_store(self.folder):
@@ -223,6 +228,8 @@ class ObjectLease:
                 f"for S3 ({', '.join(sorted(EXCLUSIVE_CREATE_SCHEMES))}). Run this job with the "
                 "data on S3 or a local/NFS folder, or see docs/object-storage.md.")
         self.owner = f"{owner} [{secrets.token_hex(4)}]"
+        if ttl_s is None:
+            ttl_s = float(os.environ.get(LEASE_TTL_ENV) or LEASE_TTL_S)
         self.ttl_s, self.poll_s, self.log = ttl_s, poll_s, log
         self.generation: int | None = None
         self.waited_s = 0.0
@@ -251,6 +258,24 @@ class ObjectLease:
                 out.append(int(stem))
         return sorted(out)
 
+    def _exists(self, gen: int) -> bool:
+        try:
+            self._fs.info(self._name(gen), refresh=True)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def _newest(self, known: int) -> int:
+        """The newest generation, knowing that ``known`` exists (0: nothing known yet; the
+        folder is listed once). Generations above a known one are contiguous: each is created
+        only as the successor of an existing one, and none is ever deleted."""
+        if known == 0:
+            gens = self._generations()
+            known = gens[-1] if gens else 0
+        while self._exists(known + 1):
+            known += 1
+        return known
+
     def _record(self, released: bool = False) -> bytes:
         import json
 
@@ -276,20 +301,21 @@ class ObjectLease:
         """Block until the lease is ours; returns the seconds waited."""
         start = time.perf_counter()
         told = None
+        top = 0
         while True:
-            gens = self._generations()
-            top = gens[-1] if gens else 0
+            top = self._newest(top)
             holder = self._holder(top) if top else None
             if holder is None:
                 try:
                     self._fs.pipe_file(self._name(top + 1), self._record(), mode="create")
                 except FileExistsError:
-                    continue  # another taker won this generation: look again
+                    continue  # another taker created it first: look again
+                if self._exists(top + 2):  # taken over already (clocks far apart): not ours
+                    top += 1
+                    continue
                 self.generation = top + 1
                 self._renewed_at = time.monotonic()
                 self._start_renewing()
-                for old in gens:  # superseded generations: housekeeping only
-                    self._fs.rm_file(self._name(old))
                 self.waited_s = time.perf_counter() - start
                 return self.waited_s
             if told != holder["owner"]:
@@ -306,13 +332,18 @@ class ObjectLease:
         self._thread = threading.Thread(target=self._renew_loop, name="lease-renewal", daemon=True)
         self._thread.start()
 
+    def _taken_over(self) -> str | None:
+        if self._exists(self.generation + 1):
+            return (f"lease {self.folder} was taken over (generation {self.generation + 1}) "
+                    "after this process failed to renew it in time")
+        return None
+
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl_s / 4):
             try:
-                newer = [g for g in self._generations() if g > self.generation]
-                if newer:
-                    self._lost = (f"lease {self.folder} was taken over (generation {newer[-1]}) "
-                                  "after this process failed to renew it in time")
+                lost = self._taken_over()
+                if lost:
+                    self._lost = lost
                     return
                 self._fs.pipe_file(self._name(self.generation), self._record())
                 self._renewed_at = time.monotonic()
@@ -323,6 +354,9 @@ class ObjectLease:
         """Raise ``LeaseLost`` unless the lease is still surely ours."""
         if self.generation is None:
             raise LeaseLost(f"lease {self.folder} is not held")
+        if self._lost:
+            raise LeaseLost(self._lost)
+        self._lost = self._taken_over()
         if self._lost:
             raise LeaseLost(self._lost)
         # renewals keep the lease ttl_s past the last success; stop with a margin before that

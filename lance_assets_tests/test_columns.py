@@ -103,3 +103,76 @@ def test_a_column_writer_before_any_ingest_says_to_materialize_raw_text(tmp_path
     with pytest.raises(TableMissingError, match="Materialize `raw_text` first"):
         run()
     assert not (tmp_path / "lance").exists()  # nothing was created on the way
+
+
+SQUARE = pa.field("id_squared", pa.int64())
+
+
+def id_squared(frag):
+    ids = frag.to_table(columns=["id"]).column("id")
+    yield pa.RecordBatch.from_arrays([pa.compute.multiply(ids, ids).combine_chunks()], [SQUARE.name])
+
+
+def test_completeness_is_judged_by_the_write_marker_so_a_compaction_cannot_fake_it(root):
+    """Fragment 0 of 4 written, then Lance's own compaction: the merged data file lists the
+    column for every row (nulls where nothing was written), yet the rows stay unwritten and the
+    next write fills them; the values written before are written again, equal."""
+    from lance_assets.corpus.columns import unwritten_rows
+
+    ingest(root, "synthetic:200", rows_per_fragment=50, log=quiet)
+    uri = paths.table_uri(root)
+    first = lance.dataset(uri).get_fragments()[0].fragment_id
+
+    def only_first(frag):
+        if frag.fragment_id != first:
+            raise RuntimeError("killed")  # what a killed backfill leaves: one fragment written
+        yield from id_squared(frag)
+
+    with pytest.raises(RuntimeError, match="killed"):
+        write_columns(uri, [SQUARE], only_first, fragments_per_commit=1, log=quiet)
+    lance.dataset(uri).optimize.compact_files()
+    ds = lance.dataset(uri)
+    assert len(ds.get_fragments()) == 1
+    assert [r["id_squared"] for r in ds.to_table(columns=["id_squared"]).to_pylist()] == \
+        [i * i for i in range(50)] + [None] * 150
+    assert unwritten_rows(ds, [SQUARE.name]).unwritten_rows == 150
+    assert [f.fragment_id for f in fragments_missing(ds, [SQUARE.name])] == \
+        [ds.get_fragments()[0].fragment_id]
+    report = write_columns(uri, [SQUARE], id_squared, log=quiet)
+    assert report.rows_written == 200
+    rows = lance.dataset(uri).to_table(columns=["id", "id_squared"]).to_pylist()
+    assert all(r["id_squared"] == r["id"] ** 2 for r in rows)
+    assert unwritten_rows(lance.dataset(uri), [SQUARE.name]).complete
+    assert write_columns(uri, [SQUARE], id_squared, log=quiet).nothing_to_do
+
+
+def test_a_column_written_before_write_markers_is_adopted_not_recomputed(root):
+    """A table from before write markers: fragments whose column sits in a data file of its
+    own (how write_columns always wrote it) get a marker file; only the others are computed."""
+    ingest(root, "synthetic:200", rows_per_fragment=50, log=quiet)
+    uri = paths.table_uri(root)
+    ds = lance.dataset(uri)
+    ds.add_columns(pa.schema([SQUARE]))  # the old writer: columns, no marker ...
+    ds = lance.dataset(uri)
+    schema = pa.schema([ds.schema.field(SQUARE.name)])
+    old = ds.get_fragments()[:2]
+    groups = []
+    for frag in old:  # ... and a data file of the column's own per fragment written
+        batches = list(id_squared(frag))
+        new = lance.fragment.write_fragments(pa.Table.from_batches(batches, schema), uri,
+                                             schema=schema)
+        groups.append(lance.LanceOperation.DataReplacementGroup(frag.fragment_id,
+                                                                new[0].data_files()[0]))
+    lance.LanceDataset.commit(uri, lance.LanceOperation.DataReplacement(groups),
+                              read_version=ds.version)
+    computed = []
+
+    def counted(frag):
+        computed.append(frag.fragment_id)
+        yield from id_squared(frag)
+
+    report = write_columns(uri, [SQUARE], counted, log=quiet)
+    assert sorted(computed) == sorted(f.fragment_id for f in lance.dataset(uri).get_fragments()[2:])
+    assert report.rows_written == 100
+    rows = lance.dataset(uri).to_table(columns=["id", "id_squared", "_written_id_squared"]).to_pylist()
+    assert all(r["id_squared"] == r["id"] ** 2 and r["_written_id_squared"] for r in rows)

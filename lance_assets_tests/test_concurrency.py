@@ -1,6 +1,7 @@
 """Several writers on one table at once: column writers of different columns, two ingests of
 the same source, whole Dagster runs on fresh instances, and a run killed mid-way."""
 
+import json
 import os
 import shutil
 import signal
@@ -16,12 +17,14 @@ import pytest
 from lance_assets import paths
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.quality import quality_signals
+from lance_assets.corpus.table import RAW_SCHEMA
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.fault_driver import run as run_writer
 
 REPO = Path(__file__).resolve().parents[1]
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
 COLUMN_WRITERS = ["dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings"]
+RAW_COLUMNS = set(RAW_SCHEMA.names)
 
 
 def content(root) -> list[dict]:
@@ -45,6 +48,42 @@ def test_column_writers_of_different_columns_run_at_once_in_processes(tmp_path):
     for writer, proc in zip(COLUMN_WRITERS, procs):
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"{writer} failed next to the others:\n{err[-3000:]}"
+    assert content(concurrent) == content(sequential)
+
+
+def test_maintenance_runs_next_to_the_column_writers(tmp_path):
+    """`table_maintenance` (compaction, index refresh, cleanup with its default retention) over
+    and over while the five column writers run as processes on a table of small fragments with
+    deleted rows: every writer succeeds, and once maintenance has compacted the rest, the
+    table holds the sequential result."""
+    from lance_assets.corpus.columns import is_written_marker, unwritten_rows
+    from lance_assets.corpus.maintenance import maintain
+
+    base = tmp_path / "base"
+    ingest(base, "synthetic:2000", rows_per_fragment=100, rows_per_commit=300, log=quiet)
+    lance.dataset(paths.table_uri(base)).delete("id % 50 = 7 AND id > 1000")
+    maintain(base, target_rows_per_fragment=100, log=quiet)  # deleted rows dropped: 20 fragments
+    sequential, concurrent = tmp_path / "seq", tmp_path / "conc"
+    shutil.copytree(base, sequential)
+    shutil.copytree(base, concurrent)
+    for writer in COLUMN_WRITERS:
+        run_writer(writer, str(sequential), None)
+    procs = [subprocess.Popen([sys.executable, "-m", "lance_assets_tests.fault_driver", writer,
+                               str(concurrent), "none", "0"], cwd=REPO,
+                              stderr=subprocess.PIPE, text=True)
+             for writer in COLUMN_WRITERS]
+    compacted = 0
+    while any(p.poll() is None for p in procs):
+        compacted += maintain(concurrent, target_rows_per_fragment=400, log=quiet).fragments_removed
+        time.sleep(0.2)
+    for writer, proc in zip(COLUMN_WRITERS, procs):
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"{writer} failed next to maintenance:\n{err[-3000:]}"
+    report = maintain(concurrent, target_rows_per_fragment=400, log=quiet)
+    assert compacted + report.fragments_removed > 0 and report.fragments_left_out == 0
+    ds = lance.dataset(paths.table_uri(concurrent))
+    written = [c for c in ds.schema.names if c not in RAW_COLUMNS and not is_written_marker(c)]
+    assert unwritten_rows(ds, written).complete
     assert content(concurrent) == content(sequential)
 
 
@@ -127,6 +166,30 @@ def cli(args: list[str], home: Path | None, data: Path, source: str, **kw):
     return subprocess.Popen([DAGSTER, "asset", "materialize", "-m", "lance_assets.definitions",
                              *args], cwd=kw.pop("cwd", REPO), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
+
+
+def test_an_ingest_frozen_before_its_commit_adds_nothing_twice_with_no_lock_at_all(
+        tmp_path, monkeypatch):
+    """Exactly-once rests on the commit, not on the lock: with no lock, an ingest frozen
+    (SIGSTOP) inside its second commit while another ingest of the same source completes,
+    then thawed, finds its commit rejected, plans again and adds nothing; every document is in
+    the table once, with the ids of a single uninterrupted ingest."""
+    import lance_assets.corpus.ingest as ingest_module
+    from lance_assets_tests.stall_driver import no_lock, start_frozen, table_rows
+
+    root, source = tmp_path / "data", "synthetic:3000"
+    frozen = start_frozen(str(root), source, 2, "--no-lock")
+    monkeypatch.setattr(ingest_module, "ingest_lock", no_lock)
+    second = ingest(root, source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
+    assert second.rows_added == 3000 - 1024  # the frozen one committed the first part
+    os.kill(frozen.pid, signal.SIGCONT)
+    out, err = frozen.communicate(timeout=300)
+    assert frozen.returncode == 0, err[-3000:]
+    thawed = json.loads(out.splitlines()[-1])
+    assert thawed == {"rows_added": 1024, "replans": 1}
+    reference = tmp_path / "reference"
+    ingest(reference, source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
+    assert table_rows(root) == table_rows(reference)
 
 
 def test_two_raw_text_runs_on_different_instances_add_every_document_once(tmp_path):

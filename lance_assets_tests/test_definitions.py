@@ -15,7 +15,7 @@ def test_asset_graph_shape():
     assert keys == {"raw_text", "dedup_flag", "tokenizer", "token_ids", "pretrained_model", "samples",
                     "quality_signals", "near_dup", "text_index", "curation_rules", "corpus_profile",
                     "embeddings", "vector_index", "forensics", "detected_language", "personal_data",
-                    "paragraph_dups", "contamination", "quality_score"}
+                    "paragraph_dups", "contamination", "quality_score", "table_maintenance"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
@@ -32,9 +32,10 @@ def test_asset_graph_shape():
                        "paragraph_dups": {"raw_text"}, "contamination": {"raw_text"},
                        "quality_score": {"raw_text", "embeddings"},
                        "embeddings": {"raw_text"}, "vector_index": {"embeddings"},
-                       "forensics": {"samples", "vector_index", "text_index"}}
+                       "forensics": {"samples", "vector_index", "text_index"},
+                       "table_maintenance": {"raw_text"}}
     for key in ("raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup", "text_index",
-                "curation_rules", "embeddings", "vector_index", *TAGGERS):
+                "curation_rules", "embeddings", "vector_index", "table_maintenance", *TAGGERS):
         node = graph.get(dg.AssetKey(key))
         assert node.pools == {"lance_corpus"}  # one writer of the table at a time
     for key in keys:
@@ -44,7 +45,13 @@ def test_asset_graph_shape():
     guards = {k.name for k in graph.asset_check_keys if k.asset_key == dg.AssetKey("curation_rules")}
     assert guards == {"rules_valid", "filter_keeps_rows", "input_ids_present", "n_tokens_consistent",
                       "duplicate_rate_in_bounds", "contamination_not_kept"}
+    # every column asset's columns are checked written on every row
+    covered = {k.asset_key.to_user_string() for k in graph.asset_check_keys
+               if k.name == "columns_written"}
+    assert covered == {"dedup_flag", "quality_signals", "near_dup", "token_ids", "embeddings",
+                       *TAGGERS}
     assert all(graph.get_check_spec(k).blocking for k in graph.asset_check_keys)
+    assert graph.get(dg.AssetKey("table_maintenance")).group_name == "maintenance"
 
 
 def test_train_config_mirrors_every_trainer_flag(tmp_path):
@@ -55,7 +62,7 @@ def test_train_config_mirrors_every_trainer_flag(tmp_path):
                       filter="NOT is_dup")  # '' would read the curation rules from a table
     cmd = trainer_command(cfg, tmp_path, tmp_path / "out")
     args = parse_args(cmd[cmd.index("lance_assets.train") + 1:])
-    trainer_flags = set(vars(args)) - {"data", "out", "table", "table_version"}
+    trainer_flags = set(vars(args)) - {"data", "out", "table", "table_version", "table_tag"}
     assert trainer_flags == set(TrainConfig.model_fields) - LAUNCH_ONLY
     for name in trainer_flags:
         assert getattr(args, name) == getattr(cfg, name), name

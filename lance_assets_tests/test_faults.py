@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from datetime import timedelta
 
 import lance
 import pyarrow as pa
@@ -108,6 +109,48 @@ def test_ingest_killed_then_rerun_equals_uninterrupted(world, tmp_path, point, n
 @pytest.mark.parametrize("point,n", COLUMN_FAULTS, ids=[f"{p}-{n}" for p, n in COLUMN_FAULTS])
 def test_column_writer_killed_then_rerun_equals_uninterrupted(world, tmp_path, writer, point, n):
     kill_then_rerun(world, tmp_path, writer, point, n)
+
+
+# Each writer's first column group: the one a kill at its 4th commit leaves part-written.
+FIRST_GROUP = {"dedup_flag": ["is_dup"], "token_ids": ["n_bytes"], "quality_signals": ["word_count"],
+               "near_dup": ["near_dup_cluster", "near_dup"], "embeddings": ["embedding"]}
+
+
+@pytest.mark.parametrize("compaction", ["table_maintenance", "lance_compact_files"])
+@pytest.mark.parametrize("writer", sorted(FIRST_GROUP))
+def test_column_writer_killed_then_compacted_then_rerun_equals_uninterrupted(
+        world, tmp_path, writer, compaction):
+    """A backfill killed part-way leaves some fragments written. A compaction in between,
+    ours or Lance's own (what an operator or lancedb's optimize runs), must not turn the
+    unwritten values into stored nulls that count as written: the rerun fills every row and
+    the table equals an uninterrupted run's."""
+    from lance_assets.corpus.columns import is_written_marker, unwritten_rows
+    from lance_assets.corpus.maintenance import maintain
+
+    root = tmp_path / "data"
+    shutil.copytree(world["raw"], root)
+    cmd = [sys.executable, "-m", "lance_assets_tests.fault_driver", writer, str(root),
+           "after-commit", "4"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "LANCE_LOG": "error"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    uri = paths.table_uri(root)
+    before = unwritten_rows(lance.dataset(uri), FIRST_GROUP[writer])
+    assert 0 < before.unwritten_rows < before.rows  # killed part-way
+    fragments = len(lance.dataset(uri).get_fragments())
+    if compaction == "table_maintenance":
+        report = maintain(root, keep_versions_for=timedelta(0), log=quiet)
+        assert report.fragments_removed > 0 and report.fragments_left_out > 0
+    else:
+        lance.dataset(uri).optimize.compact_files()  # merges written and unwritten fragments
+    assert len(lance.dataset(uri).get_fragments()) < fragments
+    after = unwritten_rows(lance.dataset(uri), FIRST_GROUP[writer])
+    assert after.unwritten_rows == before.unwritten_rows  # still known to be unwritten
+    run_writer(writer, str(root), None)
+    written = [c for c in lance.dataset(uri).schema.names if c not in world["reference"]["ingest"][0]
+               and not is_written_marker(c)]
+    assert unwritten_rows(lance.dataset(uri), written).complete
+    assert table_content(root) == world["reference"][writer]
 
 
 def jsonl_lines(n: int) -> list[str]:

@@ -1,6 +1,7 @@
 """Incremental, exactly-once ingest: batches over time, kills at any moment, schedule and sensor."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -155,7 +156,8 @@ def test_hf_source_reads_through_datasets_offline(tmp_path, monkeypatch):
     files = make_files(tmp_path / "hf", n_files=2, rows=1500)
     data_files = [str(f) for f in files]
     report = ingest(tmp_path / "d", "hf:parquet", hf_data_files=data_files, log=quiet)
-    assert report.rows_added == 3000 and report.units_ingested == ["hf:parquet"]
+    assert report.rows_added == 3000 and len(report.units_ingested) == 1
+    assert report.units_ingested[0].startswith("hf:parquet/train@local#")
     rows = content_raw(tmp_path / "d")
     assert [r["text"] for r in rows] == [t for f in files for t in pq.read_table(f)["text"].to_pylist()]
     assert [r["source_part"] for r in rows][::1024] == [0, 1, 2]
@@ -168,6 +170,33 @@ def test_hf_source_reads_through_datasets_offline(tmp_path, monkeypatch):
     assert first.rows_added == 2048  # stops at the first commit boundary past 1,500
     rest = ingest(capped, "hf:parquet", hf_data_files=data_files, rows_per_commit=1000, log=quiet)
     assert rest.rows_added == 952 and content_raw(capped) == rows
+
+
+def test_hf_watermark_is_keyed_by_the_file_list(tmp_path, monkeypatch):
+    """An `hf:` watermark is a row offset into one list of files. Another file list (a hub
+    update, a new data file, a file rewritten) is another unit: its offset starts at 0 instead
+    of skipping rows of files it never read."""
+    pytest.importorskip("datasets")
+    for var, value in {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+                       "HF_HOME": str(tmp_path / "hf_home")}.items():
+        monkeypatch.setenv(var, value)
+    files = make_files(tmp_path / "hf", n_files=3, rows=600)
+    root = tmp_path / "d"
+    first = ingest(root, "hf:parquet", hf_data_files=[str(files[0])], log=quiet)
+    assert first.rows_added == 600
+    # the list grows: a new unit, read from its start (the old offset of 600 would have
+    # skipped the first 600 rows of the longer list, which are not the same rows)
+    grown = ingest(root, "hf:parquet", hf_data_files=[str(f) for f in files[:2]], log=quiet)
+    assert grown.rows_added == 1200 and grown.units_ingested[0] != first.units_ingested[0]
+    stored = lance.dataset(paths.table_uri(root)).to_table().to_pylist()
+    from_second = [r["text"] for r in stored if r["source"] == grown.units_ingested[0]]
+    assert from_second == [t for f in files[:2] for t in pq.read_table(f)["text"].to_pylist()]
+    assert ingest(root, "hf:parquet", hf_data_files=[str(f) for f in files[:2]],
+                  log=quiet).rows_added == 0  # the same list again: nothing new
+    # a file rewritten in place (new modification time) is another unit as well
+    os.utime(files[0], (1_000_000_000, 1_000_000_000))
+    again = ingest(root, "hf:parquet", hf_data_files=[str(files[0])], log=quiet)
+    assert again.rows_added == 600 and again.units_ingested[0] != first.units_ingested[0]
 
 
 def content_raw(root):

@@ -224,6 +224,86 @@ def test_lease_waits_for_its_holder_and_takes_over_an_expired_one(s3):
     c.release()
 
 
+def test_an_ingest_frozen_past_its_lease_adds_nothing_twice(s3, tmp_path, monkeypatch):
+    """The clock-based lease cannot stop a holder frozen (SIGSTOP) between its lease check and
+    its commit: a second ingest takes the lease over after the TTL and completes. Thawed, the
+    frozen commit is rejected by the table (it was planned on an older version), and every
+    document is in the table once, with the ids of a single uninterrupted ingest."""
+    from lance_assets_tests.stall_driver import start_frozen, table_rows
+
+    bucket, _, _ = s3
+    root, source = f"s3://{bucket}/frozen", "synthetic:3000"
+    monkeypatch.setenv(storage.LEASE_TTL_ENV, "2")
+    frozen = start_frozen(root, source, 2)
+    time.sleep(2.5)  # its lease expires: the renewal thread is frozen with it
+    second = ingest(root, source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
+    assert second.rows_added == 3000 - 1024 and second.lock_wait_s < 30
+    os.kill(frozen.pid, signal.SIGCONT)
+    out, err = frozen.communicate(timeout=300)
+    # its stale commit conflicted; the retry then found the lease taken over and stopped
+    assert frozen.returncode != 0 and "LeaseLost" in err, err[-3000:]
+    reference = tmp_path / "reference"
+    ingest(reference, source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
+    assert table_rows(root) == table_rows(reference)
+
+
+GENERATION_REUSE_CONTENDER = """
+import os, signal, sys, time
+from lance_assets import storage
+calls = {"n": 0}
+holder = storage.ObjectLease._holder
+def frozen_after_looking(self, gen):
+    calls["n"] += 1
+    if calls["n"] == 1:  # it has seen the newest generation; freeze before it takes the next
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return holder(self, gen)
+storage.ObjectLease._holder = frozen_after_looking
+lease = storage.ObjectLease(sys.argv[1], "contender", ttl_s=4.0, poll_s=0.05, log=lambda m: None)
+lease.acquire()
+print(f"acquired {lease.generation} at {time.time()}", flush=True)
+lease.release()
+"""
+
+
+def test_lease_contenders_under_the_generation_reuse_interleaving_never_both_hold(s3):
+    """Contender B looks at the lease (generation 1, released) and freezes. Meanwhile A takes
+    and releases generation 2, and D takes generation 3 and holds it. Thawed, B tries to create
+    generation 2: it must not succeed (generations are never deleted, so none is created
+    twice), and B waits for D instead of holding the lease next to it."""
+    bucket, _, _ = s3
+    folder = f"s3://{bucket}/reuse/corpus.ingest.lock"
+    first = storage.ObjectLease(folder, "first", ttl_s=4.0, poll_s=0.05, log=quiet)
+    first.acquire()
+    first.release()
+    contender = subprocess.Popen([sys.executable, "-c", GENERATION_REUSE_CONTENDER, folder],
+                                 env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+    from lance_assets_tests.stall_driver import is_stopped
+
+    deadline = time.monotonic() + 60
+    while not is_stopped(contender.pid):
+        assert contender.poll() is None and time.monotonic() < deadline, contender.stderr.read()
+        time.sleep(0.05)
+    a = storage.ObjectLease(folder, "a", ttl_s=4.0, poll_s=0.05, log=quiet)
+    a.acquire()
+    a.release()
+    d = storage.ObjectLease(folder, "d", ttl_s=4.0, poll_s=0.05, log=quiet)
+    d.acquire()
+    assert (a.generation, d.generation) == (None, 3)
+    os.kill(contender.pid, signal.SIGCONT)
+    held_until = time.monotonic() + 3.0  # D renews; B must keep waiting
+    while time.monotonic() < held_until:
+        assert contender.poll() is None, f"the contender took the lease D holds: {contender.stdout.read()}"
+        d.check()
+        time.sleep(0.1)
+    released_at = time.time()
+    d.release()
+    out, err = contender.communicate(timeout=60)
+    assert contender.returncode == 0, err[-2000:]
+    _, gen, _, at = out.split()
+    assert int(gen) == 4 and float(at) >= released_at  # a new generation, after D let go
+
+
 def test_object_lease_is_refused_where_exclusive_create_is_not_verified():
     with pytest.raises(storage.StorageConfigError, match="create-if-absent"):
         storage.ObjectLease("gs://bucket/lock", "x")

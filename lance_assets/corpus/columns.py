@@ -25,10 +25,22 @@ A compute is therefore picklable: a module-level function, a ``functools.partial
 dataclass, never a closure over a live dataset. A compute whose fragments depend on the ones
 before it (near-duplicates) is a :class:`Staged` one: its costly part runs as tasks, its
 order-dependent rest in the driver, in fragment order.
+
+Completeness is judged by values, so it survives any rewrite of the table. Every group carries a
+*write marker*, a bool column (``_written_<first column>``) added with the group and written as
+true in the same data file as the group's values. A row whose marker is null was never written
+by us, whatever the data files look like: Lance's compaction (``compact_files``, lancedb's
+``optimize``) merges fragments into new data files that list every column and store nulls for
+the values not written yet, and those rows keep a null marker. A fragment with such a row
+counts as missing, and the next run computes it again (values are deterministic, so the rows
+already written get the same values) and replaces the group's columns in that fragment. So no
+unwritten value can become a stored null unnoticed: ``unwritten_rows`` counts them (the
+coverage checks), and the writer refills them.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +48,7 @@ from functools import lru_cache
 from typing import Any
 
 import lance
+import numpy as np
 import pyarrow as pa
 from lance.fragment import LanceFragment, write_fragments
 
@@ -76,12 +89,54 @@ class ColumnWriteReport:
         return not self.fragments_written
 
 
+# Write markers: one bool column per group, true on every row whose group values were written.
+WRITTEN_PREFIX = "_written_"
+WRITTEN_KEY = "lance_assets.written"  # the marker field's metadata: its group's columns (JSON)
+
+
+def written_marker(fields: list[pa.Field]) -> pa.Field:
+    """The write marker of the group ``fields`` (named after its first column)."""
+    columns = [f.name for f in fields]
+    return pa.field(WRITTEN_PREFIX + columns[0], pa.bool_(),
+                    metadata={WRITTEN_KEY: json.dumps(columns)})
+
+
+def is_written_marker(name: str) -> bool:
+    return name.startswith(WRITTEN_PREFIX)
+
+
+def marker_groups(ds: lance.LanceDataset) -> dict[str, list[str]]:
+    """``{marker column: the columns of its group}`` for every write marker in the schema."""
+    out = {}
+    for f in ds.schema:
+        meta = f.metadata or {}
+        if is_written_marker(f.name) and WRITTEN_KEY.encode() in meta:
+            out[f.name] = json.loads(meta[WRITTEN_KEY.encode()])
+    return out
+
+
+def markers_for(ds: lance.LanceDataset, columns: list[str]) -> tuple[list[str], list[str]]:
+    """(the markers vouching for ``columns``, the columns no marker covers: written before
+    markers existed, or not by ``write_columns``)."""
+    groups = marker_groups(ds)
+    markers, bare = [], []
+    for c in columns:
+        marker = next((m for m, group in groups.items() if c in group), None)
+        if marker is None:
+            bare.append(c)
+        elif marker not in markers:
+            markers.append(marker)
+    return markers, bare
+
+
 def ensure_columns(uri: str, fields: list[pa.Field]) -> lance.LanceDataset:
-    """Add ``fields`` to the schema as all-null columns if missing (no data is written)."""
+    """Add ``fields`` and their write marker to the schema as all-null columns if missing (no
+    data is written). A marker whose group lost a column (dropped, e.g. to recompute it) no
+    longer vouches for the group: it is dropped and added again, all null."""
+    marker = written_marker(fields)
 
     def attempt() -> lance.LanceDataset:
         ds = lance.dataset(uri)
-        missing = []
         for f in fields:
             if f.name in ds.schema.names:
                 existing = ds.schema.field(f.name).type
@@ -90,25 +145,156 @@ def ensure_columns(uri: str, fields: list[pa.Field]) -> lance.LanceDataset:
                         f"Column {f.name!r} already exists in {uri} with type {existing}, not "
                         f"{f.type}. Write the new values to a new column name instead."
                     )
-            else:
-                missing.append(f.with_nullable(True))
+        if marker.name in ds.schema.names and (
+                any(f.name not in ds.schema.names for f in fields)
+                or marker_groups(ds).get(marker.name) != [f.name for f in fields]):
+            ds.drop_columns([marker.name])
+            ds = lance.dataset(uri)
+        missing = [f.with_nullable(True) for f in [*fields, marker]
+                   if f.name not in ds.schema.names]
         if missing:
             ds.add_columns(pa.schema(missing))
             ds = lance.dataset(uri)
         return ds
 
-    return commit_retrying(f"add columns {[f.name for f in fields]}", attempt)
+    commit_retrying(f"add columns {[f.name for f in fields]}", attempt)
+    return commit_retrying(f"mark {marker.name}", lambda: _adopt_unmarked(uri, fields, marker))
 
 
-def fragments_missing(ds: lance.LanceDataset, columns: list[str]) -> list[LanceFragment]:
-    """Fragments whose data files do not yet hold every one of ``columns``."""
-    field_ids = set().union(*(leaf_field_ids(ds, c) for c in columns))
-    todo = []
+def _adopt_unmarked(uri: str, fields: list[pa.Field], marker: pa.Field) -> lance.LanceDataset:
+    """Mark as written the fragments whose group a ``write_columns`` from before write markers
+    wrote: the group's values sit in data files of their own (a rewrite would have merged them
+    with other columns, and those fragments are computed again instead). Only a marker file is
+    written for them, so a table from before markers is not recomputed."""
+    ds = lance.dataset(uri)
+    group_ids = set().union(*(leaf_field_ids(ds, f.name) for f in fields))
+    marker_ids = leaf_field_ids(ds, marker.name)
+    schema = pa.schema([ds.schema.field(marker.name)])
+    groups = []
     for frag in ds.get_fragments():
+        files = [{i for i in f.fields if i >= 0} for f in frag.metadata.data_files()]
+        if any(marker_ids & f for f in files):
+            continue
+        holding = [f for f in files if group_ids & f]
+        if not holding or not group_ids <= set().union(*holding) \
+                or any(not f <= group_ids for f in holding):
+            continue
+        n = frag.physical_rows
+        table = pa.table([pa.array(np.ones(n, dtype=bool))], schema=schema)
+        new = write_fragments(table, uri, schema=schema, max_rows_per_file=max(n, 1))
+        groups.append(lance.LanceOperation.DataReplacementGroup(
+            frag.fragment_id, new[0].data_files()[0]))
+    if not groups:
+        return ds
+    return lance.LanceDataset.commit(uri, lance.LanceOperation.DataReplacement(groups),
+                                     read_version=ds.version)
+
+
+def _fragments_without_fields(frags: list[LanceFragment], field_ids: set[int]) -> set[int]:
+    out = set()
+    for frag in frags:
         held = {fid for f in frag.metadata.data_files() for fid in f.fields}
         if not field_ids <= held:
-            todo.append(frag)
-    return todo
+            out.add(frag.fragment_id)
+    return out
+
+
+def _fragments_with_null(ds: lance.LanceDataset, frags: list[LanceFragment],
+                         markers: list[str]) -> dict[int, int]:
+    """``{fragment id: rows}`` of the rows in ``frags`` whose markers are null.
+
+    Read from the metadata where it decides: a fragment with no data file holding a marker was
+    never written; a marker in a data file holding exactly its group (how ``write_columns``
+    writes it, true on every row) is written. Only a marker in a data file that a rewrite
+    merged with other columns is read, to find its nulls."""
+    if not frags or not markers:
+        return {}
+    groups = marker_groups(ds)
+    marker_ids = {m: leaf_field_ids(ds, m) for m in markers}
+    own_file = {m: marker_ids[m].union(*(leaf_field_ids(ds, c) for c in groups.get(m, [])))
+                for m in markers}
+    out: dict[int, int] = {}
+    to_scan: dict[tuple[str, ...], list[LanceFragment]] = {}
+    for frag in frags:
+        files = [{i for i in f.fields if i >= 0} for f in frag.metadata.data_files()]
+        scan = []
+        for m in markers:
+            holding = [f for f in files if marker_ids[m] & f]
+            if not holding:
+                out[frag.fragment_id] = frag.count_rows()
+                break
+            if any(f != own_file[m] for f in holding):
+                scan.append(m)
+        else:
+            if scan:
+                to_scan.setdefault(tuple(scan), []).append(frag)
+    for scan_markers, scan_frags in to_scan.items():
+        where = " OR ".join(f"`{m}` IS NULL" for m in scan_markers)
+        scanner = ds.scanner(columns=list(scan_markers[:1]), filter=where, fragments=scan_frags,
+                             with_row_address=True)
+        for batch in scanner.to_batches():
+            frag_ids, counts = np.unique(
+                batch.column("_rowaddr").to_numpy(zero_copy_only=False) >> 32,
+                return_counts=True)
+            for fid, n in zip(frag_ids.tolist(), counts.tolist()):
+                out[fid] = out.get(fid, 0) + n
+    return out
+
+
+def fragments_missing(ds: lance.LanceDataset, columns: list[str],
+                      among: Iterable[int] | None = None) -> list[LanceFragment]:
+    """Fragments (of ``among``, default all) with a row whose ``columns`` were not written:
+    its write marker is null. Columns without a marker (written before markers existed) are
+    missing where no data file of the fragment holds them."""
+    frags = ds.get_fragments()
+    if among is not None:
+        wanted = set(among)
+        frags = [f for f in frags if f.fragment_id in wanted]
+    markers, bare = markers_for(ds, columns)
+    todo = set(_fragments_with_null(ds, frags, markers))
+    if bare:
+        field_ids = set().union(*(leaf_field_ids(ds, c) for c in bare))
+        todo |= _fragments_without_fields(frags, field_ids)
+    return [f for f in frags if f.fragment_id in todo]
+
+
+def incomplete_fragments(ds: lance.LanceDataset) -> set[int]:
+    """Fragments where a column group is unwritten on some row (a write marker is null),
+    except fragments with deleted rows: column writes cannot fill those until compacted."""
+    frags = [f for f in ds.get_fragments() if f.metadata.deletion_file is None]
+    return set(_fragments_with_null(ds, frags, list(marker_groups(ds))))
+
+
+@dataclass
+class Coverage:
+    """How many rows of the table hold written values of some columns."""
+
+    columns: list[str]
+    rows: int
+    unwritten_rows: int
+    unwritten_fragments: list[int]
+    markers: list[str]
+
+    @property
+    def complete(self) -> bool:
+        return self.unwritten_rows == 0
+
+
+def unwritten_rows(ds: lance.LanceDataset, columns: list[str]) -> Coverage:
+    """The rows whose ``columns`` were never written (whatever the data files store there)."""
+    rows = ds.count_rows()
+    missing_cols = [c for c in columns if c not in ds.schema.names]
+    if missing_cols:
+        return Coverage(columns, rows, rows, [f.fragment_id for f in ds.get_fragments()], [])
+    markers, bare = markers_for(ds, columns)
+    frags = ds.get_fragments()
+    counts = _fragments_with_null(ds, frags, markers)
+    if bare:
+        field_ids = set().union(*(leaf_field_ids(ds, c) for c in bare))
+        for frag in frags:
+            if frag.fragment_id in _fragments_without_fields([frag], field_ids):
+                counts[frag.fragment_id] = frag.count_rows()
+    return Coverage(columns, rows, sum(counts.values()), sorted(counts), markers)
 
 
 class FragmentsFailedError(RuntimeError):
@@ -143,15 +329,15 @@ def write_columns(
     where = executors.executor_name(executor)
     columns = [f.name for f in fields]
     ds = ensure_columns(uri, fields)
-    schema = pa.schema([ds.schema.field(c) for c in columns])
+    group = [*columns, written_marker(fields).name]  # what each new data file holds
+    schema = pa.schema([ds.schema.field(c) for c in group])
     todo = fragments_missing(ds, columns)
     report = ColumnWriteReport(columns=columns)
     report.fragments_already_done = len(ds.get_fragments()) - len(todo)
     if where == "ray" and todo:
-        results = _ray_results(uri, ds.version, todo, schema, columns, compute, gpu, log)
+        results = _ray_results(uri, ds.version, todo, schema, group, compute, gpu, log)
     else:
-        results = ((f.fragment_id, (_write_fragment_columns(uri, f, schema, columns, compute),
-                                    f.physical_rows), None) for f in todo)
+        results = _local_results(uri, todo, schema, group, compute, log)
     desc = "+".join(columns)
     failures: dict[int, BaseException] = {}
     pending: dict[int, tuple[lance.fragment.DataFile, int]] = {}
@@ -160,7 +346,7 @@ def write_columns(
 
         def commit() -> None:
             nonlocal ds, done
-            ds, committed = _commit_group(uri, columns, schema, compute, pending, log)
+            ds, committed = _commit_group(uri, group, schema, compute, pending, log)
             report.commits += int(bool(committed))
             report.fragments_written.extend(committed)
             report.rows_written += sum(pending[f][1] for f in committed)
@@ -173,6 +359,8 @@ def write_columns(
 
         for frag_id, written, error in results:
             if error is not None:
+                if _rewritten_since(uri, frag_id, log):
+                    continue
                 failures[frag_id] = error
                 continue
             pending[frag_id] = written
@@ -186,6 +374,30 @@ def write_columns(
     if failures:
         raise FragmentsFailedError(uri, columns, failures, report)
     return report
+
+
+def _rewritten_since(uri: str, frag_id: int, log: Callable[[str], None]) -> bool:
+    """True when ``frag_id`` is no longer in the table: a compaction rewrote it while it was
+    being computed (and a cleanup may have removed its files). Its rows now live in another
+    fragment, unwritten there, which the next run computes."""
+    if any(f.fragment_id == frag_id for f in lance.dataset(uri).get_fragments()):
+        return False
+    log(f"fragment {frag_id} was compacted while it was computed; its rows are written by "
+        "the next run")
+    return True
+
+
+def _local_results(uri: str, todo: list[LanceFragment], schema: pa.Schema, group: list[str],
+                   compute: ComputeFn, log: Callable[[str], None],
+                   ) -> Iterator[tuple[int, Any, BaseException | None]]:
+    for frag in todo:
+        try:
+            data_file = _write_fragment_columns(uri, frag, schema, group, compute)
+        except Exception:
+            if _rewritten_since(uri, frag.fragment_id, log):
+                continue
+            raise
+        yield frag.fragment_id, (data_file, frag.physical_rows), None
 
 
 @dataclass(frozen=True)
@@ -256,11 +468,13 @@ def _ray_results(uri: str, version: int, todo: list[LanceFragment], schema: pa.S
 
 def _write_fragment_columns(uri: str, frag: LanceFragment, schema: pa.Schema, columns: list[str],
                             compute: ComputeFn) -> lance.fragment.DataFile:
-    """Compute the group for ``frag`` into one new (uncommitted) data file."""
+    """Compute the group for ``frag`` into one new (uncommitted) data file; its write marker
+    (``columns`` holds it last) is true on every row."""
     if frag.metadata.deletion_file is not None:
         raise ValueError(
             f"Fragment {frag.fragment_id} of {uri} has deleted rows; column writes need "
-            "whole fragments. Compact the table (lance optimize.compact_files) first."
+            "whole fragments. Materialize `table_maintenance` first (it compacts the table; "
+            "dagster asset materialize -m lance_assets.definitions --select table_maintenance)."
         )
     n_rows = frag.physical_rows
     batches = list(compute(frag))
@@ -269,9 +483,14 @@ def _write_fragment_columns(uri: str, frag: LanceFragment, schema: pa.Schema, co
         raise RuntimeError(
             f"computing {columns} for fragment {frag.fragment_id}: {got} values for {n_rows} rows"
         )
-    reader = pa.RecordBatchReader.from_batches(
-        schema, (b.select(columns).cast(schema) for b in batches)
-    )
+
+    def with_markers(b: pa.RecordBatch) -> pa.RecordBatch:
+        marked = pa.array(np.ones(b.num_rows, dtype=bool))
+        return pa.RecordBatch.from_arrays(
+            [marked if is_written_marker(c) else b.column(c) for c in columns],
+            names=columns).cast(schema)
+
+    reader = pa.RecordBatchReader.from_batches(schema, (with_markers(b) for b in batches))
     new = write_fragments(reader, uri, schema=schema, max_rows_per_file=max(n_rows, 1))
     files = [f for m in new for f in m.data_files()]
     if len(files) != 1:
@@ -288,7 +507,9 @@ def _commit_group(uri: str, columns: list[str], schema: pa.Schema, compute: Comp
         ds = lance.dataset(uri)
         want_ids = sorted(set().union(*(leaf_field_ids(ds, c) for c in columns)))
         live = {f.fragment_id: f for f in ds.get_fragments()}
-        still_missing = {f.fragment_id for f in fragments_missing(ds, columns)}
+        data_columns = [c for c in columns if not is_written_marker(c)]
+        still_missing = {f.fragment_id for f in fragments_missing(ds, data_columns,
+                                                                 among=written)}
         groups, filled = [], []
         for frag_id, (data_file, n_rows) in written.items():
             frag = live.get(frag_id)
@@ -309,4 +530,5 @@ def _commit_group(uri: str, columns: list[str], schema: pa.Schema, compute: Comp
                                        read_version=ds.version)
         return ds, filled
 
-    return commit_retrying(f"{'+'.join(columns)} commit", attempt, log=log)
+    return commit_retrying(f"{'+'.join(c for c in columns if not is_written_marker(c))} commit",
+                           attempt, log=log)

@@ -7,14 +7,30 @@ is committed atomically with the rows. A run killed at any moment loses only its
 parts; the next run starts after the watermark and ends with exactly the rows of an
 uninterrupted run, with the same ids.
 
-Exactly-once also holds between concurrent runs (two Dagster instances, a schedule and a
-manual run): an ingest holds an exclusive lock on ``<data>/lance/corpus.ingest.lock`` from
-reading the watermark to its last commit, so a second run waits and then finds the rows already
-there. On a local disk or NFS the lock is an ``flock`` on the file: it is released by the kernel
-when its holder dies (SIGKILL included), so a dead run never blocks the next one (Linux maps
-``flock`` to NFS byte-range locks). Object storage has no locks: there the lock is an expiring
-lease (``storage.ObjectLease``, create-if-absent PUTs) that its holder renews while it runs and
-checks before every commit; a dead holder blocks the next run for at most the lease's TTL.
+Exactly-once between concurrent runs (two Dagster instances, a schedule and a manual run, a
+process frozen past its lease) lives in the commit itself. Every ingest commit is a Lance
+``Merge`` that states the table's whole fragment list as this writer read it, plus its new
+fragments. Lance rejects (as a retryable conflict) a ``Merge`` when anything that changes the
+fragment list landed after the version it was built on: another ingest's commit, an append, a
+compaction, a delete. The retry rebuilds the commit on the newest version, but only after
+checking that what this writer planned on still holds there: the watermark of its source unit
+and the next id. If another writer moved them, the plan is stale (``StalePlan``): its written
+files are left unreferenced, and the ingest plans again from the table as it now is. So two
+writers that planned from one version cannot both land, whatever their timing, and no clock is
+involved.
+
+The lock only saves wasted work: an ingest holds an exclusive lock on
+``<data>/lance/corpus.ingest.lock`` from reading the watermark to its last commit, so a second
+run waits instead of writing files it would have to throw away. On a local disk or NFS it is an
+``flock`` (released by the kernel when its holder dies, SIGKILL included; Linux maps it to NFS
+byte-range locks). On object storage it is an expiring lease (``storage.ObjectLease``,
+create-if-absent PUTs) renewed while the ingest runs; a dead holder delays the next run by at
+most the lease's TTL.
+
+Ids only grow over the table's whole life: the next id is the larger of Lance's own row-id
+counter (``table.row_id_high_water``: every row ever appended, deleted ones included) and the
+largest stored id + 1. With the ``Merge`` fence, the counter cannot move between planning and
+commit, so an ingested row's ``id`` equals its stable Lance row id.
 
 The first ingest creates the table empty (a commit of the schema alone) before writing rows, so
 a run killed at any instruction leaves either no table or a valid one.
@@ -42,7 +58,13 @@ from lance.fragment import write_fragments
 
 from lance_assets import paths, storage
 from lance_assets.corpus.sources import SkipCounter, SourceError, SourceUnit, parse_file_key, resolve
-from lance_assets.corpus.table import RAW_SCHEMA, commit_retrying, dataset, has_committed_version
+from lance_assets.corpus.table import (
+    RAW_SCHEMA,
+    commit_retrying,
+    dataset,
+    has_committed_version,
+    row_id_high_water,
+)
 from lance_assets.progress import Progress, progress
 
 DEFAULT_ROWS_PER_FRAGMENT = 4096
@@ -61,6 +83,7 @@ class IngestReport:
     warnings: list[str] = field(default_factory=list)
     lock_wait_s: float = 0.0
     commits: int = 0
+    replans: int = 0  # plans found stale at commit time (another writer got there first)
     fragments_added: int = 0
     total_rows: int = 0
     version: int = 0
@@ -145,47 +168,83 @@ def ingest_lock(root: str | Path, log: Callable[[str], None] = print) -> Iterato
 
 
 def _ensure_table(uri: str, log: Callable[[str], None]) -> None:
-    """Create the table, empty, unless a version is committed (call with the ingest lock)."""
+    """Create the table, empty, unless a version is committed. Of two first ingests racing to
+    create it (no lock, or a stalled lease holder), one creates it; the other goes on."""
     if has_committed_version(uri):
         return
     if storage.location(uri).exists():
         log(f"{uri} holds files of a first ingest that was killed before its commit; "
             "creating the table over them")
-    lance.write_dataset(RAW_SCHEMA.empty_table(), uri, mode="create", enable_stable_row_ids=True,
-                        storage_options=storage.storage_options_for(uri))
+    try:
+        lance.write_dataset(RAW_SCHEMA.empty_table(), uri, mode="create",
+                            enable_stable_row_ids=True,
+                            storage_options=storage.storage_options_for(uri))
+    except (OSError, ValueError):
+        if not has_committed_version(uri):
+            raise
 
 
-def _table_state(uri: str) -> tuple[int, dict[str, int], int]:
-    """(next id, highest committed part per source key, fragment count) of the table."""
-    if not has_committed_version(uri):
-        return 0, {}, 0
-    ds = dataset(uri)
-    con = duckdb.connect()
-    con.register("corpus", ds)
-    max_id = con.execute("SELECT max(id) FROM corpus").fetchone()[0]
-    parts = dict(con.execute(
-        "SELECT source, max(source_part) FROM corpus GROUP BY source").fetchall())
-    return (-1 if max_id is None else max_id) + 1, parts, len(ds.get_fragments())
+class StalePlan(RuntimeError):
+    """Another writer moved the watermark or the next id this ingest planned on."""
+
+
+@dataclass
+class TableState:
+    """What an ingest plans on: the next id, the highest committed part per source key, and
+    the fragment ids it saw (only appends, rewrites and whole-fragment deletes change them, so
+    while they are unchanged the rest cannot have changed either)."""
+
+    next_id: int = 0
+    parts: dict[str, int] = field(default_factory=dict)
+    fragment_ids: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, ds: lance.LanceDataset) -> TableState:
+        con = duckdb.connect()
+        con.register("corpus", ds)
+        max_id = con.execute("SELECT max(id) FROM corpus").fetchone()[0]
+        parts = dict(con.execute(
+            "SELECT source, max(source_part) FROM corpus GROUP BY source").fetchall())
+        next_id = max(row_id_high_water(ds), (-1 if max_id is None else max_id) + 1)
+        return cls(next_id, parts, frozenset(f.fragment_id for f in ds.get_fragments()))
+
+
+def _table_state(uri: str) -> TableState:
+    return TableState.of(dataset(uri)) if has_committed_version(uri) else TableState()
 
 
 def _append(uri: str, reader: pa.RecordBatchReader, rows_per_fragment: int,
-            log: Callable[[str], None], check_lock: Callable[[], None] = lambda: None) -> None:
-    """Create the table if this is the first commit, write the rows as new fragments, then
-    commit them with one ``Append``, rebased when a concurrent column write wins the race.
-    ``check_lock`` runs right before each commit attempt: a lost lease stops the write there."""
+            log: Callable[[str], None], state: TableState, unit_key: str,
+            check_lock: Callable[[], None] = lambda: None) -> frozenset[int]:
+    """Write the rows as new fragments, then commit them with one ``Merge`` that lists the
+    table's fragments as read (see the module docstring), on the newest version each attempt,
+    and only while ``state`` (what the rows' ids and parts were planned on) still holds there.
+    Returns the fragment ids after the commit. ``check_lock`` runs before each attempt."""
     options = storage.storage_options_for(uri)
     check_lock()
     _ensure_table(uri, log)
     fragments = write_fragments(reader, uri, schema=RAW_SCHEMA, max_rows_per_file=rows_per_fragment,
                                 storage_options=options)
 
-    def attempt() -> None:
+    def attempt() -> frozenset[int]:
         check_lock()
         ds = dataset(uri)
-        lance.LanceDataset.commit(uri, lance.LanceOperation.Append(fragments),
-                                  read_version=ds.version, storage_options=options)
+        seen = frozenset(f.fragment_id for f in ds.get_fragments())
+        if seen != state.fragment_ids:  # something appended or rewrote: is the plan still true?
+            now = TableState.of(ds)
+            if now.next_id != state.next_id or \
+                    now.parts.get(unit_key, -1) != state.parts.get(unit_key, -1):
+                raise StalePlan(
+                    f"{unit_key}: planned at part {state.parts.get(unit_key, -1) + 1} and id "
+                    f"{state.next_id}, but the table now holds that source up to part "
+                    f"{now.parts.get(unit_key, -1)} and its next id is {now.next_id}")
+        op = lance.LanceOperation.Merge([f.metadata for f in ds.get_fragments()] + fragments,
+                                        ds.lance_schema)
+        new = lance.LanceDataset.commit(uri, op, read_version=ds.version,
+                                        storage_options=options)
+        return frozenset(f.fragment_id for f in new.get_fragments())
 
-    commit_retrying("append", attempt, log=log)
+    return commit_retrying("append", attempt, log=log)
 
 
 def _valid_utf8(text: pa.Array, skipped: SkipCounter) -> pa.Array:
@@ -300,33 +359,26 @@ def ingest(
     start = time.perf_counter()
     uri = paths.table_uri(root)
     report = IngestReport()
+    rows_by_unit: dict[str, int] = {}
     with ingest_lock(root, log) as held:
         report.lock_wait_s = held.waited_s
-        next_id, watermarks, fragments_before = _table_state(uri)
-        resolved = resolve(source, text_column, hf_data_files=hf_data_files,
-                           stored_keys=watermarks.keys())
-        report.files_failed.update(resolved.bad_files)
-        if resolved.warning:
-            report.warnings.append(resolved.warning)
-            log(resolved.warning)
-        for path, why in resolved.bad_files.items():
-            log(f"skipping {path}: {why}")
+        fragments_before = len(dataset(uri).get_fragments()) if has_committed_version(uri) else 0
         skipped = SkipCounter()
-        with progress(len(resolved.units), "raw_text", "source unit", log) as bar:
-            for unit in resolved.units:
-                if max_new_rows is not None and report.rows_added >= max_new_rows:
-                    break
-                done = watermarks.get(unit.key, -1)
-                if unit.n_parts is not None and done >= unit.n_parts - 1:
-                    report.units_already_present.append(unit.key)
-                    bar.update(1)
-                    continue
-                rows = _ingest_unit(uri, unit, done + 1, next_id, skipped, rows_per_fragment,
-                                    rows_per_commit, max_doc_chars, report, log, max_new_rows,
-                                    held.check, bar)
-                next_id += rows
-                (report.units_ingested if rows else report.units_already_present).append(unit.key)
-                bar.update(1)
+        for _ in range(MAX_REPLANS):
+            try:
+                _ingest_planned(uri, source, text_column, hf_data_files, skipped,
+                                rows_per_fragment, rows_per_commit, max_doc_chars, report,
+                                rows_by_unit, log, max_new_rows, held.check)
+                break
+            except StalePlan as stale:
+                report.replans += 1
+                log(f"another ingest committed first ({stale}); planning again from the table "
+                    "as it is now")
+        else:
+            raise RuntimeError(f"ingest into {uri}: the plan went stale {MAX_REPLANS} times in "
+                               "a row (other ingests kept committing first); run it again")
+        report.units_ingested = [k for k, n in rows_by_unit.items() if n]
+        report.units_already_present = [k for k, n in rows_by_unit.items() if not n]
         report.rows_skipped = dict(skipped.counts)
         if has_committed_version(uri):
             ds = dataset(uri)
@@ -337,14 +389,49 @@ def ingest(
     return report
 
 
-def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, skipped: SkipCounter,
-                 rows_per_fragment: int, rows_per_commit: int, max_doc_chars: int,
-                 report: IngestReport, log: Callable[[str], None],
+# Plans found stale in one ingest before it gives up (each one means another writer committed).
+MAX_REPLANS = 20
+
+
+def _ingest_planned(uri: str, source: str, text_column: str, hf_data_files: Optional[list[str]],
+                    skipped: SkipCounter, rows_per_fragment: int, rows_per_commit: int,
+                    max_doc_chars: int, report: IngestReport, rows_by_unit: dict[str, int],
+                    log: Callable[[str], None], max_new_rows: Optional[int],
+                    check_lock: Callable[[], None]) -> None:
+    """One plan: read the watermark and next id, then commit every unit's new parts on it
+    (``StalePlan`` when another writer moved them first)."""
+    state = _table_state(uri)
+    resolved = resolve(source, text_column, hf_data_files=hf_data_files,
+                       stored_keys=state.parts.keys())
+    report.files_failed.update(resolved.bad_files)
+    if resolved.warning and resolved.warning not in report.warnings:
+        report.warnings.append(resolved.warning)
+        log(resolved.warning)
+    for path, why in resolved.bad_files.items():
+        log(f"skipping {path}: {why}")
+    with progress(len(resolved.units), "raw_text", "source unit", log) as bar:
+        for unit in resolved.units:
+            if max_new_rows is not None and report.rows_added >= max_new_rows:
+                break
+            rows_by_unit.setdefault(unit.key, 0)
+            done = state.parts.get(unit.key, -1)
+            if unit.n_parts is not None and done >= unit.n_parts - 1:
+                bar.update(1)
+                continue
+            rows_by_unit[unit.key] += _ingest_unit(
+                uri, unit, done + 1, state, skipped, rows_per_fragment, rows_per_commit,
+                max_doc_chars, report, log, max_new_rows, check_lock, bar)
+            bar.update(1)
+
+
+def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, state: TableState,
+                 skipped: SkipCounter, rows_per_fragment: int, rows_per_commit: int,
+                 max_doc_chars: int, report: IngestReport, log: Callable[[str], None],
                  max_new_rows: Optional[int] = None,
                  check_lock: Callable[[], None] = lambda: None,
                  bar: Optional[Progress] = None) -> int:
-    """Commit ``unit``'s parts from ``first_part`` on; returns the rows committed (counted on
-    ``bar`` as each commit lands).
+    """Commit ``unit``'s parts from ``first_part`` on, with ids from ``state.next_id``; returns
+    the rows committed (counted on ``bar`` as each commit lands) and keeps ``state`` current.
 
     A read error stops this unit (its earlier commits stay) and is reported in ``files_failed``.
     """
@@ -357,9 +444,9 @@ def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, ski
             counter = {"rows": 0, "bytes": 0, "last_part": None}
 
             # consumed within this iteration; bound explicitly all the same
-            def batches(counter=counter, committed=committed) -> Iterator[pa.RecordBatch]:
+            def batches(counter=counter) -> Iterator[pa.RecordBatch]:
                 for part, raw in parts.commit_group(rows_per_commit):
-                    out = normalise(raw, unit.key, part, first_id + committed + counter["rows"],
+                    out = normalise(raw, unit.key, part, state.next_id + counter["rows"],
                                     skipped, max_doc_chars)
                     counter["rows"] += out.num_rows
                     counter["bytes"] += out.column("text").nbytes
@@ -372,7 +459,11 @@ def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, first_id: int, ski
             if first is None:
                 continue  # nothing to write in this group: no commit, no new version
             reader = pa.RecordBatchReader.from_batches(RAW_SCHEMA, _chain(first, stream))
-            _append(uri, reader, rows_per_fragment, log, check_lock)
+            fragment_ids = _append(uri, reader, rows_per_fragment, log, state, unit.key,
+                                   check_lock)
+            state.fragment_ids = fragment_ids
+            state.next_id += counter["rows"]
+            state.parts[unit.key] = counter["last_part"]
             committed += counter["rows"]
             report.rows_added += counter["rows"]
             report.bytes_added += counter["bytes"]

@@ -22,6 +22,7 @@ import glob
 import gzip
 import hashlib
 import io
+import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -296,27 +297,51 @@ def _txt_unit(path: Path, key: str) -> SourceUnit:
     return SourceUnit(key=key, read=read, n_parts=1, n_bytes=path.stat().st_size)
 
 
+HF_SPLIT = "train"
+
+
 def _hf_unit(spec: str, text_column: str, data_files: Optional[list[str]]) -> SourceUnit:
     """``hf:DATASET[:CONFIG]`` streamed with Hugging Face ``datasets`` (needs the network, except
-    for local builders such as ``hf:parquet`` with ``data_files``)."""
+    for local builders such as ``hf:parquet`` with ``data_files``).
+
+    Its watermark is a row offset, which means something only for one exact list of files. So
+    the unit key names the dataset, config, split, the revision the hub resolved (a commit
+    sha; ``local`` for local files) and a digest of the file list with each file's origin
+    (revision, or a local file's modification time), and the stream is read at that revision.
+    A hub update or another file list is a new unit, read from its start: no stored offset is
+    ever applied to other files (rows it repeats are exact duplicates, flagged by dedup)."""
     _, _, rest = spec.partition(":")
     name, _, config = rest.partition(":")
     if not name:
         raise SourceError(f"LANCE_ASSETS_SOURCE={spec!r}: expected hf:DATASET or hf:DATASET:CONFIG")
+    try:
+        import datasets
+    except ImportError as exc:
+        raise SourceError(f"{spec}: install Hugging Face datasets (pip install -e '.[hf]')") from exc
+    try:
+        builder = datasets.load_dataset_builder(name, config or None, data_files=data_files)
+    except Exception as exc:  # offline, unknown dataset, bad config: the user's input
+        raise SourceError(f"{spec}: cannot resolve the dataset's files ({exc}); check the name "
+                          "and config, and that the hub is reachable") from exc
+    files = (builder.config.data_files or {}).get(HF_SPLIT)
+    if not files:
+        raise SourceError(f"{spec}: no {HF_SPLIT!r} split among "
+                          f"{sorted(builder.config.data_files or {})}")
+    origins = [[str(x) for x in o] for o in getattr(files, "origin_metadata", [()] * len(files))]
+    revision = next((o[1] for o in origins if len(o) == 2), None)  # hub files: (repo, sha)
+    digest = hashlib.sha256(json.dumps([list(map(str, files)), origins]).encode()).hexdigest()
+    key = (f"hf:{name}" + (f":{config}" if config else "")
+           + f"/{HF_SPLIT}@{revision or 'local'}#{digest[:16]}")
 
     def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
-        try:
-            import datasets
-        except ImportError as exc:
-            raise SourceError(f"{spec}: install Hugging Face datasets (pip install datasets)") from exc
-        ds = datasets.load_dataset(name, config or None, split="train", streaming=True,
-                                   data_files=data_files)
+        ds = datasets.load_dataset(name, config or None, split=HF_SPLIT, streaming=True,
+                                   data_files=data_files, revision=revision)
         ds = ds.skip(first * PART_ROWS)
         for offset, rows in enumerate(ds.iter(batch_size=PART_ROWS)):
             batch = pa.RecordBatch.from_pydict(rows)
             yield first + offset, select_columns(batch, spec, text_column)
 
-    return SourceUnit(key=f"hf:{name}:{config}" if config else f"hf:{name}", read=read)
+    return SourceUnit(key=key, read=read)
 
 
 def expand_paths(spec: str) -> list[Path]:

@@ -18,6 +18,7 @@ CORPUS_GROUP = "corpus"
 CURATION_GROUP = "curation"
 FORENSICS_GROUP = "forensics"
 TRAINING_GROUP = "training"
+MAINTENANCE_GROUP = "maintenance"
 
 TABLE_TAGS = {"lance_assets/table": "corpus"}  # assets that read or write the corpus table
 
@@ -38,3 +39,19 @@ CONTAMINATION = dg.AssetKey("contamination")
 QUALITY_SCORE = dg.AssetKey("quality_score")
 PARAGRAPH_DUPS = dg.AssetKey("paragraph_dups")
 EMBEDDINGS = dg.AssetKey("embeddings")
+
+# Every asset that writes column groups through `corpus.columns.write_columns`. Each gets the
+# blocking `columns_written` check (defs/maintenance/checks.py): every row holds written values
+# of the columns it declares in `dagster/column_schema`. A new column asset: add its key here.
+COLUMN_ASSETS = (
+    DEDUP_FLAG,
+    QUALITY_SIGNALS,
+    NEAR_DUP,
+    TOKEN_IDS,
+    EMBEDDINGS,
+    DETECTED_LANGUAGE,
+    PERSONAL_DATA,
+    PARAGRAPH_DUPS,
+    CONTAMINATION,
+    QUALITY_SCORE,
+)

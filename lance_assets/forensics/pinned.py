@@ -1,10 +1,11 @@
 """Which rows forensics looks at: the table version the model trained on.
 
 ``DATA/train/LATEST`` names the newest run's final checkpoint; the run's ``summary.json`` (or the
-checkpoint itself) records ``table_version`` and the training ``filter``. Rows are append-only
-and ids increase with every ingest, so the rows of that version are exactly ``id <= max_id`` of
-that version in any later version, where the ``embedding`` column and the indexes may have been
-added since. Token ids are read at the pinned version itself.
+checkpoint itself) records ``table_version``, the snapshot tag that keeps that version from being
+cleaned up (``train-<run name>``) and the training ``filter``. Rows are append-only and ids only
+grow (deletions included), so the rows of that version are exactly ``id <= max_id`` of that
+version in any later version, where the ``embedding`` column and the indexes may have been added
+since. Token ids are read at the pinned version itself, opened through the run's tag.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Pin:
     train_filter: str | None  # SQL the model's training documents passed (None: not known)
     checkpoint: str | None
     source: str  # where the version came from, in words
+    tag: str | None = None  # the snapshot tag that protects the version from cleanup
 
     def rows_filter(self, training_only: bool = False, latest_max_id: int | None = None) -> str | None:
         """SQL selecting the pinned rows (only the training documents with ``training_only``),
@@ -61,14 +63,14 @@ def model_run(root: str | Path) -> dict | None:
         info = json.loads(summary.read_text())
         if "table_version" in info:
             return {"checkpoint": str(ckpt), "table_version": int(info["table_version"]),
-                    "filter": info.get("filter")}
+                    "filter": info.get("filter"), "table_tag": info.get("table_tag") or None}
     if ckpt.is_file():
         # a checkpoint is a file someone may have handed us: loaded weights-only, never run
         from lance_assets.train.checkpoint import load
 
         state = load(ckpt)
         return {"checkpoint": str(ckpt), "table_version": int(state["table_version"]),
-                "filter": state.get("filter")}
+                "filter": state.get("filter"), "table_tag": state.get("table_tag")}
     raise FileNotFoundError(
         f"{pointer} names {ckpt}, which does not exist and has no summary.json beside it; "
         "materialize `pretrained_model` again, or pass an explicit table version")
@@ -85,6 +87,26 @@ def resolve_pin(root: str | Path, version: int | None = None) -> Pin:
         return Pin(latest.version, max_id(latest), None, None,
                    f"newest table version {latest.version} (no trained model: DATA/train/LATEST "
                    "is missing)")
-    v = run["table_version"]
-    return Pin(v, max_id(lance.dataset(latest.uri, version=v)), run["filter"], run["checkpoint"],
-               f"table version {v}, which {run['checkpoint']} trained on")
+    v, tag = run["table_version"], run.get("table_tag")
+    pinned = open_snapshot(latest.uri, v, tag)
+    return Pin(v, max_id(pinned), run["filter"], run["checkpoint"],
+               f"table version {v}" + (f" (tag {tag})" if tag else "")
+               + f", which {run['checkpoint']} trained on", tag)
+
+
+def open_snapshot(uri: str, version: int, tag: str | None) -> lance.LanceDataset:
+    """The version a run trained on, through its tag when it has one (the tag must still name
+    that version); a clear error when cleanup removed it."""
+    try:
+        if tag is not None and tag in lance.dataset(uri).tags.list():
+            ds = lance.dataset(uri, version=tag)
+            if ds.version == version:
+                return ds
+        return lance.dataset(uri, version=version)
+    except (OSError, ValueError) as e:
+        raise FileNotFoundError(
+            f"{uri}: table version {version}, which the newest model trained on, no longer "
+            "exists" + (f" (its snapshot tag {tag} was released and a cleanup removed it)"
+                        if tag else " (a cleanup removed it)")
+            + f": {str(e).splitlines()[0][:200]}. Train again, or pin a version that exists "
+            "(forensics --version)") from None

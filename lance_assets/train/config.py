@@ -42,8 +42,14 @@ class TrainConfig:
     data: Optional[str] = setting(None, "data root holding lance/corpus.lance "
                                         "(default $LANCE_ASSETS_DATA or ./data)", cli_only=True)
     table: str = setting("corpus", "table name in the data root's Lance database", cli_only=True)
-    table_version: Optional[int] = setting(None, "table version to read (default: the newest; "
-                                                 "a resume keeps its own)", ge=1, cli_only=True)
+    table_version: Optional[int] = setting(None, "table version to read (default: the one "
+                                                 "--table-tag names, else the newest, resolved "
+                                                 "once by rank 0 for every rank; a resume keeps "
+                                                 "its own)", ge=1, cli_only=True)
+    table_tag: Optional[str] = setting(None, "Lance tag naming the table version to read (the "
+                                             "pretrained_model asset tags one per run: "
+                                             "train-<run name>); recorded with the run",
+                                       cli_only=True)
     filter: str = setting("NOT is_dup", "SQL predicate over the table's columns selecting the "
                           "training documents; the validation split is excluded by the trainer "
                           "itself ('' in the run config: the curation rules in force)",

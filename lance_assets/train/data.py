@@ -32,6 +32,19 @@ class TableSnapshot:
     tokenizer: dict  # name, eos_id, pad_id, vocab_size, sha256
 
 
+def resolve_version(db_dir: str, table_name: str, tag: str | None = None) -> int:
+    """The version ``tag`` names, or the newest version of the table."""
+    table = lancedb.connect(str(db_dir), storage_options=storage.storage_options_for(db_dir)
+                            ).open_table(table_name)
+    if tag is None:
+        return table.version
+    tags = table.to_lance().tags.list()
+    if tag not in tags:
+        raise KeyError(f"table {table_name!r} in {db_dir} has no tag {tag!r} (its tags: "
+                       f"{', '.join(sorted(tags)) or 'none'})")
+    return tags[tag]["version"]
+
+
 def open_snapshot(db_dir: str, table_name: str, version: int | None = None) -> TableSnapshot:
     """Open the table pinned at ``version`` (default: the newest) and read its tokenizer.
 

@@ -201,13 +201,42 @@ def evaluate(model: GPT, blocks: torch.Tensor, pad_id: int, comm: Collectives, b
     return (total[0] / total[1]).item() if total[1] > 0 else float("nan")
 
 
-def open_table(root: Path, cfg: TrainConfig, version: int | None) -> data.TableSnapshot:
+def open_table(root: Path, cfg: TrainConfig, version: int | None,
+               tag: str | None = None) -> data.TableSnapshot:
     try:
         return data.open_snapshot(storage.uri_of(paths.db_dir(root)), cfg.table, version)
     except Exception as e:  # a missing folder, table or version: the user's input
         raise TrainError(f"--data {root} --table {cfg.table}"
                          + (f" (version {version})" if version else "")
-                         + f": cannot read the table: {str(e).splitlines()[0][:300]}") from None
+                         + f": cannot read the table: {str(e).splitlines()[0][:300]}"
+                         + (f". The run's snapshot tag {tag!r} protects that version from "
+                            "cleanup; was it released (table_maintenance release_snapshots)?"
+                            if tag else "")) from None
+
+
+def pinned_version(root: Path, cfg: TrainConfig, ckpt: dict | None,
+                   comm: Collectives) -> tuple[int, str | None]:
+    """(table version, snapshot tag) this run reads, the same on every rank and node: the
+    checkpoint's on resume, else ``--table-version``, else the version ``--table-tag`` names,
+    else the newest. Rank 0 resolves it and the others take its answer, so a commit landing
+    while the ranks start cannot split them over two versions."""
+    if ckpt:
+        return int(ckpt["table_version"]), ckpt.get("table_tag")
+    if cfg.table_version is not None:
+        return cfg.table_version, cfg.table_tag
+    answer: tuple = ()
+    if comm.rank == 0:
+        try:
+            answer = ("ok", data.resolve_version(storage.uri_of(paths.db_dir(root)), cfg.table,
+                                                 cfg.table_tag))
+        except Exception as e:  # a missing table or tag: reported on every rank alike
+            answer = ("error", f"--data {root} --table {cfg.table}"
+                               + (f" --table-tag {cfg.table_tag}" if cfg.table_tag else "")
+                               + f": {str(e).splitlines()[0][:300]}")
+    status, value = comm.gather_lists([answer])[0]
+    if status == "error":
+        raise TrainError(value)
+    return int(value), cfg.table_tag
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -245,8 +274,9 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     except FileNotFoundError as e:
         raise TrainError(str(e)) from None
 
-    # ---- data: the pinned table version, the split, the epoch's block budget
-    snap = open_table(root, cfg, ckpt["table_version"] if ckpt else cfg.table_version)
+    # ---- data: one table version for every rank, the split, the epoch's block budget
+    version, table_tag = pinned_version(root, cfg, ckpt, comm)
+    snap = open_table(root, cfg, version, table_tag)
     tok = snap.tokenizer
     if cfg.tokenizer and cfg.tokenizer != tok["name"]:
         raise TrainError(f"--tokenizer {cfg.tokenizer}: the table's input_ids were written with "
@@ -333,14 +363,16 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
             "loader": batches.merge_state_dicts(states), "world_size": world, "steps": steps,
             "model_config": asdict(model_cfg), "tokenizer": tok,
             "args": {**asdict(cfg), "data": str(root)},  # the data root the run resolved
-            "table_version": snap.version, "filter": split.train.lance, "git_commit": commit,
+            "table_version": snap.version, "table_tag": table_tag, "filter": split.train.lance,
+            "git_commit": commit,
         }
         return checkpoint.save_atomic(state, out, step, keep=cfg.keep_ckpts)
 
     # ---- the loop
     report.log(f"model {cfg.model} ({cfg.arch}): {model.num_params() / 1e6:.2f}M params, vocab "
                f"{model_cfg.vocab_size}, world {world}, {'bfloat16' if use_bf16 else 'float32'}, "
-               f"table v{snap.version}, {blocks_per_epoch} blocks/epoch, global batch "
+               f"table v{snap.version}" + (f" (tag {table_tag})" if table_tag else "")
+               + f", {blocks_per_epoch} blocks/epoch, global batch "
                f"{global_batch}, tokenizer {tok['name']}")
     val_loss = first_val = evaluate(model, val, tok["pad_id"], comm, cfg.batch_size, autocast)
     val_step = step  # the step of the newest validation pass
@@ -399,7 +431,7 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
         "interrupted": interrupted, "model": cfg.model, "arch": cfg.arch,
         "params_m": round(model.num_params() / 1e6, 3), "world_size": world,
         "global_batch": global_batch, "dtype": "bfloat16" if use_bf16 else "float32",
-        "table_version": snap.version, "filter": split.train.lance,
+        "table_version": snap.version, "table_tag": table_tag or "", "filter": split.train.lance,
         "tokenizer": tok["name"], "tokenizer_sha256": tok["sha256"],
         "tokens_seen": tokens_seen, "tokens_per_s": round(rate, 1),
         "train_seconds": round(elapsed, 2),

@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from lance_assets.corpus.sources import FILE_SUFFIXES, SourceError, expand_paths
-from lance_assets.defs.common import FORENSICS, TRAINING_GROUP
+from lance_assets.defs.common import FORENSICS, MAINTENANCE_GROUP, TRAINING_GROUP
 from lance_assets.defs.resources import LanceStore
 
 CRON_ENV = "LANCE_ASSETS_INGEST_CRON"
@@ -20,7 +20,8 @@ DEFAULT_CRON = "0 3 * * *"
 corpus_refresh_job = dg.define_asset_job(
     "corpus_refresh",
     selection=(dg.AssetSelection.keys("raw_text").downstream()
-               - dg.AssetSelection.groups(TRAINING_GROUP) - dg.AssetSelection.assets(FORENSICS)),
+               - dg.AssetSelection.groups(TRAINING_GROUP, MAINTENANCE_GROUP)
+               - dg.AssetSelection.assets(FORENSICS)),
     description="Ingest what is new in the source (raw_text), then bring everything downstream "
                 "of it up to date on the new fragments: dedup_flag, tokenizer, token_ids, "
                 "quality_signals, near_dup, text_index, curation_rules, corpus_profile, "

@@ -12,7 +12,9 @@ from typing import Optional
 import dagster as dg
 
 from lance_assets import paths, storage
+from lance_assets.corpus import maintenance
 from lance_assets.corpus.rules import training_filter
+from lance_assets.corpus.table import open_table
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.resources import LanceStore
@@ -30,17 +32,42 @@ from lance_assets.train import checkpoint
 from lance_assets.train.config import to_flags
 
 
-def trainer_args(cfg: TrainConfig, root: Path, out: Path) -> list[str]:
-    """The flags of `-m lance_assets.train`: one per trainer setting (launch settings left out)."""
+def trainer_args(cfg: TrainConfig, root: Path, out: Path,
+                 snapshot: tuple[str, int] | None = None) -> list[str]:
+    """The flags of `-m lance_assets.train`: one per trainer setting (launch settings left out),
+    and the run's snapshot (tag, version) when given."""
     if not cfg.filter:  # the curation rules' combined filter, validated against the table
         cfg = cfg.model_copy(update={"filter": training_filter(root)})
     settings = {k: v for k, v in cfg.model_dump().items() if k not in LAUNCH_ONLY}
-    return ["--data", str(root), "--out", str(out), *to_flags(settings)]
+    pinned = ["--table-tag", snapshot[0], "--table-version", str(snapshot[1])] if snapshot else []
+    return ["--data", str(root), "--out", str(out), *pinned, *to_flags(settings)]
 
 
-def trainer_command(cfg: TrainConfig, root: Path, out: Path) -> list[str]:
+def trainer_command(cfg: TrainConfig, root: Path, out: Path,
+                    snapshot: tuple[str, int] | None = None) -> list[str]:
     """`torchrun --standalone ... -m lance_assets.train` on this machine (one node)."""
-    return agent_command(trainer_args(cfg, root, out), nproc_per_node=cfg.nproc_per_node)
+    return agent_command(trainer_args(cfg, root, out, snapshot),
+                         nproc_per_node=cfg.nproc_per_node)
+
+
+def resumes(cfg: TrainConfig, out: Path) -> bool:
+    """Whether the trainer will continue from a checkpoint (``resume: auto`` with one in
+    ``out``, or a named checkpoint)."""
+    if not cfg.resume:
+        return False
+    return cfg.resume != "auto" or bool(checkpoint.list_checkpoints(out))
+
+
+def training_snapshot(cfg: TrainConfig, root: Path, out: Path) -> tuple[str, int]:
+    """The table version this run reads, resolved once here and tagged `train-<run name>` so
+    that no cleanup removes it while the run, its resumes, `samples` or the forensics need it:
+    on a resume, the version the run's tag names; otherwise the newest (the tag moves there)."""
+    uri = paths.table_uri(root)
+    tag = maintenance.snapshot_tag(out.name)
+    version = maintenance.snapshot_version(uri, tag) if resumes(cfg, out) else None
+    if version is None:
+        version = open_table(root).version
+    return tag, maintenance.tag_snapshot(uri, tag, version)
 
 
 def check_world(cfg: TrainConfig) -> None:
@@ -66,10 +93,12 @@ def local_agent_envs(cfg: TrainConfig) -> list[dict[str, str]]:
 
 
 def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: TrainConfig,
-           root: Path, out: Path) -> dg.PipesClientCompletedInvocation:
-    """The trainer on ``cfg.nnodes`` nodes by ``cfg.launcher``; on cancel, say how to go on."""
+           root: Path, out: Path,
+           snapshot: tuple[str, int] | None = None) -> dg.PipesClientCompletedInvocation:
+    """The trainer on ``cfg.nnodes`` nodes by ``cfg.launcher``, every rank reading the
+    ``snapshot`` (tag, version); on cancel, say how to go on."""
     check_world(cfg)
-    args = trainer_args(cfg, root, out)
+    args = trainer_args(cfg, root, out, snapshot)
     rdzv_id = f"{out.name}-{context.run.run_id[:8]}"
     extras = {"resume_hint": "to continue, materialize pretrained_model again with resume: "
                              f"auto and run_name: {out.name}"}
@@ -124,22 +153,30 @@ def loss_curve_markdown(metrics_path: Path) -> Optional[str]:
 
 
 @dg.asset(deps=[TOKEN_IDS, CURATION_RULES], group_name=GROUP,
-          kinds={"pytorch", "lance"}, code_version="2")
+          kinds={"pytorch", "lance"}, code_version="3")
 def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
                      lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
     """A compact GPT trained by `torchrun -m lance_assets.train`, launched through Dagster Pipes.
     The loader packs and shuffles `input_ids` straight from the Lance table (filter: the
-    `curation_rules` in force, a frozen validation split); rank 0 reports losses and tokens/s."""
+    `curation_rules` in force, a frozen validation split); rank 0 reports losses and tokens/s.
+    Every rank and node reads one table version, resolved here and tagged `train-<run name>`
+    (no cleanup removes it; resume, `samples` and `forensics` read it too)."""
     root = lance_store.root
     out = paths.run_dir(root, config.run_name or context.run.run_id[:8])
     start = time.perf_counter()
-    invocation = launch(context, pipes_subprocess_client, config, root, out)
+    check_world(config)
+    tag, version = training_snapshot(config, root, out)
+    context.log.info(f"training on table version {version}, tagged {tag} (release it with "
+                     f"table_maintenance's release_snapshots once the run is no longer needed)")
+    invocation = launch(context, pipes_subprocess_client, config, root, out, (tag, version))
     reported = invocation.get_materialize_result()
     summary = json.loads((out / "summary.json").read_text())
     storage.write_atomic(paths.latest_checkpoint_pointer(root), summary["checkpoint"].encode())
     metadata = dict(reported.metadata or {})
     metadata["duration_s"] = round(time.perf_counter() - start, 2)
     metadata["run_dir"] = dg.MetadataValue.path(str(out))
+    metadata["lance/snapshot_tag"] = tag
+    metadata["lance/table_version"] = summary["table_version"]
     curve = loss_curve_markdown(out / "metrics.jsonl")
     if curve:
         metadata["loss_curve"] = dg.MetadataValue.md(curve)

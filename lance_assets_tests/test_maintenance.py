@@ -1,0 +1,88 @@
+"""`table_maintenance`: compaction, index refresh and cleanup, what it reports, what it keeps; and
+the `columns_written` checks that stop training on a table with unwritten rows."""
+
+from datetime import timedelta
+
+import dagster as dg
+import lance
+import pytest
+
+from lance_assets import paths
+from lance_assets.corpus import fts
+from lance_assets.corpus.dedup import dedup_flag
+from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.maintenance import (
+    SnapshotError,
+    maintain,
+    release_snapshot,
+    snapshot_version,
+    tag_snapshot,
+)
+from lance_assets_tests.conftest import quiet
+
+
+def test_maintenance_compacts_refreshes_the_index_and_keeps_tagged_versions(tmp_path):
+    root = tmp_path / "data"
+    ingest(root, "synthetic:600", rows_per_fragment=100, rows_per_commit=200, log=quiet)
+    dedup_flag(root, log=quiet)
+    fts.text_index(root)
+    uri = paths.table_uri(root)
+    tagged = tag_snapshot(uri, "train-kept", lance.dataset(uri).version)
+    ingest(root, "synthetic:900", rows_per_fragment=100, rows_per_commit=200, log=quiet)
+    dedup_flag(root, log=quiet)
+    lance.dataset(uri).delete("id % 10 = 0")
+    before = lance.dataset(uri)
+    report = maintain(root, keep_versions_for=timedelta(0), log=quiet)
+    after = lance.dataset(uri)
+    assert report.fragments_before == len(before.get_fragments()) > report.fragments_after
+    assert report.fragments_removed > report.fragments_added > 0
+    assert not any(f.metadata.deletion_file for f in after.get_fragments())
+    assert report.indexes[fts.INDEX_NAME]["before"] > 0 and report.indexes[fts.INDEX_NAME]["after"] == 0
+    assert report.versions_removed > 0 and report.bytes_reclaimed > 0
+    assert [v["version"] for v in after.versions()] == [tagged, after.version]
+    assert report.versions_kept == 2 and report.tags_kept == {"train-kept": tagged}
+    assert lance.dataset(uri, version="train-kept").count_rows() == 600  # still readable
+    assert after.count_rows() == 1350 and after.count_rows("id % 10 = 0") == 0
+    # released, the next cleanup reclaims the snapshot
+    again = maintain(root, keep_versions_for=timedelta(0), release=["train-kept"], log=quiet)
+    assert again.tags_released == {"train-kept": tagged} and again.tags_kept == {}
+    assert [v["version"] for v in lance.dataset(uri).versions()] == [lance.dataset(uri).version]
+    assert snapshot_version(uri, "train-kept") is None
+    with pytest.raises(SnapshotError, match="has no tag 'train-kept'"):
+        release_snapshot(uri, "train-kept")
+
+
+def test_columns_written_check_fails_on_unwritten_rows_and_blocks_what_is_downstream(tmp_path):
+    """Rows ingested after `dedup_flag` ran (here: a second ingest in between) are unwritten;
+    the check says so and `tokenizer` (downstream) does not run; the next run passes."""
+    from lance_assets.definitions import defs
+    from lance_assets.defs.resources import LanceStore
+
+    root = tmp_path / "data"
+    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    store = LanceStore(data_dir=str(root))
+    checks = [c for c in defs.asset_checks
+              if dg.AssetCheckKey(dg.AssetKey("dedup_flag"), "columns_written") in c.check_keys]
+
+    def run(selection):
+        return dg.materialize([defs.get_assets_def("dedup_flag"), defs.get_assets_def("tokenizer"),
+                               *checks], resources={"lance_store": store}, selection=selection,
+                              raise_on_error=False)
+
+    # the check alone, on a table where dedup_flag never ran
+    result = run(dg.AssetSelection.checks_for_assets(dg.AssetKey("dedup_flag")))
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert not evaluation.passed and evaluation.metadata["unwritten_rows"].value == 300
+    assert "Materialize `dedup_flag` again" in evaluation.description
+    # the asset writes every row: the check passes, downstream runs
+    dedup_flag(root, log=quiet)
+    ingest(root, "synthetic:450", rows_per_fragment=100, log=quiet)  # new, unwritten rows
+    result = run(dg.AssetSelection.checks_for_assets(dg.AssetKey("dedup_flag"))
+                 | dg.AssetSelection.assets("tokenizer"))
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert not evaluation.passed and evaluation.metadata["unwritten_rows"].value == 450
+    assert not result.asset_materializations_for_node("tokenizer")  # blocked
+    result = run(dg.AssetSelection.assets("dedup_flag")
+                 | dg.AssetSelection.checks_for_assets(dg.AssetKey("dedup_flag")))
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert evaluation.passed and evaluation.metadata["unwritten_rows"].value == 0
