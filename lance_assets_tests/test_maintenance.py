@@ -86,3 +86,50 @@ def test_columns_written_check_fails_on_unwritten_rows_and_blocks_what_is_downst
                  | dg.AssetSelection.checks_for_assets(dg.AssetKey("dedup_flag")))
     (evaluation,) = result.get_asset_check_evaluations()
     assert evaluation.passed and evaluation.metadata["unwritten_rows"].value == 0
+
+
+def test_columns_written_passes_without_a_quality_model_and_fails_on_unscored_rows_once_one_exists(tmp_path):
+    """A corpus whose rows carry no label trains no quality model: `quality_score` writes
+    nothing, and its coverage check passes saying why (it must not block training). Once a
+    model is pinned, rows without a written score fail the check like any column's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lance_assets.corpus import quality_model
+    from lance_assets.definitions import defs
+    from lance_assets.defs.resources import LanceStore
+    from lance_assets.forensics import embed
+    from lance_assets_tests.test_curation_quality_score import FeatureEmbedder
+
+    key = dg.AssetKey("quality_score")
+    checks = [c for c in defs.asset_checks
+              if dg.AssetCheckKey(key, "columns_written") in c.check_keys]
+
+    def evaluate(root):
+        result = dg.materialize([defs.get_assets_def("quality_score"), *checks],
+                                resources={"lance_store": LanceStore(data_dir=str(root))},
+                                selection=dg.AssetSelection.checks_for_assets(key),
+                                raise_on_error=False)
+        (evaluation,) = result.get_asset_check_evaluations()
+        return evaluation
+
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(pa.table({"text": [f"document {i} about rivers" for i in range(120)]}),
+                   src / "a.parquet")
+    unlabelled = tmp_path / "unlabelled"
+    ingest(unlabelled, str(src), log=quiet)
+    embed.embeddings(unlabelled, embedder=FeatureEmbedder(), log=quiet)
+    assert quality_model.quality_score(unlabelled, log=quiet).write is None
+    evaluation = evaluate(unlabelled)
+    assert evaluation.passed and "no quality model was trained" in evaluation.description
+
+    labelled = tmp_path / "labelled"
+    ingest(labelled, "synthetic:400", rows_per_fragment=100, log=quiet)
+    embed.embeddings(labelled, embedder=FeatureEmbedder(), log=quiet)
+    quality_model.quality_score(labelled, log=quiet)
+    assert evaluate(labelled).passed
+    added = ingest(labelled, "synthetic:500", rows_per_fragment=100, log=quiet).rows_added
+    embed.embeddings(labelled, embedder=FeatureEmbedder(), log=quiet)  # rows not scored yet
+    evaluation = evaluate(labelled)
+    assert not evaluation.passed and evaluation.metadata["unwritten_rows"].value == added > 0

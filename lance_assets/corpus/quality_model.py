@@ -204,6 +204,16 @@ class QualityScoreReport:
         return asdict(self)
 
 
+def not_computed(ds: lance.LanceDataset) -> str | None:
+    """Why ``quality_score`` is not expected on this table (no model was ever trained: too few
+    rows carry a label), or None when it is. A corpus without labels is not an incomplete one:
+    the coverage check passes, and a rule that names ``quality_score`` fails ``rules_valid``."""
+    if get_json_config(ds, QUALITY_MODEL_KEY) is None and QUALITY_SCORE.name not in ds.schema.names:
+        return ("no quality model was trained on this table (fewer than "
+                f"{MIN_LABELLED_ROWS} rows carry a label), so `quality_score` is not computed")
+    return None
+
+
 def _has_scores(ds: lance.LanceDataset) -> bool:
     return QUALITY_SCORE.name in ds.schema.names and len(
         fragments_missing(ds, [QUALITY_SCORE.name])) < len(ds.get_fragments())
