@@ -3,22 +3,30 @@
 A document is a duplicate when an earlier document (smaller ``id``) has the same text after
 runs of whitespace are collapsed to one space and the ends trimmed. First occurrences keep
 ``is_dup = false``; because ids only grow, values already written never change.
+
+Linear in the corpus: one pass hashes every text once (md5 of the normalised text), one sort
+by (hash, id) finds each hash's first id, and each fragment then only looks its ids up among
+the duplicates. (Before, every fragment joined against a table of every distinct document and
+hashed its text a second time: O(documents x fragments).) ``NORMALISED_HASH_SQL`` is the same
+hash in SQL, for DuckDB queries over the table.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import lance
 import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys, paths
-from lance_assets.corpus.columns import ColumnWriteReport, write_columns
+from lance_assets.corpus import executor as executors
+from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.corpus.table import open_table
+from lance_assets.progress import progress
 
 IS_DUP = pa.field(keys.IS_DUP, pa.bool_())
 DESCRIPTIONS = {IS_DUP.name: "True when the whitespace-normalised text appeared at a smaller id."}
@@ -34,54 +42,80 @@ def normalise(text: str) -> str:
     return re.sub(WHITESPACE_RUN, " ", text).strip(" ")
 
 
-def first_ids(ds: lance.LanceDataset) -> pa.Table:
-    """``(h, first_id)``: the smallest id per normalised-text hash, over the whole table."""
-    con = duckdb.connect()
-    # DuckDB spills to disk past this, so the hash table never needs the corpus in memory.
-    con.execute("SET memory_limit = '2GB'")
-    con.register("corpus", ds)
-    return con.sql(
-        f"SELECT {NORMALISED_HASH_SQL} AS h, min(id) AS first_id FROM corpus GROUP BY h"
-    ).to_arrow_table()
+def text_hashes(texts: pa.Array) -> np.ndarray:
+    """md5 of each whitespace-normalised text, as ``[n, 2]`` uint64.
+
+    ``bytes.split()`` splits on exactly ``[ \t\n\r\f\v]`` (ASCII whitespace), and no byte of
+    a multi-byte UTF-8 character is one of those, so joining the pieces with one space is
+    ``NORMALISED_HASH_SQL``'s normalisation, byte for byte, at ~10x the speed of the regex."""
+    md5, space = hashlib.md5, b" "
+    digests = b"".join(md5(space.join(t.encode().split())).digest() if t is not None
+                       else bytes(16) for t in texts.to_pylist())
+    return np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
+
+
+def fragment_hashes(frag) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, normalised-text hashes) of one fragment's rows."""
+    ids, hashes = [], []
+    for batch in frag.to_batches(columns=["id", "text"], batch_size=1024):
+        ids.append(batch.column("id").to_numpy(zero_copy_only=False))
+        hashes.append(text_hashes(batch.column("text")))
+    if not ids:
+        return np.zeros(0, np.int64), np.zeros((0, 2), np.uint64)
+    return np.concatenate(ids), np.concatenate(hashes)
+
+
+def _hashes_task(job: tuple[str, int], frag_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Runs in a Ray worker: one fragment's (ids, hashes) at the planned version."""
+    uri, version = job
+    return fragment_hashes(lance.dataset(uri, version=version).get_fragment(frag_id))
+
+
+def duplicate_ids(ds: lance.LanceDataset, executor: str | None = None,
+                  log: Callable[[str], None] = print) -> np.ndarray:
+    """The ids (sorted) whose normalised text appeared at a smaller id, over the whole table.
+
+    Every text is hashed once (per fragment: in this process, or as Ray tasks); then one sort
+    by (hash, id) finds each hash's first id, like ``min(id) OVER (PARTITION BY hash)``. Holds
+    24 bytes per document (id and 128-bit hash), never the text."""
+    frags = ds.get_fragments()
+    parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    if executors.executor_name(executor) == "ray" and frags:
+        executors.ensure_ray(log)
+        for result in executors.ray_map(_hashes_task, (ds.uri, ds.version),
+                                        [f.fragment_id for f in frags]):
+            if result.error is not None:
+                raise result.error
+            parts[result.key] = result.value
+    else:
+        with progress(total=len(frags), desc="is_dup: hashing", unit="fragment", log=log) as bar:
+            for frag in frags:
+                parts[frag.fragment_id] = fragment_hashes(frag)
+                bar.update(1, rows=len(parts[frag.fragment_id][0]))
+    if not parts:
+        return np.zeros(0, np.int64)
+    ids = np.concatenate([p[0] for p in parts.values()])
+    hashes = np.concatenate([p[1] for p in parts.values()])
+    order = np.lexsort((ids, hashes[:, 1], hashes[:, 0]))
+    h = hashes[order]
+    first_of_hash = np.r_[True, (h[1:] != h[:-1]).any(axis=1)]
+    return np.sort(ids[order][~first_of_hash])
 
 
 @dataclass(frozen=True)
 class DupFlags:
-    """``is_dup`` of one fragment: its rows joined with ``firsts`` on the normalised hash.
-    Picklable (an Arrow table), so a Ray task can run it; shared through the object store."""
+    """``is_dup`` of one fragment: its ids looked up among the duplicate ids of the whole
+    table (no text is read here). Picklable and small (8 bytes per duplicate), so a Ray task
+    can run it; shared through the object store."""
 
-    firsts: pa.Table
+    dup_ids: np.ndarray
 
     def __call__(self, frag) -> Iterator[pa.RecordBatch]:
-        con = _connection(self.firsts)
-        part = frag.to_table(columns=["id", "text"])
-        part = part.append_column("pos", pa.array(np.arange(part.num_rows, dtype=np.int64)))
-        con.register("part", part)
-        out = con.sql(
-            f"SELECT p.id > f.first_id AS is_dup FROM part p "
-            f"JOIN firsts f ON f.h = {NORMALISED_HASH_SQL.replace('text', 'p.text')} "
-            f"ORDER BY p.pos"
-        ).to_arrow_table()
-        con.unregister("part")
-        yield from out.to_batches()
-
-
-_CONNECTIONS: dict[int, duckdb.DuckDBPyConnection] = {}
-
-
-def _connection(firsts: pa.Table) -> duckdb.DuckDBPyConnection:
-    """One DuckDB connection per ``firsts`` table per process, holding it as a native table
-    (scanned faster than Arrow for every fragment's join). Keyed by identity: the connection
-    keeps ``firsts`` alive, so its id is not reused while the entry exists."""
-    key = id(firsts)
-    if key not in _CONNECTIONS:
-        _CONNECTIONS.clear()  # a new run: drop the previous run's table
-        con = duckdb.connect()
-        con.execute("SET memory_limit = '2GB'")
-        con.register("firsts_arrow", firsts)
-        con.execute("CREATE TEMP TABLE firsts AS SELECT * FROM firsts_arrow")
-        _CONNECTIONS[key] = con
-    return _CONNECTIONS[key]
+        for batch in frag.to_batches(columns=["id"]):
+            ids = batch.column("id").to_numpy(zero_copy_only=False)
+            pos = np.minimum(np.searchsorted(self.dup_ids, ids), max(len(self.dup_ids) - 1, 0))
+            flags = self.dup_ids[pos] == ids if len(self.dup_ids) else np.zeros(len(ids), bool)
+            yield pa.RecordBatch.from_arrays([pa.array(flags)], names=[IS_DUP.name])
 
 
 def dedup_flag(
@@ -90,6 +124,11 @@ def dedup_flag(
 ) -> ColumnWriteReport:
     """Write ``is_dup`` for every fragment that lacks it."""
     uri = paths.table_uri(root)
-    compute = DupFlags(first_ids(open_table(root)))
+    ds = open_table(root)
+    if IS_DUP.name in ds.schema.names and not fragments_missing(ds, [IS_DUP.name]):
+        dup_ids = np.zeros(0, np.int64)  # nothing to write: skip hashing the corpus
+    else:
+        dup_ids = duplicate_ids(ds, executor, log)
+    compute = DupFlags(dup_ids)
     return write_columns(uri, [IS_DUP], compute, fragments_per_commit=fragments_per_commit,
                          executor=executor, log=log)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import lance
@@ -57,7 +57,7 @@ DESCRIPTIONS = {
                      "against them.",
 }
 BATCH_ROWS = 2048
-SHINGLES_PER_CHUNK = 1 << 15  # bounds the (shingles × permutations) matrix to ~30 MB
+SHINGLES_PER_CHUNK = 1 << 11  # (shingles × permutations) chunks of ~2 MB stay in cache: 1.6x 30 MB
 MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -101,28 +101,44 @@ def simplify(texts: pa.Array) -> pa.Array:
     return pc.replace_substring_regex(out, r"\p{Nd}+", "0")
 
 
+_WORD_CACHE: dict[str, int] = {}
+WORD_CACHE_MAX = 400_000  # ~50 MB; frequent words stay, the cache is emptied when full
+
+
+def _blake(w: str) -> int:
+    return int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
+
+
 def _word_hashes(words: pa.Array) -> np.ndarray:
-    """A stable 64-bit hash per word: blake2b over the distinct words of the batch only."""
+    """A stable 64-bit hash per word: blake2b over the distinct words of the batch, remembered
+    across batches (most words of a batch were seen in the one before)."""
     enc = pc.dictionary_encode(words)
     uniq = enc.dictionary.to_pylist()
-    table = np.fromiter(
-        (int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little") for w in uniq),
-        dtype=np.uint64, count=len(uniq),
-    )
+    cache = _WORD_CACHE
+    if len(cache) > WORD_CACHE_MAX:
+        cache.clear()
+    get = cache.get
+    values = [get(w) for w in uniq]
+    for i, v in enumerate(values):
+        if v is None:
+            values[i] = cache[uniq[i]] = _blake(uniq[i])
+    table = np.array(values, dtype=np.uint64) if values else np.zeros(0, np.uint64)
     return table[enc.indices.to_numpy(zero_copy_only=False)]
 
 
-def shingles(texts: pa.Array, ngram: int) -> tuple[np.ndarray, np.ndarray]:
-    """(document index, 32-bit shingle hash) for every word n-gram of every document, sorted
-    and unique per document. A document shorter than ``n`` words is one shingle of all its
-    words; a document without words has none."""
+def shingle_stream(texts: pa.Array, ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    """(document index, 32-bit shingle hash) for every word n-gram of every document, in
+    document order (a document's repeated n-grams repeat). A document shorter than ``n`` words
+    is one shingle of all its words; a document without words has none."""
     n_docs = len(texts)
     tokens = pc.utf8_split_whitespace(simplify(texts))
     parents = pc.list_parent_indices(tokens).to_numpy(zero_copy_only=False)
     flat = tokens.flatten()
     keep = pc.greater(pc.utf8_length(flat), 0).to_numpy(zero_copy_only=False)
-    parents = parents[keep]
-    h = _word_hashes(flat.filter(pa.array(keep)))
+    if not keep.all():
+        parents = parents[keep]
+        flat = flat.filter(pa.array(keep))
+    h = _word_hashes(flat)
     n_words = np.bincount(parents, minlength=n_docs)
     starts = np.concatenate([[0], np.cumsum(n_words)])[:-1]
     # windows starting at each word: valid if they end inside the document, or if the document
@@ -130,17 +146,27 @@ def shingles(texts: pa.Array, ngram: int) -> tuple[np.ndarray, np.ndarray]:
     pos = np.arange(len(h)) - starts[parents]
     remaining = n_words[parents] - pos
     valid = (remaining >= ngram) | ((n_words[parents] < ngram) & (pos == 0))
-    width = np.minimum(remaining, ngram)
     idx = np.flatnonzero(valid)
+    width = np.minimum(remaining[idx], ngram)
+    full = width == ngram
     key = np.zeros(len(idx), dtype=np.uint64)
-    for j in range(ngram):
-        take = j < width[idx]
-        nxt = np.where(take, h[np.minimum(idx + j, len(h) - 1)], np.uint64(0))
-        key = np.where(take, (key ^ nxt) * np.uint64(0x100000001B3), key)
+    last = len(h) - 1
+    if full.all():  # the common case: every window is whole, no masking
+        for j in range(ngram):
+            key = (key ^ h[np.minimum(idx + j, last)]) * np.uint64(0x100000001B3)
+    else:
+        for j in range(ngram):
+            take = j < width
+            nxt = np.where(take, h[np.minimum(idx + j, last)], np.uint64(0))
+            key = np.where(take, (key ^ nxt) * np.uint64(0x100000001B3), key)
     key ^= key >> np.uint64(29)
     key *= MIX
-    doc = parents[idx].astype(np.int64)
-    sh = (key >> np.uint64(32)).astype(np.uint64)
+    return parents[idx].astype(np.int64), key >> np.uint64(32)
+
+
+def shingles(texts: pa.Array, ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`shingle_stream` as sets: sorted and unique per document (for Jaccard)."""
+    doc, sh = shingle_stream(texts, ngram)
     composite = (doc.astype(np.uint64) << np.uint64(32)) | sh
     composite = np.sort(composite)
     composite = composite[np.r_[True, composite[1:] != composite[:-1]]]  # a set per document
@@ -158,7 +184,10 @@ def signatures(doc: np.ndarray, sh: np.ndarray, n_docs: int, settings: MinHashSe
     """MinHash values [n_docs, num_perm] (uint32; all-ones for a document without shingles).
 
     Permutation i maps a shingle x to the high 32 bits of (a_i * x + b_i) mod 2**64
-    (multiply-shift hashing), and a document's value is the minimum over its shingles."""
+    (multiply-shift hashing), and a document's value is the minimum over its shingles. ``doc``
+    must be non-decreasing; repeated shingles do not change a minimum, so sets are not needed.
+    The high 32 bits are monotone in the 64-bit value, so the minimum is taken over the 64-bit
+    values and shifted once per document (two passes over the big matrix fewer)."""
     a, b = _permutations(settings)
     sig = np.full((n_docs, settings.num_perm), np.uint32(0xFFFFFFFF), dtype=np.uint32)
     if len(sh) == 0:
@@ -171,9 +200,10 @@ def signatures(doc: np.ndarray, sh: np.ndarray, n_docs: int, settings: MinHashSe
         hi = np.searchsorted(bounds, start + SHINGLES_PER_CHUNK, side="left")
         hi = max(hi, lo + 1)
         end = bounds[hi] if hi < len(bounds) else len(sh)
-        vals = ((sh[start:end, None] * a[None, :] + b[None, :]) >> np.uint64(32)).astype(np.uint32)
+        vals = sh[start:end, None] * a[None, :]
+        vals += b[None, :]
         heads = bounds[lo:hi] - start
-        sig[doc[bounds[lo:hi]]] = np.minimum.reduceat(vals, heads, axis=0)
+        sig[doc[bounds[lo:hi]]] = np.minimum.reduceat(vals, heads, axis=0) >> np.uint64(32)
         lo = hi
     return sig
 
@@ -201,45 +231,141 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 # ---------------------------------------------------------------------------- the index of known keys
 
-@dataclass
-class BandIndex:
-    """Every band key seen so far -> the first document (smallest id) that had it."""
+EMPTY = np.int32(-1)
+MAX_LOAD = 0.6
 
-    keys: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    clusters: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+class BandIndex:
+    """Every band key seen so far -> the first document (smallest id) that had it.
+
+    An open-addressing hash table in numpy arrays (linear probing, vectorised over a batch of
+    keys), so adding a batch costs the batch, not the index: linear in the corpus overall. A
+    key maps to a *slot* in the per-document arrays ``ids`` / ``clusters``. Memory: 12 bytes per
+    table entry at most ``MAX_LOAD`` full, plus 16 bytes per document: ~300 bytes per document
+    with 14 bands. ``expected_docs`` sizes the table up front; past it, it doubles."""
+
+    def __init__(self, expected_docs: int = 0, bands: int = 14) -> None:
+        self.bands = bands
+        self.capacity = 0
+        self.entries = 0
+        self._resize(max(1024, int(expected_docs * bands / MAX_LOAD) + 1))
+        self.n_docs = 0
+        self._ids = np.empty(max(expected_docs, 1024), dtype=np.int64)
+        self._clusters = np.empty(max(expected_docs, 1024), dtype=np.int64)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids[:self.n_docs]
+
+    @property
+    def clusters(self) -> np.ndarray:
+        return self._clusters[:self.n_docs]
+
+    def _home(self, keys: np.ndarray) -> np.ndarray:
+        # multiply-high onto [0, capacity): keys are hashes already; mixing once more keeps
+        # the slots uniform whatever their low bits do
+        mixed = (keys.view(np.uint64) * MIX) >> np.uint64(32)
+        return ((mixed * np.uint64(self.capacity)) >> np.uint64(32)).astype(np.int64)
+
+    def _resize(self, capacity: int) -> None:
+        old_keys = getattr(self, "_keys", None)
+        old_slots = getattr(self, "_slots", None)
+        self.capacity = int(capacity)
+        self._keys = np.zeros(self.capacity, dtype=np.int64)
+        self._slots = np.full(self.capacity, EMPTY, dtype=np.int32)
+        self.entries = 0
+        if old_keys is not None:
+            used = old_slots != EMPTY
+            self._insert(old_keys[used], old_slots[used])
+
+    def _find(self, keys: np.ndarray) -> np.ndarray:
+        """The slot each key maps to, or -1."""
+        out = np.full(len(keys), EMPTY, dtype=np.int32)
+        at = self._home(keys)
+        pending = np.arange(len(keys))
+        while len(pending):
+            pos = at[pending]
+            slot = self._slots[pos]
+            empty = slot == EMPTY
+            hit = ~empty & (self._keys[pos] == keys[pending])
+            out[pending[hit]] = slot[hit]
+            go_on = ~(empty | hit)
+            pending = pending[go_on]
+            at[pending] = (pos[go_on] + 1) % self.capacity
+        return out
+
+    def _insert(self, keys: np.ndarray, slots: np.ndarray) -> None:
+        """Insert keys that are absent and distinct."""
+        if self.entries + len(keys) > MAX_LOAD * self.capacity:
+            self._resize(max(2 * self.capacity, int((self.entries + len(keys)) / MAX_LOAD) + 1))
+        at = self._home(keys)
+        pending = np.arange(len(keys))
+        while len(pending):
+            pos = at[pending]
+            free = self._slots[pos] == EMPTY
+            # several keys may reach the same free position: the first of them takes it
+            taken, first = np.unique(pos[free], return_index=True)
+            winners = pending[np.flatnonzero(free)[first]]
+            self._keys[taken] = keys[winners]
+            self._slots[taken] = slots[winners]
+            placed = np.zeros(len(keys), dtype=bool)
+            placed[winners] = True
+            pending = pending[~placed[pending]]
+            at[pending] = (at[pending] + 1) % self.capacity
+        self.entries += len(keys)
 
     def add(self, ids: np.ndarray, clusters: np.ndarray, keys: np.ndarray) -> None:
-        """Add documents (ids ascending, all larger than those already in) and their keys."""
-        k = keys.reshape(-1)
-        rep = np.repeat(np.arange(len(ids)), keys.shape[1])
-        all_keys = np.concatenate([self.keys, k])
-        all_ids = np.concatenate([self.ids, ids[rep]])
-        all_clusters = np.concatenate([self.clusters, clusters[rep]])
-        # np.unique keeps the first occurrence: existing entries, then the smallest new id
-        self.keys, first = np.unique(all_keys, return_index=True)
-        self.ids, self.clusters = all_ids[first], all_clusters[first]
+        """Add documents (ids ascending, all larger than those already in) and their keys
+        ``[docs, bands]``; a key already known keeps its first document."""
+        n = len(ids)
+        if self.n_docs + n > len(self._ids):
+            grow = max(2 * len(self._ids), self.n_docs + n)
+            self._ids = np.resize(self._ids, grow)
+            self._clusters = np.resize(self._clusters, grow)
+        slots = np.arange(self.n_docs, self.n_docs + n, dtype=np.int32)
+        self._ids[self.n_docs:self.n_docs + n] = ids
+        self._clusters[self.n_docs:self.n_docs + n] = clusters
+        self.n_docs += n
+        flat = keys.reshape(-1)
+        new = self._find(flat) == EMPTY
+        # the first occurrence of each new key (row-major: the smallest id comes first)
+        uniq, first = np.unique(flat[new], return_index=True)
+        owner = np.repeat(slots, keys.shape[1])[np.flatnonzero(new)[first]]
+        self._insert(uniq, owner)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each key: found?, the first id that had it, that id's cluster."""
-        if len(self.keys) == 0:
+        slot = self._find(keys.reshape(-1)).reshape(keys.shape)
+        found = slot != EMPTY
+        safe = np.where(found, slot, 0)
+        if self.n_docs == 0:
             none = np.zeros(keys.shape, dtype=np.int64)
-            return np.zeros(keys.shape, dtype=bool), none, none
-        pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-        return self.keys[pos] == keys, self.ids[pos], self.clusters[pos]
+            return found, none, none
+        return found, self.ids[safe], self.clusters[safe]
 
 
-def load_index(ds: lance.LanceDataset, done_fragments: list) -> BandIndex:
-    index = BandIndex()
+def load_index(ds: lance.LanceDataset, done_fragments: list, expected_new: int = 0,
+               bands: int = 14) -> BandIndex:
+    """The keys already written, in id order, in an index sized for ``expected_new`` more."""
+    done_rows = sum(f.count_rows() for f in done_fragments)
+    index = BandIndex(done_rows + expected_new, bands)
     if not done_fragments:
         return index
-    table = ds.scanner(columns=["id", "near_dup_cluster", "minhash_bands"],
-                       filter="minhash_bands IS NOT NULL", fragments=done_fragments).to_table()
-    if table.num_rows:
-        table = table.sort_by("id")
-        bands = table.column("minhash_bands").combine_chunks()
-        keys = bands.values.to_numpy().reshape(table.num_rows, bands.type.list_size)
-        index.add(table.column("id").to_numpy(), table.column("near_dup_cluster").to_numpy(), keys)
+    scanner = ds.scanner(columns=["id", "near_dup_cluster", "minhash_bands"],
+                         filter="minhash_bands IS NOT NULL", fragments=done_fragments)
+    parts = [(b.column("id").to_numpy(), b.column("near_dup_cluster").to_numpy(),
+              b.column("minhash_bands").values.to_numpy().reshape(b.num_rows, bands))
+             for b in scanner.to_batches() if b.num_rows]
+    if not parts:
+        return index
+    ids = np.concatenate([p[0] for p in parts])
+    order = np.argsort(ids, kind="stable")
+    clusters = np.concatenate([p[1] for p in parts])[order]
+    keys = np.concatenate([p[2] for p in parts])[order]
+    ids = ids[order]
+    step = 1 << 16
+    for lo in range(0, len(ids), step):  # in id order, so the first document keeps each key
+        index.add(ids[lo:lo + step], clusters[lo:lo + step], keys[lo:lo + step])
     return index
 
 
@@ -261,13 +387,17 @@ def _find(parent: np.ndarray, i: int) -> int:
     return i
 
 
+SetsOf = Callable[[np.ndarray], dict[int, np.ndarray]]
+
+
 def assign(
-    ids: np.ndarray, sets: list[np.ndarray], keys: np.ndarray, has_words: np.ndarray,
-    index: BandIndex, old_sets: Callable[[np.ndarray], dict[int, np.ndarray]],
-    settings: MinHashSettings, stats: NearDupStats,
+    ids: np.ndarray, keys: np.ndarray, has_words: np.ndarray, index: BandIndex,
+    new_sets: SetsOf, old_sets: SetsOf, settings: MinHashSettings, stats: NearDupStats,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Clusters and flags for a batch of new documents (ids ascending, larger than every id in
-    ``index``); ``old_sets(ids)`` returns the shingle sets of earlier documents."""
+    ``index``). Shingle sets are fetched only for the documents of candidate pairs, and only
+    when pairs are confirmed: ``new_sets(positions)`` for documents of the batch,
+    ``old_sets(ids)`` for earlier ones."""
     n = len(ids)
     pairs_old: list[tuple[int, int, int]] = []  # (new position, old id, old cluster)
     pairs_new: set[tuple[int, int]] = set()  # (new position, earlier new position)
@@ -289,17 +419,24 @@ def assign(
     pairs_old = sorted(set(pairs_old))
     stats.candidate_pairs += len(pairs_old) + len(pairs_new)
 
-    need = np.unique(np.array([p[1] for p in pairs_old], dtype=np.int64))
-    old = old_sets(need) if settings.min_jaccard > 0 and len(need) else {}
+    sets: dict[int, np.ndarray] = {}
+    old: dict[int, np.ndarray] = {}
+    if settings.min_jaccard > 0:
+        need_new = {i for pair in pairs_new for i in pair} | {p[0] for p in pairs_old}
+        if need_new:
+            sets = new_sets(np.array(sorted(need_new), dtype=np.int64))
+        need = np.unique(np.array([p[1] for p in pairs_old], dtype=np.int64))
+        if len(need):
+            old = old_sets(need)
 
-    def confirmed(a: np.ndarray, b: np.ndarray) -> bool:
+    def confirmed(a: np.ndarray | None, b: np.ndarray | None) -> bool:
         return settings.min_jaccard <= 0 or jaccard(a, b) >= settings.min_jaccard
 
     # union-find over the batch, only along confirmed pairs (few); the root of a component is
     # its smallest position, i.e. its smallest id
     parent = np.arange(n)
     for i, j in sorted(pairs_new):
-        if confirmed(sets[i], sets[j]):
+        if confirmed(sets.get(i), sets.get(j)):
             ri, rj = _find(parent, i), _find(parent, j)
             parent[max(ri, rj)] = min(ri, rj)
             stats.confirmed_pairs += 1
@@ -312,7 +449,8 @@ def assign(
     # a component attached to an older cluster joins it (the smallest, if several)
     no_old = np.iinfo(np.int64).max
     old_cluster = np.full(n, no_old, dtype=np.int64)
-    attach = [(i, oc) for i, oid, oc in pairs_old if confirmed(sets[i], old.get(oid, sets[i]))]
+    attach = [(i, oc) for i, oid, oc in pairs_old
+              if confirmed(sets.get(i), old.get(oid, sets.get(i)))]
     stats.confirmed_pairs += len(attach)
     if attach:
         at = np.array(attach, dtype=np.int64)
@@ -365,59 +503,88 @@ def near_dup(
 @dataclass(frozen=True)
 class MinHashes:
     """The per-fragment part (shingles, signatures, band keys), independent of every other
-    fragment: a Ray task under the ``ray`` executor. One entry per batch of ``BATCH_ROWS``."""
+    fragment: a Ray task under the ``ray`` executor. One entry per batch of ``BATCH_ROWS``:
+    (ids, band keys, has words), ~130 bytes per document; no shingles or text leave the task."""
 
     settings: MinHashSettings
 
-    def __call__(self, frag) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    def __call__(self, frag) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         out = []
         for batch in frag.to_batches(columns=["id", "text"], batch_size=BATCH_ROWS):
             ids = batch.column("id").to_numpy()
             if len(ids) > 1 and not np.all(np.diff(ids) > 0):
                 raise RuntimeError(f"fragment {frag.fragment_id}: ids are not ascending")
-            doc, sh = shingles(batch.column("text"), self.settings.ngram)
+            doc, sh = shingle_stream(batch.column("text"), self.settings.ngram)
             keys = band_keys(signatures(doc, sh, len(ids), self.settings), self.settings)
-            out.append((ids, doc, sh, keys))
+            has_words = np.bincount(doc, minlength=len(ids)) > 0
+            out.append((ids, keys, has_words))
         return out
+
+
+def _sets_by_position(texts: pa.Array, keys, ngram: int) -> dict[int, np.ndarray]:
+    doc, sh = shingles(texts, ngram)
+    return dict(zip(keys, per_doc_sets(doc, sh, len(texts))))
 
 
 class Clusterer:
     """The order-dependent part: each batch against every document before it (the band index
-    of the table as it was before this run, plus the batches done since). Runs in the driver."""
+    of the table as it was before this run, plus the batches done since). Runs in the driver.
+
+    The shingle sets that confirmation needs are made again from the text of the candidates
+    alone: earlier documents are read by id (the table's stable row ids equal ``id``; a table
+    where they do not is read with an ``id IN (...)`` filter instead)."""
 
     def __init__(self, uri: str, settings: MinHashSettings, stats: NearDupStats) -> None:
         self.uri, self.settings, self.stats = uri, settings, stats
         self.text_ds: lance.LanceDataset | None = None
         self.index: BandIndex | None = None
+        self.rows_by_id = True
 
     def old_sets(self, wanted: np.ndarray) -> dict[int, np.ndarray]:
-        out = {}
-        for i in range(0, len(wanted), 4096):
-            chunk = wanted[i:i + 4096]
-            t = self.text_ds.to_table(
-                columns=["id", "text"], filter=f"id IN ({','.join(map(str, chunk.tolist()))})")
-            doc, sh = shingles(t.column("text"), self.settings.ngram)
-            for oid, s in zip(t.column("id").to_pylist(), per_doc_sets(doc, sh, t.num_rows)):
-                out[oid] = s
-        return out
+        texts = None
+        if self.rows_by_id:
+            try:
+                t = self.text_ds._take_rows(wanted.tolist(), columns=["id", "text"])
+                if t.column("id").to_numpy().tolist() == wanted.tolist():
+                    texts = t
+            except Exception:  # noqa: BLE001 - a table without stable row ids: filter instead
+                pass
+            self.rows_by_id = texts is not None
+        if texts is None:
+            parts = []
+            for i in range(0, len(wanted), 4096):
+                chunk = wanted[i:i + 4096]
+                parts.append(self.text_ds.to_table(
+                    columns=["id", "text"],
+                    filter=f"id IN ({','.join(map(str, chunk.tolist()))})"))
+            texts = pa.concat_tables(parts)
+        return _sets_by_position(texts.column("text"), texts.column("id").to_pylist(),
+                                 self.settings.ngram)
 
     def __call__(self, frag, minhashes) -> Iterator[pa.RecordBatch]:
         settings = self.settings
         if self.index is None:
             # the table as it was before this run: every text, and the keys already written
             ds0 = lance.dataset(self.uri)
-            missing = {f.fragment_id for f in fragments_missing(ds0, [f.name for f in
-                                                                      fields(settings)])}
+            missing = {f.fragment_id: f for f in fragments_missing(
+                ds0, [f.name for f in fields(settings)])}
             self.text_ds = ds0
             self.index = load_index(ds0, [f for f in ds0.get_fragments()
-                                          if f.fragment_id not in missing])
-        for ids, doc, sh, keys in minhashes:
+                                          if f.fragment_id not in missing],
+                                    expected_new=sum(f.count_rows() for f in missing.values()),
+                                    bands=settings.bands)
+        offset = 0
+        for ids, keys, has_words in minhashes:
             n = len(ids)
-            sets = per_doc_sets(doc, sh, n)
-            has_words = np.array([len(s) > 0 for s in sets])
-            cluster, flag = assign(ids, sets, keys, has_words, self.index, self.old_sets,
+
+            def new_sets(positions: np.ndarray, first: int = offset) -> dict[int, np.ndarray]:
+                t = frag.take((positions + first).tolist(), columns=["text"])
+                return _sets_by_position(t.column("text"), positions.tolist(), settings.ngram)
+
+            cluster, flag = assign(ids, keys, has_words, self.index, new_sets, self.old_sets,
                                    settings, self.stats)
             self.index.add(ids[has_words], cluster[has_words], keys[has_words])
+            offset += n
             bands = pa.FixedSizeListArray.from_arrays(pa.array(keys.reshape(-1)), settings.bands)
             bands = pc.if_else(pa.array(has_words), bands, pa.nulls(n, bands.type))
             yield pa.RecordBatch.from_arrays(

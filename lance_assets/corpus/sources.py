@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from lance_assets.corpus import synthetic_web
 from lance_assets.corpus.synthetic import SyntheticSpec, generate
 
 FILE_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".txt")
@@ -182,20 +183,41 @@ def _synthetic_unit(spec: SyntheticSpec) -> SourceUnit:
     return SourceUnit(key=spec.key, read=read, n_parts=n_parts)
 
 
-def _parse_synthetic(spec: str) -> SyntheticSpec:
-    _, _, rows = spec.partition(":")
+def _synthetic_web_unit(spec: synthetic_web.WebSpec) -> SourceUnit:
+    """The FineWeb-shaped corpus, one part per generator block (made on demand, so a resumed
+    ingest makes only the blocks after its watermark and nothing holds the whole corpus)."""
+    assert synthetic_web.BLOCK_ROWS == PART_ROWS
+
+    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+        for part in range(first, spec.n_blocks):
+            for batch in synthetic_web.generate_block(spec, part).to_batches():
+                yield part, batch
+
+    return SourceUnit(key=spec.key, read=read, n_parts=spec.n_blocks)
+
+
+def _parse_rows(spec: str, default: int) -> int:
+    name, _, rows = spec.partition(":")
     if not rows:
-        return SyntheticSpec()
+        return default
     try:
-        n = int(rows)
+        n = int(rows.replace("_", ""))
     except ValueError:
         raise SourceError(
-            f"LANCE_ASSETS_SOURCE={spec!r}: the row count after 'synthetic:' must be an integer, "
-            "e.g. synthetic:20000."
+            f"LANCE_ASSETS_SOURCE={spec!r}: the row count after '{name}:' must be an integer, "
+            f"e.g. {name}:20000."
         ) from None
     if n <= 0:
         raise SourceError(f"LANCE_ASSETS_SOURCE={spec!r}: the row count must be positive.")
-    return SyntheticSpec(rows=n)
+    return n
+
+
+def _parse_synthetic(spec: str) -> SyntheticSpec:
+    return SyntheticSpec(rows=_parse_rows(spec, SyntheticSpec().rows))
+
+
+def _parse_synthetic_web(spec: str) -> synthetic_web.WebSpec:
+    return synthetic_web.WebSpec(rows=_parse_rows(spec, synthetic_web.WebSpec().rows))
 
 
 def _parquet_unit(path: Path, text_column: str, key: str) -> SourceUnit:
@@ -419,6 +441,8 @@ def resolve(spec: str, text_column: str = "text", *, hf_data_files: Optional[lis
     in ``bad_files`` (not fatal: the others are read).
     """
     spec = spec.strip()
+    if spec == "synthetic-web" or spec.startswith("synthetic-web:"):
+        return ResolvedSource([_synthetic_web_unit(_parse_synthetic_web(spec))], {})
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return ResolvedSource([_synthetic_unit(_parse_synthetic(spec))], {})
     if spec.startswith("hf:"):
