@@ -5,7 +5,10 @@ A column group (e.g. ``input_ids`` + ``n_tokens``) is first added to the schema 
 the values are computed and written to a *new* data file, attached to the fragment with a
 ``DataReplacement`` commit. Existing data files (``text`` above all) are never rewritten, a
 re-run computes only fragments that lack the group, and a kill loses at most the group of
-fragments in flight.
+fragments in flight: the fragments computed since the last commit. A group is a fixed number
+of fragments when the caller asks for one, else it is batched by time and size
+(:class:`CommitPolicy`: at least 2 s of work and 20x the last commit's own time, at most
+120 s), so commits stay a small share of the run however large the manifest grows.
 
 Concurrent writers are expected (other column assets, a second run of this one, another
 Dagster instance). Every commit goes through ``commit_retrying``: when a concurrent write wins
@@ -297,6 +300,41 @@ def unwritten_rows(ds: lance.LanceDataset, columns: list[str]) -> Coverage:
     return Coverage(columns, rows, sum(counts.values()), sorted(counts), markers)
 
 
+@dataclass
+class CommitPolicy:
+    """When the fragments computed since the last commit (the *group*) are committed.
+
+    A fixed ``fragments`` count commits every that many fragments (what tests and callers that
+    want a fixed checkpoint ask for). Unset, groups are batched by time and size: a group is
+    committed once ``min_seconds`` of work have passed since the last commit *and* at least
+    ``overhead_factor`` times that commit's own duration (every commit rewrites the manifest,
+    which grows with the table, so this keeps commits under ~1/overhead_factor of the run),
+    but never later than ``max_seconds``, or once it holds ``max_fragments``. So a kill loses
+    at most one group: ``max(min_seconds, overhead_factor x last commit)`` of work, capped at
+    ``max_seconds`` and ``max_fragments`` fragments."""
+
+    fragments: int | None = None
+    min_seconds: float = 2.0
+    max_seconds: float = 120.0
+    overhead_factor: float = 20.0
+    max_fragments: int = 4096
+    last_commit_s: float = 0.0
+    last_commit_end: float = field(default_factory=time.perf_counter)
+
+    def due(self, pending: int, now: float | None = None) -> bool:
+        if pending == 0:
+            return False
+        if self.fragments is not None:
+            return pending >= self.fragments
+        since = (time.perf_counter() if now is None else now) - self.last_commit_end
+        wait = min(self.max_seconds, max(self.min_seconds, self.overhead_factor * self.last_commit_s))
+        return since >= wait or pending >= self.max_fragments
+
+    def committed(self, started: float) -> None:
+        self.last_commit_end = time.perf_counter()
+        self.last_commit_s = self.last_commit_end - started
+
+
 class FragmentsFailedError(RuntimeError):
     """Some fragments could not be computed; every other fragment was committed."""
 
@@ -316,13 +354,15 @@ def write_columns(
     fields: list[pa.Field],
     compute: ComputeFn,
     *,
-    fragments_per_commit: int = 4,
+    fragments_per_commit: int | None = None,
     executor: str | None = None,
     gpu: bool = False,
     log: Callable[[str], None] = print,
 ) -> ColumnWriteReport:
     """Compute ``fields`` for every fragment that lacks them and commit in groups.
 
+    ``fragments_per_commit``: a fixed group size; unset, groups are batched by time and size
+    (:class:`CommitPolicy`).
     ``executor``: ``local`` or ``ray`` (default: ``LANCE_ASSETS_EXECUTOR``, else ``local``).
     ``gpu``: under Ray, give each task one GPU when the cluster has any."""
     start = time.perf_counter()
@@ -341,12 +381,15 @@ def write_columns(
     desc = "+".join(columns)
     failures: dict[int, BaseException] = {}
     pending: dict[int, tuple[lance.fragment.DataFile, int]] = {}
+    policy = CommitPolicy(fragments_per_commit)
     done = 0
     with progress(total=len(todo), desc=desc, unit="fragment", log=log) as bar:
 
         def commit() -> None:
             nonlocal ds, done
+            started = time.perf_counter()
             ds, committed = _commit_group(uri, group, schema, compute, pending, log)
+            policy.committed(started)
             report.commits += int(bool(committed))
             report.fragments_written.extend(committed)
             report.rows_written += sum(pending[f][1] for f in committed)
@@ -364,7 +407,7 @@ def write_columns(
                 failures[frag_id] = error
                 continue
             pending[frag_id] = written
-            if len(pending) >= fragments_per_commit:
+            if policy.due(len(pending)):
                 commit()
         if pending:
             commit()

@@ -383,7 +383,7 @@ def _drop_union(uri: str) -> None:
     commit_retrying("drop contaminated columns", attempt)
 
 
-def contamination(root: str | Path, eval_sets: list[EvalSetSpec], *, fragments_per_commit: int = 4,
+def contamination(root: str | Path, eval_sets: list[EvalSetSpec], *, fragments_per_commit: int | None = None,
                   executor: str | None = None,
                   log: Callable[[str], None] = print) -> ContaminationReport:
     """Write the per-set columns each registered set lacks, then ``contaminated`` /

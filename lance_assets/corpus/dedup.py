@@ -119,7 +119,7 @@ class DupFlags:
 
 
 def dedup_flag(
-    root: str | Path, *, fragments_per_commit: int = 4, executor: str | None = None,
+    root: str | Path, *, fragments_per_commit: int | None = None, executor: str | None = None,
     log: Callable[[str], None] = print,
 ) -> ColumnWriteReport:
     """Write ``is_dup`` for every fragment that lacks it."""

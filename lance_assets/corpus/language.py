@@ -72,7 +72,7 @@ def fragment_language(frag) -> Iterator[pa.RecordBatch]:
         yield detect(batch.column("text"))
 
 
-def language_id(root: str | Path, *, fragments_per_commit: int = 4, executor: str | None = None,
+def language_id(root: str | Path, *, fragments_per_commit: int | None = None, executor: str | None = None,
                 log: Callable[[str], None] = print) -> ColumnWriteReport:
     """Write ``lang`` and ``lang_score`` for every fragment that lacks them."""
     open_table(root)  # a clear error when raw_text has not run yet

@@ -472,7 +472,7 @@ def per_doc_sets(doc: np.ndarray, sh: np.ndarray, n_docs: int) -> list[np.ndarra
 
 def near_dup(
     root: str | Path, settings: MinHashSettings = MinHashSettings(), *,
-    fragments_per_commit: int = 4, executor: str | None = None,
+    fragments_per_commit: int | None = None, executor: str | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[ColumnWriteReport, NearDupStats]:
     """Write the near-duplicate columns for every fragment that lacks them. Under the ``ray``

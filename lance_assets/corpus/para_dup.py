@@ -162,7 +162,7 @@ class ParagraphMatcher:
                                              schema=pa.schema(FIELDS))
 
 
-def paragraph_dups(root: str | Path, *, fragments_per_commit: int = 4,
+def paragraph_dups(root: str | Path, *, fragments_per_commit: int | None = None,
                    executor: str | None = None, log: Callable[[str], None] = print
                    ) -> tuple[ColumnWriteReport, dict]:
     """Write ``dup_paragraph_frac`` and ``paragraph_hashes`` for every fragment that lacks them,

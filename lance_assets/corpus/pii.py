@@ -175,7 +175,7 @@ def fragment_pii(frag) -> Iterator[pa.RecordBatch]:
         yield scan(batch.column("text"))
 
 
-def pii(root: str | Path, *, fragments_per_commit: int = 4, executor: str | None = None,
+def pii(root: str | Path, *, fragments_per_commit: int | None = None, executor: str | None = None,
         log: Callable[[str], None] = print) -> ColumnWriteReport:
     """Write the PII counts and spans for every fragment that lacks them."""
     open_table(root)  # a clear error when raw_text has not run yet

@@ -254,7 +254,7 @@ def fragment_signals(frag) -> Iterator[pa.RecordBatch]:
 
 
 def quality_signals(
-    root: str | Path, *, fragments_per_commit: int = 4, executor: str | None = None,
+    root: str | Path, *, fragments_per_commit: int | None = None, executor: str | None = None,
     log: Callable[[str], None] = print,
 ) -> ColumnWriteReport:
     """Write every quality signal column for each fragment that lacks them."""

@@ -220,7 +220,7 @@ def _has_scores(ds: lance.LanceDataset) -> bool:
 
 
 def quality_score(root: str | Path, *, label: str = "score", threshold: float = 3.0,
-                  ridge: float = 1.0, retrain: bool = False, fragments_per_commit: int = 4,
+                  ridge: float = 1.0, retrain: bool = False, fragments_per_commit: int | None = None,
                   executor: str | None = None,
                   log: Callable[[str], None] = print) -> QualityScoreReport:
     """Train the head if the table names none (or ``retrain``), then write ``quality_score``

@@ -202,7 +202,7 @@ def token_ids(
     root: str | Path,
     tokenizer: str = "auto",
     *,
-    fragments_per_commit: int = 4,
+    fragments_per_commit: int | None = None,
     replace: bool = False,
     num_threads: int | None = None,
     redact_pii: bool = False,

@@ -86,8 +86,10 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
 
 
 class ColumnConfig(ExecutorConfig):
-    fragments_per_commit: int = 4
-    """Fragments computed per commit: a kill loses at most this many fragments' work."""
+    fragments_per_commit: Optional[int] = None
+    """Fragments per commit. Unset: commits batched by time (every 2 s of work or more, at most
+    120 s, and at least 20x the last commit's own time, so commits stay under ~5% of the run as
+    the manifest grows); a kill loses at most that group. A number: exactly that many."""
 
 
 @dg.asset(

@@ -8,6 +8,7 @@ Assets of the corpus domain are referenced by their keys (``defs/common.py``).
 
 import base64
 from pathlib import Path
+from typing import Optional
 
 import dagster as dg
 import lance
@@ -37,8 +38,10 @@ NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(near_dup_lib.MinHashSetting
 
 
 class SignalsConfig(ExecutorConfig):
-    fragments_per_commit: int = 4
-    """Fragments computed per commit: a kill loses at most this many fragments' work."""
+    fragments_per_commit: Optional[int] = None
+    """Fragments per commit. Unset: commits batched by time (every 2 s of work or more, at most
+    120 s, and at least 20x the last commit's own time, so commits stay under ~5% of the run as
+    the manifest grows); a kill loses at most that group. A number: exactly that many."""
 
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",

@@ -8,6 +8,8 @@ the ``lance_corpus`` pool, runs on Ray when asked, and reports the same stats bl
 written, fragments, duration, rows/s (``column_write_metadata``), plus its own counts.
 """
 
+from typing import Optional
+
 import dagster as dg
 import lance
 from dagster_ray import RayResource
@@ -32,8 +34,10 @@ FROM_TEXT = [("raw_text", "text")]
 
 
 class TaggerConfig(ExecutorConfig):
-    fragments_per_commit: int = 4
-    """Fragments computed per commit: a kill loses at most this many fragments' work."""
+    fragments_per_commit: Optional[int] = None
+    """Fragments per commit. Unset: commits batched by time (every 2 s of work or more, at most
+    120 s, and at least 20x the last commit's own time, so commits stay under ~5% of the run as
+    the manifest grows); a kill loses at most that group. A number: exactly that many."""
 
 
 def _count(uri: str, predicate: str) -> int:
