@@ -151,9 +151,13 @@ def shingle_stream(texts: pa.Array, ngram: int) -> tuple[np.ndarray, np.ndarray]
     full = width == ngram
     key = np.zeros(len(idx), dtype=np.uint64)
     last = len(h) - 1
-    if full.all():  # the common case: every window is whole, no masking
+    if len(h) >= ngram and full.all():  # the common case, all windows whole: slices, no gathers
+        span = len(h) - ngram + 1
+        rolled = np.zeros(span, dtype=np.uint64)
         for j in range(ngram):
-            key = (key ^ h[np.minimum(idx + j, last)]) * np.uint64(0x100000001B3)
+            rolled ^= h[j:j + span]
+            rolled *= np.uint64(0x100000001B3)
+        key = rolled[idx]
     else:
         for j in range(ngram):
             take = j < width
