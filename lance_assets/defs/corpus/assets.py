@@ -28,7 +28,8 @@ TOKEN_IDS_COLUMNS = column_schema([tokenize.N_BYTES, tokenize.INPUT_IDS, tokeniz
 
 class RawTextConfig(dg.Config):
     source: Optional[str] = None
-    """Override LANCE_ASSETS_SOURCE for this run: synthetic[:ROWS], a file, folder or glob,
+    """Override LANCE_ASSETS_SOURCE for this run: synthetic[:ROWS], synthetic-web[:ROWS] (the
+    FineWeb-shaped corpus at real size), a file, folder or glob,
     or hf:DATASET[:CONFIG]."""
     text_column: str = "text"
     """Name of the text column in parquet / jsonl / Hugging Face sources."""
