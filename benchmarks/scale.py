@@ -140,7 +140,7 @@ def score(flagged: np.ndarray, truth: np.ndarray, source: np.ndarray) -> dict:
             "precision": round(int((flagged & members).sum()) / max(int(flagged.sum()), 1), 4)}
 
 
-def peers(rows: int, work: Path) -> dict:
+def peers(rows: int, work: Path, skip: list[str] = ()) -> dict:
     import lance
 
     from lance_assets import paths
@@ -169,6 +169,8 @@ def peers(rows: int, work: Path) -> dict:
     arms["near_dup (ours)"] = {**m.to_dict(), **score(
         got.column("near_dup").to_numpy(zero_copy_only=False), truth, plan.source)}
     for name, venv in PEER_VENVS.items():
+        if name in skip:
+            continue
         python = venv / "bin" / "python"
         if not python.exists():
             print(f"{name}: skipped, no environment at {venv} (run scripts/peers_venv.sh {name})")
@@ -225,6 +227,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     p.add_argument("--large", action="store_true", help="add 1,600,000 documents")
     p.add_argument("--peers", action="store_true", help="the side-by-side arms")
     p.add_argument("--peer-rows", type=int, default=20_000)
+    p.add_argument("--skip", nargs="*", default=[], choices=sorted(PEER_VENVS),
+                   help="peer arms to leave out (datatrove takes ~8 ms per document)")
     p.add_argument("--no-scaling", action="store_true", help="only the side-by-side arms")
     p.add_argument("--work", default=None, help="folder for the tables (default: a temp folder)")
     p.add_argument("--json", default=None, help="also write the results here")
@@ -243,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             sizes = sorted(set(args.sizes + ([1_600_000] if args.large else [])))
             results["scaling"] = scaling(sizes, work)
         if args.peers:
-            results["peers"] = peers(args.peer_rows, work)
+            results["peers"] = peers(args.peer_rows, work, args.skip)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -45,11 +45,14 @@ def main() -> None:
     src, out = sys.argv[1], sys.argv[2]
     wall, cpu = time.perf_counter(), time.process_time()
     lsh = rensa.RMinHashLSH(0.8, BANDS * ROWS_PER_BAND, BANDS)
-    flags = []
+    flags, start = [], 0
     for batch in pq.ParquetFile(src).iter_batches(batch_size=2048, columns=["text"]):
         m = rensa.RMinHash.digest_matrix_from_token_sets(
             shingle_sets(batch.column("text")), BANDS * ROWS_PER_BAND, SEED)
-        flags.append(np.asarray(lsh.insert_matrix_and_query_duplicate_flags(m), dtype=bool))
+        # keys are row numbers, continued across batches
+        flags.append(np.asarray(lsh.insert_matrix_and_query_duplicate_flags(m, start_key=start),
+                                dtype=bool))
+        start += batch.num_rows
     flags = np.concatenate(flags)
     np.save(out, flags)
     print(json.dumps({"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
