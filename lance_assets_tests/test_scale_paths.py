@@ -220,3 +220,33 @@ def test_write_columns_commits_in_time_batches_and_loses_at_most_one_group(tmp_p
     t = lance.dataset(uri).to_table(columns=["n_chars", "n_chars2"])
     assert np.array_equal(t.column(0).to_numpy() * 2, t.column(1).to_numpy())
     assert write_columns(uri, [field], compute, log=quiet).nothing_to_do
+
+
+def reference_shingles(text: str, n: int = 5) -> set[int]:
+    """One document's shingle set the slow way: words hashed one by one, windows rolled."""
+    words = [w for w in nd.simplify(pa.array([text])).to_pylist()[0].split() if w]
+    if not words:
+        return set()
+    hashes = [nd._blake(w) for w in words]
+    windows = [hashes[i:i + n] for i in range(max(1, len(hashes) - n + 1))]
+    out = set()
+    mask = (1 << 64) - 1
+    for win in windows:
+        key = 0
+        for h in win:
+            key = ((key ^ h) * 0x100000001B3) & mask
+        key ^= key >> 29
+        key = (key * int(nd.MIX)) & mask
+        out.add(key >> 32)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["the", "Cat", "sat", "on", "3.5", "mat!", "—", "a"]),
+                         max_size=9).map(" ".join), min_size=1, max_size=6))
+def test_shingle_stream_equals_word_by_word_hashing(texts):
+    """Both paths (every document with 5+ words: rolled slices; some shorter: masked windows)
+    give each document the set the definition gives."""
+    doc, sh = nd.shingle_stream(pa.array(texts), 5)
+    for i, text in enumerate(texts):
+        assert set(sh[doc == i].tolist()) == reference_shingles(text)

@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys, paths
-from lance_assets.corpus import executor as executors
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.corpus.table import open_table
 from lance_assets.progress import progress
@@ -65,33 +64,19 @@ def fragment_hashes(frag) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(ids), np.concatenate(hashes)
 
 
-def _hashes_task(job: tuple[str, int], frag_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Runs in a Ray worker: one fragment's (ids, hashes) at the planned version."""
-    uri, version = job
-    return fragment_hashes(lance.dataset(uri, version=version).get_fragment(frag_id))
-
-
-def duplicate_ids(ds: lance.LanceDataset, executor: str | None = None,
-                  log: Callable[[str], None] = print) -> np.ndarray:
+def duplicate_ids(ds: lance.LanceDataset, log: Callable[[str], None] = print) -> np.ndarray:
     """The ids (sorted) whose normalised text appeared at a smaller id, over the whole table.
 
-    Every text is hashed once (per fragment: in this process, or as Ray tasks); then one sort
-    by (hash, id) finds each hash's first id, like ``min(id) OVER (PARTITION BY hash)``. Holds
-    24 bytes per document (id and 128-bit hash), never the text."""
+    Every text is hashed once, here in the driver (~40 us per document per core, against
+    ~200 us for DuckDB's regex + md5), then one sort by (hash, id) finds each hash's first id,
+    like ``min(id) OVER (PARTITION BY hash)``. Holds 24 bytes per document (id and 128-bit
+    hash), never the text."""
     frags = ds.get_fragments()
     parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    if executors.executor_name(executor) == "ray" and frags:
-        executors.ensure_ray(log)
-        for result in executors.ray_map(_hashes_task, (ds.uri, ds.version),
-                                        [f.fragment_id for f in frags]):
-            if result.error is not None:
-                raise result.error
-            parts[result.key] = result.value
-    else:
-        with progress(total=len(frags), desc="is_dup: hashing", unit="fragment", log=log) as bar:
-            for frag in frags:
-                parts[frag.fragment_id] = fragment_hashes(frag)
-                bar.update(1, rows=len(parts[frag.fragment_id][0]))
+    with progress(total=len(frags), desc="is_dup: hashing", unit="fragment", log=log) as bar:
+        for frag in frags:
+            parts[frag.fragment_id] = fragment_hashes(frag)
+            bar.update(1, rows=len(parts[frag.fragment_id][0]))
     if not parts:
         return np.zeros(0, np.int64)
     ids = np.concatenate([p[0] for p in parts.values()])
@@ -128,7 +113,7 @@ def dedup_flag(
     if IS_DUP.name in ds.schema.names and not fragments_missing(ds, [IS_DUP.name]):
         dup_ids = np.zeros(0, np.int64)  # nothing to write: skip hashing the corpus
     else:
-        dup_ids = duplicate_ids(ds, executor, log)
+        dup_ids = duplicate_ids(ds, log)
     compute = DupFlags(dup_ids)
     return write_columns(uri, [IS_DUP], compute, fragments_per_commit=fragments_per_commit,
                          executor=executor, log=log)

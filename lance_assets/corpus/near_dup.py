@@ -140,32 +140,41 @@ def shingle_stream(texts: pa.Array, ngram: int) -> tuple[np.ndarray, np.ndarray]
         flat = flat.filter(pa.array(keep))
     h = _word_hashes(flat)
     n_words = np.bincount(parents, minlength=n_docs)
-    starts = np.concatenate([[0], np.cumsum(n_words)])[:-1]
-    # windows starting at each word: valid if they end inside the document, or if the document
-    # is shorter than n and the window starts at its first word
-    pos = np.arange(len(h)) - starts[parents]
-    remaining = n_words[parents] - pos
-    valid = (remaining >= ngram) | ((n_words[parents] < ngram) & (pos == 0))
-    idx = np.flatnonzero(valid)
-    width = np.minimum(remaining[idx], ngram)
-    full = width == ngram
-    key = np.zeros(len(idx), dtype=np.uint64)
-    last = len(h) - 1
-    if len(h) >= ngram and full.all():  # the common case, all windows whole: slices, no gathers
+    ends = np.cumsum(n_words)
+    if len(h) >= ngram and not ((n_words > 0) & (n_words < ngram)).any():
+        # the common case, every document with words has n or more: its windows are all whole
+        # and start at every word but its last n - 1, so contiguous slices, no gathers
         span = len(h) - ngram + 1
         rolled = np.zeros(span, dtype=np.uint64)
         for j in range(ngram):
             rolled ^= h[j:j + span]
             rolled *= np.uint64(0x100000001B3)
-        key = rolled[idx]
+        valid = np.ones(len(h), dtype=bool)
+        last_words = ends[n_words > 0]
+        for k in range(1, ngram):
+            valid[last_words - k] = False
+        valid = valid[:span]
+        key = rolled[valid]
+        doc = parents[:span][valid]
     else:
+        starts = ends - n_words
+        # windows starting at each word: valid if they end inside the document, or if the
+        # document is shorter than n and the window starts at its first word
+        pos = np.arange(len(h)) - starts[parents]
+        remaining = n_words[parents] - pos
+        valid = (remaining >= ngram) | ((n_words[parents] < ngram) & (pos == 0))
+        idx = np.flatnonzero(valid)
+        width = np.minimum(remaining[idx], ngram)
+        key = np.zeros(len(idx), dtype=np.uint64)
+        last = len(h) - 1
         for j in range(ngram):
             take = j < width
             nxt = np.where(take, h[np.minimum(idx + j, last)], np.uint64(0))
             key = np.where(take, (key ^ nxt) * np.uint64(0x100000001B3), key)
+        doc = parents[idx]
     key ^= key >> np.uint64(29)
     key *= MIX
-    return parents[idx].astype(np.int64), key >> np.uint64(32)
+    return doc.astype(np.int64), key >> np.uint64(32)
 
 
 def shingles(texts: pa.Array, ngram: int) -> tuple[np.ndarray, np.ndarray]:
