@@ -3,7 +3,7 @@
 ``synthetic`` (the demo's corpus) is a few thousand short template sentences. This one is what
 the seed's real workload looks like to every stage that reads text:
 
-- **lengths**: log-normal characters per document, median ~3.1 K, mean ~4.6 K (FineWeb-Edu's
+- **lengths**: log-normal characters per document, median ~3.0 K, mean ~4.5 K (FineWeb-Edu's
   10BT sample: 10 B GPT-2 tokens in 9.67 M documents at ~4.5 bytes per token), cut to
   [200, 100,000];
 - **vocabulary**: Zipf (exponent 1.07) over English stop words first, then 60,000 generated
