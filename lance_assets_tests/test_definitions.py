@@ -37,7 +37,9 @@ def test_asset_graph_shape():
     assert guards == {"rules_valid", "filter_keeps_rows", "input_ids_present", "n_tokens_consistent",
                       "duplicate_rate_in_bounds"}
     blocking = {k.name for k in graph.asset_check_keys if graph.get_check_spec(k).blocking}
-    assert blocking == guards  # the comparisons with earlier runs only warn
+    assert guards <= blocking
+    # the comparisons with earlier runs only warn
+    assert not blocking & {"bytes_per_token_not_worse", "val_bpb_not_worse"}
     # automation: everything after ingest follows new data; ingest has its schedule, and training
     # starts by itself only with LANCE_ASSETS_AUTO_TRAIN=1
     unautomated = {k.to_user_string() for k in graph.get_all_asset_keys()
