@@ -1,10 +1,12 @@
 """The `lance_assets` code location: every column, the model and its samples, the schedule and
-sensor that keep the corpus current."""
+sensor that ingest new rows, and the automation sensor that brings the columns up to date."""
 
 import dagster as dg
 
+from lance_assets.defs.conditions import corpus_automation_sensor
 from lance_assets.defs.corpus.assets import dedup_flag, raw_text, token_ids, tokenizer
-from lance_assets.defs.corpus.automation import corpus_refresh_job, corpus_refresh_schedule, landing_sensor
+from lance_assets.defs.corpus.automation import ingest_job, ingest_schedule, landing_sensor
+from lance_assets.defs.corpus.checks import CHECKS as CORPUS_CHECKS
 from lance_assets.defs.curation.assets import (
                                                 corpus_profile,
                                                 curation_rules,
@@ -20,6 +22,7 @@ from lance_assets.defs.maintenance.automation import table_maintenance_job, tabl
 from lance_assets.defs.maintenance.checks import coverage_checks
 from lance_assets.defs.resources import lance_store_from_env
 from lance_assets.defs.training.assets import pretrained_model, samples
+from lance_assets.defs.training.checks import CHECKS as TRAINING_CHECKS
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
 ASSETS = [raw_text, dedup_flag, tokenizer, token_ids, pretrained_model, samples,
@@ -38,10 +41,10 @@ end_to_end_job = dg.define_asset_job(
 
 defs = dg.Definitions(
     assets=ASSETS,
-    asset_checks=[*CURATION_CHECKS, *coverage_checks(ASSETS)],
-    jobs=[corpus_refresh_job, end_to_end_job, table_maintenance_job],
-    schedules=[corpus_refresh_schedule, table_maintenance_schedule],
-    sensors=[landing_sensor],
+    asset_checks=[*CURATION_CHECKS, *CORPUS_CHECKS, *TRAINING_CHECKS, *coverage_checks(ASSETS)],
+    jobs=[ingest_job, end_to_end_job, table_maintenance_job],
+    schedules=[ingest_schedule, table_maintenance_schedule],
+    sensors=[landing_sensor, corpus_automation_sensor],
     resources={
         "lance_store": lance_store_from_env(),
         # Longer than torchrun's own shutdown, so a cancelled run's ranks can flush a checkpoint,

@@ -102,3 +102,16 @@ def test_column_lineage_names_real_upstream_columns(runs, key):
             source = declared_schema(dep.asset_key.to_user_string())
             assert source is not None and dep.column_name in {c.name for c in source.columns}, \
                 (column, dep)
+
+
+@pytest.mark.parametrize("key", sorted(COLUMN_ASSETS - {"raw_text"}))
+def test_null_share_of_each_column_is_a_number_dagster_can_plot(runs, key):
+    """``null_share/<column>`` for exactly the asset's columns, equal to the share of null values
+    pyarrow finds in the table (the assets ran one after another on every row)."""
+    meta, added = runs[key]
+    shares = {k.split("/", 1)[1]: v for k, v in meta.items() if k.startswith("null_share/")}
+    assert set(shares) == {name for name, _ in added}
+    table = lance.dataset(meta["dagster/uri"]).to_table(columns=list(shares))
+    for column, share in shares.items():
+        assert isinstance(share, float) and 0.0 <= share <= 1.0, (column, share)
+        assert share == pytest.approx(table[column].null_count / table.num_rows, abs=1e-6), column

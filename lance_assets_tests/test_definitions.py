@@ -50,8 +50,17 @@ def test_asset_graph_shape():
                if k.name == "columns_written"}
     assert covered == {"dedup_flag", "quality_signals", "near_dup", "token_ids", "embeddings",
                        *TAGGERS}
-    assert all(graph.get_check_spec(k).blocking for k in graph.asset_check_keys)
+    blocking = {k.name for k in graph.asset_check_keys if graph.get_check_spec(k).blocking}
+    assert guards <= blocking and "columns_written" in blocking
+    # the comparisons with earlier runs only warn
+    assert not blocking & {"bytes_per_token_not_worse", "val_bpb_not_worse"}
     assert graph.get(dg.AssetKey("table_maintenance")).group_name == "maintenance"
+    # automation: everything after ingest follows new data; ingest and maintenance have their
+    # schedules, and training starts by itself only with LANCE_ASSETS_AUTO_TRAIN=1
+    unautomated = {k.to_user_string() for k in graph.get_all_asset_keys()
+                   if graph.get(k).automation_condition is None}
+    assert unautomated == {"raw_text", "pretrained_model", "table_maintenance"}
+    assert all(graph.get(k).automation_condition is not None for k in graph.asset_check_keys)
 
 
 def test_train_config_mirrors_every_trainer_flag(tmp_path):

@@ -11,10 +11,18 @@ import dagster as dg
 from dagster_ray import RayResource
 
 from lance_assets import paths
+from lance_assets.corpus.fingerprint import digest
 from lance_assets.defs.common import FORENSICS_GROUP as GROUP
 from lance_assets.defs.common import POOL, RAW_TEXT, SAMPLES, TABLE_TAGS, TEXT_INDEX
+from lance_assets.defs.conditions import ON_NEW_DATA, on_new_data
 from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
-from lance_assets.defs.metadata import column_schema, column_write_metadata
+from lance_assets.defs.metadata import (
+    column_data_version,
+    column_schema,
+    column_write_metadata,
+    data_version,
+    index_data_version,
+)
 from lance_assets.defs.resources import LanceStore
 from lance_assets.forensics import embed
 from lance_assets.forensics import vector_index as vindex
@@ -36,7 +44,7 @@ class EmbeddingsConfig(ExecutorConfig):
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "pytorch"}, code_version="1",
           pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": EMBEDDINGS_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS)
+          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
 def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig,
                lance_store: LanceStore, ray_cluster: RayResource):
     """`embedding` (fixed_size_list<float32, 384>): all-MiniLM-L6-v2 sentence embeddings of
@@ -47,7 +55,8 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig,
                               fragments_per_commit=config.fragments_per_commit,
                               executor=column_executor(context, config, ray_cluster),
                               log=context.log.info)
-    return dg.MaterializeResult(metadata={
+    version = column_data_version(context, lance_store.table_uri, EMBEDDINGS_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(lance_store.table_uri, report, EMBEDDINGS_COLUMNS,
                                 {"embedding": [("raw_text", "text")]}),
         "docs_per_s": round(report.docs_per_s, 1),
@@ -70,7 +79,7 @@ class VectorIndexConfig(dg.Config):
 
 
 @dg.asset(deps=[embeddings], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
-          tags=TABLE_TAGS)
+          tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
 def vector_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
                  lance_store: LanceStore):
     """ANN index `embedding_ann` on `embedding` (cosine): IVF_HNSW_SQ with ~sqrt(rows)
@@ -82,7 +91,8 @@ def vector_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
     s = r.settings
     if s.index_type == "FLAT":
         context.log.info(f"{r.rows} rows < {config.flat_below}: exact search, no index")
-    return dg.MaterializeResult(metadata={
+    version = index_data_version(context, lance_store.table_uri, vindex.INDEX_NAME)
+    return dg.MaterializeResult(data_version=version, metadata={
         "dagster/uri": lance_store.table_uri,
         "lance/table_version": r.version,
         "dagster/row_count": r.rows,
@@ -114,8 +124,11 @@ class ForensicsConfig(dg.Config):
     """Documents sampled for the near-duplicate pairs (all pairs of the sample are compared)."""
 
 
+# After each new set of samples; the indexes it searches change with every ingest, which does
+# not change what the samples drew on (the table version the model trained on).
 @dg.asset(deps=[SAMPLES, vector_index, TEXT_INDEX],
-          group_name=GROUP, kinds={"lance", "python"}, code_version="1", tags=TABLE_TAGS)
+          group_name=GROUP, kinds={"lance", "python"}, code_version="1", tags=TABLE_TAGS,
+          automation_condition=on_new_data(ignore=dg.AssetSelection.assets(vector_index, TEXT_INDEX)))
 def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
               lance_store: LanceStore):
     """Where did each generated sample come from? Every sample of `samples` is attributed to the
@@ -129,7 +142,8 @@ def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
                               near_dup_threshold=config.near_dup_threshold,
                               near_dup_sample=config.near_dup_sample, log=context.log.info)
     nd = report.near_dups
-    return dg.MaterializeResult(metadata={
+    version = data_version(context, report.pin.version, digest(report.markdown()))
+    return dg.MaterializeResult(data_version=version, metadata={
         "dagster/uri": lance_store.table_uri,
         "lance/table_version": report.pin.version,
         "pinned": report.pin.source,
