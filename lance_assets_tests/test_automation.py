@@ -23,9 +23,12 @@ from lance_assets.defs import conditions
 from lance_assets.defs.resources import LanceStore
 
 COLUMN_CHAIN = {"dedup_flag", "tokenizer", "token_ids", "quality_signals", "near_dup",
-                "text_index", "curation_rules", "corpus_profile", "embeddings", "vector_index"}
+                "text_index", "curation_rules", "corpus_profile", "embeddings", "vector_index",
+                "detected_language", "personal_data", "paragraph_dups", "contamination",
+                "quality_score"}
 CHAIN_CHECKS = {"rules_valid", "filter_keeps_rows", "input_ids_present", "n_tokens_consistent",
-                "duplicate_rate_in_bounds", "bytes_per_token_not_worse"}
+                "duplicate_rate_in_bounds", "contamination_not_kept", "bytes_per_token_not_worse",
+                "columns_written"}
 TRAINING = {"pretrained_model", "samples", "forensics", "val_bpb_not_worse"}
 INGEST_CONFIG = {"ops": {"raw_text": {"config": {"rows_per_fragment": 100}}}}
 CHAIN_CONFIG = {"ops": {"embeddings": {"config": {"max_tokens": 16}}}}
@@ -109,3 +112,39 @@ def test_auto_train_refuses_a_value_that_is_not_yes_or_no(monkeypatch):
         conditions.training_condition()
     monkeypatch.setenv(conditions.AUTO_TRAIN_ENV, "0")
     assert conditions.training_condition() is None
+
+
+def test_a_failed_blocking_check_upstream_holds_back_what_follows_it(tmp_path):
+    """After the chain ran, rows arrive behind Dagster's back (a library ingest), so
+    `dedup_flag`'s blocking `columns_written` check fails. A new `quality_signals` then changes
+    a data version upstream of `curation_rules`, but `curation_rules` is not requested while
+    `dedup_flag`'s check stands failed and `dedup_flag` itself is not being rerun."""
+    from lance_assets.corpus.ingest import ingest as library_ingest
+
+    landing = tmp_path / "landing"
+    landing_file(landing, "a.parquet", rows=160, seed=1)
+    store = LanceStore(data_dir=str(tmp_path / "data"), source=str(landing))
+    resources = {"lance_store": store}
+    with dg.instance_for_test() as instance:
+        ticks = Ticks(defs, instance)
+        assert dg.materialize([defs.get_assets_def("raw_text")], instance=instance,
+                              resources=resources, run_config=INGEST_CONFIG).success
+        checks = [c for c in defs.asset_checks if {k.name for k in c.check_keys} <= CHAIN_CHECKS]
+        assert dg.materialize([*(defs.get_assets_def(k) for k in COLUMN_CHAIN), *checks],
+                              instance=instance, resources=resources, run_config=CHAIN_CONFIG).success
+        assert ticks.tick() == set()
+
+        landing_file(landing, "b.parquet", rows=60, seed=2)
+        library_ingest(store.root, str(landing), rows_per_fragment=100, log=lambda _: None)
+        dedup_check = [c for c in checks if dg.AssetCheckKey(dg.AssetKey("dedup_flag"),
+                                                             "columns_written") in c.check_keys]
+        result = dg.materialize([defs.get_assets_def("dedup_flag"), *dedup_check],
+                                instance=instance, resources=resources, raise_on_error=False,
+                                selection=dg.AssetSelection.checks_for_assets(
+                                    dg.AssetKey("dedup_flag")))
+        (evaluation,) = result.get_asset_check_evaluations()
+        assert not evaluation.passed
+        assert dg.materialize([defs.get_assets_def("quality_signals")], instance=instance,
+                              resources=resources).success  # writes the new rows' signals
+        requested_now = ticks.tick()
+        assert "curation_rules" not in requested_now and "corpus_profile" not in requested_now

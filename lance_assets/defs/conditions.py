@@ -37,6 +37,22 @@ def any_deps_data_changed() -> dg.AutomationCondition:
     ).with_label("any_deps_data_changed")
 
 
+def deps_checks_passed_or_requested() -> dg.AutomationCondition:
+    """Every upstream asset's blocking checks passed, or that asset is requested on this tick.
+
+    Dagster's ``all_deps_blocking_checks_passed`` admits checks requested on this tick, but a
+    check sits one level below its asset, the same level as the asset's children, so the
+    children are evaluated before they can see it requested (every column asset's blocking
+    ``columns_written`` check would split one ingest's chain into one run per level). An
+    upstream asset requested on this tick has its checks requested with it
+    (``CHECK_ON_ASSET_UPDATE``), in the same run, where a failing blocking check stops what
+    follows it."""
+    return AC.all_deps_match(
+        AC.will_be_requested()
+        | AC.all_checks_match(AC.check_passed() | AC.will_be_requested(), blocking_only=True)
+    ).with_label("all_deps_blocking_checks_passed_or_requested")
+
+
 def on_new_data(ignore: dg.AssetSelection | None = None) -> dg.AutomationCondition:
     """Dagster's ``eager()`` with data versions instead of materializations as the trigger, and
     upstream blocking checks respected; ``ignore``: upstream assets whose changes do not
@@ -49,7 +65,7 @@ def on_new_data(ignore: dg.AssetSelection | None = None) -> dg.AutomationConditi
         & ~AC.any_deps_missing()
         & ~AC.any_deps_in_progress()
         & ~AC.in_progress()
-        & AC.all_deps_blocking_checks_passed()
+        & deps_checks_passed_or_requested()
     ).with_label("on_new_data")
 
 
