@@ -12,6 +12,8 @@ CURATION_KEY = "lance_assets.curation"  # the curation rules in force
 NEAR_DUP_KEY = "lance_assets.near_dup"  # the MinHash settings near_dup was computed with
 EMBEDDING_KEY = "lance_assets.embedding"  # the model and truncation of `embedding`
 VECTOR_INDEX_KEY = "lance_assets.vector_index"  # the ANN index settings and measured recall
+CHUNK_EMBEDDING_KEY = "lance_assets.chunk_embedding"  # the model and chunking of `chunk_embeddings`
+CHUNK_INDEX_KEY = "lance_assets.chunk_index"  # the ANN index on `chunk_embeddings`, its recall
 
 # Columns read across layers (the trainer, forensics and the benchmarks read what the corpus
 # assets write).
@@ -21,6 +23,7 @@ N_BYTES = "n_bytes"
 IS_DUP = "is_dup"
 NEAR_DUP = "near_dup"
 EMBEDDING = "embedding"
+CHUNK_EMBEDDINGS = "chunk_embeddings"
 
 # Prompts the sampler continues when none are given (the `samples` asset and the CLI).
 DEFAULT_PROMPTS = ("An introduction to the", "The bright star", "Students often ask why", "")
