@@ -26,7 +26,8 @@ import threading
 import lance
 import lance.fragment
 
-WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings")
+WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
+           "chunk_embeddings")
 POINTS = ("before-commit", "during-commit", "after-commit", "files-written")
 
 
@@ -98,6 +99,11 @@ def run(writer: str, root: str, source: str | None) -> None:
         from lance_assets.forensics.embed import embeddings
         from lance_assets_tests.test_forensics_index import ClusteredEmbedder
         embeddings(root, embedder=ClusteredEmbedder(), fragments_per_commit=1, log=quiet)
+    elif writer == "chunk_embeddings":
+        from lance_assets.forensics.chunks import chunk_embeddings
+        from lance_assets_tests.test_forensics_index import ClusteredEmbedder
+        chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8, embedder=ClusteredEmbedder(),
+                         fragments_per_commit=1, log=quiet)
     else:
         raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}")
 

@@ -12,7 +12,8 @@ def test_asset_graph_shape():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {"raw_text", "dedup_flag", "tokenizer", "token_ids", "pretrained_model", "samples",
                     "quality_signals", "near_dup", "text_index", "curation_rules", "corpus_profile",
-                    "embeddings", "vector_index", "forensics"}
+                    "embeddings", "vector_index", "chunk_embeddings", "chunk_index",
+                    "forensics"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
@@ -24,9 +25,11 @@ def test_asset_graph_shape():
                        "curation_rules": {"dedup_flag", "quality_signals", "near_dup", "token_ids"},
                        "corpus_profile": {"dedup_flag", "quality_signals", "near_dup", "token_ids"},
                        "embeddings": {"raw_text"}, "vector_index": {"embeddings"},
-                       "forensics": {"samples", "vector_index", "text_index"}}
+                       "chunk_embeddings": {"raw_text", "embeddings"},
+                       "chunk_index": {"chunk_embeddings"},
+                       "forensics": {"samples", "vector_index", "chunk_index", "text_index"}}
     for key in ("raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup", "text_index",
-                "curation_rules", "embeddings", "vector_index"):
+                "curation_rules", "embeddings", "vector_index", "chunk_embeddings", "chunk_index"):
         node = graph.get(dg.AssetKey(key))
         assert node.pools == {"lance_corpus"}  # one writer of the table at a time
     for key in keys:

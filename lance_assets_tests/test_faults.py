@@ -59,7 +59,8 @@ def world(tmp_path_factory):
     ref_ingest = base / "ref-ingest"
     run_writer("ingest", str(ref_ingest), str(src))
     reference["ingest"] = table_content(ref_ingest)
-    for writer in ("dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings"):
+    for writer in ("dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
+                   "chunk_embeddings"):
         ref = base / f"ref-{writer}"
         shutil.copytree(raw, ref)
         run_writer(writer, str(ref), None)
@@ -89,7 +90,7 @@ def test_ingest_killed_then_rerun_equals_uninterrupted(world, tmp_path, point, n
 
 
 @pytest.mark.parametrize("writer", ["dedup_flag", "token_ids", "quality_signals", "near_dup",
-                                    "embeddings"])
+                                    "embeddings", "chunk_embeddings"])
 @pytest.mark.parametrize("point,n", COLUMN_FAULTS, ids=[f"{p}-{n}" for p, n in COLUMN_FAULTS])
 def test_column_writer_killed_then_rerun_equals_uninterrupted(world, tmp_path, writer, point, n):
     kill_then_rerun(world, tmp_path, writer, point, n)

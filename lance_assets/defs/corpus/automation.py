@@ -24,7 +24,8 @@ corpus_refresh_job = dg.define_asset_job(
     description="Ingest what is new in the source (raw_text), then bring everything downstream "
                 "of it up to date on the new fragments: dedup_flag, tokenizer, token_ids, "
                 "quality_signals, near_dup, text_index, curation_rules, corpus_profile, "
-                "embeddings and vector_index. Training (pretrained_model, samples) and the "
+                "embeddings and vector_index, chunk_embeddings and chunk_index. Training "
+                "(pretrained_model, samples) and the "
                 "forensics report are not part of it.",
 )
 
