@@ -18,7 +18,7 @@ from lance_assets.forensics.__main__ import main as cli
 from lance_assets.forensics.attribution import Attributor
 from lance_assets.forensics.near_dups import semantic_near_dups
 from lance_assets.forensics.pinned import resolve_pin
-from lance_assets.forensics.search import Searcher
+from lance_assets.forensics.search import MissingInputError, Searcher
 from lance_assets.forensics.vector_index import vector_index
 from lance_assets_tests.conftest import quiet
 
@@ -97,6 +97,17 @@ def test_quoted_planted_document_is_attributed_at_rank_1(corpus):
     assert len(top.matches) == 1 and t1 - t0 == d1 - d0  # same layout: same length
     assert quote_200_chars(corpus)[t0:t1] == PLANTED[d0:d1] == top.span
     assert all(s.longest_span_words < 15 for s in result.sources[1:])
+
+
+def test_meaning_from_chunks_is_refused_where_there_are_none(corpus):
+    with pytest.raises(MissingInputError, match="materialize `chunk_embeddings`"):
+        Attributor(corpus["root"], meaning="chunks", log=quiet)
+    with pytest.raises(ValueError, match="meaning='words'"):
+        Attributor(corpus["root"], meaning="words", log=quiet)
+    words_only = Attributor(corpus["root"], meaning="none", log=quiet)
+    result = words_only.attribute(quote_200_chars(corpus), k=3)
+    assert result.meaning == "none" and result.sources[0].id == corpus["planted_id"]
+    assert result.sources[0].cosine is None and result.sources[0].found_by == ["ngram"]
 
 
 def test_template_text_is_remixed_not_verbatim(corpus):

@@ -56,7 +56,12 @@ from lance_assets.forensics.chunks import (
 )
 from lance_assets.forensics.embed import EMBEDDING, Embedder, read_embeddings, shared_embedder
 from lance_assets.forensics.pinned import Pin, resolve_pin
-from lance_assets.forensics.search import checked_filter, nearest, table_embedder
+from lance_assets.forensics.search import (
+    MissingInputError,
+    checked_filter,
+    nearest,
+    table_embedder,
+)
 from lance_assets.forensics.vector_index import CHUNKS, current_settings, knn_ids
 from lance_assets.forensics.words import TextWords, text_words, words
 from lance_assets.progress import progress
@@ -328,7 +333,9 @@ class Attributor:
 
     def __init__(self, root: str | Path, pin: Pin | None = None, embedder: Embedder | None = None,
                  min_span: int = MIN_SPAN_WORDS, max_ngrams: int = MAX_INDEX_NGRAMS,
-                 use_chunks: bool = True, log: Callable[[str], None] = print):
+                 meaning: str = "auto", log: Callable[[str], None] = print):
+        """``meaning``: ``auto`` (chunks when the table has them, else document vectors, else
+        none), or one of ``chunks``, ``document``, ``none`` (comparisons)."""
         self.root = paths.data_dir(root)
         uri = paths.table_uri(root)
         self.pin = pin or resolve_pin(root)
@@ -337,6 +344,21 @@ class Attributor:
         train_rows = checked_filter(self.pinned, self.pin.rows_filter(training_only=True),
                                     f"the training filter recorded for {self.pin.source}")
         self.filter = train_rows.lance if train_rows is not None else None
+        names = self.latest.schema.names
+        self.chunk_spec = table_chunk_spec(self.latest)
+        available = [m for m, ok in (("chunks", self.chunk_spec is not None
+                                      and CHUNK_EMBEDDINGS.name in names),
+                                     ("document", EMBEDDING.name in names), ("none", True)) if ok]
+        if meaning not in ("auto", "chunks", "document", "none"):
+            raise ValueError(f"meaning={meaning!r}: use 'auto', 'chunks', 'document' or 'none'")
+        if meaning != "auto" and meaning not in available:
+            raise MissingInputError(
+                f"meaning={meaning!r}: the table has no "
+                f"{'chunk_embeddings' if meaning == 'chunks' else 'embedding'} column; "
+                f"materialize `{'chunk_embeddings' if meaning == 'chunks' else 'embeddings'}`")
+        self.meaning = available[0] if meaning == "auto" else meaning
+        self.settings = {"chunks": current_settings(self.latest, CHUNKS),
+                         "document": current_settings(self.latest)}.get(self.meaning)
         self.min_span = min_span
         self.index = build_ngram_index(self.pinned, self.filter, min_span,
                                        max_ngrams=max_ngrams, log=log)
@@ -344,17 +366,6 @@ class Attributor:
         log(f"n-gram index: {len(self.index.ids)} training documents, {self.index.size} words, "
             f"{len(self.index.hashes)} {min_span}-word n-grams (1 in {self.index.sample_mod}) "
             f"in {self.index.build_s:.1f}s")
-        names = self.latest.schema.names
-        self.chunk_spec = table_chunk_spec(self.latest) if use_chunks else None
-        if self.chunk_spec is not None and CHUNK_EMBEDDINGS.name in names:
-            self.meaning = "chunks"
-            self.settings = current_settings(self.latest, CHUNKS)
-        elif EMBEDDING.name in names:
-            self.meaning = "document"
-            self.settings = current_settings(self.latest)
-        else:
-            self.meaning = "none"
-            self.settings = None
         self._embedder = embedder
         self._query_chunks: QueryChunks | None = None
 
