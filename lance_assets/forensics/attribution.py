@@ -22,12 +22,13 @@ meaning over their whole length (late interaction over ``chunk_embeddings``).
    passage's words outside the matches (changed words and the short runs between them).
 4. **Score** = ``coverage + MEANING_WEIGHT * meaning``: shared words first, meaning second;
    ``meaning`` is the cosine of the text's chunk and the document's chunk that are closest.
-5. **Verdict**, from the longest passage of any top document (thresholds measured, see
-   docs/forensics.md): *near-verbatim* when it holds at least ``PASSAGE_MIN_WORDS`` matched words
-   and at most ``NEAR_VERBATIM_MAX_UNMATCHED`` of its words are unmatched (the text copies the
-   document, layout aside); *edited copy* when it holds that many matched words and at most
-   ``EDITED_COPY_MAX_UNMATCHED`` are unmatched (a copy with words changed); otherwise *remixed*:
-   the text is made of short pieces and themes found across documents.
+5. **Verdict**, from the largest *copy*: the passage, of any top document, with the most
+   matched words among those of at least ``PASSAGE_MIN_WORDS`` matched words and at most
+   ``EDITED_COPY_MAX_UNMATCHED`` unmatched (thresholds measured, see docs/forensics.md).
+   *near-verbatim* when at most ``NEAR_VERBATIM_MAX_UNMATCHED`` of its words are unmatched (the
+   text copies the document, layout aside); *edited copy* otherwise (a copy with words
+   changed); *remixed* when there is no copy: the text is made of short pieces and themes
+   found across documents.
 
 The n-gram index lives in memory (words as 32-bit fingerprints, 16 bytes per indexed n-gram);
 above ``MAX_INDEX_NGRAMS`` positions only n-grams whose hash is divisible by ``sample_mod`` are
@@ -525,20 +526,23 @@ def _around(doc_text: str, start: int, end: int, width: int = 200) -> str:
 
 
 def verdict_of(sources: list[Source], covered: float, min_span: int) -> tuple[str, str]:
-    """The verdict and its reason, from the passages of ``sources`` (see the module docstring)."""
+    """The verdict and its reason, from the largest copied passage of any of ``sources`` (see
+    the module docstring). The largest decides: a text that edits a long passage of one
+    document and so also holds, unbroken, a shorter piece that another document shares is an
+    edited copy of the first."""
     if not sources:
         return "remixed", "no training document shares a span or is near in meaning"
-    long_enough = [s for s in sources if s.passage_words >= PASSAGE_MIN_WORDS]
-    for verdict, limit, what in (
-            ("near-verbatim", NEAR_VERBATIM_MAX_UNMATCHED, "copied, layout aside"),
-            ("edited copy", EDITED_COPY_MAX_UNMATCHED, "a copy with words changed")):
-        fits = [s for s in long_enough if s.passage_unmatched <= limit]
-        if fits:
-            best = max(fits, key=lambda s: (s.passage_words, -s.passage_unmatched))
-            return verdict, (
-                f"document {best.id} shares a passage of {best.passage_words} matched words "
-                f"with the text, {best.passage_unmatched:.0%} of its words changed or unmatched "
-                f"(longest unbroken span: {best.longest_span_words} words): {what}")
+    copies = [s for s in sources if s.passage_words >= PASSAGE_MIN_WORDS
+              and s.passage_unmatched <= EDITED_COPY_MAX_UNMATCHED]
+    if copies:
+        best = max(copies, key=lambda s: (s.passage_words, -s.passage_unmatched))
+        verdict, what = (("near-verbatim", "copied, layout aside")
+                         if best.passage_unmatched <= NEAR_VERBATIM_MAX_UNMATCHED
+                         else ("edited copy", "a copy with words changed"))
+        return verdict, (
+            f"document {best.id} shares a passage of {best.passage_words} matched words with "
+            f"the text, {best.passage_unmatched:.0%} of its words changed or unmatched (longest "
+            f"unbroken span: {best.longest_span_words} words): {what}")
     best = max(sources, key=lambda s: (s.passage_words, -s.passage_unmatched))
     near = max(sources, key=lambda s: s.cosine if s.cosine is not None else -1)
     return "remixed", (
