@@ -4,6 +4,9 @@
     python -m lance_assets.forensics attribute --text-file sample.txt --k 5 [--json]
     python -m lance_assets.forensics near-dups --threshold 0.95 --sample 2000 [--json]
 
+``attribute`` prints the verdict (near-verbatim, edited copy, remixed) and, for each source, the
+matched ranges of both texts: ``text[a:b] <-> doc[c:d]`` character offsets with the two excerpts.
+
 Rows searched: those of the table version the newest model trained on (DATA/train/LATEST);
 ``--version`` pins another one. ``--data`` (default $LANCE_ASSETS_DATA, else ./data).
 
