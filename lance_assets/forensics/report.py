@@ -87,8 +87,9 @@ def _cell(text: str) -> str:
 
 
 def matched_ranges(source: dict, limit: int = 3) -> str:
-    """``text[a:b] ↔ doc[c:d] (n words)`` for the first ``limit`` matches of a source (a
-    ``Source.to_dict()``), or its closest chunk pair when no words are shared."""
+    """``a–b ↔ c–d (n w)``: character ranges of the attributed text and of the document for the
+    first ``limit`` matches of a source (a ``Source.to_dict()``), or its closest chunk pair when
+    no words are shared."""
     ms = source["matches"]
     if ms:
         out = "; ".join(f"{m['text'][0]}–{m['text'][1]} ↔ {m['doc'][0]}–{m['doc'][1]} "

@@ -25,7 +25,6 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import lance
 import numpy as np
@@ -148,7 +147,7 @@ def sample_queries(ds: lance.LanceDataset, n: int, seed: int = 0,
     picks = np.sort(rng.choice(total, size=min(total, n * 2), replace=False))
     tbl = ds.take(picks, columns=["id", target.column])
     ids = np.array(tbl.column("id").to_pylist())
-    rows = [v for v in tbl.column(target.column).to_pylist()]
+    rows = tbl.column(target.column).to_pylist()
     if target.multivector:
         rows = [v[int(rng.integers(len(v)))] if v else None for v in rows]
     keep = np.array([v is not None for v in rows], bool)
@@ -212,11 +211,10 @@ class VectorIndexReport:
 def vector_index(root: str | Path, *, index_type: str = DEFAULT_INDEX_TYPE,
                  target_recall: float = 0.95, recall_queries: int = 100,
                  flat_below: int = FLAT_BELOW, seed: int = 0,
-                 target: Optional[VectorColumn] = None) -> VectorIndexReport:
+                 target: VectorColumn = DOCUMENTS) -> VectorIndexReport:
     """Create (or update) the ANN index on ``embedding`` (or ``target``'s column), tune nprobes,
     record recall@10."""
     start = time.perf_counter()
-    target = target or DOCUMENTS
     name = target.index_name
     uri = paths.table_uri(root)
     ds = lance.dataset(uri)
