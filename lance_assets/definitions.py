@@ -16,7 +16,13 @@ from lance_assets.defs.curation.assets import (
 )
 from lance_assets.defs.curation.checks import CHECKS as CURATION_CHECKS
 from lance_assets.defs.curation.taggers import TAGGERS as CURATION_TAGGERS
-from lance_assets.defs.forensics.assets import embeddings, forensics, vector_index
+from lance_assets.defs.forensics.assets import (
+    chunk_embeddings,
+    chunk_index,
+    embeddings,
+    forensics,
+    vector_index,
+)
 from lance_assets.defs.maintenance.assets import table_maintenance
 from lance_assets.defs.maintenance.automation import table_maintenance_job, table_maintenance_schedule
 from lance_assets.defs.maintenance.checks import coverage_checks
@@ -27,16 +33,16 @@ from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
 ASSETS = [raw_text, dedup_flag, tokenizer, token_ids, pretrained_model, samples,
           quality_signals, near_dup, text_index, curation_rules, corpus_profile,
-          embeddings, vector_index, forensics, *CURATION_TAGGERS, table_maintenance]
+          embeddings, vector_index, chunk_embeddings, chunk_index, forensics, *CURATION_TAGGERS,
+          table_maintenance]
 
 end_to_end_job = dg.define_asset_job(
     "end_to_end", selection=dg.AssetSelection.all(),
     description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
                 "near_dup, text_index, curation_rules, corpus_profile; the taggers detected_language, "
                 "personal_data, paragraph_dups, contamination, quality_score); tokenizer and "
-                "token_ids; "
-                "embeddings and vector_index; training (pretrained_model, samples); and the "
-                "forensics report; table_maintenance.",
+                "token_ids; embeddings and vector_index; chunk_embeddings and chunk_index; "
+                "training (pretrained_model, samples); the forensics report; table_maintenance.",
 )
 
 defs = dg.Definitions(

@@ -17,16 +17,18 @@ from lance_assets.defs.resources import LanceStore
 
 COLUMN_ASSETS = {"raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup",
                  "embeddings", "detected_language", "personal_data", "paragraph_dups",
-                 "contamination", "quality_score"}
+                 "contamination", "quality_score", "chunk_embeddings"}
 # In graph order; the BPE `tokenizer` is left out (token_ids runs with the byte tokenizer) to
 # keep this fast. Assets that write the table but add no column are run too.
 ORDER = ["raw_text", "dedup_flag", "quality_signals", "near_dup", "detected_language",
          "personal_data", "paragraph_dups", "contamination", "token_ids", "text_index",
-         "curation_rules", "embeddings", "vector_index", "quality_score"]
+         "curation_rules", "embeddings", "vector_index", "quality_score", "chunk_embeddings",
+         "chunk_index"]
 RUN_CONFIG = {
     "raw_text": {"rows_per_fragment": 120},
     "token_ids": {"tokenizer": "byte"},
     "embeddings": {"max_tokens": 16},
+    "chunk_embeddings": {"chunk_tokens": 16, "overlap_tokens": 4},
 }
 GRAPH = defs.get_repository_def().asset_graph
 

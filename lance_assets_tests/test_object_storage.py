@@ -101,7 +101,8 @@ def test_whole_graph_on_s3_keeps_everything_in_the_bucket_and_no_secret_anywhere
         schema = mat.materialization.metadata.get("dagster/column_schema")
         if schema is not None:
             reported |= {c.name for c in schema.value.columns}
-    assert {"text", "is_dup", "input_ids", "n_tokens", "near_dup", "embedding"} <= reported
+    assert {"text", "is_dup", "input_ids", "n_tokens", "near_dup", "embedding",
+            "chunk_embeddings"} <= reported
     assert reported <= set(ds.schema.names)
     assert ds.count_rows() == 600
 
