@@ -1,4 +1,5 @@
-# `make demo` and `make test` set everything up from scratch (a .venv with a CPU build of torch).
+# `make demo` and `make test` set everything up from scratch: a .venv with exactly the versions of
+# requirements.lock (a CPU build of torch unless TORCH_INDEX names another).
 SHELL := /bin/bash
 VENV ?= .venv
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
@@ -8,12 +9,25 @@ export LANCE_LOG ?= error
 export LANCE_ASSETS_SOURCE
 BIN := $(VENV)/bin
 
-.PHONY: setup demo lint test dev clean bench-loaders
+.PHONY: setup demo lint test dev clean bench-loaders lock lock-upgrade lock-check
 
 setup:
 	@VENV=$(VENV) ./scripts/bootstrap.sh
 	@mkdir -p "$(DAGSTER_HOME)"
 	@ln -sf "$(CURDIR)/dagster.yaml" "$(DAGSTER_HOME)/dagster.yaml"
+
+## Re-resolve requirements.lock after editing pyproject.toml (pins that still fit are kept).
+lock:
+	@VENV=$(VENV) ./scripts/lock.sh
+
+## Every package to the newest version pyproject.toml allows (torch held; see scripts/lock.sh),
+## then run `make test`.
+lock-upgrade:
+	@VENV=$(VENV) ./scripts/lock.sh --upgrade
+
+## Fail when requirements.lock is not what pyproject.toml resolves to.
+lock-check:
+	@VENV=$(VENV) ./scripts/lock.sh --check
 
 ## Materialize every asset end to end (synthetic corpus, tiny model) into $(LANCE_ASSETS_DATA).
 demo: setup

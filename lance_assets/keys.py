@@ -15,6 +15,8 @@ VECTOR_INDEX_KEY = "lance_assets.vector_index"  # the ANN index settings and mea
 CONTAMINATION_KEY = "lance_assets.contamination"  # the evaluation sets `contaminated` is for
 QUALITY_MODEL_KEY = "lance_assets.quality_model"  # the model file `quality_score` was made with
 TOKEN_REDACTION_KEY = "lance_assets.token_redaction"  # whether input_ids were redacted (PII)
+CHUNK_EMBEDDING_KEY = "lance_assets.chunk_embedding"  # the model and chunking of `chunk_embeddings`
+CHUNK_INDEX_KEY = "lance_assets.chunk_index"  # the ANN index on `chunk_embeddings`, its recall
 
 # Columns read across layers (the trainer, forensics and the benchmarks read what the corpus
 # assets write).
@@ -24,6 +26,7 @@ N_BYTES = "n_bytes"
 IS_DUP = "is_dup"
 NEAR_DUP = "near_dup"
 EMBEDDING = "embedding"
+CHUNK_EMBEDDINGS = "chunk_embeddings"
 
 # Prompts the sampler continues when none are given (the `samples` asset and the CLI).
 DEFAULT_PROMPTS = ("An introduction to the", "The bright star", "Students often ask why", "")

@@ -27,7 +27,8 @@ import lance
 import lance.fragment
 
 WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
-           "detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score")
+           "detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score",
+           "chunk_embeddings")
 # The evaluation set the contamination writer checks against: a file under the data root (the
 # test copies the root, set and all; the set's fingerprint, not its path, names its column).
 EVAL_SET = "evalsets/planted.jsonl"
@@ -120,6 +121,11 @@ def run(writer: str, root: str, source: str | None) -> None:
     elif writer == "quality_score":  # on a table that already has `embedding`
         from lance_assets.corpus.quality_model import quality_score
         quality_score(root, fragments_per_commit=1, log=quiet)
+    elif writer == "chunk_embeddings":
+        from lance_assets.forensics.chunks import chunk_embeddings
+        from lance_assets_tests.test_forensics_index import ClusteredEmbedder
+        chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8, embedder=ClusteredEmbedder(),
+                         fragments_per_commit=1, log=quiet)
     else:
         raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}")
 

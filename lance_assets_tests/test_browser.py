@@ -2,10 +2,11 @@
 Debian's Chromium.
 
 The pages a person opens first must work: the asset graph holds every asset of the code location,
-the `pretrained_model` launchpad opens with valid default config, and a column asset's page lists
-the columns that asset writes, each with its description. The server runs on a fresh instance and
-data root in a temporary folder, after a few column assets were materialized so their pages have
-a materialization to show.
+the `pretrained_model` launchpad opens with valid default config, a column asset's page lists
+the columns that asset writes, each with its description, and plots its numeric metadata across
+its materializations. The server runs on a fresh instance and data root in a temporary folder,
+after a few column assets were materialized (the first two twice, the second time with new rows)
+so their pages have materializations to show.
 
 Chromium: `LANCE_ASSETS_CHROMIUM`, else `chromium` / `chromium-browser` on PATH
 (`scripts/bootstrap.sh` installs Debian's `chromium` when run as root); Playwright's own browser
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +43,12 @@ DAGSTER = Path(sys.executable).with_name("dagster")
 # Materialized before the server starts: the first column assets of the corpus, in lineage order.
 COLUMN_ASSETS = ["raw_text", "dedup_flag", "personal_data", "token_ids"]
 SOURCE = "synthetic:200"
+SERIES_ASSETS = ["raw_text", "dedup_flag"]  # materialized a second time, with MORE_ROWS
+MORE_ROWS = "synthetic:60"
 SERVER_START_TIMEOUT_S = 150  # `dagster dev` takes 20-40 s on two busy cores
 STOP_TIMEOUT_S = 15  # a clean stop takes about 9 s
 UI_TIMEOUT_MS = 60_000
-VIEWPORT = {"width": 2400, "height": 2400}  # the whole asset graph fits, expanded (19 assets)
+VIEWPORT = {"width": 2400, "height": 2400}  # one expanded group and a metadata page fit whole
 # The "Join the Dagster community" dialog that `dagster dev` shows on localhost, dismissed up front.
 DISMISS_COMMUNITY_DIALOG = "window.localStorage.setItem('communityNux', '\"1\"')"
 # Name rows of asset nodes in the graph, at every zoom level (CSS-module classes keep the name).
@@ -164,6 +168,15 @@ def dagster_ui(tmp_path_factory):
         check=False, cwd=base, env=env, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         pytest.fail(f"materializing {COLUMN_ASSETS} failed:\n{done.stderr[-4000:]}")
+    # a second materialization with new rows: numeric metadata becomes a series to plot
+    done = subprocess.run(
+        [str(DAGSTER), "asset", "materialize", "-m", "lance_assets.definitions",
+         "--select", ",".join(SERIES_ASSETS),
+         "--config-json", json.dumps({"execution": {"config": {"in_process": {}}},
+                                      "ops": {"raw_text": {"config": {"source": MORE_ROWS}}}})],
+        check=False, cwd=base, env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        pytest.fail(f"materializing {SERIES_ASSETS} again failed:\n{done.stderr[-4000:]}")
 
     url = f"http://127.0.0.1:{free_port()}"
     log = base / "dagster_dev.log"
@@ -246,21 +259,26 @@ def wait_for_graph_assets(page, expected: set[str], timeout_s: float) -> set[str
 
 
 def test_asset_graph_shows_every_asset(page, dagster_ui):
-    """Every asset of the Definitions is a node of the global asset graph (Lineage page)."""
-    expected = {key.path[-1] for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    """Every asset of the Definitions is a node of the global asset graph (Lineage page), in its
+    group. One group is expanded at a time (the graph's `expanded` URL parameter, what its
+    "Expand all groups" shortcut writes): the whole graph expanded no longer fits one view, and
+    nodes outside the view are not drawn."""
+    graph = defs.resolve_asset_graph()
+    by_group: dict[str, set[str]] = {}
+    for key in graph.get_all_asset_keys():
+        by_group.setdefault(graph.get(key).group_name, set()).add(key.path[-1])
+    shown: set[str] = set()
     with screenshot(page, "asset_graph", dagster_ui.screenshots):
-        page.goto(f"{dagster_ui.url}/asset-groups")
-        page.locator("svg foreignObject").first.wait_for()
-        shown = wait_for_graph_assets(page, expected, timeout_s=1)
-        if not expected <= shown:
-            # Several groups start collapsed: the graph's "Expand all groups" shortcut expands
-            # them (into the URL) and fits the view to the new layout. Nodes outside the view
-            # are not drawn, hence the large viewport.
-            page.keyboard.press("Alt+E")
-            page.wait_for_url(re.compile(r"[?&]expanded="))
-            shown = wait_for_graph_assets(page, expected, timeout_s=UI_TIMEOUT_MS / 1000)
-        assert expected <= shown, (f"the asset graph lacks {sorted(expected - shown)}; "
-                                   f"it shows {sorted(shown)}")
+        for group, expected in sorted(by_group.items()):
+            page.goto(f"{dagster_ui.url}/asset-groups?expanded="
+                      + urllib.parse.quote(f"global@global:{group}"))
+            page.locator("svg foreignObject").first.wait_for()
+            in_view = wait_for_graph_assets(page, expected, timeout_s=UI_TIMEOUT_MS / 1000)
+            assert expected <= in_view, (f"group {group}: the asset graph lacks "
+                                         f"{sorted(expected - in_view)}; it shows {sorted(in_view)}")
+            shown |= in_view
+    every = {key.path[-1] for key in graph.get_all_asset_keys()}
+    assert shown == every, f"shown but not defined: {sorted(shown - every)}"
 
 
 def test_pretrained_model_launchpad_opens_without_config_errors(page, dagster_ui):
@@ -348,3 +366,37 @@ def test_column_asset_page_lists_its_own_columns_with_descriptions(page, dagster
         written_upstream = sorted(upstream & (set(reported) | set(shown)))
         assert not written_upstream, (
             f"{asset} reports columns that upstream assets write: {written_upstream}")
+
+
+def numeric_series(dagster_home: Path, asset: str, key: str) -> list[float]:
+    """The values of metadata ``key`` over the asset's materializations, oldest first."""
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        records = instance.fetch_materializations(dg.AssetKey(asset), limit=100).records
+    return [r.asset_materialization.metadata[key].value for r in reversed(records)
+            if key in r.asset_materialization.metadata]
+
+
+@pytest.mark.parametrize("key", ["dagster/row_count", "null_share/is_dup"])
+def test_column_asset_page_plots_its_numeric_metadata(page, dagster_ui, monkeypatch, key):
+    """`dedup_flag`'s page (Overview -> Metadata -> Plots) draws a chart for each numeric entry
+    over its materializations (the row count grew between the two, the null share is the
+    metadata this column reports), and none for a text entry such as its URI."""
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_ui.dagster_home))  # dagster.yaml reads it
+    series = numeric_series(dagster_ui.dagster_home, "dedup_flag", key)
+    assert len(series) == 2 and all(isinstance(v, (int, float)) for v in series), series
+    if key == "dagster/row_count":
+        assert series[1] > series[0], series  # a series that moves
+    with screenshot(page, f"dedup_flag_plot_{key.replace('/', '_')}", dagster_ui.screenshots):
+        page.goto(f"{dagster_ui.url}/assets/dedup_flag")
+        expect(page.get_by_placeholder("Filter metadata keys").first).to_be_visible()
+        page.get_by_role("button", name="Plots").first.click()
+        title = page.get_by_text(key, exact=True)
+        expect(title).to_have_count(1)
+        # the chart: the smallest block holding both the title and a drawn canvas
+        chart = page.locator("div").filter(has=title).filter(has=page.locator("canvas")).last
+        canvas = chart.locator("canvas")
+        expect(canvas).to_have_count(1)
+        expect(canvas).to_be_visible()
+        box = canvas.bounding_box()
+        assert box and box["width"] > 100 and box["height"] > 50, box
+        expect(page.get_by_text("dagster/uri", exact=True)).to_have_count(0)  # text: no plot

@@ -17,16 +17,18 @@ from lance_assets.defs.resources import LanceStore
 
 COLUMN_ASSETS = {"raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup",
                  "embeddings", "detected_language", "personal_data", "paragraph_dups",
-                 "contamination", "quality_score"}
+                 "contamination", "quality_score", "chunk_embeddings"}
 # In graph order; the BPE `tokenizer` is left out (token_ids runs with the byte tokenizer) to
 # keep this fast. Assets that write the table but add no column are run too.
 ORDER = ["raw_text", "dedup_flag", "quality_signals", "near_dup", "detected_language",
          "personal_data", "paragraph_dups", "contamination", "token_ids", "text_index",
-         "curation_rules", "embeddings", "vector_index", "quality_score"]
+         "curation_rules", "embeddings", "vector_index", "quality_score", "chunk_embeddings",
+         "chunk_index"]
 RUN_CONFIG = {
     "raw_text": {"rows_per_fragment": 120},
     "token_ids": {"tokenizer": "byte"},
     "embeddings": {"max_tokens": 16},
+    "chunk_embeddings": {"chunk_tokens": 16, "overlap_tokens": 4},
 }
 GRAPH = defs.get_repository_def().asset_graph
 
@@ -102,3 +104,16 @@ def test_column_lineage_names_real_upstream_columns(runs, key):
             source = declared_schema(dep.asset_key.to_user_string())
             assert source is not None and dep.column_name in {c.name for c in source.columns}, \
                 (column, dep)
+
+
+@pytest.mark.parametrize("key", sorted(COLUMN_ASSETS - {"raw_text"}))
+def test_null_share_of_each_column_is_a_number_dagster_can_plot(runs, key):
+    """``null_share/<column>`` for exactly the asset's columns, equal to the share of null values
+    pyarrow finds in the table (the assets ran one after another on every row)."""
+    meta, added = runs[key]
+    shares = {k.split("/", 1)[1]: v for k, v in meta.items() if k.startswith("null_share/")}
+    assert set(shares) == {name for name, _ in added}
+    table = lance.dataset(meta["dagster/uri"]).to_table(columns=list(shares))
+    for column, share in shares.items():
+        assert isinstance(share, float) and 0.0 <= share <= 1.0, (column, share)
+        assert share == pytest.approx(table[column].null_count / table.num_rows, abs=1e-6), column

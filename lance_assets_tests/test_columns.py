@@ -176,3 +176,27 @@ def test_a_column_written_before_write_markers_is_adopted_not_recomputed(root):
     assert report.rows_written == 100
     rows = lance.dataset(uri).to_table(columns=["id", "id_squared", "_written_id_squared"]).to_pylist()
     assert all(r["id_squared"] == r["id"] ** 2 and r["_written_id_squared"] for r in rows)
+
+
+def _constant(value, n_columns):
+    def compute(frag):
+        n = frag.physical_rows
+        return [pa.record_batch([pa.array([value] * n, pa.int32())] * n_columns,
+                                names=[f"c{i}" for i in range(n_columns)])]
+    return compute
+
+
+def test_a_column_written_in_one_group_is_refused_in_another_and_nothing_changes(root):
+    """Columns written together share data files and one write marker. Writing one of them
+    again as part of another group cannot replace those files: it is refused up front, naming
+    the group, and the table (values and completeness) stays as it was."""
+    ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
+    uri = paths.table_uri(root)
+    a = [pa.field("c0", pa.int32())]
+    write_columns(uri, a, _constant(7, 1), log=quiet)
+    version = lance.dataset(uri).version
+    with pytest.raises(ValueError, match=r"part of the group \['c0'\].*same columns every time"):
+        write_columns(uri, [*a, pa.field("c1", pa.int32())], _constant(8, 2), log=quiet)
+    ds = lance.dataset(uri)
+    assert ds.version == version and "c1" not in ds.schema.names
+    assert ds.count_rows(filter="c0 = 7") == 200 and not fragments_missing(ds, ["c0"])

@@ -63,6 +63,11 @@ def test_curation_assets_report_what_a_person_needs(curated, store):
     assert cur["broken_rules"] == [] and 0 < cur["kept_rows"] < 800
     assert "gopher_word_count" in cur["rules"] and "removed only by this rule" in cur["rules"]
     assert cur["hit_counts"]["exact_dup"] == ds.count_rows(filter="is_dup")
+    # the same counts as plain numbers (one key per rule) for Dagster's plots, and in tokens
+    for rule, removed in cur["hit_counts"].items():
+        assert cur[f"removed_rows/{rule}"] == removed
+        assert isinstance(cur[f"removed_tokens/{rule}"], int) and cur[f"removed_tokens/{rule}"] >= 0
+    assert 0 < cur["kept_tokens"] < cur["total_tokens"]
     assert rules.stored_curation(ds).rules == rules.DEFAULT_RULES
 
     prof = meta(curated, "corpus_profile")

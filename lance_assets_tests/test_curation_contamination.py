@@ -107,7 +107,9 @@ def test_planted_copies_are_found_and_new_sets_and_rows_are_incremental(world):
     ingest(root, str(world["src"]), rows_per_fragment=50, log=quiet)
     third = cont.contamination(root, [a, b], log=quiet)
     assert not third.registry_changed
-    assert [r.fragments_already_done for r in third.per_set] == [4]  # one group: both sets
+    # each set its own group (its own write marker): both compute only the new fragments
+    assert [r.fragments_already_done for r in third.per_set] == [4, 4]
+    assert [len(r.fragments_written) for r in third.per_set] == [2, 2]
     assert third.union.rows_written == 100
     assert flags(root)[1] == [[f"set_{t}"] if t else [] for t in truth]
     assert cont.contamination(root, [a, b], log=quiet).nothing_to_do

@@ -14,8 +14,9 @@ def test_asset_graph_shape():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {"raw_text", "dedup_flag", "tokenizer", "token_ids", "pretrained_model", "samples",
                     "quality_signals", "near_dup", "text_index", "curation_rules", "corpus_profile",
-                    "embeddings", "vector_index", "forensics", "detected_language", "personal_data",
-                    "paragraph_dups", "contamination", "quality_score", "table_maintenance"}
+                    "embeddings", "vector_index", "chunk_embeddings", "chunk_index", "forensics",
+                    "detected_language", "personal_data", "paragraph_dups", "contamination",
+                    "quality_score", "table_maintenance"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
@@ -32,10 +33,13 @@ def test_asset_graph_shape():
                        "paragraph_dups": {"raw_text"}, "contamination": {"raw_text"},
                        "quality_score": {"raw_text", "embeddings"},
                        "embeddings": {"raw_text"}, "vector_index": {"embeddings"},
-                       "forensics": {"samples", "vector_index", "text_index"},
+                       "chunk_embeddings": {"raw_text", "embeddings"},
+                       "chunk_index": {"chunk_embeddings"},
+                       "forensics": {"samples", "vector_index", "chunk_index", "text_index"},
                        "table_maintenance": {"raw_text"}}
     for key in ("raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup", "text_index",
-                "curation_rules", "embeddings", "vector_index", "table_maintenance", *TAGGERS):
+                "curation_rules", "embeddings", "vector_index", "chunk_embeddings", "chunk_index",
+                "table_maintenance", *TAGGERS):
         node = graph.get(dg.AssetKey(key))
         assert node.pools == {"lance_corpus"}  # one writer of the table at a time
     for key in keys:
@@ -49,9 +53,18 @@ def test_asset_graph_shape():
     covered = {k.asset_key.to_user_string() for k in graph.asset_check_keys
                if k.name == "columns_written"}
     assert covered == {"dedup_flag", "quality_signals", "near_dup", "token_ids", "embeddings",
-                       *TAGGERS}
-    assert all(graph.get_check_spec(k).blocking for k in graph.asset_check_keys)
+                       "chunk_embeddings", *TAGGERS}
+    blocking = {k.name for k in graph.asset_check_keys if graph.get_check_spec(k).blocking}
+    assert guards <= blocking and "columns_written" in blocking
+    # the comparisons with earlier runs only warn
+    assert not blocking & {"bytes_per_token_not_worse", "val_bpb_not_worse"}
     assert graph.get(dg.AssetKey("table_maintenance")).group_name == "maintenance"
+    # automation: everything after ingest follows new data; ingest and maintenance have their
+    # schedules, and training starts by itself only with LANCE_ASSETS_AUTO_TRAIN=1
+    unautomated = {k.to_user_string() for k in graph.get_all_asset_keys()
+                   if graph.get(k).automation_condition is None}
+    assert unautomated == {"raw_text", "pretrained_model", "table_maintenance"}
+    assert all(graph.get(k).automation_condition is not None for k in graph.asset_check_keys)
 
 
 def test_train_config_mirrors_every_trainer_flag(tmp_path):

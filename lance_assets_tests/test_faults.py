@@ -34,7 +34,7 @@ COLUMN_FAULTS = [("before-commit", 1), ("after-commit", 1), ("files-written", 2)
                  ("during-commit", 4), ("after-commit", 4)]
 COLUMN_WRITERS = ["dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
                   "detected_language", "personal_data", "paragraph_dups", "contamination",
-                  "quality_score"]
+                  "quality_score", "chunk_embeddings"]
 INGEST_FAULTS = [("before-commit", 1), ("during-commit", 1), ("after-commit", 1),
                  ("files-written", 1), ("during-commit", 3), ("after-commit", 3),
                  ("files-written", 4)]
@@ -118,6 +118,7 @@ FIRST_GROUP = {"dedup_flag": ["is_dup"], "token_ids": ["n_bytes"], "quality_sign
                "near_dup": ["near_dup_cluster", "near_dup"], "embeddings": ["embedding"],
                "detected_language": ["lang", "lang_score"], "personal_data": ["pii_email_count"],
                "paragraph_dups": ["dup_paragraph_frac"], "quality_score": ["quality_score"],
+               "chunk_embeddings": ["chunk_embeddings"],
                "contamination": ["contam_"]}  # the set's column: its name ends in a fingerprint
 KILL_AFTER_COMMIT = {"token_ids": 5}
 

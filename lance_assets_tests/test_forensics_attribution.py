@@ -1,5 +1,6 @@
 """Attribution, hybrid search and the forensics assets on a small corpus with the real embedding
-model: a planted document quoted inside unrelated text is found at rank 1."""
+model: a planted document quoted inside unrelated text is found at rank 1. The table has the
+document `embedding` only (no `chunk_embeddings`): meaning falls back to document vectors."""
 
 import json
 
@@ -12,13 +13,12 @@ from lance_assets import paths
 from lance_assets.corpus import fts
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.tokenize import token_ids
 from lance_assets.forensics import embed
 from lance_assets.forensics.__main__ import main as cli
 from lance_assets.forensics.attribution import Attributor
 from lance_assets.forensics.near_dups import semantic_near_dups
 from lance_assets.forensics.pinned import resolve_pin
-from lance_assets.forensics.search import Searcher
+from lance_assets.forensics.search import MissingInputError, Searcher
 from lance_assets.forensics.vector_index import vector_index
 from lance_assets_tests.conftest import quiet
 
@@ -42,11 +42,10 @@ UNRELATED_TAIL = (
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """400 synthetic documents with byte tokens, then (a later version) the planted one and 3
-    others; embeddings, the full-text index and the vector index (exact: a tiny table)."""
+    """400 synthetic documents, then (a later version) the planted one and 3 others; embeddings,
+    the full-text index and the vector index (exact: a tiny table)."""
     root = tmp_path_factory.mktemp("forensics") / "data"
     ingest(root, "synthetic:400", rows_per_fragment=200, log=quiet)
-    token_ids(root, "byte", log=quiet)
     before_plant = lance.dataset(paths.table_uri(root)).version
     extra = root.parent / "planted.jsonl"
     extra.write_text("".join(json.dumps({"text": t}) + "\n" for t in [
@@ -56,22 +55,19 @@ def corpus(tmp_path_factory):
         "Knitting a sock starts at the cuff; the heel is turned with short rows."]))
     ingest(root, str(extra), log=quiet)
     dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
     embedder = embed.shared_embedder(MAX_TOKENS)
     report = embed.embeddings(root, max_tokens=MAX_TOKENS, embedder=embedder, log=quiet)
     fts.text_index(root)
     index = vector_index(root)
     ds = lance.dataset(paths.table_uri(root))
     planted = ds.to_table(filter="text LIKE 'The lighthouse keeper%'",
-                          columns=["id", "input_ids"]).to_pylist()[0]
+                          columns=["id"]).to_pylist()[0]
     return {"root": root, "embedder": embedder, "report": report, "index": index,
-            "planted_id": planted["id"], "planted_ids": planted["input_ids"],
-            "before_plant": before_plant}
+            "planted_id": planted["id"], "before_plant": before_plant}
 
 
-def quote_200_tokens(corpus) -> str:
-    ids = corpus["planted_ids"][120:320]  # 200 byte tokens from the middle of the document
-    return UNRELATED_HEAD + bytes(ids).decode("utf-8") + UNRELATED_TAIL
+def quote_200_chars(corpus) -> str:
+    return UNRELATED_HEAD + PLANTED[120:320] + UNRELATED_TAIL  # from the middle of the document
 
 
 def test_embeddings_are_unit_vectors_that_mean_something(corpus):
@@ -90,13 +86,28 @@ def test_embeddings_are_unit_vectors_that_mean_something(corpus):
 
 def test_quoted_planted_document_is_attributed_at_rank_1(corpus):
     att = Attributor(corpus["root"], embedder=corpus["embedder"], log=quiet)
-    result = att.attribute(quote_200_tokens(corpus), k=5)
+    result = att.attribute(quote_200_chars(corpus), k=5)
     top = result.sources[0]
-    assert top.id == corpus["planted_id"]
-    assert top.longest_span_tokens >= 200 and "ngram" in top.found_by
+    assert top.id == corpus["planted_id"] and result.meaning == "document"
+    assert top.longest_span_chars >= 190 and top.longest_span_words >= 30
+    assert "ngram" in top.found_by and "vector" in top.found_by
     assert result.verdict == "near-verbatim" and str(top.id) in result.reason
     assert top.span in PLANTED and top.span in top.snippet
-    assert all(s.longest_span_tokens < 100 for s in result.sources[1:])
+    (t0, t1), (d0, d1) = top.matches[0]["text"], top.matches[0]["doc"]
+    assert len(top.matches) == 1 and t1 - t0 == d1 - d0  # same layout: same length
+    assert quote_200_chars(corpus)[t0:t1] == PLANTED[d0:d1] == top.span
+    assert all(s.longest_span_words < 15 for s in result.sources[1:])
+
+
+def test_meaning_from_chunks_is_refused_where_there_are_none(corpus):
+    with pytest.raises(MissingInputError, match="materialize `chunk_embeddings`"):
+        Attributor(corpus["root"], meaning="chunks", log=quiet)
+    with pytest.raises(ValueError, match="meaning='words'"):
+        Attributor(corpus["root"], meaning="words", log=quiet)
+    words_only = Attributor(corpus["root"], meaning="none", log=quiet)
+    result = words_only.attribute(quote_200_chars(corpus), k=3)
+    assert result.meaning == "none" and result.sources[0].id == corpus["planted_id"]
+    assert result.sources[0].cosine is None and result.sources[0].found_by == ["ngram"]
 
 
 def test_template_text_is_remixed_not_verbatim(corpus):
@@ -105,7 +116,7 @@ def test_template_text_is_remixed_not_verbatim(corpus):
             "planet can reflect the star. Scientists measure how a galaxy and a nebula interact.")
     result = att.attribute(text, k=5)
     assert result.verdict == "remixed"
-    assert all(s.longest_span_chars < 120 for s in result.sources)
+    assert all(s.passage_words < 20 for s in result.sources)
     assert result.sources[0].cosine > 0.5  # an astronomy document, found by meaning
 
 
@@ -113,7 +124,7 @@ def test_rows_after_the_pinned_version_are_not_training_documents(corpus):
     """A model that trained on the table before the planted document could not have seen it."""
     pin = resolve_pin(corpus["root"], version=corpus["before_plant"])
     result = Attributor(corpus["root"], pin, embedder=corpus["embedder"], log=quiet).attribute(
-        quote_200_tokens(corpus), k=5)
+        quote_200_chars(corpus), k=5)
     assert corpus["planted_id"] not in {s.id for s in result.sources}
     assert result.verdict == "remixed"
 
@@ -152,7 +163,7 @@ def test_cli_search_and_attribute(corpus, tmp_path, capsys):
     assert out["hits"][0]["snippet"].lower().count("ferry") and {"id", "score", "snippet"} <= set(
         out["hits"][0])
     text_file = tmp_path / "generated.txt"
-    text_file.write_text(quote_200_tokens(corpus))
+    text_file.write_text(quote_200_chars(corpus))
     assert cli(["attribute", "--text-file", str(text_file), "--k", "3", "--json",
                 "--data", str(corpus["root"])]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -171,7 +182,7 @@ def test_forensics_asset_reports_every_sample(corpus):
     (run / "summary.json").write_text(json.dumps({"checkpoint": str(run / "ckpt_0000001.pt"),
                                                   "table_version": version, "filter": "true"}))
     paths.latest_checkpoint_pointer(root).write_text(str(run / "ckpt_0000001.pt"))
-    quote = quote_200_tokens(corpus)
+    quote = quote_200_chars(corpus)
     samples = [{"prompt": "", "completion": quote, "token_ids": list(quote.encode())},
                {"prompt": "The bright", "completion": " star can orbit the moon.",
                 "token_ids": list(b" star can orbit the moon.")}]

@@ -7,8 +7,10 @@ import lance
 
 from lance_assets import paths
 from lance_assets.definitions import defs
+from lance_assets.defs.corpus.checks import CHECKS as CORPUS_CHECKS
 from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import LanceStore
+from lance_assets.defs.training.checks import CHECKS as TRAINING_CHECKS
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
 
@@ -25,7 +27,8 @@ def test_materialize_whole_graph(tmp_path):
     }}
     resources = {"lance_store": LanceStore(data_dir=str(root), source="synthetic:600"),
                  "pipes_subprocess_client": TorchrunPipesClient()}
-    result = dg.materialize([*assets, *CHECKS], resources=resources, run_config=run_config)
+    result = dg.materialize([*assets, *CHECKS, *CORPUS_CHECKS, *TRAINING_CHECKS],
+                            resources=resources, run_config=run_config)
     assert result.success
 
     def meta(key):
@@ -39,8 +42,12 @@ def test_materialize_whole_graph(tmp_path):
     assert raw["rows_added"] == 600 and raw["dagster/row_count"] == 600 and raw["fragments_added"] == 3
     assert raw["lance/table_version"] < dup["lance/table_version"] < tok["lance/table_version"]
     assert meta("curation_rules")["lance/table_version"] == ds.version  # the last writer
-    assert len(result.get_asset_check_evaluations()) == len(CHECKS)
-    assert all(e.passed for e in result.get_asset_check_evaluations())  # training was not blocked
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert len(evaluations) == len(CHECKS) + len(CORPUS_CHECKS) + len(TRAINING_CHECKS)
+    assert all(e.passed for e in evaluations.values())  # training was not blocked
+    # a fresh instance has nothing to compare with, and says so
+    assert "no previous tokenizer" in evaluations["bytes_per_token_not_worse"].description
+    assert "no earlier run" in evaluations["val_bpb_not_worse"].description
     assert 0 < dup["duplicate_rate"] < 0.2
     assert "is_dup" in dup["dagster/column_lineage"].deps_by_column
     assert [c.name for c in tok["dagster/column_schema"].columns][-2:] == ["input_ids", "n_tokens"]
@@ -54,6 +61,13 @@ def test_materialize_whole_graph(tmp_path):
     assert model["val_loss"] < model["first_val_loss"]
     assert model["table_version"] == ds.version and model["tokens_per_s"] > 0
     assert "loss_curve" in model
+    curve = model["loss_curve_table"]  # the same curve as numbers: (step, train loss, val loss)
+    assert [c.name for c in curve.schema.columns] == ["step", "train_loss", "val_loss"]
+    points = [r.data for r in curve.records]
+    assert [p["step"] for p in points] == sorted({p["step"] for p in points})
+    assert [p["step"] for p in points if p["val_loss"] is not None] == [0, 10, 20]
+    assert abs(points[-1]["val_loss"] - model["val_loss"]) < 1e-4
+    assert all(isinstance(p["train_loss"], float) for p in points if p["step"] > 0)
     ckpt = paths.latest_checkpoint_pointer(root).read_text()
     assert ckpt.endswith("ckpt_0000020.pt")
 

@@ -101,7 +101,8 @@ def test_whole_graph_on_s3_keeps_everything_in_the_bucket_and_no_secret_anywhere
         schema = mat.materialization.metadata.get("dagster/column_schema")
         if schema is not None:
             reported |= {c.name for c in schema.value.columns}
-    assert {"text", "is_dup", "input_ids", "n_tokens", "near_dup", "embedding"} <= reported
+    assert {"text", "is_dup", "input_ids", "n_tokens", "near_dup", "embedding",
+            "chunk_embeddings"} <= reported
     assert reported <= set(ds.schema.names)
     assert ds.count_rows() == 600
 
@@ -145,29 +146,38 @@ def test_whole_graph_on_s3_keeps_everything_in_the_bucket_and_no_secret_anywhere
 
 def test_lance_commits_on_s3_let_exactly_one_racer_win_each_version(s3):
     """What the table's safety under concurrent writers rests on: the manifest is written with a
-    create-if-absent PUT, so racing commits of one version cannot overwrite each other."""
+    create-if-absent PUT, so racing commits of one version cannot overwrite each other. Six
+    appends planned on version 1 race with no retries: each one either lands on a version of
+    its own (an append that finds a newer version may rebase onto it) or fails with a commit
+    conflict, and the table holds exactly the rows of those that landed."""
     bucket, _, _ = s3
     uri = f"s3://{bucket}/race/t.lance"
     lance.write_dataset(pa.table({"a": [0]}), uri)
     frags = [lance.fragment.write_fragments(pa.table({"a": [i]}), uri) for i in range(1, 7)]
-    start, errors = threading.Barrier(len(frags)), []
+    start, errors, landed = threading.Barrier(len(frags)), [], []
 
-    def commit(f):
+    def commit(i, f):
         start.wait()
         try:
-            lance.LanceDataset.commit(uri, lance.LanceOperation.Append(f), read_version=1,
-                                      max_retries=0)
+            ds = lance.LanceDataset.commit(uri, lance.LanceOperation.Append(f), read_version=1,
+                                           max_retries=0)
+            landed.append((ds.version, i))
         except Exception as e:  # noqa: BLE001 - collected and checked below
             errors.append(e)
 
-    threads = [threading.Thread(target=commit, args=(f,)) for f in frags]
+    threads = [threading.Thread(target=commit, args=(i, f)) for i, f in enumerate(frags, 1)]
     [t.start() for t in threads]
     [t.join() for t in threads]
     from lance.commit import CommitConflictError
 
-    assert len(errors) == len(frags) - 1 and all(isinstance(e, CommitConflictError) for e in errors)
+    assert all(isinstance(e, CommitConflictError) for e in errors), errors
+    assert landed and len(landed) + len(errors) == len(frags)
+    versions = sorted(v for v, _ in landed)
+    assert versions == list(range(2, 2 + len(landed)))  # one version each, none written twice
     ds = lance.dataset(uri)
-    assert ds.version == 2 and ds.count_rows() == 2  # the winner's row, nothing overwritten
+    assert ds.version == 1 + len(landed)
+    # nothing overwritten, nothing from a failed commit
+    assert sorted(ds.to_table().column("a").to_pylist()) == sorted([0, *(i for _, i in landed)])
 
 
 def test_concurrent_ingests_into_s3_add_each_row_exactly_once(s3):

@@ -25,6 +25,7 @@ from lance_assets.corpus.quality import FIELDS as SIGNAL_FIELDS
 from lance_assets.corpus.quality import fragment_signals, quality_signals
 from lance_assets.corpus.tokenize import token_ids
 from lance_assets.corpus.tokenizers import BPE_PREFIX, table_tokenizer
+from lance_assets.forensics.chunks import chunk_embeddings
 from lance_assets.forensics.embed import embeddings
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.test_forensics_index import ClusteredEmbedder
@@ -70,6 +71,7 @@ def backfill_all(root, where, tokenizer):
     near_dup(root, fragments_per_commit=2, executor=where, log=quiet)
     token_ids(root, tokenizer, fragments_per_commit=2, executor=where, log=quiet)
     embeddings(root, embedder=ClusteredEmbedder(), executor=where, log=quiet)
+    chunk_embeddings(root, embedder=ClusteredEmbedder(), executor=where, log=quiet)
 
 
 def trained_bpe(raw, tmp_path) -> tuple[str, object]:
@@ -112,9 +114,9 @@ def test_every_column_writer_on_ray_equals_the_local_one(ray_address, raw, tmp_p
 
     monkeypatch.setattr(executor, "ray_map", counting_map)
     backfill_all(on_ray, "ray", bpe)
-    # dedup, quality, near_dup (signatures), n_bytes, token_ids, embeddings: all six column
-    # groups went to Ray tasks, every fragment each
-    assert [n for _, n in fanned_out] == [FRAGMENTS] * 6
+    # dedup, quality, near_dup (signatures), n_bytes, token_ids, embeddings, chunk_embeddings:
+    # all seven column groups went to Ray tasks, every fragment each
+    assert [n for _, n in fanned_out] == [FRAGMENTS] * 7
     assert ("_payload_task", FRAGMENTS) in fanned_out  # near_dup's signatures
 
     got, want = content(on_ray), content(local)

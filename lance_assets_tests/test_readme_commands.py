@@ -174,4 +174,4 @@ def test_an_option_the_subcommand_lacks_is_refused():
 
     with pytest.raises(click.UsageError, match="config-json"):
         parse_with_dagster_cli(["dagster", "job", "execute", "-m", "lance_assets.definitions",
-                                "-j", "corpus_refresh", "--config-json", "{}"])
+                                "-j", "ingest", "--config-json", "{}"])

@@ -140,6 +140,16 @@ def ensure_columns(uri: str, fields: list[pa.Field]) -> lance.LanceDataset:
 
     def attempt() -> lance.LanceDataset:
         ds = lance.dataset(uri)
+        wanted = [f.name for f in fields]
+        for other, group in marker_groups(ds).items():
+            shared = [c for c in wanted if c in group]
+            if shared and group != wanted and all(c in ds.schema.names for c in group):
+                # its data files hold these columns together with others: a file of this group
+                # could replace none of them (and its marker would vouch for the wrong group)
+                raise ValueError(
+                    f"Column(s) {shared} of {uri} were written as part of the group {group} "
+                    f"(marker {other!r}), not as {wanted}. Write a group with the same columns "
+                    "every time, or write the new values under new column names.")
         for f in fields:
             if f.name in ds.schema.names:
                 existing = ds.schema.field(f.name).type

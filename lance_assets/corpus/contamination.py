@@ -360,17 +360,12 @@ class ContaminationReport:
         return asdict(self)
 
 
-def _groups(ds: lance.LanceDataset, sets: list[EvalSet]) -> list[list[EvalSet]]:
-    """Sets whose columns are missing from the same fragments, so one pass over the text
-    computes a group (typically: every set for new rows, or one newly registered set)."""
-    by_missing: dict[frozenset, list[EvalSet]] = {}
-    all_frags = frozenset(f.fragment_id for f in ds.get_fragments())
-    for s in sets:
-        missing = (frozenset(f.fragment_id for f in fragments_missing(ds, [s.column]))
-                   if s.column in ds.schema.names else all_frags)
-        if missing:
-            by_missing.setdefault(missing, []).append(s)
-    return list(by_missing.values())
+def _sets_to_write(ds: lance.LanceDataset, sets: list[EvalSet]) -> list[EvalSet]:
+    """The sets whose column some fragment lacks. Each set's column is a column group of its own
+    (its own write marker): a set registered later, or a set dropped from the registry, never
+    changes how another set's column was written, so its data files stay as they are."""
+    return [s for s in sets
+            if s.column not in ds.schema.names or fragments_missing(ds, [s.column])]
 
 
 def _drop_union(uri: str) -> None:
@@ -396,9 +391,9 @@ def contamination(root: str | Path, eval_sets: list[EvalSetSpec], *, fragments_p
         log(f"evaluation set {s.spec.name}: {s.items} items, {len(s.hashes)} distinct "
             f"{NGRAM}-grams, {s.items_too_short} items shorter than {NGRAM} words (not checked)")
     report = ContaminationReport(sets=[s.to_dict() for s in sets])
-    for group in _groups(ds, sets):
-        fields = [pa.field(s.column, pa.bool_()) for s in group]
-        report.per_set.append(write_columns(uri, fields, SetOverlap.of(group),
+    for s in _sets_to_write(ds, sets):
+        report.per_set.append(write_columns(uri, [pa.field(s.column, pa.bool_())],
+                                            SetOverlap.of([s]),
                                             fragments_per_commit=fragments_per_commit,
                                             executor=executor, log=log))
     registry = {"ngram": NGRAM, "normalisation": NORMALISATION, "sets": report.sets,

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import lance
+import pyarrow.compute as pc
 
 from lance_assets import paths
 from lance_assets.corpus.predicate import Predicate, PredicateError, combine, safe_predicate
@@ -327,3 +328,29 @@ def evaluate(ds: lance.LanceDataset, rules: dict[str, str]) -> Evaluation:
     filter_sql = combined_predicate(usable).lance if usable and not problems else ""
     return Evaluation(total_rows=total, kept_rows=None if problems else kept, filter=filter_sql,
                       hits=hits)
+
+
+@dataclass
+class TokenHits:
+    total_tokens: int
+    kept_tokens: int | None  # None when a rule is broken (as ``Evaluation.kept_rows``)
+    removed: dict[str, int]  # rule -> tokens of the rows it removes (usable rules only)
+
+
+def token_hits(ds: lance.LanceDataset, rules: dict[str, str],
+               column: str = "n_tokens") -> TokenHits | None:
+    """``evaluate`` counted in tokens (the sum of ``n_tokens``): what the rules keep and what each
+    rule removes; None when the table has no token counts yet. Rows without a count add 0."""
+    if column not in ds.schema.names:
+        return None
+    usable, problems = rule_predicates(ds, rules)
+
+    def tokens(predicate: Predicate | None) -> int:
+        batches = ds.to_batches(columns=[column],
+                                filter=None if predicate is None else predicate.lance)
+        return sum(int(pc.sum(b.column(0)).as_py() or 0) for b in batches)
+
+    total = tokens(None)
+    kept = tokens(combined_predicate(usable)) if usable and not problems else None
+    return TokenHits(total_tokens=total, kept_tokens=kept,
+                     removed={name: total - tokens(p) for name, p in usable.items()})

@@ -39,6 +39,7 @@ CONTAMINATION = dg.AssetKey("contamination")
 QUALITY_SCORE = dg.AssetKey("quality_score")
 PARAGRAPH_DUPS = dg.AssetKey("paragraph_dups")
 EMBEDDINGS = dg.AssetKey("embeddings")
+CHUNK_EMBEDDINGS = dg.AssetKey("chunk_embeddings")  # per-chunk vectors (forensics)
 
 # Every asset that writes column groups through `corpus.columns.write_columns`. Each gets the
 # blocking `columns_written` check (defs/maintenance/checks.py): every row holds written values
@@ -54,4 +55,5 @@ COLUMN_ASSETS = (
     PARAGRAPH_DUPS,
     CONTAMINATION,
     QUALITY_SCORE,
+    CHUNK_EMBEDDINGS,
 )

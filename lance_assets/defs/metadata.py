@@ -18,6 +18,8 @@ import lance
 import pyarrow as pa
 
 from lance_assets.corpus.columns import ColumnWriteReport
+from lance_assets.corpus.fingerprint import columns_fingerprint, index_state
+from lance_assets.corpus.profile import null_counts
 
 # {"is_dup": [("raw_text", "text")]}: a produced column -> the (asset, column) pairs it reads
 Lineage = Mapping[str, list[tuple[str, str]]]
@@ -66,7 +68,8 @@ def table_metadata(uri: str, duration_s: float, *, rows_processed: int,
 def column_write_metadata(uri: str, report: ColumnWriteReport, columns: dg.TableSchema,
                           derived_from: Lineage) -> dict:
     """``table_metadata`` plus what a ``write_columns`` run did: fragments written now, already
-    done before, rows written (``nothing_to_do`` on a re-run that found nothing missing)."""
+    done before, rows written (``nothing_to_do`` on a re-run that found nothing missing), and
+    the share of the table's rows where each of the asset's columns is null."""
     return {
         **table_metadata(uri, report.duration_s, rows_processed=report.rows_written,
                          columns=columns, derived_from=derived_from),
@@ -74,4 +77,62 @@ def column_write_metadata(uri: str, report: ColumnWriteReport, columns: dg.Table
         "fragments_written": len(report.fragments_written),
         "fragments_already_done": report.fragments_already_done,
         "rows_written": report.rows_written,
+        **null_share_metadata(uri, [c.name for c in columns.columns]),
     }
+
+
+def null_share_metadata(uri: str, columns: list[str]) -> dict[str, float]:
+    """``null_share/<column>``: nulls / rows, a number Dagster plots across materializations
+    (rows a writer has not reached yet count as null)."""
+    ds = lance.dataset(uri)
+    rows = ds.count_rows()
+    present = [c for c in columns if c in ds.schema.names]
+    return {f"null_share/{c}": round(n / rows, 6) if rows else 0.0
+            for c, n in null_counts(ds, present).items()}
+
+
+# Data versions: what the UI's "stale" marks compare. An asset's data version names the Lance
+# table version it wrote or read and a fingerprint of its own output in the table
+# (``corpus/fingerprint.py``): "v12-3f9a2c1b0e11". A run that changed nothing reports the data
+# version it had, even when other writers moved the table on since, so nothing downstream is
+# marked stale (or re-run by automation) by a no-op.
+DATA_VERSION_TAG = "dagster/data_version"  # where Dagster keeps a materialization's data version
+
+
+def data_version(context: dg.AssetExecutionContext, version: int | None,
+                 fingerprint: str) -> dg.DataVersion:
+    """``v<version>-<fingerprint>``, or the previous materialization's data version when that
+    one already had this fingerprint (on this instance; a fresh instance starts over)."""
+    previous = context.instance.get_latest_materialization_event(context.asset_key)
+    materialization = previous.asset_materialization if previous is not None else None
+    seen = (materialization.tags or {}).get(DATA_VERSION_TAG, "") if materialization else ""
+    if seen.endswith(f"-{fingerprint}"):
+        return dg.DataVersion(seen)
+    return dg.DataVersion(f"v{version}-{fingerprint}")
+
+
+def column_data_version(context: dg.AssetExecutionContext, uri: str,
+                        columns: dg.TableSchema | Iterable[str]) -> dg.DataVersion:
+    """The data version of a column asset: the table version now and the data files that hold
+    its ``columns`` (changed only by writes of these columns)."""
+    names = [c.name for c in columns.columns] if isinstance(columns, dg.TableSchema) else list(columns)
+    ds = lance.dataset(uri)
+    return data_version(context, ds.version, columns_fingerprint(ds, names))
+
+
+def index_data_version(context: dg.AssetExecutionContext, uri: str, index: str) -> dg.DataVersion:
+    """The data version of an index asset: the table version the index was last updated at and
+    its segments (a table without the index: the version read)."""
+    ds = lance.dataset(uri)
+    updated_at, fp = index_state(ds, index)
+    return data_version(context, updated_at if updated_at is not None else ds.version, fp)
+
+
+
+def materialization_history(instance: dg.DagsterInstance, key: dg.AssetKey,
+                            limit: int = 50) -> list[dict]:
+    """The metadata values of ``key``'s latest ``limit`` materializations on this instance,
+    newest first: what checks compare a new result with."""
+    records = instance.fetch_materializations(key, limit=limit).records
+    return [{k: v.value for k, v in r.asset_materialization.metadata.items()}
+            for r in records if r.asset_materialization is not None]

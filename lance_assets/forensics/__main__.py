@@ -4,6 +4,9 @@
     python -m lance_assets.forensics attribute --text-file sample.txt --k 5 [--json]
     python -m lance_assets.forensics near-dups --threshold 0.95 --sample 2000 [--json]
 
+``attribute`` prints the verdict (near-verbatim, edited copy, remixed) and, for each source, the
+matched ranges of both texts: ``text[a:b] <-> doc[c:d]`` character offsets with the two excerpts.
+
 Rows searched: those of the table version the newest model trained on (DATA/train/LATEST);
 ``--version`` pins another one. ``--data`` (default $LANCE_ASSETS_DATA, else ./data).
 
@@ -101,6 +104,29 @@ def _user_errors() -> tuple[type[BaseException], ...]:
             EmbeddingMismatchError, FileNotFoundError, CheckpointError)
 
 
+def print_source(s, text: str, limit: int = 5) -> None:
+    """One attributed source: its figures, then the matched ranges of both texts side by side
+    (character offsets into the attributed text and into the document)."""
+    cos = "-" if s.cosine is None else f"{s.cosine:.3f}"
+    passage = (f"passage {s.passage_words} words ({s.passage_unmatched:.0%} changed)"
+               if s.passage_words else "no passage")
+    print(f"{s.rank:>3}. id {s.id}  score {s.score:.4f}  {passage}  longest span "
+          f"{s.longest_span_words} words  coverage {s.coverage:.0%}  cosine {cos}  "
+          f"[{'+'.join(s.found_by)}]")
+    for m in s.matches[:limit]:
+        (t0, t1), (d0, d1) = m["text"], m["doc"]
+        print(f"     text[{t0}:{t1}] <-> doc[{d0}:{d1}]  {m['words']} words")
+        print(f"       text: {' '.join(text[t0:t1].split())[:160]}")
+        print(f"       doc:  {m['excerpt']}")
+    if len(s.matches) > limit:
+        print(f"     ... {len(s.matches) - limit} more matched ranges (--json lists them)")
+    if not s.matches and s.closest_chunk:
+        (t0, t1), (d0, d1) = s.closest_chunk["text"], s.closest_chunk["doc"]
+        print(f"     closest chunks: text[{t0}:{t1}] <-> doc[{d0}:{d1}]  cosine "
+              f"{s.closest_chunk['cosine']:.3f}")
+    print(f"     {s.snippet}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     errors = _user_errors()
@@ -139,13 +165,11 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(res.to_dict(), indent=2))
             return 0
         print(f"verdict: {res.verdict}: {res.reason}")
-        print(f"{res.text_tokens} tokens, {res.covered_share:.0%} inside shared spans of >= "
-              f"{res.min_span_tokens} tokens (table version {res.table_version})")
+        print(f"{res.text_words} words, {res.covered_share:.0%} inside shared spans of >= "
+              f"{res.min_span_words} words; meaning from {res.meaning} (table version "
+              f"{res.table_version})")
         for s in res.sources:
-            cos = "-" if s.cosine is None else f"{s.cosine:.3f}"
-            print(f"{s.rank:>3}. id {s.id}  score {s.score:.4f}  longest span "
-                  f"{s.longest_span_tokens} tokens  coverage {s.coverage:.0%}  cosine {cos}  "
-                  f"[{'+'.join(s.found_by)}]\n     {s.snippet}")
+            print_source(s, text)
         return 0
     from lance_assets.forensics.near_dups import semantic_near_dups
     from lance_assets.forensics.pinned import resolve_pin

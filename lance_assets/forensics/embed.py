@@ -7,8 +7,8 @@ L2-normalised, so the dot product is the cosine similarity.
 Long documents: **truncated**. The model reads the first ``max_tokens`` word pieces (default 128,
 the length all-MiniLM-L6-v2 was trained on; at most 256) and ignores the rest, so a document's
 vector says what its opening is about. Chunk-and-pool was left out on purpose: a mean of chunk
-vectors blurs topics, costs one forward pass per chunk, and attribution does not need it: the
-verbatim n-gram matching (``attribution.py``) reads every token of every document.
+vectors blurs topics. The whole document's meaning lives in ``chunk_embeddings``
+(``chunks.py``: one vector per chunk, searched by MaxSim), whose first chunk is this vector.
 
 Written per fragment with ``write_columns`` (a ``DataReplacement`` commit per group of fragments,
 resumable after a kill); texts are sorted by length inside each fragment so batches carry little

@@ -9,10 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from lance_assets import paths, storage
 from lance_assets.forensics.attribution import Attribution, Attributor
+from lance_assets.forensics.embed import EMBEDDING
 from lance_assets.forensics.near_dups import NearDupReport, semantic_near_dups
 from lance_assets.forensics.pinned import Pin, resolve_pin
 from lance_assets.markdown import markdown_table
@@ -55,15 +54,17 @@ class ForensicsReport:
             prompt = a["prompt"] or "(unconditional)"
             lines += [f"### Sample {i}: {_cell(prompt)} — **{att['verdict']}**", "",
                       "> " + _cell(a["text"][:300]), "",
-                      f"{att['reason']}. {att['text_tokens']} tokens; "
+                      f"{att['reason']}. {att['text_words']} words; "
                       f"{att['covered_share']:.0%} inside shared spans of >= "
-                      f"{att['min_span_tokens']} tokens.", ""]
+                      f"{att['min_span_words']} words; meaning from {att['meaning']}.", ""]
             rows = [{"rank": s["rank"], "id": s["id"], "score": s["score"],
-                     "longest span (tokens)": s["longest_span_tokens"],
+                     "passage (words, changed)":
+                         f"{s['passage_words']}, {s['passage_unmatched']:.0%}"
+                         if s["passage_words"] else "",
                      "coverage": f"{s['coverage']:.0%}",
                      "cosine": "" if s["cosine"] is None else s["cosine"],
                      "found by": "+".join(s["found_by"]),
-                     "longest shared span": _cell(s["span"][:80])}
+                     "matched ranges (text ↔ document, characters)": _cell(matched_ranges(s))}
                     for s in att["sources"]]
             lines += [markdown_table(rows), ""]
         if self.near_dups is not None:
@@ -83,6 +84,22 @@ class ForensicsReport:
 
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "/")
+
+
+def matched_ranges(source: dict, limit: int = 3) -> str:
+    """``a–b ↔ c–d (n w)``: character ranges of the attributed text and of the document for the
+    first ``limit`` matches of a source (a ``Source.to_dict()``), or its closest chunk pair when
+    no words are shared."""
+    ms = source["matches"]
+    if ms:
+        out = "; ".join(f"{m['text'][0]}–{m['text'][1]} ↔ {m['doc'][0]}–{m['doc'][1]} "
+                        f"({m['words']} w)" for m in ms[:limit])
+        return out + (f"; +{len(ms) - limit} more" if len(ms) > limit else "")
+    c = source.get("closest_chunk")
+    if c:
+        return (f"closest chunks {c['text'][0]}–{c['text'][1]} ↔ {c['doc'][0]}–{c['doc'][1]} "
+                f"(cosine {c['cosine']:.2f})")
+    return ""
 
 
 def load_samples(root: str | Path) -> tuple[Path, dict]:
@@ -106,18 +123,20 @@ def forensics_report(root: str | Path, *, k: int = 5, version: int | None = None
     results = []
     with progress(len(samples["samples"]), "forensics: attributing", "sample", log) as bar:
         for s in samples["samples"]:
-            prompt_ids = list(att.tok.encode(s["prompt"])) if s["prompt"] else []
             text = s["prompt"] + s["completion"]
-            a: Attribution = att.attribute(text, k, tokens=np.asarray(prompt_ids + s["token_ids"]))
+            a: Attribution = att.attribute(text, k)
             results.append({"prompt": s["prompt"], "text": text, "attribution": a.to_dict()})
             log(f"sample {s['prompt']!r}: {a.verdict} ({a.reason})")
             bar.update(1)
     near = None
-    if att.has_vectors:
+    if EMBEDDING.name in att.latest.schema.names:
         near = semantic_near_dups(root, pin=pin, threshold=near_dup_threshold,
                                   sample=near_dup_sample)
     else:
-        notes.append("no `embedding` column: vector kNN and semantic near-duplicates skipped")
+        notes.append("no `embedding` column: semantic near-duplicates skipped")
+    if not att.has_vectors:
+        notes.append("no `chunk_embeddings` or `embedding` column: attribution by shared words "
+                     "only (materialize `chunk_embeddings` for meaning over whole documents)")
     report = ForensicsReport(pin, str(samples_path), samples.get("checkpoint"), results, near,
                              time.perf_counter() - start, notes)
     out = paths.reports_dir(root)

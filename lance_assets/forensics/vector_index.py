@@ -12,6 +12,11 @@ queries: ``nprobes`` doubles until recall@10 against exact search reaches ``targ
 chosen settings and the measured recall live in the table config (``VECTOR_INDEX_KEY``), so
 every search uses what was measured. Rows appended later are added to the index
 (``optimize_indices``) unless the table more than doubled since training, which rebuilds it.
+
+The same code indexes the multivector ``chunk_embeddings`` (``CHUNKS``): Lance trains the IVF
+partitions on every chunk vector and scores a document by its best chunk (MaxSim). There a
+query is one vector (one chunk of the query text) and recall@10 is measured with chunk vectors
+of the table's own rows as queries, against an exact MaxSim scan.
 """
 
 from __future__ import annotations
@@ -24,12 +29,27 @@ from pathlib import Path
 import lance
 import numpy as np
 
-from lance_assets import paths
+from lance_assets import keys, paths
 from lance_assets.corpus.table import commit_retrying, get_json_config, set_json_config
 from lance_assets.forensics.embed import DIM, EMBEDDING
 from lance_assets.keys import VECTOR_INDEX_KEY
 
-INDEX_NAME = "embedding_ann"
+
+@dataclass(frozen=True)
+class VectorColumn:
+    """A vector column, its ANN index and where the index settings live in the table config."""
+
+    column: str
+    index_name: str
+    config_key: str
+    asset: str  # the asset that writes the column (named in errors)
+    multivector: bool = False  # list<fixed_size_list>: a document is a set of vectors
+
+
+DOCUMENTS = VectorColumn(EMBEDDING.name, "embedding_ann", VECTOR_INDEX_KEY, "embeddings")
+CHUNKS = VectorColumn(keys.CHUNK_EMBEDDINGS, "chunk_embeddings_ann", keys.CHUNK_INDEX_KEY,
+                      "chunk_embeddings", multivector=True)
+INDEX_NAME = DOCUMENTS.index_name
 FLAT_BELOW = 1024
 METRIC = "cosine"
 DEFAULT_INDEX_TYPE = "IVF_HNSW_SQ"
@@ -69,22 +89,25 @@ def derive_settings(rows: int, index_type: str = DEFAULT_INDEX_TYPE,
                          refine_factor=REFINE_FACTOR[index_type])
 
 
-def current_settings(ds: lance.LanceDataset) -> IndexSettings | None:
-    raw = get_json_config(ds, VECTOR_INDEX_KEY)
+def current_settings(ds: lance.LanceDataset, target: VectorColumn = DOCUMENTS
+                     ) -> IndexSettings | None:
+    raw = get_json_config(ds, target.config_key)
     return IndexSettings(**raw) if raw else None
 
 
-def has_index(ds: lance.LanceDataset) -> bool:
-    return INDEX_NAME in {i.name for i in ds.describe_indices()}
+def has_index(ds: lance.LanceDataset, target: VectorColumn = DOCUMENTS) -> bool:
+    return target.index_name in {i.name for i in ds.describe_indices()}
 
 
-def embedded_rows(ds: lance.LanceDataset) -> int:
-    return ds.count_rows(filter=f"{EMBEDDING.name} IS NOT NULL")
+def embedded_rows(ds: lance.LanceDataset, target: VectorColumn = DOCUMENTS) -> int:
+    return ds.count_rows(filter=f"{target.column} IS NOT NULL")
 
 
-def nearest_arg(settings: IndexSettings | None, q: np.ndarray, k: int) -> dict:
-    """The ``nearest=`` argument of a Lance scan for ``q`` (one vector or a (n, 384) batch)."""
-    arg = {"column": EMBEDDING.name, "q": q, "k": k, "metric": METRIC}
+def nearest_arg(settings: IndexSettings | None, q: np.ndarray, k: int,
+                target: VectorColumn = DOCUMENTS) -> dict:
+    """The ``nearest=`` argument of a Lance scan for ``q``: one vector or a (n, 384) batch of
+    queries, or (on a multivector column) one vector scored against each row's best chunk."""
+    arg = {"column": target.column, "q": q, "k": k, "metric": METRIC}
     if settings is None or settings.index_type == "FLAT":
         arg["use_index"] = False
         return arg
@@ -95,9 +118,15 @@ def nearest_arg(settings: IndexSettings | None, q: np.ndarray, k: int) -> dict:
 
 
 def knn_ids(ds: lance.LanceDataset, queries: np.ndarray, k: int, settings: IndexSettings | None,
-            filter: str | None = None) -> list[list[int]]:
-    """For each query vector, the ids of its ``k`` nearest rows (batched in one scan)."""
+            filter: str | None = None, target: VectorColumn = DOCUMENTS) -> list[list[int]]:
+    """For each query vector, the ids of its ``k`` nearest rows (batched in one scan; one scan
+    per query on a multivector column, where several vectors would make one query)."""
     queries = np.atleast_2d(np.asarray(queries, np.float32))
+    if target.multivector:
+        return [ds.to_table(columns=["id"], nearest=nearest_arg(settings, q, k, target),
+                            filter=filter, prefilter=filter is not None,
+                            disable_scoring_autoprojection=True).column("id").to_pylist()
+                for q in queries]
     tbl = ds.to_table(columns=["id"], nearest=nearest_arg(settings, queries, k), filter=filter,
                       prefilter=filter is not None, disable_scoring_autoprojection=True)
     out: list[list[int]] = [[] for _ in range(len(queries))]
@@ -109,28 +138,32 @@ def knn_ids(ds: lance.LanceDataset, queries: np.ndarray, k: int, settings: Index
     return out
 
 
-def sample_queries(ds: lance.LanceDataset, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, vectors) of ``n`` rows drawn at random among those with a vector."""
+def sample_queries(ds: lance.LanceDataset, n: int, seed: int = 0,
+                   target: VectorColumn = DOCUMENTS) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) of ``n`` rows drawn at random among those with a vector (on a multivector
+    column: one of the row's chunks, drawn at random)."""
     total = ds.count_rows()
     rng = np.random.default_rng(seed)
     picks = np.sort(rng.choice(total, size=min(total, n * 2), replace=False))
-    tbl = ds.take(picks, columns=["id", EMBEDDING.name])
+    tbl = ds.take(picks, columns=["id", target.column])
     ids = np.array(tbl.column("id").to_pylist())
-    vecs = tbl.column(EMBEDDING.name)
-    keep = np.array([v is not None for v in vecs.to_pylist()]) if vecs.null_count else \
-        np.ones(len(ids), bool)
-    flat = np.stack([np.asarray(v, np.float32) for v, k in zip(vecs.to_pylist(), keep) if k]) \
+    rows = tbl.column(target.column).to_pylist()
+    if target.multivector:
+        rows = [v[int(rng.integers(len(v)))] if v else None for v in rows]
+    keep = np.array([v is not None for v in rows], bool)
+    flat = np.stack([np.asarray(v, np.float32) for v, k in zip(rows, keep) if k]) \
         if keep.any() else np.zeros((0, DIM), np.float32)
     return ids[keep][:n], flat[:n]
 
 
 def recall_at_k(ds: lance.LanceDataset, settings: IndexSettings, ids: np.ndarray,
                 queries: np.ndarray, k: int = 10,
-                exact: list[list[int]] | None = None) -> tuple[float, list[list[int]]]:
+                exact: list[list[int]] | None = None,
+                target: VectorColumn = DOCUMENTS) -> tuple[float, list[list[int]]]:
     """Mean |index top-k ∩ exact top-k| / k; each query's own row is left out of both lists."""
     if exact is None:
-        exact = knn_ids(ds, queries, k + 1, None)
-    found = knn_ids(ds, queries, k + 1, settings)
+        exact = knn_ids(ds, queries, k + 1, None, target=target)
+    found = knn_ids(ds, queries, k + 1, settings, target=target)
     hits = []
     for qid, ex, got in zip(ids, exact, found):
         ex = [r for r in ex if r != qid][:k]
@@ -141,13 +174,14 @@ def recall_at_k(ds: lance.LanceDataset, settings: IndexSettings, ids: np.ndarray
 
 
 def tune_nprobes(ds: lance.LanceDataset, settings: IndexSettings, ids: np.ndarray,
-                 queries: np.ndarray, target_recall: float, k: int = 10) -> IndexSettings:
+                 queries: np.ndarray, target_recall: float, k: int = 10,
+                 target: VectorColumn = DOCUMENTS) -> IndexSettings:
     """Double ``nprobes`` until recall@k reaches ``target_recall``, stops improving (the
     quantization, not the probing, limits it) or every partition is read."""
     exact, previous = None, None
     settings.tuning = []
     while True:
-        recall, exact = recall_at_k(ds, settings, ids, queries, k, exact)
+        recall, exact = recall_at_k(ds, settings, ids, queries, k, exact, target)
         settings.tuning.append({"nprobes": settings.nprobes, "recall_at_10": round(recall, 4)})
         if (recall >= target_recall or settings.nprobes >= settings.num_partitions
                 or (previous is not None and recall <= previous + 0.002)):
@@ -176,26 +210,30 @@ class VectorIndexReport:
 
 def vector_index(root: str | Path, *, index_type: str = DEFAULT_INDEX_TYPE,
                  target_recall: float = 0.95, recall_queries: int = 100,
-                 flat_below: int = FLAT_BELOW, seed: int = 0) -> VectorIndexReport:
-    """Create (or update) the ANN index on ``embedding``, tune nprobes, record recall@10."""
+                 flat_below: int = FLAT_BELOW, seed: int = 0,
+                 target: VectorColumn = DOCUMENTS) -> VectorIndexReport:
+    """Create (or update) the ANN index on ``embedding`` (or ``target``'s column), tune nprobes,
+    record recall@10."""
     start = time.perf_counter()
+    name = target.index_name
     uri = paths.table_uri(root)
     ds = lance.dataset(uri)
-    if EMBEDDING.name not in ds.schema.names:
-        raise RuntimeError(f"{uri} has no `embedding` column: materialize `embeddings` first")
-    rows = embedded_rows(ds)
+    if target.column not in ds.schema.names:
+        raise RuntimeError(f"{uri} has no `{target.column}` column: materialize "
+                           f"`{target.asset}` first")
+    rows = embedded_rows(ds, target)
     if rows < ds.count_rows():
-        raise RuntimeError(f"{uri}: {ds.count_rows() - rows} rows have no embedding yet; "
-                           "materialize `embeddings` first (it resumes where it stopped)")
-    old = current_settings(ds)
+        raise RuntimeError(f"{uri}: {ds.count_rows() - rows} rows have no {target.column} yet; "
+                           f"materialize `{target.asset}` first (it resumes where it stopped)")
+    old = current_settings(ds, target)
     want = derive_settings(rows, index_type, flat_below)
-    indexed = has_index(ds)
-    unindexed = ds.stats.index_stats(INDEX_NAME)["num_unindexed_rows"] if indexed else 0
+    indexed = has_index(ds, target)
+    unindexed = ds.stats.index_stats(name)["num_unindexed_rows"] if indexed else 0
     build_s = 0.0
     if want.index_type == "FLAT":
         action = "flat"
         if indexed:
-            ds.drop_index(INDEX_NAME)
+            ds.drop_index(name)
         settings = want
         settings.recall_at_10, settings.recall_queries = 1.0, 0
     elif (indexed and old is not None and old.index_type == want.index_type
@@ -205,7 +243,7 @@ def vector_index(root: str | Path, *, index_type: str = DEFAULT_INDEX_TYPE,
                                      time.perf_counter() - start)
         t = time.perf_counter()
         commit_retrying("vector index update", lambda: lance.dataset(uri).optimize.optimize_indices(
-            index_names=[INDEX_NAME]))
+            index_names=[name]))
         build_s = time.perf_counter() - t
         action, settings = "updated", IndexSettings(**{**old.to_dict(), "rows": old.rows})
     else:
@@ -214,17 +252,17 @@ def vector_index(root: str | Path, *, index_type: str = DEFAULT_INDEX_TYPE,
         if want.index_type == "IVF_PQ":
             kwargs["num_sub_vectors"] = want.num_sub_vectors
         commit_retrying("vector index", lambda: lance.dataset(uri).create_index(
-            EMBEDDING.name, want.index_type, name=INDEX_NAME, metric=METRIC, replace=True,
+            target.column, want.index_type, name=name, metric=METRIC, replace=True,
             **kwargs))
         build_s = time.perf_counter() - t
         action = "rebuilt" if indexed else "created"
         settings = want
     ds = lance.dataset(uri)
     if settings.index_type != "FLAT":
-        ids, queries = sample_queries(ds, recall_queries, seed)
-        settings = tune_nprobes(ds, settings, ids, queries, target_recall)
-    set_json_config(ds, VECTOR_INDEX_KEY, settings.to_dict())
+        ids, queries = sample_queries(ds, recall_queries, seed, target)
+        settings = tune_nprobes(ds, settings, ids, queries, target_recall, target=target)
+    set_json_config(ds, target.config_key, settings.to_dict())
     ds = lance.dataset(uri)
-    left = ds.stats.index_stats(INDEX_NAME)["num_unindexed_rows"] if has_index(ds) else rows
+    left = ds.stats.index_stats(name)["num_unindexed_rows"] if has_index(ds, target) else rows
     return VectorIndexReport(action, settings, rows, left if settings.index_type != "FLAT" else 0,
                              build_s, ds.version, time.perf_counter() - start)

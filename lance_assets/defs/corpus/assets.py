@@ -8,6 +8,7 @@ data files, and takes the ``lance_corpus`` pool (``defs/common.py``).
 from typing import Optional
 
 import dagster as dg
+import lance
 from dagster_ray import RayResource
 
 from lance_assets.corpus import bpe, dedup, ingest, profile, tokenize
@@ -15,8 +16,15 @@ from lance_assets.corpus.table import RAW_DESCRIPTIONS, RAW_SCHEMA
 from lance_assets.corpus.tokenizers import load_bpe
 from lance_assets.defs.common import CORPUS_GROUP as GROUP
 from lance_assets.defs.common import PERSONAL_DATA, POOL, TABLE_TAGS
+from lance_assets.defs.conditions import ON_NEW_DATA
 from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
-from lance_assets.defs.metadata import column_schema, column_write_metadata, table_metadata
+from lance_assets.defs.metadata import (
+    column_data_version,
+    column_schema,
+    column_write_metadata,
+    data_version,
+    table_metadata,
+)
 from lance_assets.defs.resources import LanceStore
 from lance_assets.markdown import markdown_table
 
@@ -65,7 +73,9 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
         context.log.warning(warning)
     for path, why in report.files_failed.items():
         context.log.warning(f"not ingested: {path}: {why}")
-    return dg.MaterializeResult(metadata={
+    # the rows: the data files holding `text` change only when rows are appended (or compacted)
+    version = column_data_version(context, lance_store.table_uri, ["id", "text"])
+    return dg.MaterializeResult(data_version=version, metadata={
         **table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_added,
                          columns=RAW_TEXT_COLUMNS),
         "summary": dg.MetadataValue.md(report.markdown()),
@@ -96,7 +106,7 @@ class ColumnConfig(ExecutorConfig):
 @dg.asset(
     deps=[raw_text], group_name=GROUP, kinds={"lance", "duckdb"}, code_version="1", pool=POOL,
     tags=TABLE_TAGS, metadata={"dagster/column_schema": DEDUP_FLAG_COLUMNS},
-    resource_defs=RAY_RESOURCE_DEFS,
+    resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA,
 )
 def dedup_flag(context: dg.AssetExecutionContext, config: ColumnConfig, lance_store: LanceStore,
                ray_cluster: RayResource):
@@ -105,7 +115,8 @@ def dedup_flag(context: dg.AssetExecutionContext, config: ColumnConfig, lance_st
     report = dedup.dedup_flag(lance_store.root, fragments_per_commit=config.fragments_per_commit,
                               executor=column_executor(context, config, ray_cluster),
                               log=context.log.info)
-    return dg.MaterializeResult(metadata={
+    version = column_data_version(context, lance_store.table_uri, DEDUP_FLAG_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(lance_store.table_uri, report, DEDUP_FLAG_COLUMNS,
                                 {"is_dup": [("raw_text", "text"), ("raw_text", "id")]}),
         "duplicate_rate": round(profile.flag_rate(lance_store.root, "is_dup"), 4),
@@ -129,7 +140,7 @@ class TokenizerConfig(dg.Config):
 
 
 @dg.asset(deps=[dedup_flag], group_name=GROUP, kinds={"python", "lance"}, code_version="1",
-          tags=TABLE_TAGS)
+          tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
 def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, lance_store: LanceStore):
     """A byte-level BPE (rustbpe, GPT-4 split pattern) trained on a bounded sample of the curated
     text, exported as a tiktoken encoding with `<|endoftext|>` (EOS) and `<|pad|>` (PAD). Saved as
@@ -145,7 +156,9 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, lance_
              "vs byte": round(value / bpt["byte"], 2) if value and bpt.get("byte") else None}
             for name, value in bpt.items()]
     tok = load_bpe(report.path)
-    return dg.MaterializeResult(metadata={
+    # its output is the BPE file: a retrain that learns the same merges keeps the data version
+    version = data_version(context, lance.dataset(lance_store.table_uri).version, report.sha256[:12])
+    return dg.MaterializeResult(data_version=version, metadata={
         "nothing_to_do": report.nothing_to_do,
         "tokenizer_name": report.name,
         "tokenizer_sha256": report.sha256,
@@ -188,6 +201,7 @@ class TokenIdsConfig(ColumnConfig):
     deps=[dedup_flag, tokenizer, PERSONAL_DATA], group_name=GROUP, kinds={"lance", "python"},
     code_version="2", pool=POOL, tags=TABLE_TAGS,
     metadata={"dagster/column_schema": TOKEN_IDS_COLUMNS}, resource_defs=RAY_RESOURCE_DEFS,
+    automation_condition=ON_NEW_DATA,
 )
 def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_store: LanceStore,
               ray_cluster: RayResource):
@@ -200,7 +214,8 @@ def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_s
         executor=column_executor(context, config, ray_cluster),
         log=context.log.info)
     seconds = report.duration_s
-    return dg.MaterializeResult(metadata={
+    version = column_data_version(context, lance_store.table_uri, TOKEN_IDS_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(lance_store.table_uri, report, TOKEN_IDS_COLUMNS,
                                 {c: [("raw_text", "text")] for c in tokenize.DESCRIPTIONS}),
         "tokens_written": tokens,

@@ -1,7 +1,7 @@
-"""Incremental ingest on a clock (schedule) or when files land (sensor); both run
-`corpus_refresh`: `raw_text` and every column asset downstream of it, so new files end up
-deduplicated and tokenized with no manual step. Training, sampling and the forensics report on
-the samples are not part of it."""
+"""Incremental ingest on a clock (schedule) or when files land (sensor); both run the `ingest`
+job (`raw_text`). The column assets downstream of it follow through their automation conditions
+(`defs/conditions.py`, the `corpus_automation` sensor): new rows end up deduplicated, tokenized
+and embedded with no manual step. Training starts by itself only with LANCE_ASSETS_AUTO_TRAIN=1."""
 
 import hashlib
 import json
@@ -11,33 +11,27 @@ from pathlib import Path
 import dagster as dg
 
 from lance_assets.corpus.sources import FILE_SUFFIXES, SourceError, expand_paths
-from lance_assets.defs.common import FORENSICS, MAINTENANCE_GROUP, TRAINING_GROUP
+from lance_assets.defs.common import RAW_TEXT
 from lance_assets.defs.resources import LanceStore
 
 CRON_ENV = "LANCE_ASSETS_INGEST_CRON"
 DEFAULT_CRON = "0 3 * * *"
 
-corpus_refresh_job = dg.define_asset_job(
-    "corpus_refresh",
-    selection=(dg.AssetSelection.keys("raw_text").downstream()
-               - dg.AssetSelection.groups(TRAINING_GROUP, MAINTENANCE_GROUP)
-               - dg.AssetSelection.assets(FORENSICS)),
-    description="Ingest what is new in the source (raw_text), then bring everything downstream "
-                "of it up to date on the new fragments: dedup_flag, tokenizer, token_ids, "
-                "quality_signals, near_dup, text_index, curation_rules, corpus_profile, "
-                "embeddings and vector_index, and the taggers detected_language, personal_data, "
-                "paragraph_dups, contamination and quality_score. Training (pretrained_model, "
-                "samples) and the forensics report are not part of it.",
+ingest_job = dg.define_asset_job(
+    "ingest",
+    selection=dg.AssetSelection.assets(RAW_TEXT),
+    description="Ingest what is new in the source (raw_text). The corpus_automation sensor then "
+                "brings every column asset downstream of it up to date on the new fragments.",
 )
 
-corpus_refresh_schedule = dg.ScheduleDefinition(
-    name="corpus_refresh_schedule",
-    job=corpus_refresh_job,
+ingest_schedule = dg.ScheduleDefinition(
+    name="ingest_schedule",
+    job=ingest_job,
     cron_schedule=os.environ.get(CRON_ENV, DEFAULT_CRON),
     default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="Runs corpus_refresh (incremental ingest, then everything downstream of it but "
-                f"training and forensics); cron from ${CRON_ENV} (default "
-                f"'{DEFAULT_CRON}'). Off until switched on.",
+    description="Runs ingest (raw_text: what is new in the source); the columns follow by "
+                f"automation. Cron from ${CRON_ENV} (default '{DEFAULT_CRON}'). Off until "
+                "switched on.",
 )
 
 
@@ -57,13 +51,13 @@ def landing_files(source: str) -> dict[str, list[int]]:
     return out
 
 
-@dg.sensor(job=corpus_refresh_job, minimum_interval_seconds=60,
+@dg.sensor(job=ingest_job, minimum_interval_seconds=60,
            default_status=dg.DefaultSensorStatus.STOPPED,
-           description="Runs corpus_refresh when files appear or change under the source folder "
-                       "or glob (LANCE_ASSETS_SOURCE); checks every 60 s once switched on. Off "
-                       "until switched on.")
+           description="Runs ingest when files appear or change under the source folder or glob "
+                       "(LANCE_ASSETS_SOURCE); checks every 60 s once switched on; the columns "
+                       "follow by automation. Off until switched on.")
 def landing_sensor(context: dg.SensorEvaluationContext, lance_store: LanceStore):
-    """Requests a `corpus_refresh` run when files appear (or change) under the source folder
+    """Requests an `ingest` run when files appear (or change) under the source folder
     (LANCE_ASSETS_SOURCE pointing at a folder or glob). The cursor holds the files seen."""
     source = lance_store.source
     seen = json.loads(context.cursor) if context.cursor else {}

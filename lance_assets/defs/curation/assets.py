@@ -18,8 +18,10 @@ from lance_assets import paths, storage
 from lance_assets.corpus import fts, profile, quality
 from lance_assets.corpus import near_dup as near_dup_lib
 from lance_assets.corpus import rules as rules_lib
+from lance_assets.corpus.fingerprint import digest
 from lance_assets.defs.common import CURATION_GROUP as GROUP
 from lance_assets.defs.common import DEDUP_FLAG, POOL, RAW_TEXT, TABLE_TAGS, TOKEN_IDS
+from lance_assets.defs.conditions import ON_NEW_DATA
 from lance_assets.defs.curation.taggers import (
     contamination,
     detected_language,
@@ -28,7 +30,13 @@ from lance_assets.defs.curation.taggers import (
     quality_score,
 )
 from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
-from lance_assets.defs.metadata import column_schema, column_write_metadata
+from lance_assets.defs.metadata import (
+    column_data_version,
+    column_schema,
+    column_write_metadata,
+    data_version,
+    index_data_version,
+)
 from lance_assets.defs.resources import LanceStore
 from lance_assets.markdown import markdown_table
 
@@ -46,7 +54,7 @@ class SignalsConfig(ExecutorConfig):
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
           pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": QUALITY_SIGNALS_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS)
+          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
 def quality_signals(context: dg.AssetExecutionContext, config: SignalsConfig,
                     lance_store: LanceStore, ray_cluster: RayResource):
     """Per-document statistics from the Gopher, C4 and FineWeb quality rules, one column each
@@ -56,7 +64,8 @@ def quality_signals(context: dg.AssetExecutionContext, config: SignalsConfig,
     report = quality.quality_signals(lance_store.root, fragments_per_commit=config.fragments_per_commit,
                                      executor=column_executor(context, config, ray_cluster),
                                      log=context.log.info)
-    return dg.MaterializeResult(metadata={
+    version = column_data_version(context, lance_store.table_uri, QUALITY_SIGNALS_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(lance_store.table_uri, report, QUALITY_SIGNALS_COLUMNS,
                                 {c: [("raw_text", "text")] for c in quality.COLUMNS}),
         "signals": dg.MetadataValue.md(markdown_table(quality.signal_summary(lance_store.root))),
@@ -71,7 +80,7 @@ class NearDupConfig(SignalsConfig):
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
           pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": NEAR_DUP_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS)
+          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
 def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_store: LanceStore,
              ray_cluster: RayResource):
     """`near_dup_cluster` (int64: equal ids form a cluster), `near_dup` (bool: true for all but
@@ -84,7 +93,8 @@ def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_sto
                                           fragments_per_commit=config.fragments_per_commit,
                                           executor=column_executor(context, config, ray_cluster),
                                           log=context.log.info)
-    return dg.MaterializeResult(metadata={
+    version = column_data_version(context, lance_store.table_uri, NEAR_DUP_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(
             lance_store.table_uri, report,
             column_schema(near_dup_lib.fields(settings), near_dup_lib.DESCRIPTIONS), {
@@ -106,7 +116,7 @@ class TextIndexConfig(dg.Config):
 
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
-          tags=TABLE_TAGS)
+          tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
 def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance_store: LanceStore):
     """Lance full-text (BM25 inverted) index `text_fts` on `text`. The first run builds it; later
     runs add only the rows appended since. Query: `lance.dataset(uri).to_table(
@@ -116,7 +126,8 @@ def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance
     example = [{"id": r["id"], "score": round(r["_score"], 3),
                 "text": r["text"][:80].replace("\n", " ").replace("|", "/")}
                for r in hits.to_pylist()]
-    return dg.MaterializeResult(metadata={
+    version = index_data_version(context, lance_store.table_uri, fts.INDEX_NAME)
+    return dg.MaterializeResult(data_version=version, metadata={
         "dagster/uri": lance_store.table_uri,
         "lance/table_version": report.version,
         "index_name": fts.INDEX_NAME,
@@ -155,7 +166,8 @@ TAGGER_DEPS = [detected_language, personal_data, paragraph_dups, contamination, 
 
 
 @dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS, *TAGGER_DEPS], group_name=GROUP,
-          kinds={"lance", "sql"}, code_version="3", pool=POOL, tags=TABLE_TAGS)
+          kinds={"lance", "sql"}, code_version="3", pool=POOL, tags=TABLE_TAGS,
+          automation_condition=ON_NEW_DATA)
 def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
                    lance_store: LanceStore):
     """The curation rules in force: named SQL predicates over columns, joined with AND into the
@@ -190,7 +202,9 @@ def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
     ds = lance.dataset(lance_store.table_uri)
     ev = rules_lib.evaluate(ds, curation.rules)
     broken = [h.rule for h in ev.hits if h.problem]
-    return dg.MaterializeResult(metadata={
+    # its output is the rules in force: the data version changes when they do
+    stored = data_version(context, version, digest(curation.to_dict()))
+    return dg.MaterializeResult(data_version=stored, metadata={
         "dagster/uri": lance_store.table_uri,
         "lance/table_version": version,
         "dagster/row_count": ev.total_rows,
@@ -202,7 +216,26 @@ def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
         "hit_counts": dg.MetadataValue.json({h.rule: h.removed for h in ev.hits}),
         "tagger_rules": dg.MetadataValue.json(added),
         "tagger_rule_notes": dg.MetadataValue.json(notes),
+        **curation_numbers(ds, ev, curation.rules),
     })
+
+
+def curation_numbers(ds: lance.LanceDataset, ev: rules_lib.Evaluation,
+                     rules: dict[str, str]) -> dict[str, float]:
+    """Plain numbers Dagster plots across materializations: rows and tokens the rules keep, and
+    ``removed_rows/<rule>`` / ``removed_tokens/<rule>`` for each rule (a rule that cannot be
+    evaluated has none)."""
+    out: dict[str, float] = {f"removed_rows/{h.rule}": h.removed for h in ev.hits
+                             if h.removed is not None}
+    tokens = rules_lib.token_hits(ds, rules)
+    if tokens is not None:
+        out.update({f"removed_tokens/{rule}": n for rule, n in tokens.removed.items()})
+        out["total_tokens"] = tokens.total_tokens
+        if tokens.kept_tokens is not None:
+            out["kept_tokens"] = tokens.kept_tokens
+            out["kept_token_share"] = round(tokens.kept_tokens / tokens.total_tokens, 4) \
+                if tokens.total_tokens else 0.0
+    return out
 
 
 class ProfileConfig(dg.Config):
@@ -211,7 +244,8 @@ class ProfileConfig(dg.Config):
 
 
 @dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS, *TAGGER_DEPS], group_name=GROUP,
-          kinds={"duckdb", "lance"}, code_version="3", tags=TABLE_TAGS)
+          kinds={"duckdb", "lance"}, code_version="3", tags=TABLE_TAGS,
+          automation_condition=ON_NEW_DATA)
 def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
                    lance_store: LanceStore):
     """EDA of the corpus: DuckDB SQL over the Lance table through Arrow (no copy). Rows by score
@@ -249,4 +283,7 @@ def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
         metadata["histogram_png"] = dg.MetadataValue.path(str(out))
     if failed:
         context.log.warning(f"profile queries failed: {failed}")
-    return dg.MaterializeResult(metadata=metadata)
+    # its output is the query results, read at one table version
+    results = digest([[r.name, r.rows, r.error] for r in [*prof.results, prof.rule_hits]])
+    return dg.MaterializeResult(metadata=metadata,
+                                data_version=data_version(context, prof.table_version, results))

@@ -19,8 +19,9 @@ from lance_assets.corpus import language, para_dup, pii
 from lance_assets.corpus import quality_model as quality_model_lib
 from lance_assets.defs.common import CURATION_GROUP as GROUP
 from lance_assets.defs.common import EMBEDDINGS, POOL, RAW_TEXT, TABLE_TAGS
+from lance_assets.defs.conditions import ON_NEW_DATA
 from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
-from lance_assets.defs.metadata import column_schema, column_write_metadata
+from lance_assets.defs.metadata import column_data_version, column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
 from lance_assets.markdown import markdown_table
 
@@ -47,7 +48,7 @@ def _count(uri: str, predicate: str) -> int:
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "python"}, code_version="1",
           pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": LANGUAGE_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS)
+          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
 def detected_language(context: dg.AssetExecutionContext, config: TaggerConfig,
                       lance_store: LanceStore, ray_cluster: RayResource):
     """`lang` (ISO 639-1 code, 'und' when undetermined) and `lang_score` (share of the text in
@@ -58,7 +59,8 @@ def detected_language(context: dg.AssetExecutionContext, config: TaggerConfig,
                                   executor=column_executor(context, config, ray_cluster),
                                   log=context.log.info)
     shares = language.language_shares(lance.dataset(lance_store.table_uri))
-    return dg.MaterializeResult(metadata={
+    version = column_data_version(context, lance_store.table_uri, LANGUAGE_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(lance_store.table_uri, report, LANGUAGE_COLUMNS,
                                 {c: FROM_TEXT for c in language.DESCRIPTIONS}),
         "languages": dg.MetadataValue.md(markdown_table(shares[:15])),
@@ -68,7 +70,7 @@ def detected_language(context: dg.AssetExecutionContext, config: TaggerConfig,
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "python"}, code_version="1",
           pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": PII_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS)
+          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
 def personal_data(context: dg.AssetExecutionContext, config: TaggerConfig,
                   lance_store: LanceStore, ray_cluster: RayResource):
     """Personal data in `text`: counts of e-mail addresses, phone numbers, IP addresses and
@@ -80,7 +82,8 @@ def personal_data(context: dg.AssetExecutionContext, config: TaggerConfig,
     uri = lance_store.table_uri
     counts = {f"rows_with_{kind}": _count(uri, f"{field.name} > 0")
               for kind, field in pii.COUNT_FIELDS.items()}
-    return dg.MaterializeResult(metadata={
+    version = column_data_version(context, uri, PII_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(uri, report, PII_COLUMNS, {c: FROM_TEXT for c in pii.COLUMNS}),
         **counts,
     })
@@ -88,7 +91,7 @@ def personal_data(context: dg.AssetExecutionContext, config: TaggerConfig,
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
           pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": PARAGRAPH_DUPS_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS)
+          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
 def paragraph_dups(context: dg.AssetExecutionContext, config: TaggerConfig,
                    lance_store: LanceStore, ray_cluster: RayResource):
     """`dup_paragraph_frac`: the share of a document's paragraph characters in paragraphs
@@ -99,7 +102,8 @@ def paragraph_dups(context: dg.AssetExecutionContext, config: TaggerConfig,
         lance_store.root, fragments_per_commit=config.fragments_per_commit,
         executor=column_executor(context, config, ray_cluster), log=context.log.info)
     uri = lance_store.table_uri
-    return dg.MaterializeResult(metadata={
+    version = column_data_version(context, uri, PARAGRAPH_DUPS_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(uri, report, PARAGRAPH_DUPS_COLUMNS, {
             "dup_paragraph_frac": [("raw_text", "text"), ("raw_text", "id")],
             "paragraph_hashes": FROM_TEXT}),
@@ -125,7 +129,7 @@ class ContaminationConfig(TaggerConfig):
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
           pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": CONTAMINATION_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS)
+          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
 def contamination(context: dg.AssetExecutionContext, config: ContaminationConfig,
                   lance_store: LanceStore, ray_cluster: RayResource):
     """Benchmark contamination: `contaminated` (bool) and `contaminated_with` (set names) mark
@@ -148,7 +152,10 @@ def contamination(context: dg.AssetExecutionContext, config: ContaminationConfig
         written = {f.name for f in contamination_lib.UNION_FIELDS}
     fields = [f for f in ds.schema if f.name in written]
     union = report.union
-    return dg.MaterializeResult(metadata={
+    # what it owns: the per-set columns of the registered sets and the union over them
+    owned = [f.name for f in contamination_lib.UNION_FIELDS] + [s["column"] for s in report.sets]
+    version = column_data_version(context, uri, owned)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(uri, union, column_schema(fields, descriptions),
                                 {f.name: FROM_TEXT for f in fields}),
         "nothing_to_do": report.nothing_to_do,
@@ -177,7 +184,7 @@ class QualityScoreConfig(TaggerConfig):
 @dg.asset(deps=[RAW_TEXT, EMBEDDINGS], group_name=GROUP, kinds={"lance", "numpy"},
           code_version="1", pool=POOL, tags=TABLE_TAGS,
           metadata={"dagster/column_schema": QUALITY_SCORE_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS)
+          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
 def quality_score(context: dg.AssetExecutionContext, config: QualityScoreConfig,
                   lance_store: LanceStore, ray_cluster: RayResource):
     """`quality_score` (float32): a linear (ridge) head on `embedding` trained on the rows that
@@ -192,12 +199,14 @@ def quality_score(context: dg.AssetExecutionContext, config: QualityScoreConfig,
     uri = lance_store.table_uri
     if report.write is None:
         context.log.warning(report.skipped)
-        return dg.MaterializeResult(metadata={
+        return dg.MaterializeResult(data_version=column_data_version(
+            context, uri, QUALITY_SCORE_COLUMNS), metadata={
             "dagster/uri": uri, "lance/table_version": lance.dataset(uri).version,
             "nothing_to_do": True, "skipped": report.skipped})
     held = report.model.get("heldout", {})
     model_file = f"models/quality/{report.model['sha256']}.json"
-    return dg.MaterializeResult(metadata={
+    version = column_data_version(context, uri, QUALITY_SCORE_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(uri, report.write, QUALITY_SCORE_COLUMNS, {
             "quality_score": [("embeddings", "embedding"), ("raw_text", config.label)]
             if config.label == "score" else [("embeddings", "embedding")]}),

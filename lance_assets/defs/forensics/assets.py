@@ -1,7 +1,8 @@
-"""Forensics assets: ``embeddings`` -> ``vector_index`` -> ``forensics`` (with ``samples`` and
+"""Forensics assets: ``embeddings`` -> ``vector_index`` and ``embeddings`` ->
+``chunk_embeddings`` -> ``chunk_index``, then ``forensics`` (with ``samples`` and
 ``text_index``).
 
-``embeddings`` and ``vector_index`` write the corpus table and take the ``lance_corpus`` pool;
+The column and index assets write the corpus table and take the ``lance_corpus`` pool;
 ``forensics`` only reads (the rows of the table version the newest model trained on).
 """
 
@@ -11,16 +12,25 @@ import dagster as dg
 from dagster_ray import RayResource
 
 from lance_assets import paths
+from lance_assets.corpus.fingerprint import digest
 from lance_assets.defs.common import FORENSICS_GROUP as GROUP
 from lance_assets.defs.common import POOL, RAW_TEXT, SAMPLES, TABLE_TAGS, TEXT_INDEX
+from lance_assets.defs.conditions import ON_NEW_DATA, on_new_data
 from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
-from lance_assets.defs.metadata import column_schema, column_write_metadata
+from lance_assets.defs.metadata import (
+    column_data_version,
+    column_schema,
+    column_write_metadata,
+    data_version,
+    index_data_version,
+)
 from lance_assets.defs.resources import LanceStore
-from lance_assets.forensics import embed
+from lance_assets.forensics import chunks, embed
 from lance_assets.forensics import vector_index as vindex
 from lance_assets.markdown import markdown_table
 
 EMBEDDINGS_COLUMNS = column_schema([embed.EMBEDDING], embed.DESCRIPTIONS)
+CHUNK_COLUMNS = column_schema([chunks.CHUNK_EMBEDDINGS], chunks.DESCRIPTIONS)
 
 
 class EmbeddingsConfig(ExecutorConfig):
@@ -36,7 +46,7 @@ class EmbeddingsConfig(ExecutorConfig):
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "pytorch"}, code_version="1",
           pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": EMBEDDINGS_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS)
+          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
 def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig,
                lance_store: LanceStore, ray_cluster: RayResource):
     """`embedding` (fixed_size_list<float32, 384>): all-MiniLM-L6-v2 sentence embeddings of
@@ -47,7 +57,8 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig,
                               fragments_per_commit=config.fragments_per_commit,
                               executor=column_executor(context, config, ray_cluster),
                               log=context.log.info)
-    return dg.MaterializeResult(metadata={
+    version = column_data_version(context, lance_store.table_uri, EMBEDDINGS_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(lance_store.table_uri, report, EMBEDDINGS_COLUMNS,
                                 {"embedding": [("raw_text", "text")]}),
         "docs_per_s": round(report.docs_per_s, 1),
@@ -69,24 +80,21 @@ class VectorIndexConfig(dg.Config):
     """Below this many rows no index is built: search is an exact scan."""
 
 
-@dg.asset(deps=[embeddings], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
-          tags=TABLE_TAGS)
-def vector_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
-                 lance_store: LanceStore):
-    """ANN index `embedding_ann` on `embedding` (cosine): IVF_HNSW_SQ with ~sqrt(rows)
-    partitions, nprobes tuned until recall@10 against exact search reaches the target, measured
-    on a query sample and shown here. Tiny tables get no index (exact search) and say so."""
+def index_metadata(context: dg.AssetExecutionContext, config: VectorIndexConfig,
+                   lance_store: LanceStore, target: vindex.VectorColumn) -> dict:
+    """Build or update ``target``'s index; the metadata both index assets show."""
     r = vindex.vector_index(lance_store.root, index_type=config.index_type,
                             target_recall=config.target_recall,
-                            recall_queries=config.recall_queries, flat_below=config.flat_below)
+                            recall_queries=config.recall_queries, flat_below=config.flat_below,
+                            target=target)
     s = r.settings
     if s.index_type == "FLAT":
         context.log.info(f"{r.rows} rows < {config.flat_below}: exact search, no index")
-    return dg.MaterializeResult(metadata={
+    return {
         "dagster/uri": lance_store.table_uri,
         "lance/table_version": r.version,
         "dagster/row_count": r.rows,
-        "index_name": vindex.INDEX_NAME,
+        "index_name": target.index_name,
         "action": r.action,
         "nothing_to_do": r.nothing_to_do,
         "index_type": s.index_type,
@@ -102,7 +110,79 @@ def vector_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
         "unindexed_rows": r.unindexed_rows,
         "build_s": round(r.build_s, 3),
         "duration_s": round(r.duration_s, 3),
+    }
+
+
+@dg.asset(deps=[embeddings], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
+          tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
+def vector_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
+                 lance_store: LanceStore):
+    """ANN index `embedding_ann` on `embedding` (cosine): IVF_HNSW_SQ with ~sqrt(rows)
+    partitions, nprobes tuned until recall@10 against exact search reaches the target, measured
+    on a query sample and shown here. Tiny tables get no index (exact search) and say so."""
+    metadata = index_metadata(context, config, lance_store, vindex.DOCUMENTS)
+    version = index_data_version(context, lance_store.table_uri, vindex.DOCUMENTS.index_name)
+    return dg.MaterializeResult(data_version=version, metadata=metadata)
+
+
+class ChunkEmbeddingsConfig(ExecutorConfig):
+    chunk_tokens: int = chunks.DEFAULT_CHUNK_TOKENS
+    """The model's window per chunk in word pieces, [CLS] and [SEP] included (3-256). At the
+    `embeddings` asset's `max_tokens` (128), each document's first chunk is copied from
+    `embedding` instead of being embedded again."""
+    overlap_tokens: int = chunks.DEFAULT_OVERLAP_TOKENS
+    """Word pieces shared by consecutive chunks, so a passage is whole in at least one chunk."""
+    batch_size: int = 0
+    """Chunks per forward pass; 0 = 64 on CPU, 256 on GPU."""
+    device: Optional[str] = None
+    """`cpu`, `cuda`, `cuda:1`...; default: a GPU when present."""
+    fragments_per_commit: int = 1
+    """Fragments embedded per commit: a kill loses at most this many fragments' work."""
+
+
+@dg.asset(deps=[RAW_TEXT, embeddings], group_name=GROUP, kinds={"lance", "pytorch"},
+          code_version="1", pool=POOL, tags=TABLE_TAGS,
+          metadata={"dagster/column_schema": CHUNK_COLUMNS}, resource_defs=RAY_RESOURCE_DEFS,
+          automation_condition=ON_NEW_DATA)
+def chunk_embeddings(context: dg.AssetExecutionContext, config: ChunkEmbeddingsConfig,
+                     lance_store: LanceStore, ray_cluster: RayResource):
+    """`chunk_embeddings` (list<fixed_size_list<float32, 384>>): one all-MiniLM-L6-v2 vector per
+    overlapping chunk of `text`, so meaning reaches the whole document (a multivector column,
+    searched by MaxSim). The chunking is recorded in the table's config and queries are cut the
+    same way; each first chunk is copied from `embedding`. Per fragment, checkpointed, on a GPU
+    when present."""
+    report = chunks.chunk_embeddings(
+        lance_store.root, chunk_tokens=config.chunk_tokens, overlap_tokens=config.overlap_tokens,
+        batch_size=config.batch_size or None, device=config.device,
+        fragments_per_commit=config.fragments_per_commit,
+        executor=column_executor(context, config, ray_cluster), log=context.log.info)
+    version = column_data_version(context, lance_store.table_uri, CHUNK_COLUMNS)
+    return dg.MaterializeResult(data_version=version, metadata={
+        **column_write_metadata(lance_store.table_uri, report, CHUNK_COLUMNS,
+                                {"chunk_embeddings": [("raw_text", "text"),
+                                                      ("embeddings", "embedding")]}),
+        "docs_per_s": round(report.docs_per_s, 1),
+        "chunks_embedded": report.chunks_embedded,
+        "chunks_copied_from_embedding": report.chunks_reused,
+        "chunks_per_doc": round((report.chunks_embedded + report.chunks_reused)
+                                / report.rows_written, 2) if report.rows_written else 0.0,
+        "device": report.device or "(model not loaded: nothing to embed)",
+        "model_load_s": round(report.model_load_s, 2),
+        "chunking": dg.MetadataValue.md(markdown_table([report.spec or {}])),
     })
+
+
+@dg.asset(deps=[chunk_embeddings], group_name=GROUP, kinds={"lance"}, code_version="1",
+          pool=POOL, tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
+def chunk_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
+                lance_store: LanceStore):
+    """ANN index `chunk_embeddings_ann` on the multivector `chunk_embeddings` (cosine, MaxSim):
+    IVF_HNSW_SQ with ~sqrt(rows) partitions trained on every chunk vector, nprobes tuned until
+    recall@10 against an exact MaxSim scan reaches the target (queries: chunks of the table's
+    own rows). Tiny tables get no index (exact search) and say so."""
+    metadata = index_metadata(context, config, lance_store, vindex.CHUNKS)
+    version = index_data_version(context, lance_store.table_uri, vindex.CHUNKS.index_name)
+    return dg.MaterializeResult(data_version=version, metadata=metadata)
 
 
 class ForensicsConfig(dg.Config):
@@ -114,22 +194,28 @@ class ForensicsConfig(dg.Config):
     """Documents sampled for the near-duplicate pairs (all pairs of the sample are compared)."""
 
 
-@dg.asset(deps=[SAMPLES, vector_index, TEXT_INDEX],
-          group_name=GROUP, kinds={"lance", "python"}, code_version="1", tags=TABLE_TAGS)
+# After each new set of samples; the indexes it searches change with every ingest, which does
+# not change what the samples drew on (the table version the model trained on).
+@dg.asset(deps=[SAMPLES, vector_index, chunk_index, TEXT_INDEX],
+          group_name=GROUP, kinds={"lance", "python"}, code_version="1", tags=TABLE_TAGS,
+          automation_condition=on_new_data(
+              ignore=dg.AssetSelection.assets(vector_index, chunk_index, TEXT_INDEX)))
 def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
               lance_store: LanceStore):
     """Where did each generated sample come from? Every sample of `samples` is attributed to the
-    training documents it most likely draws on (longest verbatim token spans shared with
-    `input_ids`, plus vector kNN) with a verdict (near-verbatim or remixed); semantic
-    near-duplicate pairs of the corpus are added. Reads the table version the model trained on.
-    Also DATA/reports/forensics.md and .json."""
+    training documents it most likely draws on (word spans shared whatever the layout, plus
+    meaning over whole documents from `chunk_embeddings`) with a verdict (near-verbatim, edited
+    copy or remixed) and the matched character ranges of both texts; semantic near-duplicate
+    pairs of the corpus are added. Reads the table version the model trained on. Also
+    DATA/reports/forensics.md and .json."""
     from lance_assets.forensics.report import forensics_report
 
     report = forensics_report(lance_store.root, k=config.k,
                               near_dup_threshold=config.near_dup_threshold,
                               near_dup_sample=config.near_dup_sample, log=context.log.info)
     nd = report.near_dups
-    return dg.MaterializeResult(metadata={
+    version = data_version(context, report.pin.version, digest(report.markdown()))
+    return dg.MaterializeResult(data_version=version, metadata={
         "dagster/uri": lance_store.table_uri,
         "lance/table_version": report.pin.version,
         "pinned": report.pin.source,

@@ -6,8 +6,10 @@ from datetime import timedelta
 import dagster as dg
 
 from lance_assets.corpus import ingest, maintenance
+from lance_assets.corpus.fingerprint import digest
 from lance_assets.defs.common import MAINTENANCE_GROUP as GROUP
 from lance_assets.defs.common import POOL, RAW_TEXT, TABLE_TAGS
+from lance_assets.defs.metadata import data_version
 from lance_assets.defs.resources import LanceStore
 
 
@@ -46,7 +48,10 @@ def table_maintenance(context: dg.AssetExecutionContext, config: MaintenanceConf
         keep_versions_for=timedelta(hours=config.keep_versions_hours),
         optimize_indexes=config.optimize_indexes, release=config.release_snapshots,
         log=context.log.info)
-    return dg.MaterializeResult(metadata={
+    # what it leaves behind: the fragment layout and the kept snapshots at the version it wrote
+    version = data_version(context, report.version_after,
+                           digest([report.fragments_after, sorted(report.tags_kept.items())]))
+    return dg.MaterializeResult(data_version=version, metadata={
         "dagster/uri": lance_store.table_uri,
         "lance/table_version": report.version_after,
         "summary": dg.MetadataValue.md(report.markdown()),

@@ -12,6 +12,7 @@ import lance
 from lance_assets.corpus import quality_model
 from lance_assets.corpus.columns import unwritten_rows
 from lance_assets.defs.common import COLUMN_ASSETS, QUALITY_SCORE
+from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE
 from lance_assets.defs.resources import LanceStore
 
 CHECK_NAME = "columns_written"
@@ -35,6 +36,7 @@ def coverage_check(asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
     name = asset.key.to_user_string()
 
     @dg.asset_check(asset=asset.key, name=CHECK_NAME, blocking=True,
+                    automation_condition=CHECK_ON_ASSET_UPDATE,
                     description=f"Every row holds written values of {', '.join(columns)} (none "
                                 "left unwritten by a killed run, a concurrent compaction, or "
                                 "rows ingested since).")

@@ -13,10 +13,13 @@ import dagster as dg
 
 from lance_assets import paths, storage
 from lance_assets.corpus import maintenance
+from lance_assets.corpus.fingerprint import digest
 from lance_assets.corpus.rules import training_filter
 from lance_assets.corpus.table import open_table
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
+from lance_assets.defs.conditions import ON_NEW_DATA, training_condition
+from lance_assets.defs.metadata import data_version
 from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.config import LAUNCH_ONLY, TrainConfig
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
@@ -152,8 +155,52 @@ def loss_curve_markdown(metrics_path: Path) -> Optional[str]:
     return f"![loss curve](data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()})"
 
 
+MAX_CURVE_ROWS = 500  # rows of the loss-curve table; every evaluation is kept
+LOSS_CURVE_SCHEMA = dg.TableSchema(columns=[
+    dg.TableColumn("step", "int", description="optimizer step"),
+    dg.TableColumn("train_loss", "float", description="training loss (nats/token) logged at this "
+                                                       "step; empty where only an evaluation ran"),
+    dg.TableColumn("val_loss", "float", description="validation loss (nats/token) on the frozen "
+                                                     "validation split; empty between evaluations"),
+])
+
+
+def loss_curve_records(metrics_path: Path) -> list[dict]:
+    """(step, train loss, val loss) rows from metrics.jsonl, one per logged step (a resumed run's
+    repeated steps once), thinned to MAX_CURVE_ROWS train points plus every evaluation."""
+    if not metrics_path.is_file():
+        return []
+    by_step: dict[int, dict] = {}
+    for line in metrics_path.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        point = by_step.setdefault(int(r["step"]), {"step": int(r["step"]), "train_loss": None,
+                                                    "val_loss": None})
+        if "loss" in r:
+            point["train_loss"] = float(r["loss"])
+        if "val_loss" in r:
+            point["val_loss"] = float(r["val_loss"])
+    steps = sorted(by_step)
+    if not steps:
+        return []
+    stride = -(-len(steps) // MAX_CURVE_ROWS)  # ceil
+    keep = set(steps[::stride]) | {steps[-1]}
+    return [by_step[s] for s in steps if s in keep or by_step[s]["val_loss"] is not None]
+
+
+def loss_curve_table(records: list[dict]) -> dg.TableMetadataValue:
+    return dg.MetadataValue.table(records=[dg.TableRecord(r) for r in records],
+                                  schema=LOSS_CURVE_SCHEMA)
+
+
+def comparable_settings(cfg: TrainConfig) -> dict:
+    """What decides a run's result: every setting but where it writes and how it resumes."""
+    return {k: v for k, v in cfg.model_dump().items() if k not in {"run_name", "resume", "launcher"}}
+
+
 @dg.asset(deps=[TOKEN_IDS, CURATION_RULES], group_name=GROUP,
-          kinds={"pytorch", "lance"}, code_version="3")
+          kinds={"pytorch", "lance"}, code_version="3", automation_condition=training_condition())
 def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
                      lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
     """A compact GPT trained by `torchrun -m lance_assets.train`, launched through Dagster Pipes.
@@ -180,7 +227,15 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     curve = loss_curve_markdown(out / "metrics.jsonl")
     if curve:
         metadata["loss_curve"] = dg.MetadataValue.md(curve)
-    return dg.MaterializeResult(metadata=metadata)
+    records = loss_curve_records(out / "metrics.jsonl")
+    if records:
+        metadata["loss_curve_table"] = loss_curve_table(records)
+    settings = comparable_settings(config)
+    metadata["train_settings"] = dg.MetadataValue.json(settings)
+    metadata["train_settings_digest"] = digest(settings)
+    # its output is the checkpoint, trained on one table version
+    version = data_version(context, summary["table_version"], digest(summary["checkpoint"]))
+    return dg.MaterializeResult(metadata=metadata, data_version=version)
 
 
 class SamplesConfig(dg.Config):
@@ -191,7 +246,8 @@ class SamplesConfig(dg.Config):
     seed: int = 0
 
 
-@dg.asset(deps=[pretrained_model], group_name=GROUP, kinds={"pytorch"}, code_version="1")
+@dg.asset(deps=[pretrained_model], group_name=GROUP, kinds={"pytorch"}, code_version="1",
+          automation_condition=ON_NEW_DATA)
 def samples(context: dg.AssetExecutionContext, config: SamplesConfig, lance_store: LanceStore):
     """Text generated from the newest `pretrained_model` checkpoint (also:
     `python -m lance_assets.sample`). Written to DATA/samples/samples.json."""
