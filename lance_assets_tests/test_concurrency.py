@@ -210,12 +210,12 @@ def test_design_selection_on_a_fresh_instance_without_dagster_yaml(tmp_path, att
     dagster.yaml (no pool limit): the column steps overlap and must not fail."""
     home = tmp_path / "home" if attempt == 1 else None  # the second time: no DAGSTER_HOME at all
     run = cli(["--select", "raw_text,dedup_flag,near_dup,quality_signals", "--config-json",
-               '{"ops": {"raw_text": {"config": {"rows_per_fragment": 250}}}}'],
-              home, tmp_path / "data", "synthetic:12000", cwd=tmp_path)
+               '{"ops": {"raw_text": {"config": {"rows_per_fragment": 125}}}}'],
+              home, tmp_path / "data", "synthetic:6000", cwd=tmp_path)
     out, _ = run.communicate(timeout=600)
     assert run.returncode == 0, out[-4000:]
     ds = lance.dataset(paths.table_uri(tmp_path / "data"))
-    assert ds.count_rows() == 12_000
+    assert ds.count_rows() == 6_000
     assert ds.count_rows("is_dup IS NULL OR near_dup IS NULL OR word_count IS NULL") == 0
 
 

@@ -12,6 +12,11 @@ def metrics(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+# measured 7.006 -> 1.532 at step 100 (the full 300 steps reach 0.94); a default that stops
+# learning stays near ln(vocab)
+VAL_AT_100_MAX_SHARE = 0.35
+
+
 def test_demo_training_validation_loss_falls(tmp_path):
     """The demo's own run: default corpus, the `pretrained_model` asset's default flags."""
     from lance_assets.corpus.bpe import train_bpe
@@ -31,16 +36,20 @@ def test_demo_training_validation_loss_falls(tmp_path):
     train_bpe(root, log=quiet)  # the `tokenizer` asset: token_ids use its BPE by default
     token_ids(root, log=quiet)
     out = tmp_path / "run"
-    cmd = trainer_command(TrainConfig(), root, out)
+    # the demo's flags, but its first third: the whole 300 steps cost minutes of the suite, and
+    # the first 100 already show whether the defaults learn (`make demo` runs all 300)
+    defaults = TrainConfig()
+    cmd = trainer_command(TrainConfig(steps=100, ckpt_every=100), root, out)
     assert main(cmd[cmd.index("lance_assets.train") + 1:]) == 0
     vals = [m["val_loss"] for m in metrics(out) if "val_loss" in m]
-    assert len(vals) == 7  # step 0, then every 50 of 300
+    assert defaults.steps == 300 and defaults.eval_every == 50
+    assert len(vals) == 3  # step 0, 50, 100
     assert vals[0] > 6.5  # ~ln(1057) at init: the demo BPE's ids
-    assert vals[-1] < 0.2 * vals[0]  # measured 7.00 -> 0.94 (bits per byte 1.96 -> 0.26)
+    assert vals[-1] < VAL_AT_100_MAX_SHARE * vals[0]
     assert vals == sorted(vals, reverse=True)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["step"] == 300 and summary["tokenizer"].startswith("bpe:")
-    ckpt = checkpoint.load(out / "ckpt_0000300.pt")
+    assert summary["step"] == 100 and summary["tokenizer"].startswith("bpe:")
+    ckpt = checkpoint.load(out / "ckpt_0000100.pt")
     assert ckpt["table_version"] == summary["table_version"] and ckpt["loader"]["num_splits"] == 8
 
 
