@@ -255,3 +255,29 @@ def test_cancelled_ablation_resumes_and_names_the_arm_without_garbage(garbage_ro
     assert clean < dirty
     assert meta["best_arm"].value == "drops_garbage"
     assert "val_curves" in meta
+
+
+def test_the_trainer_evaluates_on_the_eval_filter_whatever_its_training_filter(garbage_root):
+    """--eval-filter: validation is those documents alone, training keeps --filter AND NOT them
+    (a NULL in the eval filter's columns keeps a row out of both)."""
+    from lance_assets.train import data
+
+    ds = dataset(garbage_root)
+    p = plan(garbage_root, ARMS)
+    columns = ds.schema.names
+
+    def ids(filter: str) -> set[int]:
+        return {r["id"] for r in ds.to_table(columns=["id"], filter=filter).to_pylist()}
+
+    held = ids(p.held_out)
+    vals = set()
+    for user in ("", "score >= 3", "score < 3"):
+        split = data.splits(user, 20, columns, p.held_out)
+        vals.add(frozenset(ids(split.val.lance)))
+        trained = ids(split.train.lance)
+        assert trained and not trained & held
+        if user:
+            assert trained <= ids(user)
+    assert vals == {frozenset(held)}  # the same held-out documents for every training filter
+    with pytest.raises(Exception, match="--eval-filter"):
+        data.splits("", 20, columns, "score >= 3; DROP TABLE corpus")

@@ -58,7 +58,7 @@ class TrainConfig:
                                "the id % VAL_MOD split: they are never trained on (training "
                                "keeps --filter AND NOT this) and are evaluated whatever --filter "
                                "says, so runs with different filters share one held-out set "
-                               "(the curation_ablation asset sets it)", cli_only=True)
+                               "(curation_ablation sets its held-out split here)")
     val_mod: int = setting(20, "documents with id % VAL_MOD == 0 form the frozen validation split",
                            ge=2)
     tokenizer: Optional[str] = setting(None, "expected tokenizer name; refuse to train if the "

@@ -95,10 +95,11 @@ class AblationConfig(dg.Config):
 
 def trainer_config(config: AblationConfig, plan: ablation.AblationPlan, arm: ablation.ArmPlan,
                    seed: int, run_name: str) -> TrainConfig:
-    """One (arm, seed) run: the arm's rules as --filter, the plan's steps, resume auto."""
+    """One (arm, seed) run: the arm's rules as --filter, the held-out split as --eval-filter,
+    the plan's steps, resume auto."""
     steps = plan.steps
     return TrainConfig(
-        filter=arm.filter or "n_tokens > 0", model=config.model, arch=config.arch,
+        filter=arm.filter or "n_tokens > 0", eval_filter=plan.held_out, model=config.model, arch=config.arch,
         seq_len=config.seq_len, batch_size=config.batch_size, num_splits=NUM_SPLITS, steps=steps,
         lr=config.lr, min_lr=min(config.lr, 3e-4), warmup=max(1, steps // 10),
         eval_every=max(1, steps // config.evals_per_run), eval_blocks=config.eval_blocks,
@@ -225,8 +226,7 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
                 hint = (f"to continue, materialize curation_ablation again with the same config "
                         f"(name: {config.name}): finished runs are reused, this one resumes")
                 invocation = launch(context, pipes_subprocess_client, cfg, root, out,
-                                    (tag, version), extra_args=("--eval-filter", plan.held_out),
-                                    resume_hint=hint)
+                                    (tag, version), resume_hint=hint)
                 invocation.get_materialize_result()  # the run's own report, summarized below
                 summary = ablation.finished_summary(out, plan.steps)
                 if summary is None:

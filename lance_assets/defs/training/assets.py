@@ -97,13 +97,12 @@ def local_agent_envs(cfg: TrainConfig) -> list[dict[str, str]]:
 
 def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: TrainConfig,
            root: Path, out: Path, snapshot: tuple[str, int] | None = None, *,
-           extra_args: tuple[str, ...] = (), resume_hint: str | None = None,
-           ) -> dg.PipesClientCompletedInvocation:
+           resume_hint: str | None = None) -> dg.PipesClientCompletedInvocation:
     """The trainer on ``cfg.nnodes`` nodes by ``cfg.launcher``, every rank reading the
-    ``snapshot`` (tag, version); ``extra_args``: trainer flags the run config does not carry
-    (e.g. ``--eval-filter``); on cancel, say how to go on (``resume_hint``)."""
+    ``snapshot`` (tag, version); on cancel, say how to go on (``resume_hint``, default: for
+    ``pretrained_model``)."""
     check_world(cfg)
-    args = trainer_args(cfg, root, out, snapshot) + list(extra_args)
+    args = trainer_args(cfg, root, out, snapshot)
     rdzv_id = f"{out.name}-{context.run.run_id[:8]}"
     extras = {"resume_hint": resume_hint or "to continue, materialize pretrained_model again "
                                             f"with resume: auto and run_name: {out.name}"}
