@@ -281,3 +281,23 @@ def test_the_trainer_evaluates_on_the_eval_filter_whatever_its_training_filter(g
     assert vals == {frozenset(held)}  # the same held-out documents for every training filter
     with pytest.raises(Exception, match="--eval-filter"):
         data.splits("", 20, columns, "score >= 3; DROP TABLE corpus")
+
+
+def test_the_asset_refuses_a_hostile_rule_set_before_tagging_or_training(garbage_root):
+    from lance_assets.definitions import defs
+    from lance_assets.defs.resources import LanceStore
+    from lance_assets.defs.training.torchrun import TorchrunPipesClient
+
+    config = {**CONFIG, "name": "hostile",
+              "rule_sets": {"fine": {}, "evil": {"x": "1 = 1) OR (1 = 1"}}}
+    res = dg.materialize(
+        [defs.get_assets_def("curation_ablation")],
+        resources={"lance_store": LanceStore(data_dir=str(garbage_root)),
+                   "pipes_subprocess_client": TorchrunPipesClient()},
+        run_config={"ops": {"curation_ablation": {"config": config}}}, raise_on_error=False)
+    assert not res.success
+    failure = next(e for e in res.all_events if e.is_step_failure)
+    message = failure.step_failure_data.error.message
+    assert "arm 'evil'" in message and "rule_sets" in message
+    assert "ablation-hostile" not in dataset(garbage_root).tags.list()
+    assert not paths.ablation_dir(garbage_root, "hostile").exists()

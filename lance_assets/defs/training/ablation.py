@@ -115,13 +115,11 @@ def run_settings(cfg: TrainConfig, plan: ablation.AblationPlan) -> dict:
 
 
 def pinned_version(root: Path, name: str) -> tuple[str, int]:
-    """The ablation's version: the one its tag names on a rerun, else the newest, tagged."""
-    uri = paths.table_uri(root)
+    """The ablation's tag and version: the one its tag names on a rerun, else the newest (tagged
+    by ``maintenance.tag_snapshot`` once the plan is accepted)."""
     tag = ABLATION_TAG_PREFIX + name
-    version = maintenance.snapshot_version(uri, tag)
-    if version is None:
-        version = open_table(root).version
-    return tag, maintenance.tag_snapshot(uri, tag, version)
+    version = maintenance.snapshot_version(paths.table_uri(root), tag)
+    return tag, open_table(root).version if version is None else version
 
 
 def val_curves_markdown(curves: dict[str, dict[int, list[tuple[int, float]]]],
@@ -195,6 +193,7 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
             allow_repeats=config.allow_repeats)
     except ablation.AblationError as e:
         raise dg.Failure(str(e)) from None
+    maintenance.tag_snapshot(paths.table_uri(root), tag, version)  # no cleanup removes it now
     context.log.info(f"ablation {config.name}: table version {version} (tag {tag}), "
                      f"{len(plan.arms)} arms x {len(config.seeds)} seeds, {plan.steps} steps "
                      f"({plan.budget_tokens:,} tokens) per run, held out: {plan.held_out_docs:,} "
