@@ -1,6 +1,7 @@
 """Which curation trains the better model, on real text: `curation_ablation` end to end.
 
-    python -m benchmarks.ablation [--mb 4] [--seeds 0 1 2] [--token-budget 98304] [--work DIR]
+    python -m benchmarks.ablation [--mb 4] [--seeds 0 1 2] [--token-budget 163840]
+                                  [--eval-blocks 512] [--work DIR] [--name bench]
 
 Builds the corpus the tokenizer benchmark uses (``benchmarks.tokenize_bench.build_corpus``: the
 Python sources and docs installed on this machine and /usr/share/doc, real text, offline),
@@ -58,7 +59,10 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=4.0, help="MB of local text to ingest")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--token-budget", type=int, default=98_304, help="target tokens per arm")
+    ap.add_argument("--token-budget", type=int, default=163_840, help="target tokens per arm")
+    ap.add_argument("--eval-blocks", type=int, default=512, help="held-out blocks per evaluation")
+    ap.add_argument("--name", default="bench", help="the ablation's name (a new one pins the "
+                                                    "newest version and trains anew)")
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--work", type=Path, default=None, help="keep the table and runs here")
@@ -76,9 +80,10 @@ def main() -> None:
     root = prepare(work, args.mb)
     print(f"# prepared in {time.perf_counter() - t0:.0f} s; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs")
-    config = {"name": "bench", "rule_sets": RULE_SETS, "seeds": args.seeds, "model": "tiny",
+    config = {"name": args.name, "rule_sets": RULE_SETS, "seeds": args.seeds, "model": "tiny",
               "seq_len": args.seq_len, "batch_size": args.batch_size,
-              "token_budget": args.token_budget, "eval_blocks": 32, "evals_per_run": 4}
+              "token_budget": args.token_budget, "eval_blocks": args.eval_blocks,
+              "evals_per_run": 4}
     t0 = time.perf_counter()
     res = dg.materialize(
         [defs.get_assets_def("curation_ablation")],
@@ -87,7 +92,7 @@ def main() -> None:
         run_config={"ops": {"curation_ablation": {"config": config}}})
     meta = res.asset_materializations_for_node("curation_ablation")[0].metadata
     elapsed = time.perf_counter() - t0
-    results = json.loads((paths.ablation_dir(root, "bench") / "results.json").read_text())
+    results = json.loads((paths.ablation_dir(root, args.name) / "results.json").read_text())
     base = next(a["val_mean"] for a in results["arms"] if a["arm"] == "no_rules")
     print(f"# {meta['runs_trained'].value} runs ({meta['runs_reused'].value} reused) in "
           f"{elapsed:.0f} s; {meta['tokens_per_arm'].value:,} tokens per arm, "
