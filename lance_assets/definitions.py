@@ -27,6 +27,7 @@ from lance_assets.defs.maintenance.assets import table_maintenance
 from lance_assets.defs.maintenance.automation import table_maintenance_job, table_maintenance_schedule
 from lance_assets.defs.maintenance.checks import coverage_checks
 from lance_assets.defs.resources import lance_store_from_env
+from lance_assets.defs.training.ablation import curation_ablation
 from lance_assets.defs.training.assets import pretrained_model, samples
 from lance_assets.defs.training.checks import CHECKS as TRAINING_CHECKS
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
@@ -34,15 +35,17 @@ from lance_assets.defs.training.torchrun import TorchrunPipesClient
 ASSETS = [raw_text, dedup_flag, tokenizer, token_ids, pretrained_model, samples,
           quality_signals, near_dup, text_index, curation_rules, corpus_profile,
           embeddings, vector_index, chunk_embeddings, chunk_index, forensics, *CURATION_TAGGERS,
-          table_maintenance]
+          table_maintenance, curation_ablation]
 
 end_to_end_job = dg.define_asset_job(
-    "end_to_end", selection=dg.AssetSelection.all(),
+    # curation_ablation trains several proxy models (minutes): asked for by name, never by default
+    "end_to_end", selection=dg.AssetSelection.all() - dg.AssetSelection.assets(curation_ablation),
     description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
                 "near_dup, text_index, curation_rules, corpus_profile; the taggers detected_language, "
                 "personal_data, paragraph_dups, contamination, quality_score); tokenizer and "
                 "token_ids; embeddings and vector_index; chunk_embeddings and chunk_index; "
-                "training (pretrained_model, samples); the forensics report; table_maintenance.",
+                "training (pretrained_model, samples); the forensics report; table_maintenance. "
+                "Not curation_ablation (several proxy trainings: materialize it by name).",
 )
 
 defs = dg.Definitions(

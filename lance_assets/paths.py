@@ -60,6 +60,11 @@ def run_dir(root: str | os.PathLike, run_name: str) -> Location:
     return train_dir(root) / run_name
 
 
+def ablation_dir(root: str | os.PathLike, name: str) -> Location:
+    """One curation ablation's runs: a folder per arm (and settings), a folder per seed."""
+    return _root(root) / "ablations" / name
+
+
 def latest_checkpoint_pointer(root: str | os.PathLike) -> Location:
     """A small text file naming the newest finished training run's final checkpoint."""
     return train_dir(root) / "LATEST"

@@ -16,13 +16,14 @@ def test_asset_graph_shape():
                     "quality_signals", "near_dup", "text_index", "curation_rules", "corpus_profile",
                     "embeddings", "vector_index", "chunk_embeddings", "chunk_index", "forensics",
                     "detected_language", "personal_data", "paragraph_dups", "contamination",
-                    "quality_score", "table_maintenance"}
+                    "quality_score", "table_maintenance", "curation_ablation"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
                        "token_ids": {"dedup_flag", "tokenizer", "personal_data"},
                        "pretrained_model": {"token_ids", "curation_rules"},
                        "samples": {"pretrained_model"},
+                       "curation_ablation": {"token_ids", "curation_rules"},
                        "quality_signals": {"raw_text"}, "near_dup": {"raw_text"},
                        "text_index": {"raw_text"},
                        "curation_rules": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
@@ -63,7 +64,7 @@ def test_asset_graph_shape():
     # schedules, and training starts by itself only with LANCE_ASSETS_AUTO_TRAIN=1
     unautomated = {k.to_user_string() for k in graph.get_all_asset_keys()
                    if graph.get(k).automation_condition is None}
-    assert unautomated == {"raw_text", "pretrained_model", "table_maintenance"}
+    assert unautomated == {"raw_text", "pretrained_model", "table_maintenance", "curation_ablation"}
     assert all(graph.get(k).automation_condition is not None for k in graph.asset_check_keys)
 
 

@@ -89,6 +89,11 @@ class Predicate:
         return _predicate(f"({self.source}) AND ({other.source})", tree,
                           self.columns | other.columns)
 
+    def negated(self) -> Predicate:
+        """The rows this predicate does not keep (a NULL stays NULL: kept by neither side)."""
+        return _predicate(f"NOT ({self.source})", exp.Not(this=exp.Paren(this=self._parsed())),
+                          self.columns)
+
     def __str__(self) -> str:
         return self.lance
 

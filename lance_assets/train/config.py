@@ -54,6 +54,11 @@ class TrainConfig:
                           "training documents; the validation split is excluded by the trainer "
                           "itself ('' in the run config: the curation rules in force)",
                           dagster_default="")
+    eval_filter: str = setting("", "SQL predicate selecting the evaluation documents instead of "
+                               "the id % VAL_MOD split: they are never trained on (training "
+                               "keeps --filter AND NOT this) and are evaluated whatever --filter "
+                               "says, so runs with different filters share one held-out set "
+                               "(curation_ablation sets its held-out split here)")
     val_mod: int = setting(20, "documents with id % VAL_MOD == 0 form the frozen validation split",
                            ge=2)
     tokenizer: Optional[str] = setting(None, "expected tokenizer name; refuse to train if the "

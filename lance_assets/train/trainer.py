@@ -281,7 +281,7 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     if cfg.tokenizer and cfg.tokenizer != tok["name"]:
         raise TrainError(f"--tokenizer {cfg.tokenizer}: the table's input_ids were written with "
                          f"{tok['name']!r}; re-tokenize (token_ids) or drop --tokenizer")
-    split = data.splits(cfg.filter, cfg.val_mod, snap.table.schema.names)
+    split = data.splits(cfg.filter, cfg.val_mod, snap.table.schema.names, cfg.eval_filter)
     block_len = cfg.seq_len + 1
     try:
         if cfg.pack:
@@ -432,7 +432,7 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
         "params_m": round(model.num_params() / 1e6, 3), "world_size": world,
         "global_batch": global_batch, "dtype": "bfloat16" if use_bf16 else "float32",
         "table_version": snap.version, "table_tag": table_tag or "", "filter": split.train.lance,
-        "tokenizer": tok["name"], "tokenizer_sha256": tok["sha256"],
+        "eval_filter": split.val.lance, "tokenizer": tok["name"], "tokenizer_sha256": tok["sha256"],
         "tokens_seen": tokens_seen, "tokens_per_s": round(rate, 1),
         "train_seconds": round(elapsed, 2),
         "data_wait_share": round(data_wait / step_time, 4) if step_time else None,

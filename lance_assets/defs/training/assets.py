@@ -96,15 +96,16 @@ def local_agent_envs(cfg: TrainConfig) -> list[dict[str, str]]:
 
 
 def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: TrainConfig,
-           root: Path, out: Path,
-           snapshot: tuple[str, int] | None = None) -> dg.PipesClientCompletedInvocation:
+           root: Path, out: Path, snapshot: tuple[str, int] | None = None, *,
+           resume_hint: str | None = None) -> dg.PipesClientCompletedInvocation:
     """The trainer on ``cfg.nnodes`` nodes by ``cfg.launcher``, every rank reading the
-    ``snapshot`` (tag, version); on cancel, say how to go on."""
+    ``snapshot`` (tag, version); on cancel, say how to go on (``resume_hint``, default: for
+    ``pretrained_model``)."""
     check_world(cfg)
     args = trainer_args(cfg, root, out, snapshot)
     rdzv_id = f"{out.name}-{context.run.run_id[:8]}"
-    extras = {"resume_hint": "to continue, materialize pretrained_model again with resume: "
-                             f"auto and run_name: {out.name}"}
+    extras = {"resume_hint": resume_hint or "to continue, materialize pretrained_model again "
+                                            f"with resume: auto and run_name: {out.name}"}
     try:
         if cfg.launcher == "ray":
             return client.run_on_ray(context=context, trainer_args=args, nnodes=cfg.nnodes,
@@ -122,8 +123,8 @@ def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: 
         saved = checkpoint.list_checkpoints(out) if out.is_dir() else []
         context.log.warning("training cancelled; " + (
             f"newest checkpoint {saved[-1].name} in {out}; {extras['resume_hint']}" if saved
-            else f"no checkpoint was written to {out}; materialize pretrained_model again to "
-                 "start over"))
+            else f"no checkpoint was written to {out}; materialize "
+                 f"{context.asset_key.to_user_string()} again to start over"))
         raise
 
 

@@ -1,0 +1,323 @@
+"""Curation ablations: which rule set trains the better model?
+
+The DCLM method on one table: every arm (a named rule set) trains a small proxy model on the
+documents its rules keep, all arms on the same pinned table version, at the same token budget,
+and every arm is evaluated on the same held-out documents, which no arm trains on.
+
+- **One held-out split for every arm**: documents passing a neutral filter (``NOT is_dup`` by
+  default) whose id falls in the ``eval_pct`` per cent chosen by a fixed hash of the id. The
+  hash is arithmetic over ``id`` inside an ordinary predicate, so the same rows are chosen by
+  Lance and DuckDB, on every run, whatever the arms' rules; the trainer gets it as
+  ``--eval-filter`` and trains each arm on its rules AND NOT the held-out split.
+- **Rule sets are user text**: each arm is checked rule by rule with the curation rules' own
+  parser and Lance check (``corpus.rules``); a broken rule set is refused whole before anything
+  trains, naming the arm, the rule and the fix.
+- **Equal tokens, no silent repetition**: every arm trains the same number of steps of the same
+  global batch; an arm whose kept documents hold fewer blocks than that is reported with the
+  epochs it would need, and is trained only when the caller allows repeated data.
+- **Seed spread**: the best arm (lowest mean held-out bits/byte) leads *clearly* only when its
+  lead over the runner-up exceeds twice the larger of the two arms' seed-to-seed standard
+  deviations (at least two seeds each); otherwise the verdict says the lead is within the spread.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lance
+
+from lance_assets.corpus.fingerprint import digest
+from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
+from lance_assets.corpus.rules import NAME_RE, RuleProblem, combined_predicate, lance_problem, rule_predicates
+
+HASH_MODULUS = 1_000_003  # a prime: (id % p) * m % p is a permutation of the residues
+HASH_MULTIPLIER = 7_919  # products stay far below 2**63 for any id
+CLEAR_LEAD_SDS = 2.0
+"""The best arm leads clearly when its lead exceeds this many seed standard deviations."""
+
+
+class AblationError(ValueError):
+    """An ablation that cannot run as configured; the message names the input and the fix."""
+
+
+def id_hash_bucket_sql(buckets: int = 100) -> str:
+    """A stable pseudo-random bucket in [0, buckets) of a document's id, as SQL arithmetic."""
+    return f"(((id % {HASH_MODULUS}) * {HASH_MULTIPLIER}) % {HASH_MODULUS}) % {buckets}"
+
+
+def id_hash_bucket(doc_id: int, buckets: int = 100) -> int:
+    """``id_hash_bucket_sql`` in Python (for tests and reports)."""
+    return ((doc_id % HASH_MODULUS) * HASH_MULTIPLIER) % HASH_MODULUS % buckets
+
+
+def held_out_predicate(eval_filter: str, eval_pct: int, columns) -> Predicate:
+    """The common evaluation split: ``eval_filter`` AND the id's hash bucket < ``eval_pct``."""
+    if not isinstance(eval_pct, int) or isinstance(eval_pct, bool) or not 1 <= eval_pct <= 50:
+        raise AblationError(f"eval_pct {eval_pct!r}: give a whole per cent of the documents "
+                            "between 1 and 50 to hold out for evaluation")
+    columns = list(columns)
+    try:
+        neutral = safe_predicate(eval_filter, columns)
+    except PredicateError as e:
+        raise AblationError(f"eval_filter: {e}") from None
+    return neutral.and_(safe_predicate(f"{id_hash_bucket_sql()} < {eval_pct}", columns))
+
+
+@dataclass
+class ArmPlan:
+    """What one arm keeps of the pinned version (the held-out split excluded)."""
+
+    name: str
+    rules: dict[str, str]
+    filter: str  # the arm's rules combined, as Lance SQL ("" for an arm without rules)
+    train_filter: str  # what the trainer reads: filter AND has tokens AND NOT held out
+    docs: int
+    tokens: int  # sum of n_tokens
+    share: float  # of the tokens outside the held-out split
+    blocks_per_epoch: int  # packed blocks the kept documents make, as the trainer counts them
+    epochs_needed: float  # passes over the kept documents the token budget takes
+    trained: bool
+    note: str = ""
+
+
+@dataclass
+class AblationPlan:
+    version: int
+    held_out: str  # Lance SQL
+    held_out_docs: int
+    held_out_tokens: int
+    pool_docs: int  # documents with tokens outside the held-out split
+    pool_tokens: int
+    steps: int
+    budget_tokens: int  # target tokens every arm trains on: steps x global batch x seq_len
+    allow_repeats: bool
+    arms: list[ArmPlan] = field(default_factory=list)
+
+    def arm(self, name: str) -> ArmPlan:
+        return next(a for a in self.arms if a.name == name)
+
+
+def _arm_problems(ds: lance.LanceDataset, arm: str, rules) -> tuple[Predicate | None, list[str]]:
+    if not isinstance(arm, str) or not NAME_RE.match(arm):
+        return None, [f"arm {arm!r}: an arm name must be an identifier (letters, digits, "
+                      "underscores, starting with a letter or underscore)"]
+    if not isinstance(rules, dict):
+        return None, [f"arm {arm!r}: give its rules as a mapping of rule name to SQL predicate "
+                      "(an empty mapping keeps every document)"]
+    if not rules:
+        return None, []
+    usable, problems = rule_predicates(ds, rules)
+    if problems:
+        return None, [f"arm {arm!r}: {p}" for p in problems]
+    combined = combined_predicate(usable)
+    problem = lance_problem(ds, combined)
+    if problem:
+        return None, [f"arm {arm!r}: {RuleProblem('(all rules together)', combined.source, problem)}"]
+    return combined, []
+
+
+def checked_rule_sets(ds: lance.LanceDataset, rule_sets) -> dict[str, Predicate | None]:
+    """Each arm's combined predicate (None: no rules, every document), checked with the curation
+    rules' parser and Lance; an ``AblationError`` naming every broken arm and rule otherwise."""
+    if not isinstance(rule_sets, dict) or not rule_sets:
+        raise AblationError("rule_sets: give at least one arm, as {arm name: {rule name: SQL "
+                            "predicate}} (an arm with {} keeps every document)")
+    checked, problems = {}, []
+    for arm, rules in rule_sets.items():
+        predicate, found = _arm_problems(ds, arm, rules)
+        problems += found
+        checked[arm] = predicate
+    if problems:
+        raise AblationError(f"{len(problems)} problem(s) in the ablation's rule sets on {ds.uri}:\n"
+                            + "\n".join(f"  - {p}" for p in problems)
+                            + "\nFix them in curation_ablation's config (rule_sets: {arm: {rule: "
+                            "predicate}}) and materialize it again.")
+    return checked
+
+
+def _docs_and_tokens(ds: lance.LanceDataset, predicate: Predicate) -> tuple[int, int]:
+    docs = tokens = 0
+    for batch in ds.to_batches(columns=["n_tokens"], filter=predicate.lance):
+        col = batch.column(0).to_numpy(zero_copy_only=False)
+        docs += len(col)
+        tokens += int(col.sum())
+    return docs, tokens
+
+
+def plan_ablation(ds: lance.LanceDataset, rule_sets: dict[str, dict[str, str]], *,
+                  token_budget: int, seq_len: int, global_batch: int, num_splits: int,
+                  eval_filter: str = "NOT is_dup", eval_pct: int = 10,
+                  allow_repeats: bool = False) -> AblationPlan:
+    """Every arm's kept documents and tokens on ``ds`` (one pinned version), the held-out split,
+    and the steps that train ``token_budget`` target tokens per arm."""
+    if "n_tokens" not in ds.schema.names:
+        raise AblationError(f"{ds.uri} has no n_tokens column; materialize `token_ids` first")
+    if token_budget < 1:
+        raise AblationError(f"token_budget {token_budget}: give the tokens each arm trains on (>= 1)")
+    columns = ds.schema.names
+    checked = checked_rule_sets(ds, rule_sets)
+    held = held_out_predicate(eval_filter, eval_pct, columns)
+    has_tokens = safe_predicate("n_tokens > 0", columns)
+    pool = has_tokens.and_(held.negated())
+    held_docs, held_tokens = _docs_and_tokens(ds, has_tokens.and_(held))
+    if held_docs == 0:
+        raise AblationError(f"eval_filter {eval_filter!r} with eval_pct {eval_pct} holds out no "
+                            "tokenized document; loosen eval_filter or raise eval_pct")
+    pool_docs, pool_tokens = _docs_and_tokens(ds, pool)
+    block_len = seq_len + 1
+    steps = max(1, math.ceil(token_budget / (global_batch * seq_len)))
+    needed_blocks = steps * global_batch
+    plan = AblationPlan(version=ds.version, held_out=held.lance, held_out_docs=held_docs,
+                        held_out_tokens=held_tokens, pool_docs=pool_docs, pool_tokens=pool_tokens,
+                        steps=steps, budget_tokens=steps * global_batch * seq_len,
+                        allow_repeats=allow_repeats)
+    for arm, predicate in checked.items():
+        train = pool if predicate is None else predicate.and_(pool)
+        docs, tokens = _docs_and_tokens(ds, train)
+        blocks = (tokens + docs) // block_len  # one EOS per document, as the trainer packs
+        blocks -= blocks % num_splits
+        epochs = needed_blocks / blocks if blocks else math.inf
+        note, trained = "", True
+        if blocks == 0:
+            trained, note = False, (f"keeps fewer than {num_splits} blocks of {block_len} tokens: "
+                                    "nothing to train on")
+        elif epochs > 1:
+            trained = allow_repeats
+            note = (f"keeps {blocks * seq_len:,} trainable tokens for a budget of "
+                    f"{plan.budget_tokens:,}: needs {epochs:.2f} epochs; "
+                    + ("trained with repeated data (allow_repeats)" if allow_repeats else
+                       "not trained (set allow_repeats to train it on repeated data, or lower "
+                       "token_budget)"))
+        plan.arms.append(ArmPlan(
+            name=arm, rules=dict(rule_sets[arm]), filter=predicate.lance if predicate else "",
+            train_filter=train.lance, docs=docs, tokens=tokens,
+            share=tokens / pool_tokens if pool_tokens else 0.0, blocks_per_epoch=blocks,
+            epochs_needed=epochs, trained=trained, note=note))
+    return plan
+
+
+# ---- results
+
+
+def finished_summary(out: Path, steps: int) -> dict | None:
+    """The run's summary when it trained all ``steps`` (not interrupted), else None: a run
+    with a summary short of its steps, or none at all, is resumed, never counted."""
+    path = out / "summary.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    if summary.get("interrupted") or int(summary.get("step", 0)) < steps:
+        return None
+    return summary
+
+
+def val_curve(out: Path) -> list[tuple[int, float]]:
+    """(step, held-out bits/byte, else loss) of every validation pass, once per step."""
+    path = out / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    by_step = {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if "val_loss" in row:
+            value = row.get("val_bpb")
+            by_step[int(row["step"])] = float(value if value is not None else row["val_loss"])
+    return sorted(by_step.items())
+
+
+@dataclass
+class ArmResult:
+    name: str
+    plan: ArmPlan
+    summaries: dict[int, dict] = field(default_factory=dict)  # seed -> trainer summary
+
+    def values(self, key: str) -> list[float]:
+        return [float(s[key]) for s in self.summaries.values() if s.get(key) is not None]
+
+    @property
+    def metric(self) -> str:
+        """val_bpb when every seed reported it (tokenizer-independent), else val_loss."""
+        bpb = self.values("val_bpb")
+        return "val_bpb" if bpb and len(bpb) == len(self.summaries) else "val_loss"
+
+    def mean_sd(self, key: str | None = None) -> tuple[float | None, float | None]:
+        values = self.values(key or self.metric)
+        if not values:
+            return None, None
+        return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+@dataclass
+class Verdict:
+    best: str | None
+    runner_up: str | None
+    lead: float | None
+    spread: float | None  # the larger of the two arms' seed standard deviations
+    clear: bool | None  # None: not decidable (fewer than two arms or two seeds)
+    text: str
+
+
+def verdict(results: list[ArmResult]) -> Verdict:
+    """The arm with the lowest mean held-out metric, and whether its lead over the runner-up is
+    more than ``CLEAR_LEAD_SDS`` seed standard deviations (the larger of the two arms')."""
+    scored = [(r.mean_sd()[0], r) for r in results if r.summaries]
+    scored = sorted(((m, r) for m, r in scored if m is not None), key=lambda x: x[0])
+    if not scored:
+        return Verdict(None, None, None, None, None, "no arm was trained")
+    best_mean, best = scored[0]
+    metric = best.metric
+    if len(scored) == 1:
+        return Verdict(best.name, None, None, None, None,
+                       f"{best.name} (the only arm trained: nothing to compare with)")
+    second_mean, second = scored[1]
+    lead = second_mean - best_mean
+    sds = [best.mean_sd()[1], second.mean_sd()[1]]
+    if None in sds:
+        return Verdict(best.name, second.name, lead, None, None,
+                       f"{best.name}: {metric} {best_mean:.4f} vs {second_mean:.4f} for "
+                       f"{second.name} (lead {lead:.4f}); seed spread unknown: give at least two "
+                       "seeds")
+    spread = max(sds)
+    clear = lead > CLEAR_LEAD_SDS * spread
+    return Verdict(best.name, second.name, lead, spread, clear,
+                   f"{best.name}: {metric} {best_mean:.4f} vs {second_mean:.4f} for {second.name}; "
+                   f"lead {lead:.4f} is " + ("more" if clear else "not more")
+                   + f" than {CLEAR_LEAD_SDS:g} x the seed sd {spread:.4f} ("
+                   + ("larger than the seed-to-seed spread)" if clear else
+                      "within the seed-to-seed spread: add seeds or tokens)"))
+
+
+def summary_rows(results: list[ArmResult]) -> list[dict]:
+    """One row per arm: kept documents and tokens, share, held-out metric mean ± sd, tokens/s."""
+    rows = []
+    for r in results:
+        mean, sd = r.mean_sd()
+        rate = r.values("tokens_per_s")
+        rows.append({
+            "arm": r.name, "docs_kept": r.plan.docs, "tokens_kept": r.plan.tokens,
+            "share": round(r.plan.share, 4), "epochs_needed": round(r.plan.epochs_needed, 3)
+            if math.isfinite(r.plan.epochs_needed) else None,
+            "seeds": len(r.summaries), "metric": r.metric if r.summaries else "",
+            "val_mean": round(mean, 4) if mean is not None else None,
+            "val_sd": round(sd, 4) if sd is not None else None,
+            "tokens_per_s": round(statistics.fmean(rate), 1) if rate else None,
+            "note": r.plan.note,
+        })
+    return rows
+
+
+SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def arm_folder(arm: ArmPlan, settings: dict) -> str:
+    """The arm's run folder name: its name and a digest of what decides its result (its
+    training filter, the held-out split, the trainer settings), so a changed arm trains anew
+    and an unchanged one is found again."""
+    return f"{SAFE_NAME_RE.sub('_', arm.name)}-{digest({'train': arm.train_filter, **settings})}"

@@ -1,0 +1,273 @@
+"""``curation_ablation``: proxy models per rule set on one pinned table version.
+
+The plan (arms, held-out split, equal token budget) is ``corpus.ablation``; every (arm, seed) is
+a normal trainer run launched like ``pretrained_model`` (torchrun through Dagster Pipes, the
+same launch helper), so cancel and resume work the same way. A run that finished earlier (its
+summary says it trained every step) is reused, never retrained; an interrupted one resumes
+from its newest checkpoint.
+"""
+
+import base64
+import io
+import json
+import math
+import time
+from pathlib import Path
+
+import dagster as dg
+import lance
+import pydantic
+
+from lance_assets import paths, storage
+from lance_assets.corpus import ablation, maintenance
+from lance_assets.corpus.rules import curation_in_force
+from lance_assets.corpus.table import open_table
+from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS
+from lance_assets.defs.common import TRAINING_GROUP as GROUP
+from lance_assets.defs.resources import LanceStore
+from lance_assets.defs.training.assets import launch
+from lance_assets.defs.training.config import TrainConfig
+from lance_assets.defs.training.torchrun import TorchrunPipesClient
+from lance_assets.train import config as train_config
+
+ABLATION_TAG_PREFIX = "ablation-"
+NUM_SPLITS = 8  # the trainer's default loader splits
+DEFAULT_ARMS = ("curation_rules", "no_rules")
+
+
+class AblationConfig(dg.Config):
+    """Which rule sets to compare and how big the proxy models and their budget are. The
+    defaults (two arms, two seeds, a `tiny` model on 8k tokens each) finish in about a minute
+    on 2 CPU cores; see docs/benchmarks.md for a real comparison."""
+
+    name: str = pydantic.Field(
+        "default", description="the ablation's name: its runs live in DATA/ablations/<name> and "
+        "its table version is tagged ablation-<name> (a rerun with the same name reuses both; "
+        "a new name pins the newest version)")
+    rule_sets: dict[str, dict[str, str]] = pydantic.Field(
+        default_factory=dict, description="arm name -> {rule name: SQL keep-predicate}, checked "
+        "like curation_rules; {} for an arm keeps every document. Empty: two arms, "
+        "`curation_rules` (the rules in force) and `no_rules`")
+    model: str = pydantic.Field("tiny", description="proxy model size preset")
+    arch: str = pydantic.Field("nanogpt", description="proxy model architecture")
+    seq_len: int = pydantic.Field(64, description="tokens per training sequence")
+    batch_size: int = pydantic.Field(8, description="sequences per rank per step (a multiple "
+                                     "of 8 / nproc_per_node)")
+    token_budget: int = pydantic.Field(8192, description="target tokens every arm trains on "
+                                       "(rounded up to whole steps)")
+    seeds: list[int] = pydantic.Field([0, 1], description="one run per arm and seed; the "
+                                      "spread over seeds says whether a lead is real")
+    lr: float = pydantic.Field(5e-3, description="peak learning rate")
+    eval_filter: str = pydantic.Field("NOT is_dup", description="neutral SQL predicate of the "
+                                      "documents the held-out split is drawn from")
+    eval_pct: int = pydantic.Field(10, description="per cent of those documents held out (by a "
+                                   "fixed hash of the id); no arm trains on them")
+    eval_blocks: int = pydantic.Field(16, description="held-out blocks per evaluation, the "
+                                      "same blocks for every arm")
+    evals_per_run: int = pydantic.Field(4, description="validation passes per run (the curves)")
+    allow_repeats: bool = pydantic.Field(False, description="train an arm whose kept tokens "
+                                         "are fewer than the budget on repeated data (epochs "
+                                         "> 1); false: report it and skip it")
+    nproc_per_node: int = pydantic.Field(1, description="torchrun processes per run")
+
+    @pydantic.model_validator(mode="after")
+    def check(self):
+        try:
+            train_config.check_value(train_config.LaunchConfig, "run_name", self.name)
+            for name in ("model", "arch", "seq_len", "batch_size", "lr", "eval_blocks"):
+                train_config.check_value(train_config.TrainConfig, name, getattr(self, name))
+        except train_config.ConfigError as e:
+            flag, rest = str(e).split(" ", 1)
+            raise ValueError(f"{'name' if flag == '--run-name' else flag[2:].replace('-', '_')} "
+                             f"{rest}") from None
+        if not self.name:
+            raise ValueError("name '': give the ablation a name (letters, digits, '_', '.', '-')")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise ValueError(f"seeds {self.seeds}: give one or more distinct seeds >= 0")
+        if self.token_budget < 1 or self.evals_per_run < 1:
+            raise ValueError("token_budget and evals_per_run must be >= 1")
+        if NUM_SPLITS % self.nproc_per_node or self.batch_size % (NUM_SPLITS // self.nproc_per_node):
+            raise ValueError(f"nproc_per_node {self.nproc_per_node} must divide {NUM_SPLITS} and "
+                             f"batch_size {self.batch_size} be a multiple of "
+                             f"{NUM_SPLITS} / nproc_per_node")
+        return self
+
+
+def trainer_config(config: AblationConfig, plan: ablation.AblationPlan, arm: ablation.ArmPlan,
+                   seed: int, run_name: str) -> TrainConfig:
+    """One (arm, seed) run: the arm's rules as --filter, the held-out split as --eval-filter,
+    the plan's steps, resume auto."""
+    steps = plan.steps
+    return TrainConfig(
+        filter=arm.filter or "n_tokens > 0", eval_filter=plan.held_out, model=config.model, arch=config.arch,
+        seq_len=config.seq_len, batch_size=config.batch_size, num_splits=NUM_SPLITS, steps=steps,
+        lr=config.lr, min_lr=min(config.lr, 3e-4), warmup=max(1, steps // 10),
+        eval_every=max(1, steps // config.evals_per_run), eval_blocks=config.eval_blocks,
+        ckpt_every=max(1, steps // 4), log_every=max(1, steps // 10), seed=seed, resume="auto",
+        nproc_per_node=config.nproc_per_node, run_name=run_name)
+
+
+def run_settings(cfg: TrainConfig, plan: ablation.AblationPlan) -> dict:
+    """What decides an arm's result besides its rules and seed (the arm folder's digest)."""
+    skip = {"filter", "seed", "resume", "run_name", "launcher"}
+    return {"version": plan.version, "held_out": plan.held_out,
+            **{k: v for k, v in cfg.model_dump().items() if k not in skip}}
+
+
+def pinned_version(root: Path, name: str) -> tuple[str, int]:
+    """The ablation's tag and version: the one its tag names on a rerun, else the newest (tagged
+    by ``maintenance.tag_snapshot`` once the plan is accepted)."""
+    tag = ABLATION_TAG_PREFIX + name
+    version = maintenance.snapshot_version(paths.table_uri(root), tag)
+    return tag, open_table(root).version if version is None else version
+
+
+def val_curves_markdown(curves: dict[str, dict[int, list[tuple[int, float]]]],
+                        metric: str) -> str | None:
+    """Held-out curves per arm (one colour per arm, one line per seed) as an inline PNG."""
+    if not any(curves.values()):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    for i, (arm, seeds) in enumerate(curves.items()):
+        for j, points in enumerate(seeds.values()):
+            if points:
+                ax.plot(*zip(*points), "o-", color=f"C{i}", alpha=0.8, linewidth=1,
+                        label=arm if j == 0 else None)
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"held-out {metric}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return f"![val curves](data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()})"
+
+
+ARMS_SCHEMA = dg.TableSchema(columns=[
+    dg.TableColumn("arm", "string", description="the rule set's name"),
+    dg.TableColumn("docs_kept", "int", description="training documents its rules keep "
+                                                    "(held-out split excluded)"),
+    dg.TableColumn("tokens_kept", "int", description="their tokens (sum of n_tokens)"),
+    dg.TableColumn("share", "float", description="share of the tokens outside the held-out split"),
+    dg.TableColumn("epochs_needed", "float", description="passes over the kept documents the "
+                                                         "token budget takes (> 1: repeated data)"),
+    dg.TableColumn("seeds", "int", description="runs finished (one per seed)"),
+    dg.TableColumn("metric", "string", description="val_bpb (bits per byte), or val_loss when "
+                                                   "the table has no byte counts"),
+    dg.TableColumn("val_mean", "float", description="held-out metric at the last step, mean over "
+                                                    "seeds (lower is better)"),
+    dg.TableColumn("val_sd", "float", description="its standard deviation over seeds"),
+    dg.TableColumn("tokens_per_s", "float", description="training throughput, mean over seeds"),
+    dg.TableColumn("note", "string", description="why an arm was not trained, or trained on "
+                                                 "repeated data"),
+])
+
+
+@dg.asset(deps=[TOKEN_IDS, CURATION_RULES], group_name=GROUP, kinds={"pytorch", "lance"},
+          code_version="1")
+def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
+                      lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
+    """Which curation trains the better model: one small proxy model per rule set (arm) and
+    seed, every arm at the same token budget on one tagged table version (`ablation-<name>`),
+    all evaluated on one held-out split no arm trains on. Metadata: the arms' table (kept
+    documents and tokens, held-out bits/byte mean ± sd over seeds, tokens/s), their validation
+    curves, `arm/<name>/val_bpb` per arm, and the best arm with whether its lead exceeds the
+    seed-to-seed spread. Finished runs are reused on a rerun; an interrupted one resumes."""
+    root = lance_store.root
+    start = time.perf_counter()
+    tag, version = pinned_version(root, config.name)
+    ds = lance.dataset(paths.table_uri(root), version=version)
+    rule_sets = config.rule_sets or {DEFAULT_ARMS[0]: curation_in_force(ds).rules,
+                                     DEFAULT_ARMS[1]: {}}
+    try:
+        plan = ablation.plan_ablation(
+            ds, rule_sets, token_budget=config.token_budget, seq_len=config.seq_len,
+            global_batch=config.batch_size * config.nproc_per_node, num_splits=NUM_SPLITS,
+            eval_filter=config.eval_filter, eval_pct=config.eval_pct,
+            allow_repeats=config.allow_repeats)
+    except ablation.AblationError as e:
+        raise dg.Failure(str(e)) from None
+    maintenance.tag_snapshot(paths.table_uri(root), tag, version)  # no cleanup removes it now
+    context.log.info(f"ablation {config.name}: table version {version} (tag {tag}), "
+                     f"{len(plan.arms)} arms x {len(config.seeds)} seeds, {plan.steps} steps "
+                     f"({plan.budget_tokens:,} tokens) per run, held out: {plan.held_out_docs:,} "
+                     "documents")
+    base = paths.ablation_dir(root, config.name)
+    storage.write_atomic(base / "plan.json", json.dumps(
+        {"tag": tag, **{k: v for k, v in vars(plan).items() if k != "arms"},
+         "arms": [vars(a) for a in plan.arms]}, indent=2, default=str).encode())
+
+    results, curves, trained, reused = [], {}, 0, 0
+    for arm in plan.arms:
+        result = ablation.ArmResult(arm.name, arm)
+        results.append(result)
+        if not arm.trained:
+            context.log.warning(f"arm {arm.name} not trained: {arm.note}")
+            continue
+        folder = ablation.arm_folder(arm, run_settings(trainer_config(
+            config, plan, arm, 0, "x"), plan))
+        curves[arm.name] = {}
+        for seed in config.seeds:
+            out = base / folder / f"seed-{seed}"
+            cfg = trainer_config(config, plan, arm, seed, out.name)
+            summary = ablation.finished_summary(out, plan.steps)
+            if summary is not None:
+                reused += 1
+                context.log.info(f"arm {arm.name} seed {seed}: finished earlier in {out}, reused")
+            else:
+                context.log.info(f"arm {arm.name} seed {seed}: training in {out}")
+                hint = (f"to continue, materialize curation_ablation again with the same config "
+                        f"(name: {config.name}): finished runs are reused, this one resumes")
+                invocation = launch(context, pipes_subprocess_client, cfg, root, out,
+                                    (tag, version), resume_hint=hint)
+                invocation.get_materialize_result()  # the run's own report, summarized below
+                summary = ablation.finished_summary(out, plan.steps)
+                if summary is None:
+                    raise dg.Failure(f"arm {arm.name} seed {seed}: the trainer stopped before "
+                                     f"step {plan.steps}; see {out}/metrics.jsonl")
+                trained += 1
+            result.summaries[seed] = summary
+            curves[arm.name][seed] = ablation.val_curve(out)
+
+    verdict = ablation.verdict(results)
+    rows = ablation.summary_rows(results)
+    storage.write_atomic(base / "results.json", json.dumps(
+        {"tag": tag, "version": version, "arms": rows, "best_arm": verdict.best,
+         "clear": verdict.clear, "verdict": verdict.text}, indent=2).encode())
+    metadata = {
+        "arms": dg.MetadataValue.table(
+            records=[dg.TableRecord({k: (v if not (isinstance(v, float) and math.isinf(v))
+                                         else None) for k, v in r.items()}) for r in rows],
+            schema=ARMS_SCHEMA),
+        "best_arm": verdict.best or "",
+        "verdict": dg.MetadataValue.text(verdict.text),
+        "lead_exceeds_seed_spread": verdict.clear if verdict.clear is not None else "unknown",
+        "lance/snapshot_tag": tag,
+        "lance/table_version": version,
+        "held_out_filter": dg.MetadataValue.text(plan.held_out),
+        "held_out_docs": plan.held_out_docs,
+        "steps_per_run": plan.steps,
+        "tokens_per_arm": plan.budget_tokens,
+        "runs_trained": trained,
+        "runs_reused": reused,
+        "ablation_dir": dg.MetadataValue.path(str(base)),
+        "duration_s": round(time.perf_counter() - start, 2),
+    }
+    metric = next((r.metric for r in results if r.summaries), "val_bpb")
+    curve = val_curves_markdown(curves, metric)
+    if curve:
+        metadata["val_curves"] = dg.MetadataValue.md(curve)
+    for r in results:
+        mean, sd = r.mean_sd()
+        metadata[f"arm/{r.name}/tokens_kept"] = r.plan.tokens
+        if mean is not None:
+            metadata[f"arm/{r.name}/{r.metric}"] = round(mean, 4)
+        if sd is not None:
+            metadata[f"arm/{r.name}/{r.metric}_sd"] = round(sd, 4)
+    return dg.MaterializeResult(metadata=metadata)
