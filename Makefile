@@ -29,10 +29,9 @@ lock-upgrade:
 lock-check:
 	@VENV=$(VENV) ./scripts/lock.sh --check
 
-## Materialize every asset end to end (synthetic corpus, tiny model) into $(LANCE_ASSETS_DATA);
-## curation_ablation (several proxy trainings) is left out: materialize it by name.
+## Materialize every asset end to end (synthetic corpus, tiny model) into $(LANCE_ASSETS_DATA).
 demo: setup
-	$(BIN)/dagster asset materialize -m lance_assets.definitions --select '* and not key:curation_ablation'
+	$(BIN)/dagster asset materialize -m lance_assets.definitions --select '*'
 
 ## The linter (ruff, configured in pyproject.toml).
 lint: setup

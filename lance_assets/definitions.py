@@ -38,14 +38,13 @@ ASSETS = [raw_text, dedup_flag, tokenizer, token_ids, pretrained_model, samples,
           table_maintenance, curation_ablation]
 
 end_to_end_job = dg.define_asset_job(
-    # curation_ablation trains several proxy models (minutes): asked for by name, never by default
-    "end_to_end", selection=dg.AssetSelection.all() - dg.AssetSelection.assets(curation_ablation),
+    "end_to_end", selection=dg.AssetSelection.all(),
     description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
                 "near_dup, text_index, curation_rules, corpus_profile; the taggers detected_language, "
                 "personal_data, paragraph_dups, contamination, quality_score); tokenizer and "
                 "token_ids; embeddings and vector_index; chunk_embeddings and chunk_index; "
-                "training (pretrained_model, samples); the forensics report; table_maintenance. "
-                "Not curation_ablation (several proxy trainings: materialize it by name).",
+                "training (pretrained_model, samples, curation_ablation); the forensics report; "
+                "table_maintenance.",
 )
 
 defs = dg.Definitions(

@@ -41,9 +41,10 @@ class AblationConfig(dg.Config):
     on 2 CPU cores; see docs/benchmarks.md for a real comparison."""
 
     name: str = pydantic.Field(
-        "default", description="the ablation's name: its runs live in DATA/ablations/<name> and "
-        "its table version is tagged ablation-<name> (a rerun with the same name reuses both; "
-        "a new name pins the newest version)")
+        "", description="the ablation's name: its runs live in DATA/ablations/<name> and its "
+        "table version is tagged ablation-<name> (a rerun with the same name reuses both; a new "
+        "name pins the newest version). Empty: `v<newest table version>`, so a rerun on the same "
+        "data reuses every finished run and new data starts a new ablation")
     rule_sets: dict[str, dict[str, str]] = pydantic.Field(
         default_factory=dict, description="arm name -> {rule name: SQL keep-predicate}, checked "
         "like curation_rules; {} for an arm keeps every document. Empty: two arms, "
@@ -73,15 +74,14 @@ class AblationConfig(dg.Config):
     @pydantic.model_validator(mode="after")
     def check(self):
         try:
-            train_config.check_value(train_config.LaunchConfig, "run_name", self.name)
+            if self.name:
+                train_config.check_value(train_config.LaunchConfig, "run_name", self.name)
             for name in ("model", "arch", "seq_len", "batch_size", "lr", "eval_blocks"):
                 train_config.check_value(train_config.TrainConfig, name, getattr(self, name))
         except train_config.ConfigError as e:
             flag, rest = str(e).split(" ", 1)
             raise ValueError(f"{'name' if flag == '--run-name' else flag[2:].replace('-', '_')} "
                              f"{rest}") from None
-        if not self.name:
-            raise ValueError("name '': give the ablation a name (letters, digits, '_', '.', '-')")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
             raise ValueError(f"seeds {self.seeds}: give one or more distinct seeds >= 0")
         if self.token_budget < 1 or self.evals_per_run < 1:
@@ -181,7 +181,8 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
     seed-to-seed spread. Finished runs are reused on a rerun; an interrupted one resumes."""
     root = lance_store.root
     start = time.perf_counter()
-    tag, version = pinned_version(root, config.name)
+    name = config.name or f"v{open_table(root).version}"
+    tag, version = pinned_version(root, name)
     ds = lance.dataset(paths.table_uri(root), version=version)
     rule_sets = config.rule_sets or {DEFAULT_ARMS[0]: curation_in_force(ds).rules,
                                      DEFAULT_ARMS[1]: {}}
@@ -194,11 +195,11 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
     except ablation.AblationError as e:
         raise dg.Failure(str(e)) from None
     maintenance.tag_snapshot(paths.table_uri(root), tag, version)  # no cleanup removes it now
-    context.log.info(f"ablation {config.name}: table version {version} (tag {tag}), "
+    context.log.info(f"ablation {name}: table version {version} (tag {tag}), "
                      f"{len(plan.arms)} arms x {len(config.seeds)} seeds, {plan.steps} steps "
                      f"({plan.budget_tokens:,} tokens) per run, held out: {plan.held_out_docs:,} "
                      "documents")
-    base = paths.ablation_dir(root, config.name)
+    base = paths.ablation_dir(root, name)
     storage.write_atomic(base / "plan.json", json.dumps(
         {"tag": tag, **{k: v for k, v in vars(plan).items() if k != "arms"},
          "arms": [vars(a) for a in plan.arms]}, indent=2, default=str).encode())
@@ -223,7 +224,7 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
             else:
                 context.log.info(f"arm {arm.name} seed {seed}: training in {out}")
                 hint = (f"to continue, materialize curation_ablation again with the same config "
-                        f"(name: {config.name}): finished runs are reused, this one resumes")
+                        f"(name: {name}): finished runs are reused, this one resumes")
                 invocation = launch(context, pipes_subprocess_client, cfg, root, out,
                                     (tag, version), resume_hint=hint)
                 invocation.get_materialize_result()  # the run's own report, summarized below
