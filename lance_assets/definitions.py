@@ -3,6 +3,7 @@ sensor that ingest new rows, and the automation sensor that brings the columns u
 
 import dagster as dg
 
+from lance_assets.defs.common import RUN_EXECUTOR
 from lance_assets.defs.conditions import corpus_automation_sensor
 from lance_assets.defs.corpus.assets import dedup_flag, raw_text, token_ids, tokenizer
 from lance_assets.defs.corpus.automation import ingest_job, ingest_schedule, landing_sensor
@@ -49,6 +50,7 @@ end_to_end_job = dg.define_asset_job(
 
 defs = dg.Definitions(
     assets=ASSETS,
+    executor=RUN_EXECUTOR,
     asset_checks=[*CURATION_CHECKS, *CORPUS_CHECKS, *TRAINING_CHECKS, *coverage_checks(ASSETS)],
     jobs=[ingest_job, end_to_end_job, table_maintenance_job],
     schedules=[ingest_schedule, table_maintenance_schedule],

@@ -80,3 +80,17 @@ def test_train_config_mirrors_every_trainer_flag(tmp_path):
     assert trainer_flags == set(TrainConfig.model_fields) - LAUNCH_ONLY
     for name in trainer_flags:
         assert getattr(args, name) == getattr(cfg, name), name
+
+
+
+def test_torchrun_steps_run_one_at_a_time_inside_a_run():
+    """`pretrained_model` and `curation_ablation` each take every core (or GPU): in one run, the
+    executor of every job (also the implicit one `dagster asset materialize` builds) limits the
+    steps tagged as trainers to one at a time."""
+    from lance_assets.defs.common import RUN_EXECUTOR, TRAINER_TAG
+
+    trainers = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()
+                if defs.get_assets_def(key).op.tags.get(TRAINER_TAG)}
+    assert trainers == {"pretrained_model", "curation_ablation"}
+    for job in ("end_to_end", "ingest", "__ASSET_JOB"):
+        assert defs.resolve_job_def(job).executor_def is RUN_EXECUTOR, job

@@ -22,6 +22,14 @@ MAINTENANCE_GROUP = "maintenance"
 
 TABLE_TAGS = {"lance_assets/table": "corpus"}  # assets that read or write the corpus table
 
+# Steps that launch torchrun (each takes every core, or every GPU, of its machine) run one at a
+# time inside a run; across runs they are separate machines' or the user's choice. Without this
+# `make demo`'s pretrained_model and curation_ablation split two cores and both take twice as long.
+TRAINER_TAG = "lance_assets/trainer"
+TRAINER_TAGS = {TRAINER_TAG: "torchrun"}
+RUN_EXECUTOR = dg.multiprocess_executor.configured(
+    {"tag_concurrency_limits": [{"key": TRAINER_TAG, "limit": 1}]}, name="multiprocess")
+
 # Assets referenced across domains.
 RAW_TEXT = dg.AssetKey("raw_text")
 DEDUP_FLAG = dg.AssetKey("dedup_flag")

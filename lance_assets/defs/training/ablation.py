@@ -22,7 +22,7 @@ from lance_assets import paths, storage
 from lance_assets.corpus import ablation, maintenance
 from lance_assets.corpus.rules import curation_in_force
 from lance_assets.corpus.table import open_table
-from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS
+from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.assets import launch
@@ -170,7 +170,7 @@ ARMS_SCHEMA = dg.TableSchema(columns=[
 
 
 @dg.asset(deps=[TOKEN_IDS, CURATION_RULES], group_name=GROUP, kinds={"pytorch", "lance"},
-          code_version="1")
+          code_version="1", op_tags=TRAINER_TAGS)
 def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
                       lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
     """Which curation trains the better model: one small proxy model per rule set (arm) and

@@ -16,7 +16,7 @@ from lance_assets.corpus import maintenance
 from lance_assets.corpus.fingerprint import digest
 from lance_assets.corpus.rules import training_filter
 from lance_assets.corpus.table import open_table
-from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS
+from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA, training_condition
 from lance_assets.defs.metadata import data_version
@@ -201,7 +201,8 @@ def comparable_settings(cfg: TrainConfig) -> dict:
 
 
 @dg.asset(deps=[TOKEN_IDS, CURATION_RULES], group_name=GROUP,
-          kinds={"pytorch", "lance"}, code_version="3", automation_condition=training_condition())
+          kinds={"pytorch", "lance"}, code_version="3", automation_condition=training_condition(),
+          op_tags=TRAINER_TAGS)
 def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
                      lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
     """A compact GPT trained by `torchrun -m lance_assets.train`, launched through Dagster Pipes.
