@@ -84,6 +84,7 @@ def test_whole_graph_on_s3_keeps_everything_in_the_bucket_and_no_secret_anywhere
         "samples": {"config": {"prompts": ["The", ""], "max_new_tokens": 8}},
         "vector_index": {"config": {"recall_queries": 5}},
         "forensics": {"config": {"near_dup_sample": 100}},
+        "curation_ablation": {"config": {"seeds": [0], "token_budget": 2048}},  # one run per arm
     }}
     resources = {"lance_store": lance_store_from_env(),
                  "pipes_subprocess_client": TorchrunPipesClient()}
