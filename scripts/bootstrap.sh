@@ -57,14 +57,16 @@ install_torch() {
   variant=${variant##*/}
   for dir in ${UV_FIND_LINKS:-} ${PIP_FIND_LINKS:-}; do
     if [ -d "$dir" ] && compgen -G "$dir/torch-$torch_version+$variant-*.whl" >/dev/null; then
-      "$UV" pip install --quiet --python "$PY" --find-links "$dir" "torch==$torch_version+$variant"
+      "$UV" pip install --quiet --compile-bytecode --python "$PY" --find-links "$dir" "torch==$torch_version+$variant"
       return
     fi
   done
-  "$UV" pip install --quiet --python "$PY" --index-url "$TORCH_INDEX" "torch==$torch_version"
+  "$UV" pip install --quiet --compile-bytecode --python "$PY" --index-url "$TORCH_INDEX" "torch==$torch_version"
 }
 install_torch
-"$UV" pip install --quiet --python "$PY" -r "$LOCK"
+# Bytecode compiled here, on every core, as pip does: otherwise each package is compiled on its
+# first import, one process at a time (the test suite's first subprocesses pay minutes for it).
+"$UV" pip install --quiet --compile-bytecode --python "$PY" -r "$LOCK"
 "$UV" pip install --quiet --python "$PY" --no-deps -e .
 # Every requirement of every installed package is met by what the lock installed: a dependency
 # added to pyproject.toml without `make lock` fails here, not at import time.
