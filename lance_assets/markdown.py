@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import io
+
 
 def markdown_table(rows: list[dict]) -> str:
     """A Markdown table of ``rows`` (dicts with the same keys); ``_none_`` when empty."""
@@ -11,3 +14,31 @@ def markdown_table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def png_markdown(png: bytes, alt: str) -> str:
+    """``png`` inline in Markdown (the UI renders it; no file to serve)."""
+    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+def line_plot_markdown(series: list[tuple[list[tuple[int, float]], dict]], alt: str,
+                       xlabel: str, ylabel: str) -> str:
+    """Lines of (x, y) points, each with its matplotlib keyword arguments, as an inline PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    for points, style in series:
+        fmt = style.pop("fmt", "-")
+        ax.plot(*zip(*points), fmt, **style)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return png_markdown(buf.getvalue(), alt)

@@ -6,7 +6,6 @@ pool; ``curation_rules`` records the rules in the table's config; ``corpus_profi
 Assets of the corpus domain are referenced by their keys (``defs/common.py``).
 """
 
-import base64
 from pathlib import Path
 from typing import Optional
 
@@ -38,7 +37,7 @@ from lance_assets.defs.metadata import (
     index_data_version,
 )
 from lance_assets.defs.resources import LanceStore
-from lance_assets.markdown import markdown_table
+from lance_assets.markdown import markdown_table, png_markdown
 
 QUALITY_SIGNALS_COLUMNS = column_schema(quality.FIELDS, quality.DESCRIPTIONS)
 NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(near_dup_lib.MinHashSettings()),
@@ -278,8 +277,7 @@ def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
         out = paths.reports_dir(lance_store.root) / "corpus_profile.png"
         storage.write_atomic(out, prof.histogram_png)
         metadata["histogram"] = dg.MetadataValue.md(
-            "![words and scores, kept vs removed](data:image/png;base64,"
-            f"{base64.b64encode(prof.histogram_png).decode()})")
+            png_markdown(prof.histogram_png, "words and scores, kept vs removed"))
         metadata["histogram_png"] = dg.MetadataValue.path(str(out))
     if failed:
         context.log.warning(f"profile queries failed: {failed}")

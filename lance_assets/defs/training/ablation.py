@@ -7,8 +7,6 @@ summary says it trained every step) is reused, never retrained; an interrupted o
 from its newest checkpoint.
 """
 
-import base64
-import io
 import json
 import math
 import time
@@ -28,6 +26,7 @@ from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.assets import launch
 from lance_assets.defs.training.config import TrainConfig
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
+from lance_assets.markdown import line_plot_markdown
 from lance_assets.train import config as train_config
 
 ABLATION_TAG_PREFIX = "ablation-"
@@ -125,28 +124,13 @@ def pinned_version(root: Path, name: str) -> tuple[str, int]:
 def val_curves_markdown(curves: dict[str, dict[int, list[tuple[int, float]]]],
                         metric: str) -> str | None:
     """Held-out curves per arm (one colour per arm, one line per seed) as an inline PNG."""
-    if not any(curves.values()):
+    series = [(points, {"fmt": "o-", "color": f"C{i}", "alpha": 0.8, "linewidth": 1,
+                        "label": arm if j == 0 else None})
+              for i, (arm, seeds) in enumerate(curves.items())
+              for j, points in enumerate(seeds.values()) if points]
+    if not series:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
-    for i, (arm, seeds) in enumerate(curves.items()):
-        for j, points in enumerate(seeds.values()):
-            if points:
-                ax.plot(*zip(*points), "o-", color=f"C{i}", alpha=0.8, linewidth=1,
-                        label=arm if j == 0 else None)
-    ax.set_xlabel("step")
-    ax.set_ylabel(f"held-out {metric}")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return f"![val curves](data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()})"
+    return line_plot_markdown(series, "val curves", "step", f"held-out {metric}")
 
 
 ARMS_SCHEMA = dg.TableSchema(columns=[

@@ -1,8 +1,6 @@
 """``pretrained_model`` (torchrun through Dagster Pipes) and ``samples`` (text from its checkpoint)."""
 
 
-import base64
-import io
 import json
 import os
 import time
@@ -30,7 +28,7 @@ from lance_assets.launch.torchrun import (
     local_agent_gpus,
     local_agent_threads,
 )
-from lance_assets.markdown import markdown_table
+from lance_assets.markdown import line_plot_markdown, markdown_table
 from lance_assets.train import checkpoint
 from lance_assets.train.config import to_flags
 
@@ -132,28 +130,12 @@ def loss_curve_markdown(metrics_path: Path) -> Optional[str]:
     """The train/val loss series as an inline PNG (Markdown) for the asset's page."""
     if not metrics_path.is_file():
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
     val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
-    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
-    if train:
-        ax.plot(*zip(*train), label="train", linewidth=1)
-    if val:
-        ax.plot(*zip(*val), "o-", label="val")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats/token)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return f"![loss curve](data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()})"
+    series = [(train, {"label": "train", "linewidth": 1})] if train else []
+    series += [(val, {"fmt": "o-", "label": "val"})] if val else []
+    return line_plot_markdown(series, "loss curve", "step", "loss (nats/token)")
 
 
 MAX_CURVE_ROWS = 500  # rows of the loss-curve table; every evaluation is kept
