@@ -17,9 +17,9 @@ RUNNER = textwrap.dedent("""
     from lance_assets.defs.resources import LanceStore
     from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
-    root = sys.argv[1]
+    root, run_name = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cancel"
     config = {"steps": 100000, "seq_len": 32, "batch_size": 4, "nproc_per_node": 2,
-              "eval_every": 100000, "ckpt_every": 100000, "run_name": "cancel"}
+              "eval_every": 100000, "ckpt_every": 100000, "run_name": run_name}
     dg.materialize(
         [defs.get_assets_def("pretrained_model")],
         resources={"lance_store": LanceStore(data_dir=root),
@@ -73,3 +73,34 @@ def test_cancel_stops_every_rank_and_leaves_a_checkpoint(tokenized_root, tmp_pat
     assert len(state["loader"]["blocks_emitted_per_split"]) == 8
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert max(r["step"] for r in rows if "loss" in r) == state["step"]
+
+
+def test_a_killed_launcher_stops_its_ranks_with_a_checkpoint(tokenized_root, tmp_path):
+    """SIGKILL of the process that launched torchrun (a Dagster step killed, a power cut of the
+    run worker): the agent, in a session of its own, must not go on training unwatched next to
+    the rerun. It gets SIGINT from the kernel (parent-death signal) and stops like a cancel."""
+    script = tmp_path / "runner.py"
+    script.write_text(RUNNER)
+    out = tokenized_root / "train" / "killed"
+    proc = subprocess.Popen([sys.executable, str(script), str(tokenized_root), "killed"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if metrics.exists() and sum(1 for line in metrics.read_text().splitlines() if '"loss"' in line) >= 3:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        raise AssertionError("training never started: " + proc.stderr.read().decode()[-2000:])
+    assert len(processes_mentioning(str(out))) >= 3  # torchrun and two workers
+
+    proc.kill()  # SIGKILL: no handler runs in the launcher, no stop_agents
+    proc.communicate(timeout=30)
+    deadline = time.time() + 90
+    while time.time() < deadline and processes_mentioning(str(out)):
+        time.sleep(0.1)
+    assert processes_mentioning(str(out)) == [], "ranks outlived their killed launcher"
+    saved = checkpoint.list_checkpoints(out)
+    assert saved, "the orphaned ranks must stop through their final checkpoint"
+    assert checkpoint.load(saved[-1])["step"] >= 3

@@ -17,38 +17,17 @@ forwards SIGINT to its workers, which finish their step and write the final chec
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from lance_assets.launch.signals import StopRequested
-from lance_assets.launch.torchrun import SHUTDOWN_TIMEOUT_S, agent_command, free_port
-
-PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
-
-
-def agent_preexec() -> Callable[[], None]:
-    """What the agent runs before exec. Ray's workers block SIGINT, and a blocked signal stays
-    blocked across exec: unblock it, or neither torchrun nor the trainer ever sees a stop.
-    Then ask for SIGINT when this actor's worker dies (Linux): Ray kills a job's actors when
-    its driver goes, and the agent, in a session of its own, would go on training unwatched;
-    SIGINT makes it write a checkpoint and stop, like a cancel. ``prctl`` is looked up here,
-    before the fork: between fork and exec only plain system calls belong (no dlopen)."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
-
-    def prepare() -> None:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, signal.SIGINT)
-
-    return prepare
+from lance_assets.launch.torchrun import SHUTDOWN_TIMEOUT_S, agent_command, agent_preexec, free_port
 
 
 @ray.remote(max_concurrency=2)  # `interrupt` runs while `run` waits for the agent

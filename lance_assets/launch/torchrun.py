@@ -8,6 +8,7 @@ address the other nodes can reach, rather than a host name they may not resolve.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -20,6 +21,27 @@ import psutil
 SHUTDOWN_TIMEOUT_S = 30
 """torchrun's own ``--shutdown-timeout``: how long its workers get to write the final
 checkpoint after it forwards SIGINT/SIGTERM, before it kills them."""
+
+
+PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
+
+
+def agent_preexec() -> Callable[[], None]:
+    """What an agent runs before exec. A blocked signal stays blocked across exec (Ray's workers
+    block SIGINT): unblock it, or neither torchrun nor the trainer ever sees a stop. Then ask
+    for SIGINT when the thread that started the agent dies (Linux): the agent runs in a session
+    of its own, so when its launcher is killed (SIGKILL of the Dagster step, Ray killing a
+    job's actors) it would go on training unwatched, next to the rerun; SIGINT makes it write a
+    checkpoint and stop, like a cancel. ``prctl`` is looked up here,
+    before the fork: between fork and exec only plain system calls belong (no dlopen)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+    def prepare() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGINT)
+
+    return prepare
 
 
 def free_port(host: str = "127.0.0.1") -> int:

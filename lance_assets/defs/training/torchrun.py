@@ -22,7 +22,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from lance_assets.launch.torchrun import free_port, stop_agents, terminate_tree
+from lance_assets.launch.torchrun import agent_preexec, free_port, stop_agents, terminate_tree
 
 Context = dg.OpExecutionContext | dg.AssetExecutionContext
 
@@ -162,6 +162,7 @@ class TorchrunPipesClient(dg.PipesSubprocessClient):
                 for command, overlay in zip(commands, agent_envs or [{}] * len(commands)):
                     procs.append(subprocess.Popen(command, cwd=cwd or self.cwd,
                                                   start_new_session=True,
+                                                  preexec_fn=agent_preexec(),  # noqa: PLW1509
                                                   env={**full_env, **overlay}))
                 codes = [proc.wait() for proc in procs]
                 if any(codes):
