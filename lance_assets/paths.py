@@ -17,6 +17,8 @@ from lance_assets.storage import Location
 DEFAULT_DATA_DIR = "./data"
 DEFAULT_SOURCE = "synthetic"
 TABLE_NAME = "corpus"
+HELD_OUT_FILE = "held_out.json"
+"""In a run folder: the last validation pass's summed loss and target tokens per document."""
 
 
 def data_dir(value: str | os.PathLike | None = None) -> Location:

@@ -15,9 +15,11 @@ and every arm is evaluated on the same held-out documents, which no arm trains o
 - **Equal tokens, no silent repetition**: every arm trains the same number of steps of the same
   global batch; an arm whose kept documents hold fewer blocks than that is reported with the
   epochs it would need, and is trained only when the caller allows repeated data.
-- **Seed spread**: the best arm (lowest mean held-out bits/byte) leads *clearly* only when its
-  lead over the runner-up exceeds twice the larger of the two arms' seed-to-seed standard
-  deviations (at least two seeds each); otherwise the verdict says the lead is within the spread.
+- **Paired seeds**: seed *s* gives every arm the same initial weights and every run is judged on
+  the same held-out documents, so the best arm's (lowest mean held-out bits/byte) lead over
+  another is the mean of the per-seed differences, with a standard error over seeds and held-out
+  documents; it is *real* when its 95 % interval excludes zero (``ablation_stats`` states the
+  rule and projects the smallest lead a number of seeds can detect).
 """
 
 from __future__ import annotations
@@ -26,19 +28,20 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import lance
 
+from lance_assets import paths
+from lance_assets.corpus.ablation_stats import HeldOut, Lead, Power, detectable_lead, paired_lead
 from lance_assets.corpus.fingerprint import digest
 from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
 from lance_assets.corpus.rules import NAME_RE, RuleProblem, combined_predicate, lance_problem, rule_predicates
 
 HASH_MODULUS = 1_000_003  # a prime: (id % p) * m % p is a permutation of the residues
 HASH_MULTIPLIER = 7_919  # products stay far below 2**63 for any id
-CLEAR_LEAD_SDS = 2.0
-"""The best arm leads clearly when its lead exceeds this many seed standard deviations."""
 
 
 class AblationError(ValueError):
@@ -237,6 +240,12 @@ class ArmResult:
     name: str
     plan: ArmPlan
     summaries: dict[int, dict] = field(default_factory=dict)  # seed -> trainer summary
+    held_out: dict[int, HeldOut | None] = field(default_factory=dict)  # seed -> per document
+
+    def add(self, seed: int, summary: dict, run_dir: Path) -> None:
+        """A finished run: its summary and its per-document held-out losses."""
+        self.summaries[seed] = summary
+        self.held_out[seed] = HeldOut.load(run_dir / paths.HELD_OUT_FILE)
 
     def values(self, key: str) -> list[float]:
         return [float(s[key]) for s in self.summaries.values() if s.get(key) is not None]
@@ -247,70 +256,173 @@ class ArmResult:
         bpb = self.values("val_bpb")
         return "val_bpb" if bpb and len(bpb) == len(self.summaries) else "val_loss"
 
+    def runs(self) -> dict[int, tuple[float, HeldOut | None]]:
+        """seed -> (held-out metric, per-document losses): the metric from the per-document
+        losses when the run wrote them (unrounded), else from its summary."""
+        out = {}
+        for seed, summary in self.summaries.items():
+            held = self.held_out.get(seed)
+            if held is not None and (held.tokens_per_byte is not None) == (self.metric == "val_bpb"):
+                out[seed] = (held.value, held)
+            elif summary.get(self.metric) is not None:
+                out[seed] = (float(summary[self.metric]), None)
+        return out
+
     def mean_sd(self, key: str | None = None) -> tuple[float | None, float | None]:
-        values = self.values(key or self.metric)
+        values = ([v for v, _ in self.runs().values()] if key is None else self.values(key))
         if not values:
             return None, None
         return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+    def held_out_se(self) -> float | None:
+        """The held-out error of one run's metric (its standard error over held-out documents),
+        mean over seeds."""
+        values = self.values(f"{self.metric}_se")
+        return statistics.fmean(values) if values else None
 
 
 @dataclass
 class Verdict:
     best: str | None
     runner_up: str | None
-    lead: float | None
-    spread: float | None  # the larger of the two arms' seed standard deviations
-    clear: bool | None  # None: not decidable (fewer than two arms or two seeds)
+    lead: Lead | None  # the best arm's paired lead over the runner-up
+    leads: dict[str, Lead]  # the best arm's paired lead over every other trained arm
+    real: bool | None  # None: not decidable (fewer than two arms or two seeds)
+    metric: str
     text: str
 
 
 def verdict(results: list[ArmResult]) -> Verdict:
-    """The arm with the lowest mean held-out metric, and whether its lead over the runner-up is
-    more than ``CLEAR_LEAD_SDS`` seed standard deviations (the larger of the two arms')."""
-    scored = [(r.mean_sd()[0], r) for r in results if r.summaries]
-    scored = sorted(((m, r) for m, r in scored if m is not None), key=lambda x: x[0])
+    """The arm with the lowest mean held-out metric, and whether its paired lead over the
+    runner-up is real (``ablation_stats``: its 95 % interval, over seeds and held-out documents,
+    excludes zero)."""
+    scored = sorted(((r.mean_sd()[0], r) for r in results if r.runs()), key=lambda x: x[0])
     if not scored:
-        return Verdict(None, None, None, None, None, "no arm was trained")
+        return Verdict(None, None, None, {}, None, "val_bpb", "no arm was trained")
     best_mean, best = scored[0]
     metric = best.metric
     if len(scored) == 1:
-        return Verdict(best.name, None, None, None, None,
+        return Verdict(best.name, None, None, {}, None, metric,
                        f"{best.name} (the only arm trained: nothing to compare with)")
+    leads = {}
+    for _, other in scored[1:]:
+        lead = paired_lead(best.name, best.runs(), other.name, other.runs())
+        if lead is not None:
+            leads[other.name] = lead
     second_mean, second = scored[1]
-    lead = second_mean - best_mean
-    sds = [best.mean_sd()[1], second.mean_sd()[1]]
-    if None in sds:
-        return Verdict(best.name, second.name, lead, None, None,
+    lead = leads.get(second.name)
+    if lead is None:
+        return Verdict(best.name, second.name, None, leads, None, metric,
                        f"{best.name}: {metric} {best_mean:.4f} vs {second_mean:.4f} for "
-                       f"{second.name} (lead {lead:.4f}); seed spread unknown: give at least two "
-                       "seeds")
-    spread = max(sds)
-    clear = lead > CLEAR_LEAD_SDS * spread
-    return Verdict(best.name, second.name, lead, spread, clear,
-                   f"{best.name}: {metric} {best_mean:.4f} vs {second_mean:.4f} for {second.name}; "
-                   f"lead {lead:.4f} is " + ("more" if clear else "not more")
-                   + f" than {CLEAR_LEAD_SDS:g} x the seed sd {spread:.4f} ("
-                   + ("larger than the seed-to-seed spread)" if clear else
-                      "within the seed-to-seed spread: add seeds or tokens)"))
+                       f"{second.name}; they share no seed, so there is no paired verdict")
+    return Verdict(best.name, second.name, lead, leads, lead.real, metric,
+                   f"{best.name} is best ({metric} {best_mean:.4f} vs {second_mean:.4f}); "
+                   + lead.text(metric))
 
 
-def summary_rows(results: list[ArmResult]) -> list[dict]:
-    """One row per arm: kept documents and tokens, share, held-out metric mean ± sd, tokens/s."""
+def power(results: list[ArmResult], seeds_planned: int, wanted: float | None = None) -> Power | None:
+    """What the runs so far say about the plan: the smallest lead ``seeds_planned`` seeds can
+    detect between the current best arm and the runner-up (``ablation_stats.detectable_lead``)."""
+    v = verdict(results)
+    if v.lead is None:
+        return None
+    done = len(v.lead.seeds)
+    return Power(done, seeds_planned, v.lead, detectable_lead(v.lead, seeds_planned), wanted)
+
+
+def summary_rows(results: list[ArmResult], v: Verdict | None = None) -> list[dict]:
+    """One row per arm: kept documents and tokens, share, held-out metric mean ± sd over seeds
+    (unpaired) and one run's held-out error, the best arm's paired lead over it, tokens/s."""
+    v = v or verdict(results)
+
+    def r4(x):
+        return round(x, 4) if x is not None and math.isfinite(x) else None
+
     rows = []
     for r in results:
         mean, sd = r.mean_sd()
         rate = r.values("tokens_per_s")
+        lead = v.leads.get(r.name)
         rows.append({
             "arm": r.name, "docs_kept": r.plan.docs, "tokens_kept": r.plan.tokens,
             "share": round(r.plan.share, 4), "epochs_needed": round(r.plan.epochs_needed, 3)
             if math.isfinite(r.plan.epochs_needed) else None,
             "seeds": len(r.summaries), "metric": r.metric if r.summaries else "",
-            "val_mean": round(mean, 4) if mean is not None else None,
-            "val_sd": round(sd, 4) if sd is not None else None,
+            "val_mean": r4(mean), "val_sd": r4(sd), "val_se": r4(r.held_out_se()),
+            "best_leads_by": r4(lead.lead) if lead else None,
+            "lead_se": r4(lead.se) if lead else None,
+            "lead_ci95": r4(lead.half_width) if lead else None,
+            "lead_real": lead.real if lead else None,
             "tokens_per_s": round(statistics.fmean(rate), 1) if rate else None,
             "note": r.plan.note,
         })
     return rows
+
+
+@dataclass
+class Outcome:
+    """What ``run_arms`` trained, reused and concluded."""
+
+    results: list[ArmResult]
+    curves: dict[str, dict[int, list[tuple[int, float]]]]  # arm -> seed -> validation curve
+    trained: int = 0
+    reused: int = 0
+    power: list[Power] = field(default_factory=list)  # after each round of seeds
+    stopped_early: str = ""  # why the remaining seeds were not trained
+
+    @property
+    def verdict(self) -> Verdict:
+        return verdict(self.results)
+
+
+def run_arms(plan: AblationPlan, seeds: list[int], base: Path, folder: Callable[[ArmPlan], str],
+             train: Callable[[ArmPlan, int, Path], None], *, log: Callable[[str], None] = print,
+             warn: Callable[[str], None] | None = None, wanted_lead: float | None = None,
+             stop_when_underpowered: bool = False) -> Outcome:
+    """Every trained arm once per seed, seed by seed (a round of seeds gives every arm the same
+    seed before the next one starts, so the paired comparison and the power estimate grow
+    together); runs found finished in ``base/<folder(arm)>/seed-<seed>`` are reused, others are
+    handed to ``train(arm, seed, run_dir)`` (which resumes an interrupted one).
+
+    After each round the smallest lead the whole plan can detect is logged; when it exceeds
+    ``wanted_lead`` the log says so before the rest of the budget is spent, and with
+    ``stop_when_underpowered`` the remaining seeds are not trained."""
+    warn = warn or log
+    outcome = Outcome([ArmResult(a.name, a) for a in plan.arms], {})
+    for arm in plan.arms:
+        if not arm.trained:
+            warn(f"arm {arm.name} not trained: {arm.note}")
+    for i, seed in enumerate(seeds):
+        for arm, result in zip(plan.arms, outcome.results):
+            if not arm.trained:
+                continue
+            out = base / folder(arm) / f"seed-{seed}"
+            summary = finished_summary(out, plan.steps)
+            if summary is not None:
+                outcome.reused += 1
+                log(f"arm {arm.name} seed {seed}: finished earlier in {out}, reused")
+            else:
+                log(f"arm {arm.name} seed {seed}: training in {out}")
+                train(arm, seed, out)
+                summary = finished_summary(out, plan.steps)
+                if summary is None:
+                    raise AblationError(f"arm {arm.name} seed {seed}: the trainer stopped before "
+                                        f"step {plan.steps}; see {out}/metrics.jsonl")
+                outcome.trained += 1
+            result.add(seed, summary, out)
+            outcome.curves.setdefault(arm.name, {})[seed] = val_curve(out)
+        estimate = power(outcome.results, len(seeds), wanted_lead)
+        if estimate is None:
+            continue
+        outcome.power.append(estimate)
+        metric = outcome.verdict.metric
+        (warn if estimate.can_detect_wanted is False else log)(estimate.text(metric))
+        if stop_when_underpowered and estimate.can_detect_wanted is False and i + 1 < len(seeds):
+            outcome.stopped_early = (f"stopped after {i + 1} of {len(seeds)} seeds: "
+                                     + estimate.text(metric))
+            warn(outcome.stopped_early)
+            break
+    return outcome
 
 
 SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]")

@@ -222,15 +222,50 @@ class TrainBatches:
         return StreamingDataset.merge_state_dicts(states)
 
 
-def val_blocks(snap: TableSnapshot, *, filter: str, block_len: int, max_blocks: int) -> torch.Tensor:
-    """The first ``max_blocks`` validation blocks, packed in storage order (the same every run)."""
-    blocks = min(max_blocks, count_blocks(snap, filter, block_len, 1))
+VAL_SCAN_PER_BLOCK = 32
+"""The validation blocks are a systematic sample of the held-out token stream: every k-th of
+at most this many packed blocks per block kept, so they cover many documents (a few long ones
+would otherwise fill every block, and the held-out error is counted over documents)."""
+
+
+@dataclass(frozen=True)
+class ValBlocks:
+    blocks: torch.Tensor  # (n, block_len) packed blocks, in stream order
+    first_doc: torch.Tensor  # (n,) the stream's index of the document each block starts in
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+
+def val_blocks(snap: TableSnapshot, *, filter: str, block_len: int, max_blocks: int) -> ValBlocks:
+    """``max_blocks`` validation blocks (fewer when the split holds fewer), packed in storage
+    order and sampled evenly from its first ``max_blocks x VAL_SCAN_PER_BLOCK`` blocks: the same
+    blocks every run, spread over the split's documents."""
+    total = count_blocks(snap, filter, block_len, 1)
+    scan = min(total, max_blocks * VAL_SCAN_PER_BLOCK)
+    stride = max(1, scan // max_blocks)
     ds = StreamingDataset(
         snap.table, columns=["input_ids"], filter=filter, shuffle=False, num_splits=1,
         pack_sequences=block_len, eos_id=snap.tokenizer["eos_id"],
-        pad_id=snap.tokenizer["pad_id"], blocks_per_epoch=blocks,
+        pad_id=snap.tokenizer["pad_id"], blocks_per_epoch=scan,
     )
-    return torch.stack([item["input_ids"] for item in ds])
+    eos = snap.tokenizer["eos_id"]
+    kept, first_doc, docs_before = [], [], 0
+    for i, item in enumerate(ds):
+        block = item["input_ids"]
+        if i % stride == 0 and len(kept) < max_blocks:
+            kept.append(block)
+            first_doc.append(docs_before)
+        docs_before += int((block == eos).sum())
+    return ValBlocks(torch.stack(kept), torch.tensor(first_doc, dtype=torch.long))
+
+
+def document_index(val: ValBlocks, eos_id: int) -> torch.Tensor:
+    """For every target position of the blocks (``[:, 1:]``), the stream index of the document it
+    belongs to: an EOS closes its document, so it counts for the one before it."""
+    eos = (val.blocks == eos_id).long()
+    within = torch.cumsum(eos, 1) - eos  # EOS strictly before each position in its block
+    return (val.first_doc[:, None] + within)[:, 1:]
 
 
 def inputs_and_targets(blocks: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

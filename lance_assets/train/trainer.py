@@ -182,23 +182,67 @@ def train_step(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
     return StepResult(totals[0].item() / comm.world, int(totals[1].item()), wait, seen)
 
 
+@dataclass
+class Evaluation:
+    """One pass over the frozen validation blocks, summed per held-out document.
+
+    Documents are told apart by their EOS (the loader packs each document followed by one EOS),
+    so ``doc_loss[d]`` and ``doc_tokens[d]`` are the summed loss (nats) and the target tokens of
+    the d-th document the blocks reach, in storage order: the unit the standard error is computed
+    over, since the blocks of one document are not independent samples."""
+
+    loss: float  # nats per target token over every validation token
+    loss_se: float | None  # its standard error over documents (None: fewer than two)
+    doc_loss: list[float]
+    doc_tokens: list[int]
+
+    @classmethod
+    def of(cls, doc_loss: torch.Tensor, doc_tokens: torch.Tensor) -> Evaluation:
+        total = doc_tokens.sum().item()
+        if total == 0:
+            return cls(float("nan"), None, [], [])
+        loss = doc_loss.sum().item() / total
+        docs = len(doc_tokens)
+        se = None
+        if docs > 1:  # the ratio estimator's linearised variance, clusters = documents
+            residual = doc_loss - loss * doc_tokens
+            se = math.sqrt(docs / (docs - 1) * (residual ** 2).sum().item()) / total
+        return cls(loss, se, doc_loss.tolist(), [int(n) for n in doc_tokens.tolist()])
+
+
 @torch.no_grad()
-def evaluate(model: GPT, blocks: torch.Tensor, pad_id: int, comm: Collectives, batch_size: int,
-             autocast: Callable) -> float:
-    """Mean loss (nats/token) over the frozen validation blocks: each rank a stride, summed."""
+def evaluate(model: GPT, val: data.ValBlocks, pad_id: int, comm: Collectives, batch_size: int,
+             autocast: Callable, eos_id: int) -> Evaluation:
+    """Loss over the frozen validation blocks, per held-out document: each rank a stride of the
+    blocks, the per-position losses summed over ranks on the training device."""
     model.eval()
-    total = comm.tensor([0.0, 0.0])
-    mine = blocks[comm.rank::comm.world]
+    blocks = val.blocks
+    n_blocks, width = blocks.shape[0], blocks.shape[1] - 1
+    losses = torch.zeros(n_blocks, width, dtype=torch.float64, device=comm.device)
+    counted = torch.zeros(n_blocks, width, dtype=torch.float64, device=comm.device)
+    mine = torch.arange(comm.rank, n_blocks, comm.world)
     for i in range(0, len(mine), batch_size):
-        x, y = data.inputs_and_targets(mine[i : i + batch_size], pad_id)
+        rows = mine[i : i + batch_size]
+        x, y = data.inputs_and_targets(blocks[rows], pad_id)
         x, y = x.to(comm.device), y.to(comm.device)
         with autocast():
-            _, loss = model(x, y)
-        n = (y != -1).sum()
-        total += torch.stack([loss.double() * n, n.double()])
-    comm.sum(total)
+            logits, _ = model(x)
+        nll = torch.nn.functional.cross_entropy(
+            logits.float().flatten(0, 1), y.flatten(), ignore_index=-1, reduction="none")
+        rows = rows.to(comm.device)
+        losses[rows] = nll.view(y.shape).double()
+        counted[rows] = (y != -1).double()
+    comm.sum(losses)
+    comm.sum(counted)
     model.train()
-    return (total[0] / total[1]).item() if total[1] > 0 else float("nan")
+    doc = data.document_index(val, eos_id).reshape(-1).to(comm.device)
+    docs = int(doc.max().item()) + 1 if n_blocks else 0
+    doc_loss = torch.zeros(docs, dtype=torch.float64, device=comm.device)
+    doc_tokens = torch.zeros(docs, dtype=torch.float64, device=comm.device)
+    doc_loss.index_add_(0, doc, losses.reshape(-1))
+    doc_tokens.index_add_(0, doc, counted.reshape(-1))
+    keep = doc_tokens > 0  # a document cut off before its first target token
+    return Evaluation.of(doc_loss[keep].cpu(), doc_tokens[keep].cpu())
 
 
 def open_table(root: Path, cfg: TrainConfig, version: int | None,
@@ -345,8 +389,17 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     def mfu(tokens: int, seconds: float) -> float | None:
         return flops_per_token * tokens / seconds / (peak * world) if peak and seconds else None
 
-    def bpb(loss: float) -> float | None:
-        return loss * val_tokens_per_byte / math.log(2) if val_tokens_per_byte else None
+    def bpb(loss: float | None) -> float | None:
+        if loss is None or not val_tokens_per_byte:
+            return None
+        return loss * val_tokens_per_byte / math.log(2)
+
+    def validate() -> Evaluation:
+        return evaluate(model, val, tok["pad_id"], comm, cfg.batch_size, autocast, tok["eos_id"])
+
+    def record_eval(ev: Evaluation) -> None:
+        record({"step": step, "val_loss": ev.loss, "val_bpb": bpb(ev.loss),
+                "val_loss_se": ev.loss_se, "val_bpb_se": bpb(ev.loss_se)})
 
     def record(entry: dict) -> None:
         if rank == 0:
@@ -374,10 +427,11 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
                f"table v{snap.version}" + (f" (tag {table_tag})" if table_tag else "")
                + f", {blocks_per_epoch} blocks/epoch, global batch "
                f"{global_batch}, tokenizer {tok['name']}")
-    val_loss = first_val = evaluate(model, val, tok["pad_id"], comm, cfg.batch_size, autocast)
+    last_eval = validate()
+    val_loss = first_val = last_eval.loss
     val_step = step  # the step of the newest validation pass
     if step == 0:
-        record({"step": 0, "val_loss": val_loss, "val_bpb": bpb(val_loss)})
+        record_eval(last_eval)
     report.log(f"step {step}: val loss {val_loss:.4f}")
     start_step, start_tokens = step, tokens_seen
     t_start = time.perf_counter()
@@ -411,9 +465,9 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
             report.log(f"step {step}/{steps}: loss {loss:.4f} lr {entry['lr']:.2e} "
                        f"{rate:,.0f} tok/s" + (f" mfu {entry['mfu']:.1%}" if peak else ""))
         if step % cfg.eval_every == 0 or step == steps:
-            val_loss, val_step = evaluate(model, val, tok["pad_id"], comm, cfg.batch_size,
-                                          autocast), step
-            record({"step": step, "val_loss": val_loss, "val_bpb": bpb(val_loss)})
+            last_eval, val_step = validate(), step
+            val_loss = last_eval.loss
+            record_eval(last_eval)
             report.log(f"step {step}: val loss {val_loss:.4f}")
         if step % cfg.ckpt_every == 0 and step < steps:
             last_ckpt = save() or last_ckpt
@@ -439,12 +493,21 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
         "first_val_loss": round(first_val, 4), "val_loss": round(val_loss, 4),
         "val_loss_step": val_step,
         "val_bpb": round(final_bpb, 4) if final_bpb else None,
+        "val_loss_se": round(last_eval.loss_se, 5) if last_eval.loss_se is not None else None,
+        "val_bpb_se": round(bpb(last_eval.loss_se), 5) if bpb(last_eval.loss_se) is not None
+        else None,
+        "eval_blocks": len(val), "eval_docs": len(last_eval.doc_tokens),
+        "eval_tokens": sum(last_eval.doc_tokens),
         "train_loss": round(loss, 4) if step > start_step else None,
         "blocks_per_epoch": blocks_per_epoch, "git_commit": commit,
     }
     if run_mfu is not None:
         summary["mfu"] = round(run_mfu, 4)
-    if rank == 0:
+    if rank == 0:  # the held-out losses per document first: a summary names a finished run
+        storage.write_atomic(out / paths.HELD_OUT_FILE, json.dumps({
+            "step": val_step, "tokens_per_byte": val_tokens_per_byte,
+            "doc_loss": [round(v, 6) for v in last_eval.doc_loss],
+            "doc_tokens": last_eval.doc_tokens}).encode())
         storage.write_atomic(out / "summary.json", json.dumps(summary, indent=2).encode())
     report.materialize(summary)
     if val_step > start_step:

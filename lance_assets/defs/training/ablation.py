@@ -65,6 +65,15 @@ class AblationConfig(dg.Config):
     eval_blocks: int = pydantic.Field(16, description="held-out blocks per evaluation, the "
                                       "same blocks for every arm")
     evals_per_run: int = pydantic.Field(4, description="validation passes per run (the curves)")
+    min_lead: float = pydantic.Field(0.0, description="the smallest lead (held-out bits/byte) "
+                                     "the comparison must be able to detect: after each round of "
+                                     "seeds the asset reports the smallest lead its seeds and "
+                                     "budget can detect (95 % level, power 0.8) and warns, before "
+                                     "the remaining seeds train, when that is larger. 0: report "
+                                     "only")
+    stop_when_underpowered: bool = pydantic.Field(False, description="stop after the round of "
+                                                  "seeds that shows min_lead cannot be detected, "
+                                                  "instead of training the remaining seeds")
     allow_repeats: bool = pydantic.Field(False, description="train an arm whose kept tokens "
                                          "are fewer than the budget on repeated data (epochs "
                                          "> 1); false: report it and skip it")
@@ -83,6 +92,8 @@ class AblationConfig(dg.Config):
                              f"{rest}") from None
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
             raise ValueError(f"seeds {self.seeds}: give one or more distinct seeds >= 0")
+        if self.min_lead < 0:
+            raise ValueError(f"min_lead {self.min_lead}: give a lead in bits/byte >= 0")
         if self.token_budget < 1 or self.evals_per_run < 1:
             raise ValueError("token_budget and evals_per_run must be >= 1")
         if NUM_SPLITS % self.nproc_per_node or self.batch_size % (NUM_SPLITS // self.nproc_per_node):
@@ -133,6 +144,28 @@ def val_curves_markdown(curves: dict[str, dict[int, list[tuple[int, float]]]],
     return line_plot_markdown(series, "val curves", "step", f"held-out {metric}")
 
 
+def paired_markdown(verdict: ablation.Verdict) -> str:
+    """The best arm's paired lead over each other arm, seed by seed."""
+    if not verdict.leads:
+        return "No paired comparison: fewer than two arms trained on a common seed."
+    lines = [f"Lead of **{verdict.best}** ({verdict.metric}, lower is better): per seed, the "
+             "other arm's metric minus the best arm's.", "",
+             "| vs arm | per-seed differences | lead | se (seeds) | se (held-out) | se | "
+             "95 % interval | real |", "|---|---|---:|---:|---:|---:|---:|---|"]
+
+    def f(x):
+        return f"{x:.4f}" if x is not None else "—"
+
+    for arm, lead in verdict.leads.items():
+        diffs = ", ".join(f"{s}: {d:+.4f}" for s, d in zip(lead.seeds, lead.diffs))
+        ci = lead.half_width
+        interval = f"{lead.lead - ci:+.4f} … {lead.lead + ci:+.4f}" if ci is not None else "—"
+        real = {True: "yes", False: "no", None: "one seed: no verdict"}[lead.real]
+        lines.append(f"| {arm} | {diffs} | {lead.lead:+.4f} | {f(lead.seed_se)} | "
+                     f"{f(lead.held_out_se)} | {f(lead.se)} | {interval} | {real} |")
+    return "\n".join(lines)
+
+
 ARMS_SCHEMA = dg.TableSchema(columns=[
     dg.TableColumn("arm", "string", description="the rule set's name"),
     dg.TableColumn("docs_kept", "int", description="training documents its rules keep "
@@ -146,7 +179,18 @@ ARMS_SCHEMA = dg.TableSchema(columns=[
                                                    "the table has no byte counts"),
     dg.TableColumn("val_mean", "float", description="held-out metric at the last step, mean over "
                                                     "seeds (lower is better)"),
-    dg.TableColumn("val_sd", "float", description="its standard deviation over seeds"),
+    dg.TableColumn("val_sd", "float", description="its standard deviation over seeds "
+                                                  "(unpaired: what the seeds scatter)"),
+    dg.TableColumn("val_se", "float", description="one run's held-out error: the standard error "
+                                                  "of its metric over held-out documents, mean "
+                                                  "over seeds"),
+    dg.TableColumn("best_leads_by", "float", description="the best arm's paired lead over this "
+                                                         "arm: mean over seeds of this arm's "
+                                                         "metric minus the best arm's"),
+    dg.TableColumn("lead_se", "float", description="its standard error (per-seed differences "
+                                                   "and held-out documents)"),
+    dg.TableColumn("lead_ci95", "float", description="half the 95 % interval of the lead"),
+    dg.TableColumn("lead_real", "bool", description="the interval excludes zero"),
     dg.TableColumn("tokens_per_s", "float", description="training throughput, mean over seeds"),
     dg.TableColumn("note", "string", description="why an arm was not trained, or trained on "
                                                  "repeated data"),
@@ -188,43 +232,36 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
         {"tag": tag, **{k: v for k, v in vars(plan).items() if k != "arms"},
          "arms": [vars(a) for a in plan.arms]}, indent=2, default=str).encode())
 
-    results, curves, trained, reused = [], {}, 0, 0
-    for arm in plan.arms:
-        result = ablation.ArmResult(arm.name, arm)
-        results.append(result)
-        if not arm.trained:
-            context.log.warning(f"arm {arm.name} not trained: {arm.note}")
-            continue
-        folder = ablation.arm_folder(arm, run_settings(trainer_config(
-            config, plan, arm, 0, "x"), plan))
-        curves[arm.name] = {}
-        for seed in config.seeds:
-            out = base / folder / f"seed-{seed}"
-            cfg = trainer_config(config, plan, arm, seed, out.name)
-            summary = ablation.finished_summary(out, plan.steps)
-            if summary is not None:
-                reused += 1
-                context.log.info(f"arm {arm.name} seed {seed}: finished earlier in {out}, reused")
-            else:
-                context.log.info(f"arm {arm.name} seed {seed}: training in {out}")
-                hint = (f"to continue, materialize curation_ablation again with the same config "
-                        f"(name: {name}): finished runs are reused, this one resumes")
-                invocation = launch(context, pipes_subprocess_client, cfg, root, out,
-                                    (tag, version), resume_hint=hint)
-                invocation.get_materialize_result()  # the run's own report, summarized below
-                summary = ablation.finished_summary(out, plan.steps)
-                if summary is None:
-                    raise dg.Failure(f"arm {arm.name} seed {seed}: the trainer stopped before "
-                                     f"step {plan.steps}; see {out}/metrics.jsonl")
-                trained += 1
-            result.summaries[seed] = summary
-            curves[arm.name][seed] = ablation.val_curve(out)
+    def train(arm: ablation.ArmPlan, seed: int, out: Path) -> None:
+        hint = (f"to continue, materialize curation_ablation again with the same config "
+                f"(name: {name}): finished runs are reused, this one resumes")
+        invocation = launch(context, pipes_subprocess_client,
+                            trainer_config(config, plan, arm, seed, out.name), root, out,
+                            (tag, version), resume_hint=hint)
+        invocation.get_materialize_result()  # the run's own report, summarized below
 
-    verdict = ablation.verdict(results)
-    rows = ablation.summary_rows(results)
+    def folder(arm: ablation.ArmPlan) -> str:
+        return ablation.arm_folder(arm, run_settings(trainer_config(config, plan, arm, 0, "x"),
+                                                     plan))
+
+    try:
+        outcome = ablation.run_arms(
+            plan, config.seeds, base, folder, train, log=context.log.info,
+            warn=context.log.warning, wanted_lead=config.min_lead or None,
+            stop_when_underpowered=config.stop_when_underpowered)
+    except ablation.AblationError as e:
+        raise dg.Failure(str(e)) from None
+    results, verdict = outcome.results, outcome.verdict
+    rows = ablation.summary_rows(results, verdict)
+    estimate = outcome.power[-1] if outcome.power else None
+    detectable = round(estimate.detectable, 4) if estimate and estimate.detectable else None
     storage.write_atomic(base / "results.json", json.dumps(
         {"tag": tag, "version": version, "arms": rows, "best_arm": verdict.best,
-         "clear": verdict.clear, "verdict": verdict.text}, indent=2).encode())
+         "lead_real": verdict.real, "verdict": verdict.text,
+         "paired": {arm: lead.as_dict() for arm, lead in verdict.leads.items()},
+         "smallest_detectable_lead": detectable,
+         "power": [e.text(verdict.metric) for e in outcome.power],
+         "stopped_early": outcome.stopped_early}, indent=2).encode())
     metadata = {
         "arms": dg.MetadataValue.table(
             records=[dg.TableRecord({k: (v if not (isinstance(v, float) and math.isinf(v))
@@ -232,18 +269,25 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
             schema=ARMS_SCHEMA),
         "best_arm": verdict.best or "",
         "verdict": dg.MetadataValue.text(verdict.text),
-        "lead_exceeds_seed_spread": verdict.clear if verdict.clear is not None else "unknown",
+        "lead_is_real": verdict.real if verdict.real is not None else "unknown",
+        "paired_leads": dg.MetadataValue.md(paired_markdown(verdict)),
+        "smallest_detectable_lead": detectable if detectable is not None else "unknown",
+        "power": dg.MetadataValue.text("\n".join(e.text(verdict.metric) for e in outcome.power)
+                                       or "no paired runs"),
         "lance/snapshot_tag": tag,
         "lance/table_version": version,
         "held_out_filter": dg.MetadataValue.text(plan.held_out),
         "held_out_docs": plan.held_out_docs,
         "steps_per_run": plan.steps,
         "tokens_per_arm": plan.budget_tokens,
-        "runs_trained": trained,
-        "runs_reused": reused,
+        "runs_trained": outcome.trained,
+        "runs_reused": outcome.reused,
         "ablation_dir": dg.MetadataValue.path(str(base)),
         "duration_s": round(time.perf_counter() - start, 2),
     }
+    if outcome.stopped_early:
+        metadata["stopped_early"] = dg.MetadataValue.text(outcome.stopped_early)
+    curves = outcome.curves
     metric = next((r.metric for r in results if r.summaries), "val_bpb")
     curve = val_curves_markdown(curves, metric)
     if curve:
@@ -255,4 +299,6 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
             metadata[f"arm/{r.name}/{r.metric}"] = round(mean, 4)
         if sd is not None:
             metadata[f"arm/{r.name}/{r.metric}_sd"] = round(sd, 4)
+        if r.held_out_se() is not None:
+            metadata[f"arm/{r.name}/{r.metric}_se"] = round(r.held_out_se(), 5)
     return dg.MaterializeResult(metadata=metadata)
