@@ -36,8 +36,9 @@ DEFAULT_ARMS = ("curation_rules", "no_rules")
 
 class AblationConfig(dg.Config):
     """Which rule sets to compare and how big the proxy models and their budget are. The
-    defaults (two arms, two seeds, a `tiny` model on 8k tokens each) finish in about a minute
-    on 2 CPU cores; see docs/benchmarks.md for a real comparison."""
+    defaults (two arms, three seeds, a `tiny` model on 262k tokens each, 512 held-out blocks)
+    tell a planted fifth of junk tokens from clean text in a few minutes on 2 CPU cores; see
+    docs/benchmarks.md."""
 
     name: str = pydantic.Field(
         "", description="the ablation's name: its runs live in DATA/ablations/<name> and its "
@@ -53,17 +54,24 @@ class AblationConfig(dg.Config):
     seq_len: int = pydantic.Field(64, description="tokens per training sequence")
     batch_size: int = pydantic.Field(8, description="sequences per rank per step (a multiple "
                                      "of 8 / nproc_per_node)")
-    token_budget: int = pydantic.Field(8192, description="target tokens every arm trains on "
-                                       "(rounded up to whole steps)")
-    seeds: list[int] = pydantic.Field([0, 1], description="one run per arm and seed; the "
-                                      "spread over seeds says whether a lead is real")
+    token_budget: int = pydantic.Field(262_144, description="target tokens every arm trains on "
+                                       "(rounded up to whole steps); the default is 512 steps of "
+                                       "the default batch, past the early steps where a proxy "
+                                       "model has learned little more than byte frequencies and "
+                                       "arms differ by chance")
+    seeds: list[int] = pydantic.Field([0, 1, 2], description="one run per arm and seed; seed s "
+                                      "starts every arm from the same weights, and the spread "
+                                      "of the per-seed differences says whether a lead is real "
+                                      "(at least two; three give the t-test two degrees of "
+                                      "freedom)")
     lr: float = pydantic.Field(5e-3, description="peak learning rate")
     eval_filter: str = pydantic.Field("NOT is_dup", description="neutral SQL predicate of the "
                                       "documents the held-out split is drawn from")
     eval_pct: int = pydantic.Field(10, description="per cent of those documents held out (by a "
                                    "fixed hash of the id); no arm trains on them")
-    eval_blocks: int = pydantic.Field(16, description="held-out blocks per evaluation, the "
-                                      "same blocks for every arm")
+    eval_blocks: int = pydantic.Field(512, description="held-out blocks per evaluation, the "
+                                      "same blocks for every arm, spread over the held-out "
+                                      "documents")
     evals_per_run: int = pydantic.Field(4, description="validation passes per run (the curves)")
     min_lead: float = pydantic.Field(0.0, description="the smallest lead (held-out bits/byte) "
                                      "the comparison must be able to detect: after each round of "
@@ -101,6 +109,16 @@ class AblationConfig(dg.Config):
                              f"batch_size {self.batch_size} be a multiple of "
                              f"{NUM_SPLITS} / nproc_per_node")
         return self
+
+
+def plan_for(config: AblationConfig, ds: lance.LanceDataset,
+             rule_sets: dict[str, dict[str, str]]) -> ablation.AblationPlan:
+    """The ablation's plan on ``ds`` (one pinned version) under ``config``."""
+    return ablation.plan_ablation(
+        ds, rule_sets, token_budget=config.token_budget, seq_len=config.seq_len,
+        global_batch=config.batch_size * config.nproc_per_node, num_splits=NUM_SPLITS,
+        eval_filter=config.eval_filter, eval_pct=config.eval_pct,
+        allow_repeats=config.allow_repeats)
 
 
 def trainer_config(config: AblationConfig, plan: ablation.AblationPlan, arm: ablation.ArmPlan,
@@ -203,10 +221,13 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
                       lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
     """Which curation trains the better model: one small proxy model per rule set (arm) and
     seed, every arm at the same token budget on one tagged table version (`ablation-<name>`),
-    all evaluated on one held-out split no arm trains on. Metadata: the arms' table (kept
-    documents and tokens, held-out bits/byte mean ± sd over seeds, tokens/s), their validation
-    curves, `arm/<name>/val_bpb` per arm, and the best arm with whether its lead exceeds the
-    seed-to-seed spread. Finished runs are reused on a rerun; an interrupted one resumes."""
+    all evaluated on one held-out split no arm trains on. Seeds are trained round by round; after
+    each round the log says the smallest lead the whole plan can detect (and warns when it
+    exceeds `min_lead`). Metadata: the arms' table (kept documents and tokens, held-out bits/byte
+    mean ± sd over seeds and one run's held-out error, the best arm's paired lead over each arm
+    with its 95 % interval), the paired differences seed by seed, the smallest detectable lead,
+    their validation curves, `arm/<name>/val_bpb` per arm, and the best arm with whether its lead
+    is real. Finished runs are reused on a rerun; an interrupted one resumes."""
     root = lance_store.root
     start = time.perf_counter()
     name = config.name or f"v{open_table(root).version}"
@@ -215,11 +236,7 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
     rule_sets = config.rule_sets or {DEFAULT_ARMS[0]: curation_in_force(ds).rules,
                                      DEFAULT_ARMS[1]: {}}
     try:
-        plan = ablation.plan_ablation(
-            ds, rule_sets, token_budget=config.token_budget, seq_len=config.seq_len,
-            global_batch=config.batch_size * config.nproc_per_node, num_splits=NUM_SPLITS,
-            eval_filter=config.eval_filter, eval_pct=config.eval_pct,
-            allow_repeats=config.allow_repeats)
+        plan = plan_for(config, ds, rule_sets)
     except ablation.AblationError as e:
         raise dg.Failure(str(e)) from None
     maintenance.tag_snapshot(paths.table_uri(root), tag, version)  # no cleanup removes it now

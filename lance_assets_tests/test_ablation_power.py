@@ -1,0 +1,121 @@
+"""Ablations that can tell: planted junk is found and called real, a null comparison is not.
+
+Each planting is a new corpus: clean documents (short sentences about a few subjects, which a
+`tiny` model learns within a few thousand tokens) and word salad made of the same words in
+random order, about a fifth of the bytes, marked by a FineWeb-Edu-style ``score`` (4 clean,
+0.5 salad). The held-out yardstick is the clean text (``eval_filter: score >= 3``).
+
+- **junk**: ``keep_all`` against ``drop_junk`` (``score >= 3``): ``drop_junk`` must be named
+  and its lead called real;
+- **null**: the junk removed from both arms, ``drop_junk`` against ``drop_junk_subset`` (a fifth
+  of the clean documents dropped by id): no lead may be called real.
+
+The comparison is the asset's own: its config (every default but the budget, ``TEST_SETTINGS``),
+its plan, ``run_arms`` seed by seed and the paired verdict, with every run the trainer's CLI on
+the asset's own arguments, run in this process instead of under torchrun (the launch is
+`test_ablation.py`'s subject).
+"""
+
+import random
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+
+from lance_assets import paths
+from lance_assets.corpus import ablation
+from lance_assets_tests.conftest import quiet, write_fineweb_parquet
+
+SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the teacher", "our neighbour"]
+VERBS = ["sees", "likes", "finds", "helps", "follows", "paints"]
+OBJECTS = ["the ball.", "a house.", "the tree.", "some water.", "the road.", "a letter."]
+JUNK = {"keep_all": {}, "drop_junk": {"quality": "score >= 3"}}
+NULL = {"drop_junk": {"quality": "score >= 3"},
+        "drop_junk_subset": {"quality": "score >= 3", "subset": "id % 5 != 0"}}
+# Half the default's steps (256 of the default batch) at half the default context: this corpus
+# is learnt by then (in fewer steps the proxies still differ by chance, which is why the default
+# budget is 512 steps), and two plantings fit the suite.
+TEST_SETTINGS = {"token_budget": 65_536, "seq_len": 32}
+
+
+def planted(seed: int, junk_share: float = 0.2) -> tuple[list[str], list[float]]:
+    rng = random.Random(seed)
+    clean = [" ".join(f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}"
+                      for _ in range(rng.randrange(8, 16))) for _ in range(3000)]
+    words = [w for t in clean for w in t.split()]
+    size = sum(map(len, clean))
+    junk = []
+    while sum(map(len, junk)) < junk_share / (1 - junk_share) * size:
+        junk.append(" ".join(rng.choices(words, k=rng.randrange(30, 70))))
+    rows = [(t, 4.0) for t in clean] + [(t, 0.5) for t in junk]
+    rng.shuffle(rows)
+    return [t for t, _ in rows], [s for _, s in rows]
+
+
+def planted_root(base: Path, seed: int) -> Path:
+    from lance_assets.corpus.dedup import dedup_flag
+    from lance_assets.corpus.ingest import ingest
+    from lance_assets.corpus.tokenize import token_ids
+
+    texts, scores = planted(seed)
+    source = write_fineweb_parquet(base / f"planted-{seed}.parquet", texts,
+                                   extra={"score": pa.array(scores, pa.float64())})
+    root = base / f"data-{seed}"
+    ingest(root, str(source), rows_per_fragment=300, log=quiet)
+    dedup_flag(root, log=quiet)
+    token_ids(root, "byte", log=quiet)
+    return root
+
+
+def compare(root: Path, rule_sets: dict, name: str) -> ablation.Outcome:
+    """The asset's comparison, every run the trainer's CLI in this process."""
+    from lance_assets.corpus import maintenance
+    from lance_assets.defs.training.ablation import (
+        AblationConfig,
+        pinned_version,
+        plan_for,
+        run_settings,
+        trainer_config,
+    )
+    from lance_assets.defs.training.assets import trainer_args
+    from lance_assets.train.trainer import main
+
+    config = AblationConfig(name=name, rule_sets=rule_sets, eval_filter="score >= 3",
+                            **TEST_SETTINGS)
+    tag, version = pinned_version(root, name)
+    plan = plan_for(config, lance.dataset(paths.table_uri(root), version=version), rule_sets)
+    maintenance.tag_snapshot(paths.table_uri(root), tag, version)
+    snapshot = (tag, version)
+
+    def train(arm, seed, out):
+        cfg = trainer_config(config, plan, arm, seed, out.name)
+        assert main(trainer_args(cfg, root, out, snapshot)) == 0
+
+    def folder(arm):
+        return ablation.arm_folder(arm, run_settings(trainer_config(config, plan, arm, 0, "x"),
+                                                     plan))
+
+    return ablation.run_arms(plan, config.seeds, paths.ablation_dir(root, name), folder, train,
+                             log=quiet)
+
+
+@pytest.mark.parametrize("planting", [0, 1])
+def test_planted_junk_is_named_and_real_and_a_null_comparison_is_not(tmp_path, planting):
+    root = planted_root(tmp_path, planting)
+    share = ablation.plan_ablation(lance.dataset(paths.table_uri(root)), JUNK, token_budget=1,
+                                   seq_len=64, global_batch=32, num_splits=8,
+                                   eval_filter="score >= 3")
+    junk_tokens = 1 - share.arm("drop_junk").tokens / share.arm("keep_all").tokens
+    assert 0.17 < junk_tokens < 0.23  # about a fifth of what keep_all trains on is junk
+
+    junk = compare(root, JUNK, "junk")
+    v = junk.verdict
+    assert v.best == "drop_junk" and v.real is True, v.text
+    assert len(v.lead.seeds) == 3 and all(d > 0 for d in v.lead.diffs)
+    assert v.lead.held_out_se is not None and v.lead.held_out_docs > 20
+    assert junk.power and junk.power[-1].detectable < v.lead.lead  # it could see this lead
+
+    null = compare(root, NULL, "junk")  # drop_junk's runs are found again, not retrained
+    assert null.reused == 3 and null.trained == 3
+    assert null.verdict.real is False, null.verdict.text
