@@ -29,9 +29,14 @@ lock-upgrade:
 lock-check:
 	@VENV=$(VENV) ./scripts/lock.sh --check
 
+# curation_ablation on the demo's small corpus: a quarter of its default budget (the end_to_end
+# job's config too: lance_assets.defs.training.ablation.DEMO_RUN_CONFIG).
+DEMO_RUN_CONFIG := {"ops": {"curation_ablation": {"config": {"token_budget": 65536}}}}
+
 ## Materialize every asset end to end (synthetic corpus, tiny model) into $(LANCE_ASSETS_DATA).
 demo: setup
-	$(BIN)/dagster asset materialize -m lance_assets.definitions --select '*'
+	$(BIN)/dagster asset materialize -m lance_assets.definitions --select '*' \
+	  --config-json '$(DEMO_RUN_CONFIG)'
 
 ## The linter (ruff, configured in pyproject.toml).
 lint: setup

@@ -28,7 +28,7 @@ from lance_assets.defs.maintenance.assets import table_maintenance
 from lance_assets.defs.maintenance.automation import table_maintenance_job, table_maintenance_schedule
 from lance_assets.defs.maintenance.checks import coverage_checks
 from lance_assets.defs.resources import lance_store_from_env
-from lance_assets.defs.training.ablation import curation_ablation
+from lance_assets.defs.training.ablation import DEMO_RUN_CONFIG, curation_ablation
 from lance_assets.defs.training.assets import pretrained_model, samples
 from lance_assets.defs.training.checks import CHECKS as TRAINING_CHECKS
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
@@ -46,6 +46,7 @@ end_to_end_job = dg.define_asset_job(
                 "token_ids; embeddings and vector_index; chunk_embeddings and chunk_index; "
                 "training (pretrained_model, samples, curation_ablation); the forensics report; "
                 "table_maintenance.",
+    config=DEMO_RUN_CONFIG,
 )
 
 defs = dg.Definitions(

@@ -94,3 +94,19 @@ def test_torchrun_steps_run_one_at_a_time_inside_a_run():
     assert trainers == {"pretrained_model", "curation_ablation"}
     for job in ("end_to_end", "ingest", "__ASSET_JOB"):
         assert defs.resolve_job_def(job).executor_def is RUN_EXECUTOR, job
+
+
+def test_make_demo_and_the_end_to_end_job_run_the_same_ablation_config():
+    """`make demo` passes the end_to_end job's run config (a budget the demo corpus can fill)."""
+    import json
+    import re
+    from pathlib import Path
+
+    from lance_assets.definitions import defs
+    from lance_assets.defs.training.ablation import DEMO_RUN_CONFIG
+
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    demo = json.loads(re.search(r"^DEMO_RUN_CONFIG := (.*)$", makefile, re.M).group(1))
+    assert demo == DEMO_RUN_CONFIG
+    assert "--config-json '$(DEMO_RUN_CONFIG)'" in makefile
+    assert defs.get_job_def("end_to_end").run_config == DEMO_RUN_CONFIG
