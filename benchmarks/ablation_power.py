@@ -1,13 +1,16 @@
 """Can `curation_ablation` tell? Planted junk on real text, before and after paired verdicts.
 
-    python -m benchmarks.ablation_power [--plantings 0 1] [--mb 3] [--junk-share 0.2]
-                                        [--config '{"token_budget": ...}'] [--before]
+    python -m benchmarks.ablation_power [--corpus real|sentences] [--plantings 0 1] [--mb 3]
+                                        [--junk-share 0.2] [--config '{"token_budget": ...}']
+                                        [--before]
 
-Real text found offline (the Python sources and docs installed on this machine and
-/usr/share/doc, ``benchmarks.tokenize_bench.build_corpus``) plus planted word salad (the real
-text's own words in random order, hard-wrapped like it) making ``--junk-share`` of the bytes.
-A FineWeb-Edu-style ``score`` column marks them (4 real, 0.5 salad); byte tokens, so bits/byte
-is exact. The held-out split is real text only (``eval_filter: score >= 3``). Per planting seed
+``--corpus real``: real text found offline (the Python sources and docs installed on this
+machine and /usr/share/doc, ``benchmarks.tokenize_bench.build_corpus``) plus planted word salad
+(the real text's own words in random order, hard-wrapped like it) making ``--junk-share`` of the
+bytes. ``--corpus sentences``: ``corpus.synthetic.planted_junk``, short sentences and salad of
+their words (the corpus ``test_ablation_power.py`` plants). A FineWeb-Edu-style ``score`` column
+marks them (4 clean, 0.5 salad); byte tokens, so bits/byte is exact.
+The held-out split is clean text only (``eval_filter: score >= 3``). Per planting seed
 (a new salad and a new document order, so a new held-out split), two comparisons, each the
 `curation_ablation` asset end to end (torchrun through Dagster Pipes) with its default config:
 
@@ -40,6 +43,7 @@ from benchmarks.tokenize_bench import build_corpus
 from lance_assets import paths
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.synthetic import planted_junk
 from lance_assets.corpus.tokenize import token_ids
 
 JUNK = {"keep_all": {}, "drop_junk": {"quality": "score >= 3"}}
@@ -62,15 +66,19 @@ def word_salad(texts: list[str], share: float, seed: int) -> list[str]:
     return out
 
 
-def planted_table(work: Path, mb: float, share: float, seed: int) -> Path:
-    root = work / f"planting-{seed}" / "data"
+def planted_table(work: Path, corpus: str, mb: float, share: float, seed: int) -> Path:
+    root = work / f"{corpus}-{seed}" / "data"
     if Path(paths.table_uri(root)).exists():
         return root
-    source, _, _ = build_corpus(work / "local_text.parquet", int(mb * 1e6))
-    real = pq.read_table(source).column("text").to_pylist()
-    salad = word_salad(real, share, seed)
-    rows = [(t, 4.0) for t in real] + [(t, 0.5) for t in salad]
-    random.Random(seed).shuffle(rows)
+    if corpus == "sentences":
+        texts, scores = planted_junk(junk_share=share, seed=seed)
+        rows = list(zip(texts, scores))
+    else:
+        source, _, _ = build_corpus(work / "local_text.parquet", int(mb * 1e6))
+        real = pq.read_table(source).column("text").to_pylist()
+        salad = word_salad(real, share, seed)
+        rows = [(t, 4.0) for t in real] + [(t, 0.5) for t in salad]
+        random.Random(seed).shuffle(rows)
     parquet = root.parent / "planted.parquet"
     parquet.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"text": [t for t, _ in rows], "score": [s for _, s in rows]}), parquet)
@@ -110,6 +118,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plantings", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--corpus", choices=("real", "sentences"), default="real",
+                    help="real: local text + word salad; sentences: "
+                         "corpus.synthetic.planted_junk (what test_ablation_power.py plants)")
     ap.add_argument("--mb", type=float, default=3.0, help="MB of real text")
     ap.add_argument("--junk-share", type=float, default=0.2)
     ap.add_argument("--config", default="{}", help="JSON overriding the asset's defaults")
@@ -125,7 +136,7 @@ def main() -> None:
     print("|---|---|---|---|---|---:|---|---:|---:|---:|")
     for planting in args.plantings:
         t0 = time.perf_counter()
-        root = planted_table(work, args.mb, args.junk_share, planting)
+        root = planted_table(work, args.corpus, args.mb, args.junk_share, planting)
         print(f"# planting {planting}: table ready in {time.perf_counter() - t0:.0f} s", flush=True)
         configs = [("defaults", override)] + ([("before", BEFORE)] if args.before else [])
         for label, extra in configs:

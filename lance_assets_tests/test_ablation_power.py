@@ -1,9 +1,9 @@
 """Ablations that can tell: planted junk is found and called real, a null comparison is not.
 
-Each planting is a new corpus: clean documents (short sentences about a few subjects, which a
-`tiny` model learns within a few thousand tokens) and word salad made of the same words in
-random order, about a fifth of the bytes, marked by a FineWeb-Edu-style ``score`` (4 clean,
-0.5 salad). The held-out yardstick is the clean text (``eval_filter: score >= 3``).
+Each planting is a new corpus (``corpus.synthetic.planted_junk``): clean documents (short
+sentences, which a `tiny` model learns within a few hundred steps) and word salad made of the
+same words in random order, about a fifth of the bytes, marked by a FineWeb-Edu-style ``score``
+(4 clean, 0.5 salad). The held-out yardstick is the clean text (``eval_filter: score >= 3``).
 
 - **junk**: ``keep_all`` against ``drop_junk`` (``score >= 3``): ``drop_junk`` must be named
   and its lead called real;
@@ -16,7 +16,6 @@ the asset's own arguments, run in this process instead of under torchrun (the la
 `test_ablation.py`'s subject).
 """
 
-import random
 from pathlib import Path
 
 import lance
@@ -25,11 +24,9 @@ import pytest
 
 from lance_assets import paths
 from lance_assets.corpus import ablation
+from lance_assets.corpus.synthetic import planted_junk
 from lance_assets_tests.conftest import quiet, write_fineweb_parquet
 
-SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the teacher", "our neighbour"]
-VERBS = ["sees", "likes", "finds", "helps", "follows", "paints"]
-OBJECTS = ["the ball.", "a house.", "the tree.", "some water.", "the road.", "a letter."]
 JUNK = {"keep_all": {}, "drop_junk": {"quality": "score >= 3"}}
 NULL = {"drop_junk": {"quality": "score >= 3"},
         "drop_junk_subset": {"quality": "score >= 3", "subset": "id % 5 != 0"}}
@@ -39,26 +36,12 @@ NULL = {"drop_junk": {"quality": "score >= 3"},
 TEST_SETTINGS = {"token_budget": 65_536, "seq_len": 32}
 
 
-def planted(seed: int, junk_share: float = 0.2) -> tuple[list[str], list[float]]:
-    rng = random.Random(seed)
-    clean = [" ".join(f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}"
-                      for _ in range(rng.randrange(8, 16))) for _ in range(3000)]
-    words = [w for t in clean for w in t.split()]
-    size = sum(map(len, clean))
-    junk = []
-    while sum(map(len, junk)) < junk_share / (1 - junk_share) * size:
-        junk.append(" ".join(rng.choices(words, k=rng.randrange(30, 70))))
-    rows = [(t, 4.0) for t in clean] + [(t, 0.5) for t in junk]
-    rng.shuffle(rows)
-    return [t for t, _ in rows], [s for _, s in rows]
-
-
 def planted_root(base: Path, seed: int) -> Path:
     from lance_assets.corpus.dedup import dedup_flag
     from lance_assets.corpus.ingest import ingest
     from lance_assets.corpus.tokenize import token_ids
 
-    texts, scores = planted(seed)
+    texts, scores = planted_junk(seed=seed)
     source = write_fineweb_parquet(base / f"planted-{seed}.parquet", texts,
                                    extra={"score": pa.array(scores, pa.float64())})
     root = base / f"data-{seed}"

@@ -133,3 +133,28 @@ def generate(spec: SyntheticSpec) -> pa.Table:
         "text": pa.array(texts, pa.string()),
         "score": pa.array(scores, pa.float64()),
     })
+
+
+PLANTED_SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the teacher", "our neighbour"]
+PLANTED_VERBS = ["sees", "likes", "finds", "helps", "follows", "paints"]
+PLANTED_OBJECTS = ["the ball.", "a house.", "the tree.", "some water.", "the road.", "a letter."]
+
+
+def planted_junk(docs: int = 3000, junk_share: float = 0.2,
+                 seed: int = 0) -> tuple[list[str], list[float]]:
+    """A corpus with a known answer for curation ablations: ``docs`` clean documents (short
+    sentences that a `tiny` model learns within a few hundred steps) and word salad made of the
+    same words in random order, ``junk_share`` of all characters, with a FineWeb-Edu-style
+    score (4.0 clean, 0.5 salad), shuffled. Returns (texts, scores)."""
+    rng = random.Random(seed)
+    clean = [" ".join(f"{rng.choice(PLANTED_SUBJECTS)} {rng.choice(PLANTED_VERBS)} "
+                      f"{rng.choice(PLANTED_OBJECTS)}" for _ in range(rng.randrange(8, 16)))
+             for _ in range(docs)]
+    words = [w for t in clean for w in t.split()]
+    target, size, junk = junk_share / (1 - junk_share) * sum(map(len, clean)), 0, []
+    while size < target:
+        junk.append(" ".join(rng.choices(words, k=rng.randrange(30, 70))))
+        size += len(junk[-1])
+    rows = [(t, 4.0) for t in clean] + [(t, 0.5) for t in junk]
+    rng.shuffle(rows)
+    return [t for t, _ in rows], [s for _, s in rows]
