@@ -218,8 +218,8 @@ def evaluate(model: GPT, val: data.ValBlocks, pad_id: int, comm: Collectives, ba
     model.eval()
     blocks = val.blocks
     n_blocks, width = blocks.shape[0], blocks.shape[1] - 1
-    losses = torch.zeros(n_blocks, width, dtype=torch.float64, device=comm.device)
-    counted = torch.zeros(n_blocks, width, dtype=torch.float64, device=comm.device)
+    # per position: [0] the loss, [1] whether it counts (not PAD); one all-reduce per pass
+    sums = torch.zeros(2, n_blocks, width, dtype=torch.float64, device=comm.device)
     mine = torch.arange(comm.rank, n_blocks, comm.world)
     for i in range(0, len(mine), batch_size):
         rows = mine[i : i + batch_size]
@@ -230,17 +230,16 @@ def evaluate(model: GPT, val: data.ValBlocks, pad_id: int, comm: Collectives, ba
         nll = torch.nn.functional.cross_entropy(
             logits.float().flatten(0, 1), y.flatten(), ignore_index=-1, reduction="none")
         rows = rows.to(comm.device)
-        losses[rows] = nll.view(y.shape).double()
-        counted[rows] = (y != -1).double()
-    comm.sum(losses)
-    comm.sum(counted)
+        sums[0, rows] = nll.view(y.shape).double()
+        sums[1, rows] = (y != -1).double()
+    comm.sum(sums)
     model.train()
     doc = data.document_index(val, eos_id).reshape(-1).to(comm.device)
     docs = int(doc.max().item()) + 1 if n_blocks else 0
     doc_loss = torch.zeros(docs, dtype=torch.float64, device=comm.device)
     doc_tokens = torch.zeros(docs, dtype=torch.float64, device=comm.device)
-    doc_loss.index_add_(0, doc, losses.reshape(-1))
-    doc_tokens.index_add_(0, doc, counted.reshape(-1))
+    doc_loss.index_add_(0, doc, sums[0].reshape(-1))
+    doc_tokens.index_add_(0, doc, sums[1].reshape(-1))
     keep = doc_tokens > 0  # a document cut off before its first target token
     return Evaluation.of(doc_loss[keep].cpu(), doc_tokens[keep].cpu())
 
