@@ -85,7 +85,7 @@ def pct(values: list[float], q: float) -> float:
 
 def data_bytes(ds: lance.LanceDataset, column: str) -> int:
     """Bytes on disk of the data files holding ``column``."""
-    from lance_assets.corpus.table import data_files_by_field
+    from lance_assets.table import data_files_by_field
 
     root = Path(ds.uri)
     return sum((root / "data" / f).stat().st_size

@@ -81,7 +81,7 @@ def main() -> None:
         lance.LanceDataset.commit(uri, op, read_version=ds.version)
 
     from lance_assets.corpus.columns import _fragments_without_fields, fragments_missing
-    from lance_assets.corpus.table import leaf_field_ids
+    from lance_assets.table import leaf_field_ids
 
     def by_files():
         ds = lance.dataset(uri)

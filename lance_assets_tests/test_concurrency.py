@@ -17,7 +17,7 @@ import pytest
 from lance_assets import paths
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.quality import quality_signals
-from lance_assets.corpus.table import RAW_SCHEMA
+from lance_assets.table import RAW_SCHEMA
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.fault_driver import run as run_writer
 

@@ -124,7 +124,7 @@ def test_hostile_rule_never_shows_a_file_in_the_ui(curated, store):
     """The attack of issue 12: a rule that closes the hit-count query and reads /etc/passwd.
     Refused by curation_rules; and written straight into the table config, corpus_profile runs
     without it and shows no file contents."""
-    from lance_assets.corpus.table import set_json_config
+    from lance_assets.table import set_json_config
 
     version = lance.dataset(store.table_uri).version
     refused = dg.materialize(

@@ -15,7 +15,7 @@ from lance_assets import paths
 from lance_assets.corpus import contamination as cont
 from lance_assets.corpus import guards, rules
 from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.table import data_files_by_field
+from lance_assets.table import data_files_by_field
 from lance_assets_tests.conftest import quiet
 
 WORDS = ("river mountain teacher lantern quiet orange window seven silver market yellow winter "

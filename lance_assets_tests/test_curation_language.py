@@ -10,7 +10,7 @@ import pytest
 from lance_assets import paths
 from lance_assets.corpus import language, rules
 from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.table import data_files_by_field
+from lance_assets.table import data_files_by_field
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.multilingual import SENTENCES, documents
 

@@ -11,7 +11,7 @@ from lance_assets import paths
 from lance_assets.corpus import near_dup as nd
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.synthetic import SyntheticSpec, generate
-from lance_assets.corpus.table import data_files_by_field
+from lance_assets.table import data_files_by_field
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.curation_reference import brute_force_pairs, plant_near_duplicates, precision_recall
 

@@ -89,7 +89,7 @@ def test_training_filter_follows_the_stored_rules(curated_root, tmp_path):
     import shutil
 
     from lance_assets.corpus.predicate import safe_predicate
-    from lance_assets.corpus.table import set_json_config
+    from lance_assets.table import set_json_config
 
     root = tmp_path / "data"
     shutil.copytree(curated_root, root)

@@ -21,7 +21,7 @@ import pytest
 from lance_assets import paths
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.synthetic import SyntheticSpec, generate
-from lance_assets.corpus.table import table_exists
+from lance_assets.table import table_exists
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.fault_driver import EVAL_SET
 from lance_assets_tests.fault_driver import run as run_writer

@@ -10,7 +10,7 @@ import pytest
 
 from lance_assets import paths
 from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.table import data_files_by_field
+from lance_assets.table import data_files_by_field
 from lance_assets.forensics import chunks, embed
 from lance_assets.forensics import vector_index as vindex
 from lance_assets.forensics.attribution import align, build_ngram_index, ngram_hashes, passages

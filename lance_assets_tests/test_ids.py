@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from lance_assets import paths
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.maintenance import maintain
-from lance_assets.corpus.table import row_id_high_water, table_exists
+from lance_assets.table import row_id_high_water, table_exists
 from lance_assets_tests.conftest import quiet
 
 

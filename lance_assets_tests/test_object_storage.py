@@ -24,7 +24,7 @@ from moto.server import ThreadedMotoServer
 
 from lance_assets import paths, storage
 from lance_assets.corpus.ingest import ingest, ingest_lock
-from lance_assets.corpus.table import table_exists
+from lance_assets.table import table_exists
 from lance_assets.definitions import defs
 from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import lance_store_from_env

@@ -18,7 +18,7 @@ from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.near_dup import near_dup
 from lance_assets.corpus.predicate import PredicateError, safe_predicate
 from lance_assets.corpus.quality import quality_signals
-from lance_assets.corpus.table import set_json_config
+from lance_assets.table import set_json_config
 from lance_assets_tests.conftest import quiet
 
 PASSWD_RULE = ("true), false)) AS rows_removed, 0 AS share_removed FROM corpus UNION ALL SELECT "

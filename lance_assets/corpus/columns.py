@@ -56,7 +56,7 @@ import pyarrow as pa
 from lance.fragment import LanceFragment, write_fragments
 
 from lance_assets.corpus import executor as executors
-from lance_assets.corpus.table import commit_retrying, leaf_field_ids
+from lance_assets.table import commit_retrying, leaf_field_ids
 from lance_assets.progress import progress
 
 # compute(fragment) -> batches holding exactly the group's columns, one row per fragment row

@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from lance_assets import paths, storage
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.corpus.table import commit_retrying, get_json_config, open_table, set_json_config
+from lance_assets.table import commit_retrying, get_json_config, open_table, set_json_config
 from lance_assets.keys import CONTAMINATION_KEY
 
 NGRAM = 13

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from lance_assets import keys, paths
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.corpus.table import open_table
+from lance_assets.table import open_table
 from lance_assets.progress import progress
 
 IS_DUP = pa.field(keys.IS_DUP, pa.bool_())

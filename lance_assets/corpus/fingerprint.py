@@ -18,7 +18,7 @@ from typing import Any
 
 import lance
 
-from lance_assets.corpus.table import leaf_field_ids
+from lance_assets.table import leaf_field_ids
 
 DIGEST_CHARS = 12
 

@@ -16,7 +16,7 @@ import lance
 import pyarrow as pa
 
 from lance_assets import paths
-from lance_assets.corpus.table import commit_retrying
+from lance_assets.table import commit_retrying
 
 INDEX_NAME = "text_fts"
 

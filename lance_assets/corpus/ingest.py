@@ -58,7 +58,7 @@ from lance.fragment import write_fragments
 
 from lance_assets import paths, storage
 from lance_assets.corpus.sources import SkipCounter, SourceError, SourceUnit, parse_file_key, resolve
-from lance_assets.corpus.table import (
+from lance_assets.table import (
     RAW_SCHEMA,
     commit_retrying,
     dataset,

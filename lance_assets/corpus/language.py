@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, write_columns
-from lance_assets.corpus.table import open_table
+from lance_assets.table import open_table
 
 LANG = pa.field("lang", pa.string())
 LANG_SCORE = pa.field("lang_score", pa.float32())

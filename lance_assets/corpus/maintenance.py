@@ -34,7 +34,7 @@ import lance
 from lance_assets import paths
 from lance_assets.corpus.columns import incomplete_fragments
 from lance_assets.corpus.ingest import DEFAULT_ROWS_PER_FRAGMENT
-from lance_assets.corpus.table import commit_retrying, open_table
+from lance_assets.table import commit_retrying, open_table
 
 SNAPSHOT_PREFIX = "train-"
 DEFAULT_KEEP_VERSIONS_FOR = timedelta(days=1)

@@ -43,7 +43,7 @@ from lance_assets.corpus.columns import (
     fragments_missing,
     write_columns,
 )
-from lance_assets.corpus.table import get_json_config, open_table, set_json_config
+from lance_assets.table import get_json_config, open_table, set_json_config
 from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
 from lance_assets.keys import NEAR_DUP_KEY
 

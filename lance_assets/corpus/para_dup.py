@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, Staged, fragments_missing, write_columns
-from lance_assets.corpus.table import open_table
+from lance_assets.table import open_table
 
 DUP_PARAGRAPH_FRAC = pa.field("dup_paragraph_frac", pa.float32())
 PARAGRAPH_HASHES = pa.field("paragraph_hashes", pa.list_(pa.int64()))

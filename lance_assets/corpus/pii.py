@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, write_columns
-from lance_assets.corpus.table import open_table
+from lance_assets.table import open_table
 
 KINDS = ("email", "card", "ip", "phone")  # overlap priority, most specific first
 SPAN = pa.struct([pa.field("kind", pa.string()), pa.field("start", pa.int32()),

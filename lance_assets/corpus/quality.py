@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, write_columns
-from lance_assets.corpus.table import open_table
+from lance_assets.table import open_table
 
 # What a word is trimmed of (ASCII punctuation plus common typographic marks).
 PUNCTUATION = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~“”‘’«»…–—·•"

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from lance_assets import keys, paths, storage
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.corpus.table import commit_retrying, get_json_config, open_table, set_json_config
+from lance_assets.table import commit_retrying, get_json_config, open_table, set_json_config
 from lance_assets.keys import QUALITY_MODEL_KEY
 
 QUALITY_SCORE = pa.field("quality_score", pa.float32())

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from lance_assets import paths
 from lance_assets.corpus.predicate import Predicate, PredicateError, combine, safe_predicate
-from lance_assets.corpus.table import get_json_config, set_json_config
+from lance_assets.table import get_json_config, set_json_config
 from lance_assets.keys import CURATION_KEY
 
 # name -> keep-predicate. Thresholds: Gopher (Rae et al. 2021, table A1), C4 (Raffel et al.

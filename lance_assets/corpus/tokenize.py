@@ -41,7 +41,7 @@ from lance_assets.corpus.columns import (
 )
 from lance_assets.corpus.executor import executor_name
 from lance_assets.corpus.pii import PII_SPANS, PLACEHOLDERS, redact
-from lance_assets.corpus.table import commit_retrying, get_json_config, open_table, set_json_config
+from lance_assets.table import commit_retrying, get_json_config, open_table, set_json_config
 from lance_assets.corpus.tokenizers import (
     BPE_PREFIX,
     TokenizerInfo,

@@ -85,7 +85,7 @@ def read_text_arg(path: str) -> str:
 def check_version(root: Path, version: int | None) -> None:
     if version is None:
         return
-    from lance_assets.corpus.table import open_table
+    from lance_assets.table import open_table
 
     known = [v["version"] for v in open_table(root).versions()]
     if version not in known:
@@ -95,7 +95,7 @@ def check_version(root: Path, version: int | None) -> None:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from lance_assets.corpus.predicate import PredicateError
-    from lance_assets.corpus.table import TableMissingError
+    from lance_assets.table import TableMissingError
     from lance_assets.forensics.embed import EmbeddingMismatchError
     from lance_assets.forensics.search import MissingInputError
     from lance_assets.train.checkpoint import CheckpointError

@@ -38,7 +38,7 @@ import pyarrow as pa
 from lance_assets import keys, paths
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.corpus.executor import executor_name
-from lance_assets.corpus.table import get_json_config, open_table, set_json_config
+from lance_assets.table import get_json_config, open_table, set_json_config
 from lance_assets.forensics.embed import (
     DIM,
     EMBEDDING,

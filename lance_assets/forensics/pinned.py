@@ -17,7 +17,7 @@ from pathlib import Path
 import lance
 
 from lance_assets import paths, storage
-from lance_assets.corpus.table import open_table
+from lance_assets.table import open_table
 
 
 @dataclass(frozen=True)

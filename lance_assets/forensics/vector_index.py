@@ -30,7 +30,7 @@ import lance
 import numpy as np
 
 from lance_assets import keys, paths
-from lance_assets.corpus.table import commit_retrying, get_json_config, set_json_config
+from lance_assets.table import commit_retrying, get_json_config, set_json_config
 from lance_assets.forensics.embed import DIM, EMBEDDING
 from lance_assets.keys import VECTOR_INDEX_KEY
 

@@ -12,7 +12,7 @@ import lance
 from dagster_ray import RayResource
 
 from lance_assets.corpus import bpe, dedup, ingest, profile, tokenize
-from lance_assets.corpus.table import RAW_DESCRIPTIONS, RAW_SCHEMA
+from lance_assets.table import RAW_DESCRIPTIONS, RAW_SCHEMA
 from lance_assets.corpus.tokenizers import load_bpe
 from lance_assets.defs.common import CORPUS_GROUP as GROUP
 from lance_assets.defs.common import PERSONAL_DATA, POOL, TABLE_TAGS

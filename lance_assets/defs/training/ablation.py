@@ -19,7 +19,7 @@ import pydantic
 from lance_assets import paths, storage
 from lance_assets.corpus import ablation, maintenance
 from lance_assets.corpus.rules import curation_in_force
-from lance_assets.corpus.table import open_table
+from lance_assets.table import open_table
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.resources import LanceStore

@@ -13,7 +13,7 @@ from lance_assets import paths, storage
 from lance_assets.corpus import maintenance
 from lance_assets.corpus.fingerprint import digest
 from lance_assets.corpus.rules import training_filter
-from lance_assets.corpus.table import open_table
+from lance_assets.table import open_table
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA, training_condition

@@ -1,5 +1,6 @@
-"""Opening the corpus table, committing to it safely, and reading what the Dagster layer
-reports about it.
+"""The corpus table's raw schema, its commit rule, its row-id counter and its config.
+
+Opening the table is ``Table``'s job (``table.handle``); this module holds what it builds on.
 
 Every write to the table goes through ``commit_retrying``: Lance commits are optimistic, and a
 commit that lost a race with a concurrent writer (another asset, another run, another Dagster
@@ -22,7 +23,7 @@ from typing import Optional, TypeVar
 import lance
 import pyarrow as pa
 
-from lance_assets import paths, storage
+from lance_assets import storage
 
 T = TypeVar("T")
 
@@ -72,11 +73,6 @@ class TableMissingError(RuntimeError):
     pass
 
 
-def dataset(uri: str, version: int | None = None) -> lance.LanceDataset:
-    """``lance.dataset`` with the storage options for ``uri`` (see ``storage_options_for``)."""
-    return lance.dataset(uri, version=version, storage_options=storage.storage_options_for(uri))
-
-
 def has_committed_version(uri: str | Path) -> bool:
     """True once a version of the dataset at ``uri`` is committed (a manifest exists).
 
@@ -88,21 +84,6 @@ def has_committed_version(uri: str | Path) -> bool:
         return any(p.name.endswith(".manifest") for p in versions.iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return False
-
-
-def open_table(root: str | Path, table: str = paths.TABLE_NAME) -> lance.LanceDataset:
-    """The Lance dataset behind ``table``, or a clear error if ingest has not run yet."""
-    uri = paths.table_uri(root, table)
-    if not has_committed_version(uri):
-        raise TableMissingError(
-            f"No Lance table at {uri}. Materialize `raw_text` first "
-            "(dagster asset materialize -m lance_assets.definitions --select raw_text)."
-        )
-    return dataset(uri)
-
-
-def table_exists(root: str | Path, table: str = paths.TABLE_NAME) -> bool:
-    return has_committed_version(paths.table_uri(root, table))
 
 
 def is_retryable_conflict(exc: BaseException) -> bool:
@@ -147,13 +128,6 @@ def commit_retrying(what: str, attempt: Callable[[], T], *,
 def get_json_config(ds: lance.LanceDataset, key: str) -> dict | None:
     raw = ds.config().get(key)
     return json.loads(raw) if raw else None
-
-
-def set_json_config(ds: lance.LanceDataset, key: str, value: dict) -> None:
-    """Store ``value`` under ``key`` in the newest version's config (retried on conflicts)."""
-    uri = ds.uri
-    text = json.dumps(value, sort_keys=True)
-    commit_retrying(f"config {key}", lambda: lance.dataset(uri).update_config({key: text}))
 
 
 def row_id_high_water(ds: lance.LanceDataset) -> int:
