@@ -11,6 +11,7 @@ import os
 import dagster as dg
 
 from lance_assets import paths
+from lance_assets.table import Table
 from lance_assets.storage import Location
 
 
@@ -26,8 +27,13 @@ class LanceStore(dg.ConfigurableResource):
         return paths.data_dir(self.data_dir)
 
     @property
+    def table(self) -> Table:
+        """The corpus table's one handle (``lance_assets.table.Table``)."""
+        return Table.of(self.root)
+
+    @property
     def table_uri(self) -> str:
-        return paths.table_uri(self.root)
+        return self.table.uri
 
 
 def _env_or_default(name: str, default: str):
