@@ -25,6 +25,7 @@ import pytest
 from lance_assets import paths
 from lance_assets.corpus import ablation
 from lance_assets.corpus.synthetic import planted_junk
+from lance_assets.table import Table
 from lance_assets_tests.conftest import quiet, write_fineweb_parquet
 
 JUNK = {"keep_all": {}, "drop_junk": {"quality": "score >= 3"}}
@@ -53,7 +54,6 @@ def planted_root(base: Path, seed: int) -> Path:
 
 def compare(root: Path, rule_sets: dict, name: str) -> ablation.Outcome:
     """The asset's comparison, every run the trainer's CLI in this process."""
-    from lance_assets.corpus import maintenance
     from lance_assets.defs.training.ablation import (
         AblationConfig,
         pinned_version,
@@ -66,9 +66,10 @@ def compare(root: Path, rule_sets: dict, name: str) -> ablation.Outcome:
 
     config = AblationConfig(name=name, rule_sets=rule_sets, eval_filter="score >= 3",
                             **TEST_SETTINGS)
-    tag, version = pinned_version(root, name)
-    plan = plan_for(config, lance.dataset(paths.table_uri(root), version=version), rule_sets)
-    maintenance.tag_snapshot(paths.table_uri(root), tag, version)
+    table = Table.of(root)
+    tag, version = pinned_version(table, name)
+    plan = plan_for(config, table.open(version), rule_sets)
+    table.snapshots.hold(tag, version, owner="test", kind="ablation")
     snapshot = (tag, version)
 
     def train(arm, seed, out):

@@ -11,13 +11,9 @@ from lance_assets import paths
 from lance_assets.corpus import fts
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.maintenance import (
-    SnapshotError,
-    maintain,
-    release_snapshot,
-    snapshot_version,
-    tag_snapshot,
-)
+from lance_assets.corpus.maintenance import maintain
+from lance_assets.table import Table
+from lance_assets.table.snapshots import SnapshotError
 from lance_assets_tests.conftest import quiet
 
 
@@ -27,7 +23,8 @@ def test_maintenance_compacts_refreshes_the_index_and_keeps_tagged_versions(tmp_
     dedup_flag(root, log=quiet)
     fts.text_index(root)
     uri = paths.table_uri(root)
-    tagged = tag_snapshot(uri, "train-kept", lance.dataset(uri).version)
+    snapshots = Table.of(root).snapshots
+    tagged = snapshots.hold("train-kept", lance.dataset(uri).version, owner="test")
     ingest(root, "synthetic:900", rows_per_fragment=100, rows_per_commit=200, log=quiet)
     dedup_flag(root, log=quiet)
     lance.dataset(uri).delete("id % 10 = 0")
@@ -47,9 +44,9 @@ def test_maintenance_compacts_refreshes_the_index_and_keeps_tagged_versions(tmp_
     again = maintain(root, keep_versions_for=timedelta(0), release=["train-kept"], log=quiet)
     assert again.tags_released == {"train-kept": tagged} and again.tags_kept == {}
     assert [v["version"] for v in lance.dataset(uri).versions()] == [lance.dataset(uri).version]
-    assert snapshot_version(uri, "train-kept") is None
+    assert snapshots.version("train-kept") is None
     with pytest.raises(SnapshotError, match="has no tag 'train-kept'"):
-        release_snapshot(uri, "train-kept")
+        snapshots.release("train-kept")
 
 
 def test_columns_written_check_fails_on_unwritten_rows_and_blocks_what_is_downstream(tmp_path):

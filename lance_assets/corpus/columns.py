@@ -53,11 +53,12 @@ from typing import Any
 import lance
 import numpy as np
 import pyarrow as pa
-from lance.fragment import LanceFragment, write_fragments
+import pyarrow.compute as pc
+from lance.fragment import LanceFragment
 
 from lance_assets.corpus import executor as executors
-from lance_assets.table import commit_retrying, leaf_field_ids
 from lance_assets.progress import progress
+from lance_assets.table import Table, leaf_field_ids
 
 # compute(fragment) -> batches holding exactly the group's columns, one row per fragment row
 ComputeFn = Callable[[LanceFragment], Iterable[pa.RecordBatch]]
@@ -86,6 +87,9 @@ class ColumnWriteReport:
     version: int = 0
     total_rows: int = 0
     duration_s: float = 0.0
+    pinned_version: int = 0  # the version whose rows (and table-wide state) this write used
+    pinned_rows_end: int = 0  # rows with ids from here on arrived after the pin: pending
+    fragments_pending: int = 0  # fragments without the group that are not the pinned version's
 
     @property
     def nothing_to_do(self) -> bool:
@@ -132,14 +136,15 @@ def markers_for(ds: lance.LanceDataset, columns: list[str]) -> tuple[list[str], 
     return markers, bare
 
 
-def ensure_columns(uri: str, fields: list[pa.Field]) -> lance.LanceDataset:
+def ensure_columns(table: Table | str, fields: list[pa.Field]) -> lance.LanceDataset:
     """Add ``fields`` and their write marker to the schema as all-null columns if missing (no
     data is written). A marker whose group lost a column (dropped, e.g. to recompute it) no
     longer vouches for the group: it is dropped and added again, all null."""
+    table = Table.of(table)
+    uri = table.uri
     marker = written_marker(fields)
 
-    def attempt() -> lance.LanceDataset:
-        ds = lance.dataset(uri)
+    def attempt(ds: lance.LanceDataset) -> lance.LanceDataset:
         wanted = [f.name for f in fields]
         for other, group in marker_groups(ds).items():
             shared = [c for c in wanted if c in group]
@@ -162,24 +167,24 @@ def ensure_columns(uri: str, fields: list[pa.Field]) -> lance.LanceDataset:
                 any(f.name not in ds.schema.names for f in fields)
                 or marker_groups(ds).get(marker.name) != [f.name for f in fields]):
             ds.drop_columns([marker.name])
-            ds = lance.dataset(uri)
+            ds = table.newest()
         missing = [f.with_nullable(True) for f in [*fields, marker]
                    if f.name not in ds.schema.names]
         if missing:
             ds.add_columns(pa.schema(missing))
-            ds = lance.dataset(uri)
+            ds = table.newest()
         return ds
 
-    commit_retrying(f"add columns {[f.name for f in fields]}", attempt)
-    return commit_retrying(f"mark {marker.name}", lambda: _adopt_unmarked(uri, fields, marker))
+    table.commit(f"add columns {[f.name for f in fields]}", attempt)
+    return table.commit(f"mark {marker.name}", lambda ds: _adopt_unmarked(table, ds, fields, marker))
 
 
-def _adopt_unmarked(uri: str, fields: list[pa.Field], marker: pa.Field) -> lance.LanceDataset:
+def _adopt_unmarked(table: Table, ds: lance.LanceDataset, fields: list[pa.Field],
+                    marker: pa.Field) -> lance.LanceDataset:
     """Mark as written the fragments whose group a ``write_columns`` from before write markers
     wrote: the group's values sit in data files of their own (a rewrite would have merged them
     with other columns, and those fragments are computed again instead). Only a marker file is
     written for them, so a table from before markers is not recomputed."""
-    ds = lance.dataset(uri)
     group_ids = set().union(*(leaf_field_ids(ds, f.name) for f in fields))
     marker_ids = leaf_field_ids(ds, marker.name)
     schema = pa.schema([ds.schema.field(marker.name)])
@@ -193,14 +198,13 @@ def _adopt_unmarked(uri: str, fields: list[pa.Field], marker: pa.Field) -> lance
                 or any(not f <= group_ids for f in holding):
             continue
         n = frag.physical_rows
-        table = pa.table([pa.array(np.ones(n, dtype=bool))], schema=schema)
-        new = write_fragments(table, uri, schema=schema, max_rows_per_file=max(n, 1))
+        new = table.write_fragments(pa.table([pa.array(np.ones(n, dtype=bool))], schema=schema),
+                                    schema, max_rows_per_file=max(n, 1))
         groups.append(lance.LanceOperation.DataReplacementGroup(
             frag.fragment_id, new[0].data_files()[0]))
     if not groups:
         return ds
-    return lance.LanceDataset.commit(uri, lance.LanceOperation.DataReplacement(groups),
-                                     read_version=ds.version)
+    return table.commit_operation(lance.LanceOperation.DataReplacement(groups), ds.version)
 
 
 def _fragments_without_fields(frags: list[LanceFragment], field_ids: set[int]) -> set[int]:
@@ -359,35 +363,63 @@ class FragmentsFailedError(RuntimeError):
             "compute only the fragments still missing.")
 
 
+def pinned_rows_end(table: Table, pinned: lance.LanceDataset) -> int:
+    """Where the pinned version's rows end: every row it holds has a smaller id, every row
+    appended after it a larger or equal one (ids equal Lance's stable row ids, which only grow;
+    see ``corpus.ingest``)."""
+    end = table.next_row_id(pinned)
+    if end:
+        return end
+    top = pc.max(pinned.to_table(columns=["id"]).column("id")).as_py()  # no stable row ids
+    return 0 if top is None else top + 1
+
+
 def write_columns(
-    uri: str,
+    table: Table | str,
     fields: list[pa.Field],
     compute: ComputeFn,
     *,
+    pinned: lance.LanceDataset | None = None,
     fragments_per_commit: int | None = None,
     executor: str | None = None,
     gpu: bool = False,
     log: Callable[[str], None] = print,
 ) -> ColumnWriteReport:
-    """Compute ``fields`` for every fragment that lacks them and commit in groups.
+    """Compute ``fields`` for every fragment of the ``pinned`` version (default: the newest now)
+    that lacks them, and commit in groups.
+
+    One version per step: a compute with table-wide state (duplicate hashes, a band index, a
+    model's training rows) builds it from ``pinned``, and only ``pinned``'s fragments are
+    written. Rows that arrived after it (new fragments, or a compaction that merged them with
+    pinned rows) keep a null marker and are counted in ``fragments_pending``; the next run
+    writes them against its own pinned version.
 
     ``fragments_per_commit``: a fixed group size; unset, groups are batched by time and size
     (:class:`CommitPolicy`).
     ``executor``: ``local`` or ``ray`` (default: ``LANCE_ASSETS_EXECUTOR``, else ``local``).
     ``gpu``: under Ray, give each task one GPU when the cluster has any."""
     start = time.perf_counter()
+    table = Table.of(table)
     where = executors.executor_name(executor)
     columns = [f.name for f in fields]
-    ds = ensure_columns(uri, fields)
+    pin = pinned if pinned is not None else table.newest()
+    pin_rows = {f.fragment_id: f.physical_rows for f in pin.get_fragments()}
+    ds = ensure_columns(table, fields)
     group = [*columns, written_marker(fields).name]  # what each new data file holds
     schema = pa.schema([ds.schema.field(c) for c in group])
-    todo = fragments_missing(ds, columns)
-    report = ColumnWriteReport(columns=columns)
-    report.fragments_already_done = len(ds.get_fragments()) - len(todo)
+    missing = fragments_missing(ds, columns)
+    todo = [f for f in missing if pin_rows.get(f.fragment_id) == f.physical_rows]
+    report = ColumnWriteReport(columns=columns, pinned_version=pin.version,
+                               pinned_rows_end=pinned_rows_end(table, pin),
+                               fragments_pending=len(missing) - len(todo))
+    report.fragments_already_done = len(ds.get_fragments()) - len(missing)
+    if report.fragments_pending:
+        log(f"{'+'.join(columns)}: {report.fragments_pending} fragment(s) arrived after version "
+            f"{pin.version}, which this run pinned; the next run writes them")
     if where == "ray" and todo:
-        results = _ray_results(uri, ds.version, todo, schema, group, compute, gpu, log)
+        results = _ray_results(table, ds.version, todo, schema, group, compute, gpu, log)
     else:
-        results = _local_results(uri, todo, schema, group, compute, log)
+        results = _local_results(table, todo, schema, group, compute, log)
     desc = "+".join(columns)
     failures: dict[int, BaseException] = {}
     pending: dict[int, tuple[lance.fragment.DataFile, int]] = {}
@@ -398,7 +430,7 @@ def write_columns(
         def commit() -> None:
             nonlocal ds, done
             started = time.perf_counter()
-            ds, committed = _commit_group(uri, group, schema, compute, pending, log)
+            ds, committed = _commit_group(table, group, schema, compute, pending, log)
             policy.committed(started)
             report.commits += int(bool(committed))
             report.fragments_written.extend(committed)
@@ -412,7 +444,7 @@ def write_columns(
 
         for frag_id, written, error in results:
             if error is not None:
-                if _rewritten_since(uri, frag_id, log):
+                if _rewritten_since(table, frag_id, log):
                     continue
                 failures[frag_id] = error
                 continue
@@ -425,29 +457,29 @@ def write_columns(
     report.total_rows = ds.count_rows()
     report.duration_s = time.perf_counter() - start
     if failures:
-        raise FragmentsFailedError(uri, columns, failures, report)
+        raise FragmentsFailedError(table.uri, columns, failures, report)
     return report
 
 
-def _rewritten_since(uri: str, frag_id: int, log: Callable[[str], None]) -> bool:
+def _rewritten_since(table: Table, frag_id: int, log: Callable[[str], None]) -> bool:
     """True when ``frag_id`` is no longer in the table: a compaction rewrote it while it was
     being computed (and a cleanup may have removed its files). Its rows now live in another
     fragment, unwritten there, which the next run computes."""
-    if any(f.fragment_id == frag_id for f in lance.dataset(uri).get_fragments()):
+    if any(f.fragment_id == frag_id for f in table.newest().get_fragments()):
         return False
     log(f"fragment {frag_id} was compacted while it was computed; its rows are written by "
         "the next run")
     return True
 
 
-def _local_results(uri: str, todo: list[LanceFragment], schema: pa.Schema, group: list[str],
-                   compute: ComputeFn, log: Callable[[str], None],
+def _local_results(table: Table, todo: list[LanceFragment], schema: pa.Schema,
+                   group: list[str], compute: ComputeFn, log: Callable[[str], None],
                    ) -> Iterator[tuple[int, Any, BaseException | None]]:
     for frag in todo:
         try:
-            data_file = _write_fragment_columns(uri, frag, schema, group, compute)
+            data_file = _write_fragment_columns(table, frag, schema, group, compute)
         except Exception:
-            if _rewritten_since(uri, frag.fragment_id, log):
+            if _rewritten_since(table, frag.fragment_id, log):
                 continue
             raise
         yield frag.fragment_id, (data_file, frag.physical_rows), None
@@ -457,7 +489,7 @@ def _local_results(uri: str, todo: list[LanceFragment], schema: pa.Schema, group
 class _FragmentJob:
     """What a Ray task needs besides the fragment id (pickled once, shared by every task)."""
 
-    uri: str
+    table: Table
     version: int
     schema: pa.Schema
     columns: list[str]
@@ -465,24 +497,24 @@ class _FragmentJob:
 
 
 @lru_cache(maxsize=4)
-def _open(uri: str, version: int) -> lance.LanceDataset:
+def _open(table: Table, version: int) -> lance.LanceDataset:
     """The table at the version the driver planned on (credentials: the worker's environment)."""
-    return lance.dataset(uri, version=version)
+    return table.open(version)
 
 
 def _fragment_task(job: _FragmentJob, frag_id: int) -> tuple[lance.fragment.DataFile, int]:
     """Runs in a Ray worker: write ``frag_id``'s new data file; the driver commits it."""
-    frag = _open(job.uri, job.version).get_fragment(frag_id)
-    data_file = _write_fragment_columns(job.uri, frag, job.schema, job.columns, job.compute)
+    frag = _open(job.table, job.version).get_fragment(frag_id)
+    data_file = _write_fragment_columns(job.table, frag, job.schema, job.columns, job.compute)
     return data_file, frag.physical_rows
 
 
 def _payload_task(job: _FragmentJob, frag_id: int) -> Any:
     """Runs in a Ray worker: the parallel part of a ``Staged`` compute for ``frag_id``."""
-    return job.compute(_open(job.uri, job.version).get_fragment(frag_id))
+    return job.compute(_open(job.table, job.version).get_fragment(frag_id))
 
 
-def _ray_results(uri: str, version: int, todo: list[LanceFragment], schema: pa.Schema,
+def _ray_results(table: Table, version: int, todo: list[LanceFragment], schema: pa.Schema,
                  columns: list[str], compute: ComputeFn, gpu: bool,
                  log: Callable[[str], None]) -> Iterator[tuple[int, Any, BaseException | None]]:
     """(fragment id, (data file, rows) or None, error or None) as Ray tasks finish.
@@ -494,7 +526,7 @@ def _ray_results(uri: str, version: int, todo: list[LanceFragment], schema: pa.S
     num_gpus = 1 if gpu and executors.cluster_gpus() else 0
     by_id = {f.fragment_id: f for f in todo}
     staged = isinstance(compute, Staged)
-    job = _FragmentJob(uri, version, schema, columns, compute.parallel if staged else compute)
+    job = _FragmentJob(table, version, schema, columns, compute.parallel if staged else compute)
     tasks = executors.ray_map(_payload_task if staged else _fragment_task, job, list(by_id),
                               ordered=staged, num_gpus=num_gpus)
     for result in tasks:
@@ -510,7 +542,7 @@ def _ray_results(uri: str, version: int, todo: list[LanceFragment], schema: pa.S
         frag = by_id[result.key]
         try:
             data_file = _write_fragment_columns(
-                uri, frag, schema, columns,
+                table, frag, schema, columns,
                 lambda f, payload=result.value: compute.ordered(f, payload))
         except Exception as exc:  # noqa: BLE001 - reported with its fragment, like a task's
             yield result.key, None, exc
@@ -519,13 +551,13 @@ def _ray_results(uri: str, version: int, todo: list[LanceFragment], schema: pa.S
         yield result.key, (data_file, frag.physical_rows), None
 
 
-def _write_fragment_columns(uri: str, frag: LanceFragment, schema: pa.Schema, columns: list[str],
-                            compute: ComputeFn) -> lance.fragment.DataFile:
+def _write_fragment_columns(table: Table, frag: LanceFragment, schema: pa.Schema,
+                            columns: list[str], compute: ComputeFn) -> lance.fragment.DataFile:
     """Compute the group for ``frag`` into one new (uncommitted) data file; its write marker
     (``columns`` holds it last) is true on every row."""
     if frag.metadata.deletion_file is not None:
         raise ValueError(
-            f"Fragment {frag.fragment_id} of {uri} has deleted rows; column writes need "
+            f"Fragment {frag.fragment_id} of {table.uri} has deleted rows; column writes need "
             "whole fragments. Materialize `table_maintenance` first (it compacts the table; "
             "dagster asset materialize -m lance_assets.definitions --select table_maintenance)."
         )
@@ -544,20 +576,19 @@ def _write_fragment_columns(uri: str, frag: LanceFragment, schema: pa.Schema, co
             names=columns).cast(schema)
 
     reader = pa.RecordBatchReader.from_batches(schema, (with_markers(b) for b in batches))
-    new = write_fragments(reader, uri, schema=schema, max_rows_per_file=max(n_rows, 1))
+    new = table.write_fragments(reader, schema, max_rows_per_file=max(n_rows, 1))
     files = [f for m in new for f in m.data_files()]
     if len(files) != 1:
         raise RuntimeError(f"expected one data file for fragment {frag.fragment_id}")
     return files[0]
 
 
-def _commit_group(uri: str, columns: list[str], schema: pa.Schema, compute: ComputeFn,
+def _commit_group(table: Table, columns: list[str], schema: pa.Schema, compute: ComputeFn,
                   written: dict, log: Callable[[str], None]) -> tuple[lance.LanceDataset, list[int]]:
     """Attach the written files with one ``DataReplacement`` commit, rebased on the newest
     version each attempt; returns the dataset and the fragments this commit filled."""
 
-    def attempt() -> tuple[lance.LanceDataset, list[int]]:
-        ds = lance.dataset(uri)
+    def attempt(ds: lance.LanceDataset) -> tuple[lance.LanceDataset, list[int]]:
         want_ids = sorted(set().union(*(leaf_field_ids(ds, c) for c in columns)))
         live = {f.fragment_id: f for f in ds.get_fragments()}
         data_columns = [c for c in columns if not is_written_marker(c)]
@@ -569,19 +600,18 @@ def _commit_group(uri: str, columns: list[str], schema: pa.Schema, compute: Comp
             if frag is None or frag_id not in still_missing:
                 continue  # gone, or filled meanwhile by a concurrent writer
             if frag.physical_rows != n_rows or frag.metadata.deletion_file is not None:
-                raise RuntimeError(f"fragment {frag_id} of {uri} changed while {columns} were "
-                                   "computed for it; run the asset again")
+                raise RuntimeError(f"fragment {frag_id} of {table.uri} changed while {columns} "
+                                   "were computed for it; run the asset again")
             if sorted(data_file.fields) != want_ids:
                 # the columns were dropped and added again (new field ids): recompute
-                data_file = _write_fragment_columns(uri, frag, schema, columns, compute)
+                data_file = _write_fragment_columns(table, frag, schema, columns, compute)
                 written[frag_id] = (data_file, n_rows)
             groups.append(lance.LanceOperation.DataReplacementGroup(frag_id, data_file))
             filled.append(frag_id)
         if not groups:
             return ds, []
-        ds = lance.LanceDataset.commit(uri, lance.LanceOperation.DataReplacement(groups),
-                                       read_version=ds.version)
+        ds = table.commit_operation(lance.LanceOperation.DataReplacement(groups), ds.version)
         return ds, filled
 
-    return commit_retrying(f"{'+'.join(c for c in columns if not is_written_marker(c))} commit",
-                           attempt, log=log)
+    return table.commit(f"{'+'.join(c for c in columns if not is_written_marker(c))} commit",
+                        attempt, log=log)

@@ -41,10 +41,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lance_assets import paths, storage
+from lance_assets import storage
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.table import commit_retrying, get_json_config, open_table, set_json_config
 from lance_assets.keys import CONTAMINATION_KEY
+from lance_assets.table import Table, get_json_config
 
 NGRAM = 13
 NORMALISATION = 1  # bump when the normalisation or hashing changes: fingerprints change with it
@@ -304,16 +304,16 @@ class Union:
     """``contaminated`` / ``contaminated_with`` of a fragment from its per-set columns, for the
     registry ``fingerprint``; refuses to write when the table's registry moved on."""
 
-    uri: str
+    table: Table
     fingerprint: str
     columns: tuple[str, ...]
     names: tuple[str, ...]
 
     def __call__(self, frag) -> Iterator[pa.RecordBatch]:
-        stored = get_json_config(lance.dataset(self.uri), CONTAMINATION_KEY) or {}
+        stored = self.table.get_config(CONTAMINATION_KEY) or {}
         if stored.get("registry") != self.fingerprint:
             raise RegistryChangedError(
-                f"{self.uri}: the registered evaluation sets changed while `contamination` was "
+                f"{self.table.uri}: the registered evaluation sets changed while `contamination` was "
                 "writing (another run registered other sets); run the asset again")
         schema = pa.schema(UNION_FIELDS)
         n = frag.physical_rows
@@ -327,7 +327,7 @@ class Union:
         for c in self.columns:
             col = table.column(c)
             if col.null_count:
-                raise RuntimeError(f"fragment {frag.fragment_id} of {self.uri}: {c} is not "
+                raise RuntimeError(f"fragment {frag.fragment_id} of {self.table}: {c} is not "
                                    "computed; run `contamination` again")
             flags.append(col.to_numpy(zero_copy_only=False).astype(bool))
         matrix = np.stack(flags, axis=1)
@@ -368,52 +368,59 @@ def _sets_to_write(ds: lance.LanceDataset, sets: list[EvalSet]) -> list[EvalSet]
             if s.column not in ds.schema.names or fragments_missing(ds, [s.column])]
 
 
-def _drop_union(uri: str) -> None:
-    def attempt():
-        ds = lance.dataset(uri)
+def _drop_union(table: Table) -> None:
+    def attempt(ds: lance.LanceDataset) -> None:
         present = [f.name for f in UNION_FIELDS if f.name in ds.schema.names]
         if present:
             ds.drop_columns(present)
 
-    commit_retrying("drop contaminated columns", attempt)
+    table.commit("drop contaminated columns", attempt)
 
 
-def contamination(root: str | Path, eval_sets: list[EvalSetSpec], *, fragments_per_commit: int | None = None,
-                  executor: str | None = None,
+def contamination(root: Table | str | Path, eval_sets: list[EvalSetSpec], *,
+                  fragments_per_commit: int | None = None, executor: str | None = None,
                   log: Callable[[str], None] = print) -> ContaminationReport:
     """Write the per-set columns each registered set lacks, then ``contaminated`` /
-    ``contaminated_with`` for the registry as it is now."""
+    ``contaminated_with`` for the registry as it is now, all on one pinned version (rows
+    ingested meanwhile wait for the next run)."""
     start = time.perf_counter()
-    ds = open_table(root)
-    uri = paths.table_uri(root)
+    table = Table.of(root)
     sets = load_eval_sets(list(eval_sets))
+    return table.pinned(lambda ds: _contamination(table, ds, sets, start, fragments_per_commit,
+                                                  executor, log),
+                        what="contamination", log=log)
+
+
+def _contamination(table: Table, ds: lance.LanceDataset, sets: list[EvalSet], start: float,
+                   fragments_per_commit: int | None, executor: str | None,
+                   log: Callable[[str], None]) -> ContaminationReport:
     for s in sets:
         log(f"evaluation set {s.spec.name}: {s.items} items, {len(s.hashes)} distinct "
             f"{NGRAM}-grams, {s.items_too_short} items shorter than {NGRAM} words (not checked)")
     report = ContaminationReport(sets=[s.to_dict() for s in sets])
     for s in _sets_to_write(ds, sets):
-        report.per_set.append(write_columns(uri, [pa.field(s.column, pa.bool_())],
-                                            SetOverlap.of([s]),
+        report.per_set.append(write_columns(table, [pa.field(s.column, pa.bool_())],
+                                            SetOverlap.of([s]), pinned=ds,
                                             fragments_per_commit=fragments_per_commit,
                                             executor=executor, log=log))
     registry = {"ngram": NGRAM, "normalisation": NORMALISATION, "sets": report.sets,
                 "registry": registry_fingerprint(report.sets)}
-    stored = get_json_config(lance.dataset(uri), CONTAMINATION_KEY)
+    stored = table.get_config(CONTAMINATION_KEY)
     if stored is None or stored.get("registry") != registry["registry"]:
         # drop first, then record: a run killed in between drops nothing more and records it;
         # a writer of the old registry that commits after the drop finds its columns gone
         report.registry_changed = stored is not None
-        _drop_union(uri)
-        set_json_config(lance.dataset(uri), CONTAMINATION_KEY, registry)
+        _drop_union(table)
+        table.set_config(CONTAMINATION_KEY, registry)
     elif stored != registry:  # same sets, other paths or counts: keep the config current
-        set_json_config(lance.dataset(uri), CONTAMINATION_KEY, registry)
-    compute = Union(uri, registry["registry"], tuple(s.column for s in sets),
+        table.set_config(CONTAMINATION_KEY, registry)
+    compute = Union(table, registry["registry"], tuple(s.column for s in sets),
                     tuple(s.spec.name for s in sets))
-    report.union = write_columns(uri, UNION_FIELDS, compute,
+    report.union = write_columns(table, UNION_FIELDS, compute, pinned=ds,
                                  fragments_per_commit=fragments_per_commit, executor=executor,
                                  log=log)
     report.union.duration_s = time.perf_counter() - start  # what the asset reports: the whole run
-    ds = lance.dataset(uri)
+    ds = table.newest()
     report.contaminated_rows = ds.count_rows(filter="contaminated = true")
     # column names are built here from checked names and hex digits, never from free text
     report.rows_by_set = {s.spec.name: ds.count_rows(filter=f"`{s.column}` = true") for s in sets}

@@ -22,10 +22,10 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from lance_assets import keys, paths
+from lance_assets import keys
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.table import open_table
 from lance_assets.progress import progress
+from lance_assets.table import Table
 
 IS_DUP = pa.field(keys.IS_DUP, pa.bool_())
 DESCRIPTIONS = {IS_DUP.name: "True when the whitespace-normalised text appeared at a smaller id."}
@@ -104,16 +104,21 @@ class DupFlags:
 
 
 def dedup_flag(
-    root: str | Path, *, fragments_per_commit: int | None = None, executor: str | None = None,
-    log: Callable[[str], None] = print,
+    table: Table | str | Path, *, fragments_per_commit: int | None = None,
+    executor: str | None = None, log: Callable[[str], None] = print,
 ) -> ColumnWriteReport:
-    """Write ``is_dup`` for every fragment that lacks it."""
-    uri = paths.table_uri(root)
-    ds = open_table(root)
-    if IS_DUP.name in ds.schema.names and not fragments_missing(ds, [IS_DUP.name]):
-        dup_ids = np.zeros(0, np.int64)  # nothing to write: skip hashing the corpus
-    else:
-        dup_ids = duplicate_ids(ds, log)
-    compute = DupFlags(dup_ids)
-    return write_columns(uri, [IS_DUP], compute, fragments_per_commit=fragments_per_commit,
-                         executor=executor, log=log)
+    """Write ``is_dup`` for every fragment that lacks it, on one pinned version: the duplicate
+    ids come from that version's rows, and only its fragments are written (rows ingested
+    meanwhile wait for the next run, which sees them next to every earlier row)."""
+    table = Table.of(table)
+
+    def run(ds: lance.LanceDataset) -> ColumnWriteReport:
+        if IS_DUP.name in ds.schema.names and not fragments_missing(ds, [IS_DUP.name]):
+            dup_ids = np.zeros(0, np.int64)  # nothing to write: skip hashing the corpus
+        else:
+            dup_ids = duplicate_ids(ds, log)
+        return write_columns(table, [IS_DUP], DupFlags(dup_ids), pinned=ds,
+                             fragments_per_commit=fragments_per_commit, executor=executor,
+                             log=log)
+
+    return table.pinned(run, what="is_dup", log=log)

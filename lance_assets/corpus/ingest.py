@@ -13,11 +13,12 @@ process frozen past its lease) lives in the commit itself. Every ingest commit i
 fragments. Lance rejects (as a retryable conflict) a ``Merge`` when anything that changes the
 fragment list landed after the version it was built on: another ingest's commit, an append, a
 compaction, a delete. The retry rebuilds the commit on the newest version, but only after
-checking that what this writer planned on still holds there: the watermark of its source unit
-and the next id. If another writer moved them, the plan is stale (``StalePlan``): its written
-files are left unreferenced, and the ingest plans again from the table as it now is. So two
-writers that planned from one version cannot both land, whatever their timing, and no clock is
-involved.
+checking that no row was appended since the plan: Lance's row-id counter (every row ever
+appended, deleted ones included) must be where the plan read it. A compaction or a delete leaves
+it as it is; an append by anyone moves it, even when its rows were deleted again afterwards.
+If it moved, the plan is stale (``StalePlan``): the files this writer wrote are removed, and the
+ingest plans again from the table as it now is. So two writers that planned from one version
+cannot both land, whatever their timing, and no clock is involved.
 
 The lock only saves wasted work: an ingest holds an exclusive lock on
 ``<data>/lance/corpus.ingest.lock`` from reading the watermark to its last commit, so a second
@@ -54,18 +55,11 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from lance.fragment import write_fragments
 
 from lance_assets import paths, storage
 from lance_assets.corpus.sources import SkipCounter, SourceError, SourceUnit, parse_file_key, resolve
-from lance_assets.table import (
-    RAW_SCHEMA,
-    commit_retrying,
-    dataset,
-    has_committed_version,
-    row_id_high_water,
-)
 from lance_assets.progress import Progress, progress
+from lance_assets.table import RAW_SCHEMA, Table, row_id_high_water
 
 DEFAULT_ROWS_PER_FRAGMENT = 4096
 DEFAULT_ROWS_PER_COMMIT = 50_000
@@ -167,21 +161,15 @@ def ingest_lock(root: str | Path, log: Callable[[str], None] = print) -> Iterato
             os.close(fd)  # releases the flock
 
 
-def _ensure_table(uri: str, log: Callable[[str], None]) -> None:
+def _ensure_table(table: Table, log: Callable[[str], None]) -> None:
     """Create the table, empty, unless a version is committed. Of two first ingests racing to
     create it (no lock, or a stalled lease holder), one creates it; the other goes on."""
-    if has_committed_version(uri):
+    if table.exists():
         return
-    if storage.location(uri).exists():
-        log(f"{uri} holds files of a first ingest that was killed before its commit; "
+    if storage.location(table.uri).exists():
+        log(f"{table.uri} holds files of a first ingest that was killed before its commit; "
             "creating the table over them")
-    try:
-        lance.write_dataset(RAW_SCHEMA.empty_table(), uri, mode="create",
-                            enable_stable_row_ids=True,
-                            storage_options=storage.storage_options_for(uri))
-    except (OSError, ValueError):
-        if not has_committed_version(uri):
-            raise
+    table.create(RAW_SCHEMA)
 
 
 class StalePlan(RuntimeError):
@@ -191,12 +179,12 @@ class StalePlan(RuntimeError):
 @dataclass
 class TableState:
     """What an ingest plans on: the next id, the highest committed part per source key, and
-    the fragment ids it saw (only appends, rewrites and whole-fragment deletes change them, so
-    while they are unchanged the rest cannot have changed either)."""
+    Lance's row-id counter when it read them (only an append moves it: while it is unchanged,
+    no row was added since, so neither the next id nor any watermark can have moved)."""
 
     next_id: int = 0
     parts: dict[str, int] = field(default_factory=dict)
-    fragment_ids: frozenset[int] = frozenset()
+    row_counter: int = 0
 
     @classmethod
     def of(cls, ds: lance.LanceDataset) -> TableState:
@@ -205,46 +193,49 @@ class TableState:
         max_id = con.execute("SELECT max(id) FROM corpus").fetchone()[0]
         parts = dict(con.execute(
             "SELECT source, max(source_part) FROM corpus GROUP BY source").fetchall())
-        next_id = max(row_id_high_water(ds), (-1 if max_id is None else max_id) + 1)
-        return cls(next_id, parts, frozenset(f.fragment_id for f in ds.get_fragments()))
+        counter = row_id_high_water(ds)
+        next_id = max(counter, (-1 if max_id is None else max_id) + 1)
+        return cls(next_id, parts, counter)
 
 
-def _table_state(uri: str) -> TableState:
-    return TableState.of(dataset(uri)) if has_committed_version(uri) else TableState()
+def _table_state(table: Table, log: Callable[[str], None]) -> TableState:
+    """The plan's facts, read from one version (again from the newest if a cleanup removes
+    that version's files while they are read)."""
+    if not table.exists():
+        return TableState()
+    return table.pinned(TableState.of, what="ingest plan", log=log)
 
 
-def _append(uri: str, reader: pa.RecordBatchReader, rows_per_fragment: int,
+def _append(table: Table, reader: pa.RecordBatchReader, rows_per_fragment: int,
             log: Callable[[str], None], state: TableState, unit_key: str,
-            check_lock: Callable[[], None] = lambda: None) -> frozenset[int]:
+            check_lock: Callable[[], None] = lambda: None) -> int:
     """Write the rows as new fragments, then commit them with one ``Merge`` that lists the
     table's fragments as read (see the module docstring), on the newest version each attempt,
-    and only while ``state`` (what the rows' ids and parts were planned on) still holds there.
-    Returns the fragment ids after the commit. ``check_lock`` runs before each attempt."""
-    options = storage.storage_options_for(uri)
+    and only while no row was appended since ``state`` was read. Returns the row-id counter
+    after the commit. ``check_lock`` runs before each attempt."""
     check_lock()
-    _ensure_table(uri, log)
-    fragments = write_fragments(reader, uri, schema=RAW_SCHEMA, max_rows_per_file=rows_per_fragment,
-                                storage_options=options)
+    _ensure_table(table, log)
+    fragments = table.write_fragments(reader, RAW_SCHEMA, max_rows_per_file=rows_per_fragment)
 
-    def attempt() -> frozenset[int]:
+    def attempt(ds: lance.LanceDataset) -> int:
         check_lock()
-        ds = dataset(uri)
-        seen = frozenset(f.fragment_id for f in ds.get_fragments())
-        if seen != state.fragment_ids:  # something appended or rewrote: is the plan still true?
-            now = TableState.of(ds)
-            if now.next_id != state.next_id or \
-                    now.parts.get(unit_key, -1) != state.parts.get(unit_key, -1):
-                raise StalePlan(
-                    f"{unit_key}: planned at part {state.parts.get(unit_key, -1) + 1} and id "
-                    f"{state.next_id}, but the table now holds that source up to part "
-                    f"{now.parts.get(unit_key, -1)} and its next id is {now.next_id}")
+        counter = row_id_high_water(ds)
+        if counter != state.row_counter:  # rows were appended since the plan
+            raise StalePlan(
+                f"{unit_key}: planned at part {state.parts.get(unit_key, -1) + 1} and id "
+                f"{state.next_id} when {state.row_counter} rows had ever been appended; "
+                f"{counter} have now")
         op = lance.LanceOperation.Merge([f.metadata for f in ds.get_fragments()] + fragments,
                                         ds.lance_schema)
-        new = lance.LanceDataset.commit(uri, op, read_version=ds.version,
-                                        storage_options=options)
-        return frozenset(f.fragment_id for f in new.get_fragments())
+        return row_id_high_water(table.commit_operation(op, ds.version))
 
-    return commit_retrying("append", attempt, log=log)
+    try:
+        return table.commit("append", attempt, log=log)
+    except StalePlan:
+        # raised before any commit of them could land (a lost race is a definite "not
+        # committed"): these files are this writer's alone, and nothing will reference them
+        table.remove_files([f.path for m in fragments for f in m.data_files()])
+        raise
 
 
 def _valid_utf8(text: pa.Array, skipped: SkipCounter) -> pa.Array:
@@ -338,7 +329,7 @@ class _Parts:
 
 
 def ingest(
-    root: str | Path,
+    root: Table | str | Path,
     source: str,
     *,
     text_column: str = "text",
@@ -357,16 +348,16 @@ def ingest(
     endless streams such as ``hf:`` sources); the next run continues from there.
     """
     start = time.perf_counter()
-    uri = paths.table_uri(root)
+    table = Table.of(root)
     report = IngestReport()
     rows_by_unit: dict[str, int] = {}
-    with ingest_lock(root, log) as held:
+    with ingest_lock(table.root, log) as held:
         report.lock_wait_s = held.waited_s
-        fragments_before = len(dataset(uri).get_fragments()) if has_committed_version(uri) else 0
+        fragments_before = len(table.newest().get_fragments()) if table.exists() else 0
         skipped = SkipCounter()
         for _ in range(MAX_REPLANS):
             try:
-                _ingest_planned(uri, source, text_column, hf_data_files, skipped,
+                _ingest_planned(table, source, text_column, hf_data_files, skipped,
                                 rows_per_fragment, rows_per_commit, max_doc_chars, report,
                                 rows_by_unit, log, max_new_rows, held.check)
                 break
@@ -375,13 +366,13 @@ def ingest(
                 log(f"another ingest committed first ({stale}); planning again from the table "
                     "as it is now")
         else:
-            raise RuntimeError(f"ingest into {uri}: the plan went stale {MAX_REPLANS} times in "
+            raise RuntimeError(f"ingest into {table.uri}: the plan went stale {MAX_REPLANS} times in "
                                "a row (other ingests kept committing first); run it again")
         report.units_ingested = [k for k, n in rows_by_unit.items() if n]
         report.units_already_present = [k for k, n in rows_by_unit.items() if not n]
         report.rows_skipped = dict(skipped.counts)
-        if has_committed_version(uri):
-            ds = dataset(uri)
+        if table.exists():
+            ds = table.newest()
             report.total_rows = ds.count_rows()
             report.version = ds.version
             report.fragments_added = len(ds.get_fragments()) - fragments_before
@@ -393,14 +384,14 @@ def ingest(
 MAX_REPLANS = 20
 
 
-def _ingest_planned(uri: str, source: str, text_column: str, hf_data_files: Optional[list[str]],
+def _ingest_planned(table: Table, source: str, text_column: str, hf_data_files: Optional[list[str]],
                     skipped: SkipCounter, rows_per_fragment: int, rows_per_commit: int,
                     max_doc_chars: int, report: IngestReport, rows_by_unit: dict[str, int],
                     log: Callable[[str], None], max_new_rows: Optional[int],
                     check_lock: Callable[[], None]) -> None:
     """One plan: read the watermark and next id, then commit every unit's new parts on it
     (``StalePlan`` when another writer moved them first)."""
-    state = _table_state(uri)
+    state = _table_state(table, log)
     resolved = resolve(source, text_column, hf_data_files=hf_data_files,
                        stored_keys=state.parts.keys())
     report.files_failed.update(resolved.bad_files)
@@ -419,12 +410,12 @@ def _ingest_planned(uri: str, source: str, text_column: str, hf_data_files: Opti
                 bar.update(1)
                 continue
             rows_by_unit[unit.key] += _ingest_unit(
-                uri, unit, done + 1, state, skipped, rows_per_fragment, rows_per_commit,
+                table, unit, done + 1, state, skipped, rows_per_fragment, rows_per_commit,
                 max_doc_chars, report, log, max_new_rows, check_lock, bar)
             bar.update(1)
 
 
-def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, state: TableState,
+def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableState,
                  skipped: SkipCounter, rows_per_fragment: int, rows_per_commit: int,
                  max_doc_chars: int, report: IngestReport, log: Callable[[str], None],
                  max_new_rows: Optional[int] = None,
@@ -459,9 +450,8 @@ def _ingest_unit(uri: str, unit: SourceUnit, first_part: int, state: TableState,
             if first is None:
                 continue  # nothing to write in this group: no commit, no new version
             reader = pa.RecordBatchReader.from_batches(RAW_SCHEMA, _chain(first, stream))
-            fragment_ids = _append(uri, reader, rows_per_fragment, log, state, unit.key,
-                                   check_lock)
-            state.fragment_ids = fragment_ids
+            state.row_counter = _append(table, reader, rows_per_fragment, log, state, unit.key,
+                                        check_lock)
             state.next_id += counter["rows"]
             state.parts[unit.key] = counter["last_part"]
             committed += counter["rows"]

@@ -16,9 +16,19 @@ Safe at any moment, next to ingest, column backfills and training, because of th
   newest). Each training run tags the version it reads (``train-<run name>``), so its ranks,
   its resume, ``samples`` and the forensics read it however aggressive the cleanup. A release
   (``release_snapshot``) deletes the tag; the next cleanup may then remove that version.
+- **Compaction lands while ingest runs.** Every ingest commit is a ``Merge`` (its exactly-once
+  fence), and Lance rejects a compaction's ``Rewrite`` when a ``Merge`` landed after the version
+  it was planned on, so a compaction committed the ordinary way restarts from scratch after
+  every ingest commit, and under a steady ingest never lands. Here the rewritten files are kept
+  and the commit is rebuilt on the newest version, for the rewrite groups whose fragments are
+  still exactly as they were read (same data files, same deletion file: a ``Merge`` lists them
+  unchanged). Groups whose fragments changed meanwhile (a column write, a delete) are dropped,
+  their new files removed, and planned again.
 - **Every step commits like any writer**: retried on the newest version when a concurrent
-  commit wins (``table.commit_retrying``); a writer whose read version a cleanup removed is
-  retried the same way.
+  commit wins (``Table.commit``); a writer whose read version a cleanup removed is retried the
+  same way.
+- **Snapshots have owners.** Each tag carries a record of who holds it (``table.snapshots``);
+  ``maintain`` releases what the retention policy no longer keeps before it cleans up.
 """
 
 from __future__ import annotations
@@ -30,59 +40,22 @@ from datetime import timedelta
 from pathlib import Path
 
 import lance
+from lance.optimize import Compaction
 
-from lance_assets import paths
 from lance_assets.corpus.columns import incomplete_fragments
 from lance_assets.corpus.ingest import DEFAULT_ROWS_PER_FRAGMENT
-from lance_assets.table import commit_retrying, open_table
+from lance_assets.table import Table
+from lance_assets.table.snapshots import DEFAULT_KEEP_UNNAMED_RUNS, SnapshotError  # noqa: F401
 
 SNAPSHOT_PREFIX = "train-"
 DEFAULT_KEEP_VERSIONS_FOR = timedelta(days=1)
+# Rounds of compaction planned again because fragments changed while they were rewritten.
+MAX_COMPACTION_ROUNDS = 20
 
 
 def snapshot_tag(run_name: str) -> str:
     """The tag of the table version the training run ``run_name`` reads."""
     return SNAPSHOT_PREFIX + run_name
-
-
-def snapshot_version(uri: str, tag: str) -> int | None:
-    """The version ``tag`` names, or None when there is no such tag."""
-    tags = lance.dataset(uri).tags.list()
-    return tags[tag]["version"] if tag in tags else None
-
-
-def tag_snapshot(uri: str, tag: str, version: int) -> int:
-    """Point ``tag`` at ``version`` (created, or moved there); returns ``version``."""
-
-    def attempt() -> int:
-        ds = lance.dataset(uri)
-        current = ds.tags.list().get(tag)
-        if current is None:
-            try:
-                ds.tags.create(tag, version)
-            except ValueError:  # created meanwhile by a concurrent run: move it below
-                ds = lance.dataset(uri)
-                ds.tags.update(tag, version)
-        elif current["version"] != version:
-            ds.tags.update(tag, version)
-        return version
-
-    return commit_retrying(f"tag {tag}", attempt)
-
-
-class SnapshotError(ValueError):
-    """A snapshot tag that cannot be released; the message names it and what exists."""
-
-
-def release_snapshot(uri: str, tag: str) -> int:
-    """Delete ``tag``; returns the version it named. The next cleanup may remove that version
-    (unless another tag names it, or it is the newest)."""
-    tags = lance.dataset(uri).tags.list()
-    if tag not in tags:
-        raise SnapshotError(f"{uri} has no tag {tag!r}; its tags: "
-                            f"{', '.join(sorted(tags)) or 'none'}")
-    lance.dataset(uri).tags.delete(tag)
-    return tags[tag]["version"]
 
 
 @dataclass
@@ -94,12 +67,15 @@ class MaintenanceReport:
     fragments_removed: int = 0  # rewritten into the added ones
     fragments_added: int = 0
     fragments_left_out: int = 0  # not compacted: their column groups are still being written
+    compaction_rounds: int = 0  # plans made (more than one: fragments changed meanwhile)
+    rewrites_dropped: int = 0  # rewrite groups whose fragments changed while rewritten
     bytes_reclaimed: int = 0
     data_files_removed: int = 0
     versions_removed: int = 0
     versions_kept: int = 0
     tags_kept: dict[str, int] = field(default_factory=dict)  # tag -> version
     tags_released: dict[str, int] = field(default_factory=dict)
+    retention: dict[str, str] = field(default_factory=dict)  # tag -> why kept or released
     indexes: dict[str, dict] = field(default_factory=dict)  # name -> unindexed rows before/after
     duration_s: float = 0.0
 
@@ -113,11 +89,13 @@ class MaintenanceReport:
             f"version(s) kept.",
         ]
         if self.tags_kept:
-            lines.append("\n| tag kept | version |\n|---|---|")
-            lines += [f"| `{t}` | {v} |" for t, v in sorted(self.tags_kept.items())]
+            lines.append("\n| tag kept | version | why |\n|---|---|---|")
+            lines += [f"| `{t}` | {v} | {self.retention.get(t, '')} |"
+                      for t, v in sorted(self.tags_kept.items())]
         if self.tags_released:
-            lines.append("\n| tag released | version |\n|---|---|")
-            lines += [f"| `{t}` | {v} |" for t, v in sorted(self.tags_released.items())]
+            lines.append("\n| tag released | version | why |\n|---|---|---|")
+            lines += [f"| `{t}` | {v} | {self.retention.get(t, '')} |"
+                      for t, v in sorted(self.tags_released.items())]
         if self.indexes:
             lines.append("\n| index | unindexed rows before | after |\n|---|---|---|")
             lines += [f"| `{n}` | {v['before']:,} | {v['after']:,} |"
@@ -132,8 +110,71 @@ def _unindexed_rows(ds: lance.LanceDataset) -> dict[str, int]:
     return out
 
 
+def compact_table(table: Table | str | Path, *,
+                  target_rows_per_fragment: int = DEFAULT_ROWS_PER_FRAGMENT,
+                  include: set[int] | None = None, report: MaintenanceReport | None = None,
+                  log: Callable[[str], None] = print) -> MaintenanceReport:
+    """Merge small fragments and drop deleted rows (module docstring: the rewrite is committed on
+    the newest version for the groups whose fragments did not change meanwhile).
+
+    Fragments whose column groups are still being written are left out, unless ``include``
+    names them (``forget`` must rewrite every fragment that held a forgotten row)."""
+    table = Table.of(table)
+    report = report or MaintenanceReport()
+    for _ in range(MAX_COMPACTION_ROUNDS):
+        report.compaction_rounds += 1
+        ds = table.newest()
+        left_out = sorted(incomplete_fragments(ds) - (include or set()))
+        report.fragments_left_out = len(left_out)
+        # every deleted row is dropped (Lance's default waits for 10% of a fragment): column
+        # writes need fragments without deletion files
+        plan = Compaction.plan(ds, dict(
+            target_rows_per_fragment=target_rows_per_fragment, materialize_deletions=True,
+            materialize_deletions_threshold=0.0, excluded_fragment_ids=left_out))
+        if not plan.tasks:
+            return report
+        results = [task.execute(ds) for task in plan.tasks]
+
+        def attempt(newest: lance.LanceDataset, results: list = results) -> tuple[list, list]:
+            live = {f.fragment_id: f.metadata for f in newest.get_fragments()}
+            same = [r for r in results
+                    if all(live.get(o.id) == o for o in r.original_fragments)]
+            changed = [r for r in results if not any(r is k for k in same)]
+            if same:
+                Compaction.commit(newest, same)
+            return same, changed
+
+        done, changed = table.commit("compaction", attempt, log=log)
+        for r in done:
+            report.fragments_removed += r.metrics.fragments_removed
+            report.fragments_added += r.metrics.fragments_added
+        if not changed:
+            break
+        report.rewrites_dropped += len(changed)
+        table.remove_files([f.path for r in changed for m in r.new_fragments
+                            for f in m.data_files()])
+        log(f"compaction: {len(changed)} rewrite group(s) dropped (their fragments changed while "
+            "they were rewritten); planning those again")
+    log(f"compaction: {report.fragments_removed} fragment(s) into {report.fragments_added}; "
+        f"{report.fragments_left_out} left out while their columns are being written")
+    return report
+
+
+def cleanup_versions(table: Table, keep_versions_for: timedelta, report: MaintenanceReport,
+            log: Callable[[str], None] = print) -> None:
+    """Remove untagged versions older than ``keep_versions_for`` (never the newest)."""
+    stats = table.newest().cleanup_old_versions(older_than=keep_versions_for,
+                                                error_if_tagged_old_versions=False)
+    report.versions_removed += stats.old_versions
+    report.bytes_reclaimed += stats.bytes_removed
+    report.data_files_removed += stats.data_files_removed
+    log(f"cleanup: {stats.old_versions} untagged version(s) older than "
+        f"{keep_versions_for.total_seconds() / 3600:g} h removed, "
+        f"{stats.bytes_removed / 1e6:.1f} MB")
+
+
 def maintain(
-    root: str | Path,
+    root: Table | str | Path,
     *,
     compact: bool = True,
     target_rows_per_fragment: int = DEFAULT_ROWS_PER_FRAGMENT,
@@ -141,62 +182,55 @@ def maintain(
     keep_versions_for: timedelta = DEFAULT_KEEP_VERSIONS_FOR,
     optimize_indexes: bool = True,
     release: list[str] | tuple[str, ...] = (),
+    retention: bool = True,
+    keep_unnamed_runs: int = DEFAULT_KEEP_UNNAMED_RUNS,
     log: Callable[[str], None] = print,
 ) -> MaintenanceReport:
-    """Release the ``release`` tags, compact, optimize the indexes, then remove old versions.
+    """Release the ``release`` tags and those the retention policy no longer keeps, compact,
+    optimize the indexes, then remove old versions.
 
     ``target_rows_per_fragment``: fragments below it are merged with their neighbours up to it
     (fragments are the unit of column writes, so the default is ingest's fragment size);
     deleted rows are dropped for good. ``keep_versions_for``: untagged versions younger than
-    this stay (in-flight readers and writers use recent versions); tagged ones always stay."""
+    this stay (in-flight readers and writers use recent versions); tagged ones always stay.
+    ``retention``: apply the snapshot policy (``table.snapshots``), keeping the newest
+    ``keep_unnamed_runs`` unnamed training runs per owner."""
     start = time.perf_counter()
-    uri = paths.table_uri(root)
-    ds = open_table(root)
+    table = Table.of(root)
+    ds = table.newest()
     report = MaintenanceReport(version_before=ds.version,
                                fragments_before=len(ds.get_fragments()))
+    snapshots = table.snapshots
     for tag in release:
-        report.tags_released[tag] = release_snapshot(uri, tag)
+        report.tags_released[tag] = snapshots.release(tag)
+        report.retention[tag] = "released on request"
         log(f"released snapshot {tag} (version {report.tags_released[tag]})")
+    if retention:
+        policy = snapshots.retention(keep_unnamed_runs)
+        report.retention.update(policy.keep)
+        for tag, why in policy.release.items():
+            try:
+                report.tags_released[tag] = snapshots.release(tag)
+            except SnapshotError:
+                continue  # released meanwhile by another maintenance
+            report.retention[tag] = why
+            log(f"released snapshot {tag} (version {report.tags_released[tag]}): {why}")
 
     if compact:
-
-        def compaction() -> tuple:
-            current = lance.dataset(uri)
-            left_out = sorted(incomplete_fragments(current))
-            # every deleted row is dropped (Lance's default waits for 10% of a fragment):
-            # column writes need fragments without deletion files
-            metrics = current.optimize.compact_files(
-                target_rows_per_fragment=target_rows_per_fragment, materialize_deletions=True,
-                materialize_deletions_threshold=0.0, excluded_fragment_ids=left_out)
-            return metrics, len(left_out)
-
-        metrics, report.fragments_left_out = commit_retrying("compaction", compaction, log=log)
-        report.fragments_removed = metrics.fragments_removed
-        report.fragments_added = metrics.fragments_added
-        log(f"compaction: {metrics.fragments_removed} fragment(s) into "
-            f"{metrics.fragments_added}; {report.fragments_left_out} left out while their "
-            "columns are being written")
+        compact_table(table, target_rows_per_fragment=target_rows_per_fragment, report=report, log=log)
 
     if optimize_indexes:
-        before = _unindexed_rows(lance.dataset(uri))
+        before = _unindexed_rows(table.newest())
         if any(before.values()):
-            commit_retrying("optimize indexes",
-                            lambda: lance.dataset(uri).optimize.optimize_indices(), log=log)
-        after = _unindexed_rows(lance.dataset(uri))
+            table.commit("optimize indexes", lambda d: d.optimize.optimize_indices(), log=log)
+        after = _unindexed_rows(table.newest())
         report.indexes = {name: {"before": before[name], "after": after.get(name, 0)}
                           for name in before}
 
     if cleanup:
-        stats = lance.dataset(uri).cleanup_old_versions(
-            older_than=keep_versions_for, error_if_tagged_old_versions=False)
-        report.versions_removed = stats.old_versions
-        report.bytes_reclaimed = stats.bytes_removed
-        report.data_files_removed = stats.data_files_removed
-        log(f"cleanup: {stats.old_versions} untagged version(s) older than "
-            f"{keep_versions_for.total_seconds() / 3600:g} h removed, "
-            f"{stats.bytes_removed / 1e6:.1f} MB")
+        cleanup_versions(table, keep_versions_for, report, log)
 
-    ds = lance.dataset(uri)
+    ds = table.newest()
     report.version_after = ds.version
     report.fragments_after = len(ds.get_fragments())
     report.versions_kept = len(ds.versions())

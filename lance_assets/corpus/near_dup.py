@@ -36,16 +36,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import paths
 from lance_assets.corpus.columns import (
     ColumnWriteReport,
     Staged,
     fragments_missing,
+    pinned_rows_end,
     write_columns,
 )
-from lance_assets.table import get_json_config, open_table, set_json_config
 from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
 from lance_assets.keys import NEAR_DUP_KEY
+from lance_assets.table import Table, get_json_config
 
 NEAR_DUP_CLUSTER = pa.field("near_dup_cluster", pa.int64())
 NEAR_DUP = pa.field(NEAR_DUP_COLUMN, pa.bool_())
@@ -360,14 +360,17 @@ class BandIndex:
 
 
 def load_index(ds: lance.LanceDataset, done_fragments: list, expected_new: int = 0,
-               bands: int = 14) -> BandIndex:
-    """The keys already written, in id order, in an index sized for ``expected_new`` more."""
+               bands: int = 14, rows_end: int | None = None) -> BandIndex:
+    """The keys already written, in id order, in an index sized for ``expected_new`` more;
+    only rows with ids below ``rows_end`` (the pinned version's) when given."""
     done_rows = sum(f.count_rows() for f in done_fragments)
     index = BandIndex(done_rows + expected_new, bands)
     if not done_fragments:
         return index
+    where = "minhash_bands IS NOT NULL" + (f" AND id < {int(rows_end)}" if rows_end is not None
+                                           else "")
     scanner = ds.scanner(columns=["id", "near_dup_cluster", "minhash_bands"],
-                         filter="minhash_bands IS NOT NULL", fragments=done_fragments)
+                         filter=where, fragments=done_fragments)
     parts = [(b.column("id").to_numpy(), b.column("near_dup_cluster").to_numpy(),
               b.column("minhash_bands").values.to_numpy().reshape(b.num_rows, bands))
              for b in scanner.to_batches() if b.num_rows]
@@ -486,33 +489,39 @@ def per_doc_sets(doc: np.ndarray, sh: np.ndarray, n_docs: int) -> list[np.ndarra
 
 
 def near_dup(
-    root: str | Path, settings: MinHashSettings = MinHashSettings(), *,
+    table: Table | str | Path, settings: MinHashSettings = MinHashSettings(), *,
     fragments_per_commit: int | None = None, executor: str | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[ColumnWriteReport, NearDupStats]:
-    """Write the near-duplicate columns for every fragment that lacks them. Under the ``ray``
-    executor the MinHash signatures are Ray tasks and the clustering runs here, in id order."""
-    uri = paths.table_uri(root)
-    ds = open_table(root)
-    current = get_json_config(ds, NEAR_DUP_KEY)
-    cols = [f.name for f in fields(settings)]
-    if current is not None and current != settings.to_dict():
-        written = all(c in ds.schema.names for c in cols) and \
-            len(fragments_missing(ds, cols)) < len(ds.get_fragments())
-        if written:
-            raise SettingsMismatchError(
-                f"{uri}: near-duplicate columns were written with {current}, not "
-                f"{settings.to_dict()}. Keep the stored settings, or drop the columns first "
-                "(lance.dataset(uri).drop_columns(['near_dup_cluster', 'near_dup', "
-                "'minhash_bands'])).")
-    if current != settings.to_dict():
-        set_json_config(ds, NEAR_DUP_KEY, settings.to_dict())
-        ds = lance.dataset(uri)
-    stats = NearDupStats()
-    compute = Staged(MinHashes(settings), Clusterer(uri, settings, stats))
-    report = write_columns(uri, fields(settings), compute,
-                           fragments_per_commit=fragments_per_commit, executor=executor, log=log)
-    return report, stats
+    """Write the near-duplicate columns for every fragment of one pinned version that lacks
+    them: its new rows against every earlier row of that version (rows ingested meanwhile wait
+    for the next run). Under the ``ray`` executor the MinHash signatures are Ray tasks and the
+    clustering runs here, in id order."""
+    table = Table.of(table)
+
+    def run(ds: lance.LanceDataset) -> tuple[ColumnWriteReport, NearDupStats]:
+        current = get_json_config(ds, NEAR_DUP_KEY)
+        cols = [f.name for f in fields(settings)]
+        if current is not None and current != settings.to_dict():
+            written = all(c in ds.schema.names for c in cols) and \
+                len(fragments_missing(ds, cols)) < len(ds.get_fragments())
+            if written:
+                raise SettingsMismatchError(
+                    f"{table.uri}: near-duplicate columns were written with {current}, not "
+                    f"{settings.to_dict()}. Keep the stored settings, or drop the columns first "
+                    "(lance.dataset(uri).drop_columns(['near_dup_cluster', 'near_dup', "
+                    "'minhash_bands'])).")
+        if current != settings.to_dict():
+            table.set_config(NEAR_DUP_KEY, settings.to_dict())
+        stats = NearDupStats()
+        compute = Staged(MinHashes(settings),
+                         Clusterer(table, settings, stats, pinned_rows_end(table, ds)))
+        report = write_columns(table, fields(settings), compute, pinned=ds,
+                               fragments_per_commit=fragments_per_commit, executor=executor,
+                               log=log)
+        return report, stats
+
+    return table.pinned(run, what="near_dup", log=log)
 
 
 @dataclass(frozen=True)
@@ -549,8 +558,10 @@ class Clusterer:
     alone: earlier documents are read by id (the table's stable row ids equal ``id``; a table
     where they do not is read with an ``id IN (...)`` filter instead)."""
 
-    def __init__(self, uri: str, settings: MinHashSettings, stats: NearDupStats) -> None:
-        self.uri, self.settings, self.stats = uri, settings, stats
+    def __init__(self, table: Table, settings: MinHashSettings, stats: NearDupStats,
+                 rows_end: int) -> None:
+        self.table, self.settings, self.stats = table, settings, stats
+        self.rows_end = rows_end  # the pinned version's rows: ids below this
         self.text_ds: lance.LanceDataset | None = None
         self.index: BandIndex | None = None
         self.rows_by_id = True
@@ -579,15 +590,15 @@ class Clusterer:
     def __call__(self, frag, minhashes) -> Iterator[pa.RecordBatch]:
         settings = self.settings
         if self.index is None:
-            # the table as it was before this run: every text, and the keys already written
-            ds0 = lance.dataset(self.uri)
+            # the pinned version's rows: every text, and the keys already written
+            ds0 = self.table.newest()
             missing = {f.fragment_id: f for f in fragments_missing(
                 ds0, [f.name for f in fields(settings)])}
             self.text_ds = ds0
             self.index = load_index(ds0, [f for f in ds0.get_fragments()
                                           if f.fragment_id not in missing],
                                     expected_new=sum(f.count_rows() for f in missing.values()),
-                                    bands=settings.bands)
+                                    bands=settings.bands, rows_end=self.rows_end)
         offset = 0
         for ids, keys, has_words in minhashes:
             n = len(ids)

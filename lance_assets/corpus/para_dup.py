@@ -27,9 +27,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import paths
-from lance_assets.corpus.columns import ColumnWriteReport, Staged, fragments_missing, write_columns
-from lance_assets.table import open_table
+from lance_assets.corpus.columns import (
+    ColumnWriteReport,
+    Staged,
+    fragments_missing,
+    pinned_rows_end,
+    write_columns,
+)
+from lance_assets.table import Table
 
 DUP_PARAGRAPH_FRAC = pa.field("dup_paragraph_frac", pa.float32())
 PARAGRAPH_HASHES = pa.field("paragraph_hashes", pa.list_(pa.int64()))
@@ -125,17 +130,19 @@ class ParagraphMatcher:
     """The ordered part: each batch against the hashes of every document before it (those
     stored in the table before this run, plus the batches done since). Runs in the driver."""
 
-    def __init__(self, uri: str, stats: dict) -> None:
-        self.uri, self.stats = uri, stats
+    def __init__(self, table: Table, stats: dict, rows_end: int) -> None:
+        self.table, self.stats = table, stats
+        self.rows_end = rows_end  # the pinned version's rows: ids below this
         self.known: KnownHashes | None = None
 
     def _load(self) -> KnownHashes:
-        ds = lance.dataset(self.uri)
+        ds = self.table.newest()
         missing = {f.fragment_id for f in fragments_missing(ds, [f.name for f in FIELDS])}
         done = [f for f in ds.get_fragments() if f.fragment_id not in missing]
         if not done:
             return KnownHashes(np.empty(0, np.int64))
-        col = ds.scanner(columns=[PARAGRAPH_HASHES.name], fragments=done).to_table().column(0)
+        col = ds.scanner(columns=[PARAGRAPH_HASHES.name], fragments=done,
+                         filter=f"id < {int(self.rows_end)}").to_table().column(0)
         return KnownHashes(pc.list_flatten(col).to_numpy(zero_copy_only=False))
 
     def __call__(self, frag, payload) -> Iterator[pa.RecordBatch]:
@@ -162,15 +169,21 @@ class ParagraphMatcher:
                                              schema=pa.schema(FIELDS))
 
 
-def paragraph_dups(root: str | Path, *, fragments_per_commit: int | None = None,
+def paragraph_dups(root: Table | str | Path, *, fragments_per_commit: int | None = None,
                    executor: str | None = None, log: Callable[[str], None] = print
                    ) -> tuple[ColumnWriteReport, dict]:
     """Write ``dup_paragraph_frac`` and ``paragraph_hashes`` for every fragment that lacks them,
-    in id order; returns the report and counts (documents, with_repeated_paragraphs)."""
-    open_table(root)
-    uri = paths.table_uri(root)
-    stats: dict = {}
-    compute = Staged(ParagraphHashes(), ParagraphMatcher(uri, stats))
-    report = write_columns(uri, FIELDS, compute, fragments_per_commit=fragments_per_commit,
-                           executor=executor, log=log)
-    return report, stats
+    in id order, on one pinned version (rows ingested meanwhile wait for the next run); returns
+    the report and counts (documents, with_repeated_paragraphs)."""
+    table = Table.of(root)
+
+    def run(ds: lance.LanceDataset) -> tuple[ColumnWriteReport, dict]:
+        stats: dict = {}
+        compute = Staged(ParagraphHashes(),
+                         ParagraphMatcher(table, stats, pinned_rows_end(table, ds)))
+        report = write_columns(table, FIELDS, compute, pinned=ds,
+                               fragments_per_commit=fragments_per_commit, executor=executor,
+                               log=log)
+        return report, stats
+
+    return table.pinned(run, what="paragraph_dups", log=log)

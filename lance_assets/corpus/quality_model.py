@@ -32,8 +32,8 @@ import pyarrow as pa
 
 from lance_assets import keys, paths, storage
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.table import commit_retrying, get_json_config, open_table, set_json_config
 from lance_assets.keys import QUALITY_MODEL_KEY
+from lance_assets.table import Table, get_json_config
 
 QUALITY_SCORE = pa.field("quality_score", pa.float32())
 DESCRIPTIONS = {QUALITY_SCORE.name: "Educational quality predicted from `embedding` by a linear "
@@ -123,11 +123,12 @@ def _embeddings(col: pa.ChunkedArray) -> np.ndarray:
     return vecs.values.to_numpy(zero_copy_only=False).reshape(-1, dim)
 
 
-def train_head(root: str | Path, *, label: str = "score", threshold: float = 3.0,
-               ridge: float = 1.0) -> QualityHead | str:
-    """Train on the labelled, embedded rows and save the file; or a sentence saying why no
-    model could be trained (too few labelled rows)."""
-    ds = open_table(root)
+def train_head(root: Table | str | Path, *, label: str = "score", threshold: float = 3.0,
+               ridge: float = 1.0, pinned: lance.LanceDataset | None = None) -> QualityHead | str:
+    """Train on the labelled, embedded rows of the ``pinned`` version (default: the newest) and
+    save the file; or a sentence saying why no model could be trained (too few labelled rows)."""
+    table = Table.of(root)
+    ds = pinned if pinned is not None else table.newest()
     if label not in ds.schema.names:
         raise QualityModelError(f"{ds.uri} has no column {label!r} to learn from; set `label` "
                                 "to a numeric column (FineWeb-Edu's `score`)")
@@ -161,7 +162,7 @@ def train_head(root: str | Path, *, label: str = "score", threshold: float = 3.0
     }
     data = json.dumps(doc, sort_keys=True).encode()
     sha = hashlib.sha256(data).hexdigest()
-    path = model_path(root, sha)
+    path = model_path(table.root, sha)
     if not path.is_file():
         storage.write_atomic(path, data)
     return QualityHead(w, b, sha, doc)
@@ -172,15 +173,15 @@ class ScoreFragment:
     """``quality_score`` of one fragment; refuses to write when the table names another model.
     Picklable (the weights are a numpy array): a Ray task can run it."""
 
-    uri: str
+    table: Table
     sha256: str
     weights: np.ndarray
     bias: float
 
     def __call__(self, frag) -> Iterator[pa.RecordBatch]:
-        stored = get_json_config(lance.dataset(self.uri), QUALITY_MODEL_KEY) or {}
+        stored = self.table.get_config(QUALITY_MODEL_KEY) or {}
         if stored.get("sha256") != self.sha256:
-            raise QualityModelError(f"{self.uri}: the quality model changed while "
+            raise QualityModelError(f"{self.table}: the quality model changed while "
                                     "`quality_score` was writing; run it again")
         for batch in frag.to_batches(columns=[keys.EMBEDDING], batch_size=4096):
             col = batch.column(keys.EMBEDDING)
@@ -219,15 +220,26 @@ def _has_scores(ds: lance.LanceDataset) -> bool:
         fragments_missing(ds, [QUALITY_SCORE.name])) < len(ds.get_fragments())
 
 
-def quality_score(root: str | Path, *, label: str = "score", threshold: float = 3.0,
-                  ridge: float = 1.0, retrain: bool = False, fragments_per_commit: int | None = None,
-                  executor: str | None = None,
+def quality_score(root: Table | str | Path, *, label: str = "score", threshold: float = 3.0,
+                  ridge: float = 1.0, retrain: bool = False,
+                  fragments_per_commit: int | None = None, executor: str | None = None,
                   log: Callable[[str], None] = print) -> QualityScoreReport:
     """Train the head if the table names none (or ``retrain``), then write ``quality_score``
-    for every fragment that lacks it."""
+    for every fragment that lacks it; the training rows and the fragments written are those of
+    one pinned version (rows ingested meanwhile wait for the next run)."""
     start = time.perf_counter()
-    ds = open_table(root)
-    uri = paths.table_uri(root)
+    table = Table.of(root)
+    return table.pinned(
+        lambda ds: _quality_score(table, ds, label, threshold, ridge, retrain,
+                                  fragments_per_commit, executor, log, start),
+        what="quality_score", log=log)
+
+
+def _quality_score(table: Table, ds: lance.LanceDataset, label: str, threshold: float,
+                   ridge: float, retrain: bool, fragments_per_commit: int | None,
+                   executor: str | None, log: Callable[[str], None],
+                   start: float) -> QualityScoreReport:
+    uri = table.uri
     if keys.EMBEDDING not in ds.schema.names:
         raise QualityModelError(f"{uri} has no `embedding` column; materialize `embeddings` "
                                 "before `quality_score`")
@@ -240,32 +252,32 @@ def quality_score(root: str | Path, *, label: str = "score", threshold: float = 
                 f"{uri}: quality_score was made with {({k: current.get(k) for k in settings})}, "
                 f"not {settings}. Run with the stored settings, or with retrain: true to train a "
                 "new model and score every row again")
-        head = load_head(root, current["sha256"])
+        head = load_head(table.root, current["sha256"])
     else:
-        got = train_head(root, label=label, threshold=threshold, ridge=ridge)
+        got = train_head(table, label=label, threshold=threshold, ridge=ridge, pinned=ds)
         if isinstance(got, str):
             report.skipped = f"no model trained: {got}"
             log(report.skipped)
             return report
         head, report.trained = got, True
         if current is None or current.get("sha256") != head.sha256:
-            if _has_scores(lance.dataset(uri)):
+            if _has_scores(table.newest()):
                 log("a new quality model: dropping quality_score (older table versions keep it)")
 
-                def drop():
-                    d = lance.dataset(uri)
+                def drop(d: lance.LanceDataset) -> None:
                     if QUALITY_SCORE.name in d.schema.names:
                         d.drop_columns([QUALITY_SCORE.name])
 
-                commit_retrying("drop quality_score", drop)
-            set_json_config(lance.dataset(uri), QUALITY_MODEL_KEY, {
+                table.commit("drop quality_score", drop)
+            table.set_config(QUALITY_MODEL_KEY, {
                 **settings, "sha256": head.sha256,
                 "path": f"models/quality/{head.sha256}.json",
                 "heldout": head.doc["heldout"], "train": head.doc["train"]})
     report.model = {**settings, "sha256": head.sha256, "heldout": head.doc["heldout"],
                     "train": head.doc["train"]}
-    report.write = write_columns(uri, [QUALITY_SCORE],
-                                 ScoreFragment(uri, head.sha256, head.weights, head.bias),
+    report.write = write_columns(table, [QUALITY_SCORE],
+                                 ScoreFragment(table, head.sha256, head.weights, head.bias),
+                                 pinned=ds,
                                  fragments_per_commit=fragments_per_commit, executor=executor,
                                  log=log)
     report.write.duration_s = time.perf_counter() - start

@@ -71,6 +71,13 @@ class Table:
         itself when it is a ``Table`` already."""
         if isinstance(where, Table):
             return where
+        if where is not None and os.fspath(where).rstrip("/").endswith(".lance"):
+            # the dataset's own URI (<root>/lance/<name>.lance), as Lance and messages show it
+            loc = storage.location(os.fspath(where).rstrip("/"))
+            if loc.parent.name != "lance":
+                raise ValueError(f"{where}: not a table of a data root (<root>/lance/<name>."
+                                 "lance); pass the data root instead")
+            return cls(storage.uri_of(paths.data_dir(loc.parent.parent)), loc.name[:-len(".lance")])
         return cls(storage.uri_of(paths.data_dir(where)), name)
 
     @property

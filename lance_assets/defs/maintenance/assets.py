@@ -29,8 +29,14 @@ class MaintenanceConfig(dg.Config):
     optimize_indexes: bool = True
     """Fold rows appended since the last index build into the full-text and vector indexes."""
     release_snapshots: list[str] = []
-    """Training snapshot tags to release first (`train-<run name>`): the cleanup may then remove
-    those versions. The run's checkpoints can no longer resume on them."""
+    """Snapshot tags to release first (`train-<run name>`, `ablation-...`): the cleanup may then
+    remove those versions. The run's checkpoints can no longer resume on them."""
+    apply_retention: bool = True
+    """Release the snapshots the retention policy no longer keeps: unnamed training runs beyond
+    the newest `keep_unnamed_runs` of their asset, unnamed ablations a newer one superseded.
+    Named runs and ablations, and tags made by hand, are kept until released."""
+    keep_unnamed_runs: int = maintenance.DEFAULT_KEEP_UNNAMED_RUNS
+    """How many unnamed training runs (no `run_name`) of an asset keep their snapshot."""
 
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
@@ -43,10 +49,11 @@ def table_maintenance(context: dg.AssetExecutionContext, config: MaintenanceConf
     snapshots `train-<run>`), and folds new rows into the full-text and vector indexes. Safe at
     any moment, next to ingest, backfills and training."""
     report = maintenance.maintain(
-        lance_store.root, compact=config.compact,
+        lance_store.table, compact=config.compact,
         target_rows_per_fragment=config.target_rows_per_fragment, cleanup=config.cleanup,
         keep_versions_for=timedelta(hours=config.keep_versions_hours),
         optimize_indexes=config.optimize_indexes, release=config.release_snapshots,
+        retention=config.apply_retention, keep_unnamed_runs=config.keep_unnamed_runs,
         log=context.log.info)
     # what it leaves behind: the fragment layout and the kept snapshots at the version it wrote
     version = data_version(context, report.version_after,
@@ -65,6 +72,9 @@ def table_maintenance(context: dg.AssetExecutionContext, config: MaintenanceConf
         "versions_kept": report.versions_kept,
         "tags_kept": dg.MetadataValue.json(report.tags_kept),
         "tags_released": dg.MetadataValue.json(report.tags_released),
+        "retention": dg.MetadataValue.json(report.retention),
+        "compaction_rounds": report.compaction_rounds,
+        "rewrites_dropped": report.rewrites_dropped,
         "indexes": dg.MetadataValue.json(report.indexes),
         "duration_s": round(report.duration_s, 3),
     })

@@ -17,9 +17,8 @@ import lance
 import pydantic
 
 from lance_assets import paths, storage
-from lance_assets.corpus import ablation, maintenance
+from lance_assets.corpus import ablation
 from lance_assets.corpus.rules import curation_in_force
-from lance_assets.table import open_table
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.resources import LanceStore
@@ -27,6 +26,7 @@ from lance_assets.defs.training.assets import launch
 from lance_assets.defs.training.config import TrainConfig
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.markdown import line_plot_markdown
+from lance_assets.table import Table, snapshots
 from lance_assets.train import config as train_config
 
 ABLATION_TAG_PREFIX = "ablation-"
@@ -146,12 +146,19 @@ def run_settings(cfg: TrainConfig, plan: ablation.AblationPlan) -> dict:
             **{k: v for k, v in cfg.model_dump().items() if k not in skip}}
 
 
-def pinned_version(root: Path, name: str) -> tuple[str, int]:
+def pinned_version(table: Table, name: str) -> tuple[str, int]:
     """The ablation's tag and version: the one its tag names on a rerun, else the newest (tagged
-    by ``maintenance.tag_snapshot`` once the plan is accepted)."""
+    by ``table.snapshots.hold`` once the plan is accepted)."""
     tag = ABLATION_TAG_PREFIX + name
-    version = maintenance.snapshot_version(paths.table_uri(root), tag)
-    return tag, open_table(root).version if version is None else version
+    version = table.snapshots.version(tag)
+    return tag, table.newest().version if version is None else version
+
+
+def unnamed(table: Table) -> str:
+    """The name of an ablation without one: the data it compares on (``Table.data_version``),
+    so maintenance commits (compaction, an index refresh) do not start a new comparison, and an
+    ingest, a delete or a new column does."""
+    return f"data-{table.data_version()}"
 
 
 def val_curves_markdown(curves: dict[str, dict[int, list[tuple[int, float]]]],
@@ -232,18 +239,20 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
     with its 95 % interval), the paired differences seed by seed, the smallest detectable lead,
     their validation curves, `arm/<name>/val_bpb` per arm, and the best arm with whether its lead
     is real. Finished runs are reused on a rerun; an interrupted one resumes."""
-    root = lance_store.root
+    root, table = lance_store.root, lance_store.table
     start = time.perf_counter()
-    name = config.name or f"v{open_table(root).version}"
-    tag, version = pinned_version(root, name)
-    ds = lance.dataset(paths.table_uri(root), version=version)
+    name = config.name or unnamed(table)
+    tag, version = pinned_version(table, name)
+    ds = table.open(version)
     rule_sets = config.rule_sets or {DEFAULT_ARMS[0]: curation_in_force(ds).rules,
                                      DEFAULT_ARMS[1]: {}}
     try:
         plan = plan_for(config, ds, rule_sets)
     except ablation.AblationError as e:
         raise dg.Failure(str(e)) from None
-    maintenance.tag_snapshot(paths.table_uri(root), tag, version)  # no cleanup removes it now
+    # no cleanup removes it now; an unnamed one is released once a newer one supersedes it
+    table.snapshots.hold(tag, version, owner="curation_ablation", kind=snapshots.ABLATION,
+                         named=bool(config.name))
     context.log.info(f"ablation {name}: table version {version} (tag {tag}), "
                      f"{len(plan.arms)} arms x {len(config.seeds)} seeds, {plan.steps} steps "
                      f"({plan.budget_tokens:,} tokens) per run, held out: {plan.held_out_docs:,} "

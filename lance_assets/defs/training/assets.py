@@ -13,7 +13,6 @@ from lance_assets import paths, storage
 from lance_assets.corpus import maintenance
 from lance_assets.corpus.fingerprint import digest
 from lance_assets.corpus.rules import training_filter
-from lance_assets.table import open_table
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA, training_condition
@@ -29,6 +28,7 @@ from lance_assets.launch.torchrun import (
     local_agent_threads,
 )
 from lance_assets.markdown import line_plot_markdown, markdown_table
+from lance_assets.table import Table, snapshots
 from lance_assets.train import checkpoint
 from lance_assets.train.config import to_flags
 
@@ -59,16 +59,19 @@ def resumes(cfg: TrainConfig, out: Path) -> bool:
     return cfg.resume != "auto" or bool(checkpoint.list_checkpoints(out))
 
 
-def training_snapshot(cfg: TrainConfig, root: Path, out: Path) -> tuple[str, int]:
+def training_snapshot(cfg: TrainConfig, table: Table, out: Path) -> tuple[str, int]:
     """The table version this run reads, resolved once here and tagged `train-<run name>` so
     that no cleanup removes it while the run, its resumes, `samples` or the forensics need it:
-    on a resume, the version the run's tag names; otherwise the newest (the tag moves there)."""
-    uri = paths.table_uri(root)
+    on a resume, the version the run's tag names; otherwise the newest (the tag moves there).
+    The tag's record says who holds it: a run without `run_name` is unnamed, and
+    `table_maintenance` releases it once newer unnamed runs of this asset push it out of the
+    retention (`keep_unnamed_runs`); a named run keeps it until released."""
     tag = maintenance.snapshot_tag(out.name)
-    version = maintenance.snapshot_version(uri, tag) if resumes(cfg, out) else None
+    version = table.snapshots.version(tag) if resumes(cfg, out) else None
     if version is None:
-        version = open_table(root).version
-    return tag, maintenance.tag_snapshot(uri, tag, version)
+        version = table.newest().version
+    return tag, table.snapshots.hold(tag, version, owner="pretrained_model", kind=snapshots.RUN,
+                                     named=cfg.run_name is not None)
 
 
 def check_world(cfg: TrainConfig) -> None:
@@ -196,7 +199,7 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     out = paths.run_dir(root, config.run_name or context.run.run_id[:8])
     start = time.perf_counter()
     check_world(config)
-    tag, version = training_snapshot(config, root, out)
+    tag, version = training_snapshot(config, lance_store.table, out)
     context.log.info(f"training on table version {version}, tagged {tag} (release it with "
                      f"table_maintenance's release_snapshots once the run is no longer needed)")
     invocation = launch(context, pipes_subprocess_client, config, root, out, (tag, version))

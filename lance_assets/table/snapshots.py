@@ -1,0 +1,186 @@
+"""Tagged versions of the corpus table, each with who holds it and until when.
+
+A training run, a curation ablation or a user pins the version it reads with a Lance tag, so no
+cleanup removes that version while someone needs it. A tag alone says nothing about whether it
+is still needed, so every tag made here has a record next to the table
+(``<data>/lance/corpus.snapshots/<tag>.json``): its owner (the asset or tool that made it), its
+kind, whether a user named it, and when it was made. ``retention`` turns the records into a
+decision that ``table_maintenance`` applies:
+
+- an **unnamed training run** (the run folder is the Dagster run id) is kept while it is among
+  the newest ``keep_unnamed_runs`` unnamed runs of its owner;
+- an **unnamed ablation** (keyed by the data it compares on) is kept until a newer unnamed
+  ablation supersedes it;
+- a **named** snapshot (a ``run_name``, an ablation ``name``, a tag made by hand) is kept until
+  it is released (``release``, ``table_maintenance``'s ``release_snapshots``, ``forget``);
+- a tag without a record (made by hand, or by an older version of this project) is kept.
+
+The record is written after the tag and removed after it, so a process killed in between leaves
+at worst a tag without a record, which is kept: retention never releases what it cannot account
+for.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from lance_assets import storage
+
+if TYPE_CHECKING:
+    from lance_assets.table.handle import Table
+
+RUN = "run"
+ABLATION = "ablation"
+MANUAL = "manual"
+DEFAULT_KEEP_UNNAMED_RUNS = 3
+_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+class SnapshotError(ValueError):
+    """A snapshot tag that cannot be made or released; the message says what happened."""
+
+
+@dataclass
+class Snapshot:
+    tag: str
+    version: int
+    owner: str = "unknown"  # the asset or tool that holds it
+    kind: str = MANUAL  # run | ablation | manual
+    named: bool = True  # named by a user: kept until released
+    created: float = 0.0  # unix time; orders snapshots of one owner, decides nothing else
+    recorded: bool = False  # a record exists (tags made elsewhere have none)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Retention:
+    """What the policy keeps and releases, with the reason for each tag."""
+
+    keep: dict[str, str] = field(default_factory=dict)  # tag -> why
+    release: dict[str, str] = field(default_factory=dict)
+
+
+class Snapshots:
+    """The table's tags and their records (``Table.snapshots``)."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.folder = storage.location(table.db_dir) / f"{table.name}.snapshots"
+
+    # -- reading
+    def _record(self, tag: str) -> dict | None:
+        try:
+            return json.loads((self.folder / f"{tag}.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def list(self) -> dict[str, Snapshot]:
+        tags = self.table.newest().tags.list()
+        out = {}
+        for tag, info in tags.items():
+            rec = self._record(tag)
+            snap = Snapshot(tag, int(info["version"]))
+            if rec:
+                snap.owner = rec.get("owner", snap.owner)
+                snap.kind = rec.get("kind", snap.kind)
+                snap.named = bool(rec.get("named", True))
+                snap.created = float(rec.get("created", 0.0))
+                snap.recorded = True
+            out[tag] = snap
+        return out
+
+    def version(self, tag: str) -> int | None:
+        """The version ``tag`` names, or None when there is no such tag."""
+        info = self.table.newest().tags.list().get(tag)
+        return None if info is None else int(info["version"])
+
+    # -- holding and releasing
+    def hold(self, tag: str, version: int, *, owner: str, kind: str = MANUAL,
+             named: bool = True) -> int:
+        """Point ``tag`` at ``version`` (created, or moved there) and record who holds it."""
+        if not _TAG.match(tag):
+            raise SnapshotError(f"{tag!r} is not a valid snapshot tag: use letters, digits, '.', "
+                                "'_' and '-' (at most 200 characters)")
+
+        def attempt(ds) -> int:
+            current = ds.tags.list().get(tag)
+            if current is not None:
+                if current["version"] != version:
+                    ds.tags.update(tag, version)
+                return version
+            try:
+                ds.tags.create(tag, version)
+            except (ValueError, OSError) as exc:
+                now = self.table.newest()
+                if tag in now.tags.list():  # created meanwhile by a concurrent run: move it
+                    if now.tags.list()[tag]["version"] != version:
+                        now.tags.update(tag, version)
+                    return version
+                if version not in {int(v["version"]) for v in now.versions()}:
+                    raise SnapshotError(
+                        f"cannot tag version {version} of {self.table.uri} as {tag!r}: that "
+                        "version no longer exists (a cleanup of old versions removed it before "
+                        f"it was tagged). Newest version: {now.version}. Run again: the run "
+                        "pins the newest version.") from None
+                raise SnapshotError(f"cannot tag version {version} of {self.table.uri} as "
+                                    f"{tag!r}: {str(exc).splitlines()[0][:300]}") from exc
+            return version
+
+        self.table.commit(f"tag {tag}", attempt)
+        storage.write_atomic(self.folder / f"{tag}.json", json.dumps({
+            "tag": tag, "version": version, "owner": owner, "kind": kind, "named": named,
+            "created": time.time()}, sort_keys=True).encode())
+        return version
+
+    def release(self, tag: str) -> int:
+        """Delete ``tag`` and its record; returns the version it named. The next cleanup may
+        remove that version (unless another tag names it, or it is the newest)."""
+        ds = self.table.newest()
+        tags = ds.tags.list()
+        if tag not in tags:
+            raise SnapshotError(f"{self.table.uri} has no tag {tag!r}; its tags: "
+                                f"{', '.join(sorted(tags)) or 'none'}")
+        try:
+            ds.tags.delete(tag)
+        except (ValueError, OSError):
+            if tag in self.table.newest().tags.list():
+                raise
+        record = self.folder / f"{tag}.json"
+        if storage.is_object_store(record):
+            if record.exists():
+                record.fs.rm_file(record.path)
+        else:
+            record.unlink(missing_ok=True)
+        return int(tags[tag]["version"])
+
+    # -- the policy
+    def retention(self, keep_unnamed_runs: int = DEFAULT_KEEP_UNNAMED_RUNS) -> Retention:
+        """Which tags the policy (module docstring) keeps and which it releases."""
+        out = Retention()
+        by_owner: dict[tuple[str, str], list[Snapshot]] = {}
+        for snap in self.list().values():
+            if not snap.recorded:
+                out.keep[snap.tag] = "no record of who holds it: kept until released"
+            elif snap.named:
+                out.keep[snap.tag] = f"named ({snap.owner}): kept until released"
+            else:
+                by_owner.setdefault((snap.owner, snap.kind), []).append(snap)
+        for (owner, kind), snaps in by_owner.items():
+            snaps.sort(key=lambda s: (s.created, s.version), reverse=True)
+            keep = 1 if kind == ABLATION else max(0, keep_unnamed_runs)
+            for i, snap in enumerate(snaps):
+                if i < keep:
+                    out.keep[snap.tag] = (f"one of the newest {keep} unnamed {kind}(s) of {owner}"
+                                          if kind != ABLATION else
+                                          f"the newest unnamed ablation of {owner}")
+                else:
+                    out.release[snap.tag] = (f"older than the newest {keep} unnamed {kind}(s) "
+                                             f"of {owner}" if kind != ABLATION else
+                                             f"superseded by {snaps[0].tag}")
+        return out
