@@ -33,6 +33,7 @@ Safe at any moment, next to ingest, column backfills and training, because of th
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import lance
-from lance.optimize import Compaction
+from lance.optimize import Compaction, RewriteResult
 
 from lance_assets.corpus.columns import incomplete_fragments
 from lance_assets.corpus.ingest import DEFAULT_ROWS_PER_FRAGMENT
@@ -110,6 +111,15 @@ def _unindexed_rows(ds: lance.LanceDataset) -> dict[str, int]:
     return out
 
 
+def _rebased(result: RewriteResult, version: int) -> RewriteResult:
+    """``result`` as if its rewrite had been planned on ``version``: Lance checks the commit
+    against what landed after the result's read version, so a rewrite whose fragments are
+    unchanged at ``version`` (checked by the caller) is judged only by what lands after it."""
+    doc = json.loads(result.json())
+    doc["read_version"] = version
+    return RewriteResult.from_json(json.dumps(doc))
+
+
 def compact_table(table: Table | str | Path, *,
                   target_rows_per_fragment: int = DEFAULT_ROWS_PER_FRAGMENT,
                   include: set[int] | None = None, report: MaintenanceReport | None = None,
@@ -141,7 +151,7 @@ def compact_table(table: Table | str | Path, *,
                     if all(live.get(o.id) == o for o in r.original_fragments)]
             changed = [r for r in results if not any(r is k for k in same)]
             if same:
-                Compaction.commit(newest, same)
+                Compaction.commit(newest, [_rebased(r, newest.version) for r in same])
             return same, changed
 
         done, changed = table.commit("compaction", attempt, log=log)

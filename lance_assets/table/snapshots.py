@@ -22,9 +22,13 @@ for.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -158,6 +162,39 @@ class Snapshots:
         else:
             record.unlink(missing_ok=True)
         return int(tags[tag]["version"])
+
+    # -- in use
+    @contextmanager
+    def using(self, tag: str) -> Iterator[None]:
+        """Mark ``tag`` as read by a running process (a training run) while the block runs:
+        ``forget`` refuses to release it unless forced. A kernel lock (``flock``) on a file next
+        to the record, so a killed process holds nothing. Object storage has no such lock:
+        there, a snapshot counts as in use while its run folder has no ``summary.json``."""
+        path = self.folder / f"{tag}.inuse"
+        if storage.is_object_store(path):
+            yield
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    def in_use(self, tag: str) -> bool:
+        """True while a process holds ``using(tag)`` (local data roots)."""
+        path = self.folder / f"{tag}.inuse"
+        if storage.is_object_store(path) or not path.exists():
+            return False
+        fd = os.open(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
 
     # -- the policy
     def retention(self, keep_unnamed_runs: int = DEFAULT_KEEP_UNNAMED_RUNS) -> Retention:

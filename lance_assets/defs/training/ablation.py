@@ -275,10 +275,11 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
                                                      plan))
 
     try:
-        outcome = ablation.run_arms(
-            plan, config.seeds, base, folder, train, log=context.log.info,
-            warn=context.log.warning, wanted_lead=config.min_lead or None,
-            stop_when_underpowered=config.stop_when_underpowered)
+        with table.snapshots.using(tag):  # `forget` will not release it while arms train
+            outcome = ablation.run_arms(
+                plan, config.seeds, base, folder, train, log=context.log.info,
+                warn=context.log.warning, wanted_lead=config.min_lead or None,
+                stop_when_underpowered=config.stop_when_underpowered)
     except ablation.AblationError as e:
         raise dg.Failure(str(e)) from None
     results, verdict = outcome.results, outcome.verdict

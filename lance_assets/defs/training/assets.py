@@ -202,7 +202,8 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     tag, version = training_snapshot(config, lance_store.table, out)
     context.log.info(f"training on table version {version}, tagged {tag} (release it with "
                      f"table_maintenance's release_snapshots once the run is no longer needed)")
-    invocation = launch(context, pipes_subprocess_client, config, root, out, (tag, version))
+    with lance_store.table.snapshots.using(tag):  # `forget` will not release it while it trains
+        invocation = launch(context, pipes_subprocess_client, config, root, out, (tag, version))
     reported = invocation.get_materialize_result()
     summary = json.loads((out / "summary.json").read_text())
     storage.write_atomic(paths.latest_checkpoint_pointer(root), summary["checkpoint"].encode())

@@ -1,0 +1,49 @@
+"""``forget``: a job that removes documents for good (``corpus.forget``), for a privacy or
+takedown request. Not an asset: it materializes nothing; its report is the op's output
+metadata and a line of ``<data>/forget.log.jsonl``."""
+
+import dagster as dg
+
+from lance_assets.corpus.forget import ForgetError, forget
+from lance_assets.defs.resources import LanceStore
+
+
+class ForgetConfig(dg.Config):
+    where: str
+    """Which documents: a predicate over the table's columns (the curation rules' parser), e.g.
+    `url = 'https://example.com/page'` or `id IN (17, 42)`."""
+    force: bool = False
+    """Release the snapshots that hold them even while a training run still reads one (that
+    run then fails). Without it, the job refuses and names the run."""
+
+
+@dg.op(tags={"lance_assets/table": "corpus"}, out=dg.Out(dg.Nothing))
+def forget_documents(context: dg.OpExecutionContext, config: ForgetConfig,
+                     lance_store: LanceStore):
+    """Delete the documents, release every snapshot that held them (naming the runs, checkpoints
+    and ablations behind each), compact and clean up so that no version on disk reads them,
+    then check that none does."""
+    try:
+        report = forget(lance_store.table, config.where, force=config.force, log=context.log.info)
+    except ForgetError as e:
+        raise dg.Failure(str(e)) from None
+    if report.still_readable:
+        raise dg.Failure(f"{report.still_readable} forgotten document(s) are still readable "
+                         "from a version on disk; see the log")
+    yield dg.Output(None, metadata={
+        "summary": dg.MetadataValue.md(report.markdown()),
+        "documents": report.ids,
+        "rows_deleted": report.rows_deleted,
+        "snapshots_released": dg.MetadataValue.json(report.released),
+        "runs": dg.MetadataValue.json(report.runs),
+        "holders": dg.MetadataValue.json([vars(h) for h in report.holders]),
+        "versions_removed": report.versions_removed,
+        "still_readable": report.still_readable,
+        "lance/table_version": report.version_after,
+    })
+
+
+@dg.job(description="Remove documents for good: delete them, release the snapshots that hold "
+                    "them, compact and clean up (python -m lance_assets forget is the same).")
+def forget_job():
+    forget_documents()

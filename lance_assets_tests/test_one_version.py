@@ -1,0 +1,259 @@
+"""One handle on the table, one version per step: column writers with cross-row state racing
+an ingest (real processes, the writer stopped with SIGSTOP at a random point), an ingest whose
+plan went stale behind a delete, compaction landing under back-to-back ingests, zero retention,
+and no product code opening the dataset by path outside ``lance_assets/table``."""
+
+from __future__ import annotations
+
+import ast
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lance_assets.corpus.ingest import StalePlan, TableState, _append, ingest, normalise
+from lance_assets.corpus.maintenance import maintain
+from lance_assets.corpus.sources import SkipCounter
+from lance_assets.table import RAW_SCHEMA, Table
+from lance_assets_tests.conftest import quiet, write_fineweb_parquet
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lance_assets"
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "LANCE_ASSETS_EXECUTOR": "local"}
+
+WRITERS = {
+    # writer: (call in a child process, the columns it writes)
+    "dedup_flag": ("from lance_assets.corpus.dedup import dedup_flag as w; "
+                   "w(ROOT, fragments_per_commit=1, log=print)", ["is_dup"]),
+    "near_dup": ("from lance_assets.corpus.near_dup import near_dup as w; "
+                 "w(ROOT, fragments_per_commit=1, log=print)",
+                 ["near_dup", "near_dup_cluster", "minhash_bands"]),
+    "paragraph_dups": ("from lance_assets.corpus.para_dup import paragraph_dups as w; "
+                       "w(ROOT, fragments_per_commit=1, log=print)",
+                       ["dup_paragraph_frac", "paragraph_hashes"]),
+}
+
+
+def _texts(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(400)]
+    return ["\n\n".join(" ".join(rng.choice(words) for _ in range(40)) for _ in range(3))
+            for _ in range(n)]
+
+
+def _sources(tmp_path: Path) -> tuple[Path, Path]:
+    """A base corpus, and a second file of exact copies of a third of it (and new text)."""
+    base = _texts(1200, 1)
+    copies = base[::3] + _texts(200, 2)
+    a, b = tmp_path / "src" / "a.parquet", tmp_path / "src2" / "b.parquet"
+    a.parent.mkdir()
+    b.parent.mkdir()
+    write_fineweb_parquet(a, base)
+    write_fineweb_parquet(b, copies, start_id=10_000)
+    return a, b
+
+
+def _ingest(root: Path, source: Path) -> None:
+    ingest(root, str(source), rows_per_fragment=100, rows_per_commit=400, log=quiet)
+
+
+def _columns(root: Path, cols: list[str]) -> pa.Table:
+    return lance.dataset(Table.of(root).uri).to_table(columns=["id", *cols]).sort_by("id")
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_column_writer_racing_an_ingest_of_copies_ends_equal_to_a_clean_run(tmp_path, writer):
+    call, cols = WRITERS[writer]
+    a, b = _sources(tmp_path)
+    clean = tmp_path / "clean"
+    _ingest(clean, a)
+    _ingest(clean, b)
+    subprocess.run([sys.executable, "-c", call.replace("ROOT", repr(str(clean)))], env=ENV,
+                   check=True, capture_output=True)
+    expected = _columns(clean, cols)
+
+    raced = tmp_path / "raced"
+    _ingest(raced, a)
+    proc = subprocess.Popen([sys.executable, "-c", call.replace("ROOT", repr(str(raced)))],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(random.Random(writer).uniform(1.0, 3.0))  # somewhere in pinning, state, writes
+    stopped = proc.poll() is None
+    if stopped:
+        proc.send_signal(signal.SIGSTOP)  # a stall: GC, a frozen VM
+    try:
+        _ingest(raced, b)  # lands while the writer is stopped
+    finally:
+        if stopped:
+            proc.send_signal(signal.SIGCONT)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    # the run wrote its pinned version; the copies wait for the next run, which writes them
+    subprocess.run([sys.executable, "-c", call.replace("ROOT", repr(str(raced)))], env=ENV,
+                   check=True, capture_output=True)
+    got = _columns(raced, cols)
+    assert got.num_rows == expected.num_rows == 1800
+    assert got.equals(expected)
+    if writer == "dedup_flag":  # every copy is flagged, under a true write marker
+        flags = got.column("is_dup").to_pylist()
+        assert sum(flags) >= 400 and all(v is not None for v in flags)
+
+
+def test_an_ingest_planned_before_an_append_that_was_deleted_again_plans_anew(tmp_path):
+    """Ingest A plans; ingest B lands and its rows are deleted again (the fragment set is back
+    to what A read); A's commit must not take B's ids: the row-id counter moved."""
+    root = tmp_path / "data"
+    a, b = _sources(tmp_path)
+    _ingest(root, a)
+    table = Table.of(root)
+    plan = TableState.of(table.newest())  # A's plan
+    _ingest(root, b)  # B lands
+    table.newest().delete("id >= 1200")  # and its rows go again (whole fragments)
+    assert TableState.of(table.newest()).parts.get(f"file:{b}") is None
+    batch = pa.RecordBatch.from_pydict({"text": ["A's row"] * 120})
+    rows = normalise(batch, "file:/a-stale-plan", 0, plan.next_id, SkipCounter(), 10_000)
+    before = set(os.listdir(Path(table.uri) / "data"))
+    with pytest.raises(StalePlan):
+        _append(table, pa.RecordBatchReader.from_batches(RAW_SCHEMA, [rows]), 100, quiet, plan,
+                "file:/a-stale-plan")
+    assert set(os.listdir(Path(table.uri) / "data")) == before  # its files removed again
+    # the real ingest plans again: new ids above every id ever used, equal to Lance's row ids
+    c = tmp_path / "src3" / "c.parquet"
+    c.parent.mkdir()
+    write_fineweb_parquet(c, _texts(120, 3), start_id=50_000)
+    _ingest(root, c)
+    t = lance.dataset(table.uri).to_table(columns=["id"], with_row_id=True)
+    ids = t.column("id").to_numpy()
+    assert len(np.unique(ids)) == len(ids)
+    assert (ids == t.column("_rowid").to_numpy().astype(np.int64)).all()
+    assert ids.max() == 1200 + 600 + 120 - 1  # B's 600 ids are never reused
+
+
+def _ingest_loop_script(root: Path, folder: Path, seconds: float) -> str:
+    return f"""
+import time, random
+from lance_assets.corpus.ingest import ingest
+from lance_assets_tests.conftest import write_fineweb_parquet
+end, i = time.monotonic() + {seconds}, 0
+while time.monotonic() < end:
+    rng = random.Random(i)
+    texts = [' '.join(f'x{{rng.randrange(5000)}}' for _ in range(60)) for _ in range(300)]
+    path = '{folder}/part-%05d.parquet' % i
+    write_fineweb_parquet(path, texts, start_id=i * 1000)
+    ingest({str(root)!r}, '{folder}/*.parquet', rows_per_fragment=50, rows_per_commit=100,
+           log=lambda m: None)
+    i += 1
+print('ingests', i)
+"""
+
+
+def _disk_bytes(uri: str) -> int:
+    return sum(p.stat().st_size for p in Path(uri).rglob("*") if p.is_file())
+
+
+def _live_bytes(ds: lance.LanceDataset) -> int:
+    files = sum(f.file_size_bytes or 0 for frag in ds.get_fragments()
+                for f in frag.metadata.data_files())
+    return files + sum(p.stat().st_size for p in Path(ds.uri, "_versions").glob("*"))
+
+
+def test_maintenance_lands_while_ingests_run_back_to_back_and_leaves_no_garbage(tmp_path):
+    root, folder = tmp_path / "data", tmp_path / "parts"
+    folder.mkdir()
+    a, _ = _sources(tmp_path)
+    _ingest(root, a)
+    table = Table.of(root)
+    proc = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 60)],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reports = []
+    try:
+        time.sleep(3)
+        while proc.poll() is None and len(reports) < 3:
+            reports.append(maintain(table, keep_versions_for=timedelta(0),
+                                    target_rows_per_fragment=1000, log=quiet))
+    finally:
+        out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert reports, "maintenance never ran while the ingests did"
+    first = reports[0]
+    assert first.fragments_removed > 0 and first.compaction_rounds <= 3, first
+    final = maintain(table, keep_versions_for=timedelta(0), target_rows_per_fragment=1000,
+                     log=quiet)
+    ds = table.newest()
+    assert final.versions_kept == 1
+    assert _disk_bytes(ds.uri) <= 1.2 * _live_bytes(ds), (_disk_bytes(ds.uri), _live_bytes(ds))
+    ids = ds.to_table(columns=["id"]).column("id").to_numpy()
+    assert len(np.unique(ids)) == len(ids)
+
+
+def test_zero_retention_next_to_ingests_and_column_writers_fails_no_run(tmp_path):
+    root, folder = tmp_path / "data", tmp_path / "parts"
+    folder.mkdir()
+    a, _ = _sources(tmp_path)
+    _ingest(root, a)
+    maint = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from datetime import timedelta
+from lance_assets.corpus.maintenance import maintain
+end = time.monotonic() + 40
+while time.monotonic() < end:
+    maintain({str(root)!r}, keep_versions_for=timedelta(0), target_rows_per_fragment=400,
+             log=lambda m: None)
+"""], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ingests = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 35)],
+                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        from lance_assets.corpus.dedup import dedup_flag
+        from lance_assets.corpus.near_dup import near_dup
+
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            dedup_flag(root, log=quiet)
+            near_dup(root, log=quiet)
+    finally:
+        m_out, _ = maint.communicate(timeout=300)
+        i_out, _ = ingests.communicate(timeout=300)
+    assert ingests.returncode == 0, i_out
+    assert maint.returncode == 0, m_out
+    dedup_flag(root, log=quiet)
+    ds = Table.of(root).newest()
+    assert ds.count_rows(filter="_written_is_dup IS NULL") == 0
+
+
+PATH_OPENERS = {("lance", "dataset"), ("lance", "write_dataset"), ("lancedb", "connect"),
+                ("LanceDataset", "commit"), ("paths", "table_uri"), ("paths", "db_dir")}
+
+
+def test_no_product_code_outside_the_table_object_opens_the_dataset_by_path():
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent)
+        if rel.parts[1] == "table" or rel.name == "paths.py":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = None
+                if isinstance(f, ast.Attribute):
+                    base = f.value
+                    owner = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+                    name = (owner, f.attr)
+                elif isinstance(f, ast.Name) and f.id == "write_fragments":
+                    name = ("", "write_fragments")
+                if name in PATH_OPENERS or (name and name[1] == "write_fragments"):
+                    offenders.append(f"{rel}:{node.lineno} {'.'.join(name).strip('.')}")
+            elif isinstance(node, ast.ImportFrom) and node.module in ("lance", "lance.fragment"):
+                bad = [a.name for a in node.names if a.name in ("dataset", "write_dataset",
+                                                                "write_fragments")]
+                if bad:
+                    offenders.append(f"{rel}:{node.lineno} from {node.module} import {bad}")
+    assert not offenders, "open the table through lance_assets.table.Table:\n" + \
+        "\n".join(offenders)
