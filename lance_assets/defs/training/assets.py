@@ -71,7 +71,7 @@ def training_snapshot(cfg: TrainConfig, table: Table, out: Path) -> tuple[str, i
     if version is None:
         version = table.newest().version
     return tag, table.snapshots.hold(tag, version, owner="pretrained_model", kind=snapshots.RUN,
-                                     named=cfg.run_name is not None)
+                                     named=bool(cfg.run_name))
 
 
 def check_world(cfg: TrainConfig) -> None:

@@ -1,0 +1,140 @@
+"""Snapshots with owners and a retention, and ``forget``: documents removed from every version
+on disk, the runs that held them named, a running run protecting its snapshot unless forced."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+
+from lance_assets.corpus.dedup import dedup_flag
+from lance_assets.corpus.forget import ForgetError, forget
+from lance_assets.corpus.ingest import ingest
+from lance_assets.corpus.maintenance import maintain
+from lance_assets.defs.training.assets import training_snapshot
+from lance_assets.table import Table
+from lance_assets.defs.training.config import TrainConfig
+from lance_assets_tests.conftest import quiet, write_fineweb_parquet
+
+
+def _table(root: Path, rows: int = 600) -> Table:
+    ingest(root, f"synthetic:{rows}", rows_per_fragment=100, rows_per_commit=200, log=quiet)
+    return Table.of(root)
+
+
+def test_five_unnamed_runs_with_a_retention_of_two_keep_the_newest_two(tmp_path):
+    root = tmp_path / "data"
+    table = _table(root, 300)
+    tags = []
+    for i in range(5):  # the asset's own snapshot step, one ingest between runs
+        ingest(root, f"synthetic:{300 + 100 * (i + 1)}", rows_per_fragment=100, log=quiet)
+        tag, version = training_snapshot(TrainConfig(), table, root / "train" / f"run{i}")
+        tags.append((tag, version))
+    named, _ = training_snapshot(TrainConfig(run_name="keep"), table, root / "train" / "keep")
+    report = maintain(table, keep_versions_for=timedelta(0), keep_unnamed_runs=2, log=quiet)
+    assert set(report.tags_released) == {t for t, _ in tags[:3]}
+    assert set(report.tags_kept) == {tags[3][0], tags[4][0], named}
+    assert "newest 2 unnamed" in report.retention[tags[0][0]]
+    for tag, version in tags[3:]:  # what resume, samples and forensics open: the tag
+        assert table.open(tag).version == version
+        assert table.open(tag).count_rows() == lance.dataset(table.uri, version=version).count_rows()
+    for tag, version in tags[:3]:
+        with pytest.raises((OSError, ValueError)):
+            lance.dataset(table.uri, version=version).count_rows()
+
+
+def test_maintenance_commits_do_not_change_the_data_version(tmp_path):
+    root = tmp_path / "data"
+    table = _table(root)
+    dedup_flag(root, log=quiet)
+    before = table.data_version()
+    maintain(table, keep_versions_for=timedelta(0), target_rows_per_fragment=1000, log=quiet)
+    table.set_config("lance_assets.test", {"x": 1})
+    assert table.newest().version > 0 and table.data_version() == before
+    table.newest().delete("id = 3")
+    assert table.data_version() != before
+
+
+def _texts(table: Table, where: str) -> list[str]:
+    return table.newest().to_table(columns=["text"], filter=where).column("text").to_pylist()
+
+
+def _on_disk(uri: str, texts: list[str]) -> list[str]:
+    """Data files on disk (referenced by a version or not) that hold one of ``texts``: every
+    file is read as a Lance file, so compressed text is found too."""
+    from lance.file import LanceFileReader
+
+    found = []
+    for path in Path(uri, "data").glob("*.lance"):
+        table = LanceFileReader(str(path)).read_all().to_table()
+        for col in table.columns:
+            if pa.types.is_string(col.type) and set(texts) & set(col.to_pylist()):
+                found.append(path.name)
+    return found
+
+
+def test_forget_removes_the_documents_from_every_version_on_disk_and_names_the_runs(tmp_path):
+    root = tmp_path / "data"
+    src = tmp_path / "src" / "a.parquet"
+    src.parent.mkdir()
+    write_fineweb_parquet(src, [f"document {i}: " + " ".join(f"w{i * 7 + j}" for j in range(80))
+                                for i in range(600)])
+    ingest(root, str(src), rows_per_fragment=100, rows_per_commit=200, log=quiet)
+    table = Table.of(root)
+    forgotten = _texts(table, "id IN (5, 123, 444)")
+    run = root / "train" / "r1"
+    run.mkdir(parents=True)
+    tag, version = training_snapshot(TrainConfig(run_name="r1"), table, run)
+    (run / "summary.json").write_text(json.dumps({"table_version": version,
+                                                  "filter": "id < 200"}))
+    (run / "ckpt_0000010.pt").write_bytes(b"weights")
+    ingest(root, "synthetic:900", rows_per_fragment=100, rows_per_commit=200, log=quiet)
+    dedup_flag(root, log=quiet)
+    assert _on_disk(table.uri, forgotten)
+
+    out = subprocess.run([sys.executable, "-m", "lance_assets", "forget", "--where",
+                          "id IN (5, 123, 444)", "--data", str(root), "--json"],
+                         capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout)
+    assert report["ids"] == 3 and report["rows_deleted"] == 3
+    assert report["runs"] == ["r1"] and report["released"] == {tag: version}
+    holder = report["holders"][0]
+    assert holder["rows"] == 3 and holder["trained_on"] == 2  # ids 5 and 123 passed id < 200
+    assert holder["checkpoints"] == [str(run / "ckpt_0000010.pt")]
+    assert report["still_readable"] == 0
+    for v in table.newest().versions():
+        ds = lance.dataset(table.uri, version=v["version"])
+        assert ds.count_rows(filter="id IN (5, 123, 444)") == 0
+    # no data file holds the text any more (unless another document has the same text)
+    live = set(table.newest().to_table(columns=["text"]).column("text").to_pylist())
+    gone = [t for t in forgotten if t not in live]
+    assert gone and not _on_disk(table.uri, gone)
+    log = (root / "forget.log.jsonl").read_text().splitlines()
+    assert json.loads(log[-1])["ids"] == 3
+
+
+def test_forget_refuses_while_a_run_reads_a_snapshot_unless_forced(tmp_path):
+    root = tmp_path / "data"
+    table = _table(root)
+    tag, _ = training_snapshot(TrainConfig(run_name="busy"), table, root / "train" / "busy")
+    with table.snapshots.using(tag):
+        with pytest.raises(ForgetError, match="train-busy"):
+            forget(table, "id = 7", log=quiet)
+        assert table.newest().count_rows(filter="id = 7") == 1  # nothing happened
+        report = forget(table, "id = 7", force=True, log=quiet)
+    assert report.forced and report.released and report.still_readable == 0
+
+
+@pytest.mark.parametrize("where", ["text = 'x'; DROP TABLE corpus", "nope > 1", ""])
+def test_forget_rejects_a_bad_predicate_and_changes_nothing(tmp_path, where):
+    table = _table(tmp_path / "data", 200)
+    version = table.newest().version
+    with pytest.raises(ForgetError):
+        forget(table, where, log=quiet)
+    assert table.newest().version == version
