@@ -18,8 +18,8 @@ from lance_assets.corpus.forget import ForgetError, forget
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.maintenance import maintain
 from lance_assets.defs.training.assets import training_snapshot
-from lance_assets.table import Table
 from lance_assets.defs.training.config import TrainConfig
+from lance_assets.table import Table
 from lance_assets_tests.conftest import quiet, write_fineweb_parquet
 
 
@@ -44,7 +44,7 @@ def test_five_unnamed_runs_with_a_retention_of_two_keep_the_newest_two(tmp_path)
     for tag, version in tags[3:]:  # what resume, samples and forensics open: the tag
         assert table.open(tag).version == version
         assert table.open(tag).count_rows() == lance.dataset(table.uri, version=version).count_rows()
-    for tag, version in tags[:3]:
+    for _tag, version in tags[:3]:
         with pytest.raises((OSError, ValueError)):
             lance.dataset(table.uri, version=version).count_rows()
 

@@ -248,7 +248,8 @@ def test_no_product_code_outside_the_table_object_opens_the_dataset_by_path():
                     name = (owner, f.attr)
                 elif isinstance(f, ast.Name) and f.id == "write_fragments":
                     name = ("", "write_fragments")
-                if name in PATH_OPENERS or (name and name[1] == "write_fragments"):
+                if name in PATH_OPENERS or (name and name[1] == "write_fragments"
+                                            and name[0] in ("", "lance", "fragment")):
                     offenders.append(f"{rel}:{node.lineno} {'.'.join(name).strip('.')}")
             elif isinstance(node, ast.ImportFrom) and node.module in ("lance", "lance.fragment"):
                 bad = [a.name for a in node.names if a.name in ("dataset", "write_dataset",
