@@ -11,15 +11,20 @@ run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
+from typing import Union
 
 import dagster as dg
-import lance
 import pyarrow as pa
 
 from lance_assets.corpus.columns import ColumnWriteReport
 from lance_assets.corpus.fingerprint import columns_fingerprint, index_state
 from lance_assets.corpus.profile import null_counts
+from lance_assets.table import Table
+
+# The corpus table (``lance_store.table``), or anything ``Table.of`` takes (a data root).
+TableLike = Union[Table, str, os.PathLike]
 
 # {"is_dup": [("raw_text", "text")]}: a produced column -> the (asset, column) pairs it reads
 Lineage = Mapping[str, list[tuple[str, str]]]
@@ -46,15 +51,16 @@ def lineage(derived: Lineage) -> dg.TableColumnLineage:
     })
 
 
-def table_metadata(uri: str, duration_s: float, *, rows_processed: int,
+def table_metadata(table: TableLike, duration_s: float, *, rows_processed: int,
                    columns: dg.TableSchema, derived_from: Lineage | None = None) -> dict:
     """The table after a write (rows, version, fragments), the ``columns`` the asset produced,
     what they were computed from, and the write's speed."""
-    ds = lance.dataset(uri)
+    table = Table.of(table)
+    ds = table.newest()
     out = {
         "dagster/row_count": ds.count_rows(),
         "dagster/column_schema": columns,
-        "dagster/uri": uri,
+        "dagster/uri": table.uri,
         "lance/table_version": ds.version,
         "lance/fragments": len(ds.get_fragments()),
         "duration_s": round(duration_s, 3),
@@ -65,26 +71,26 @@ def table_metadata(uri: str, duration_s: float, *, rows_processed: int,
     return out
 
 
-def column_write_metadata(uri: str, report: ColumnWriteReport, columns: dg.TableSchema,
+def column_write_metadata(table: TableLike, report: ColumnWriteReport, columns: dg.TableSchema,
                           derived_from: Lineage) -> dict:
     """``table_metadata`` plus what a ``write_columns`` run did: fragments written now, already
     done before, rows written (``nothing_to_do`` on a re-run that found nothing missing), and
     the share of the table's rows where each of the asset's columns is null."""
     return {
-        **table_metadata(uri, report.duration_s, rows_processed=report.rows_written,
+        **table_metadata(table, report.duration_s, rows_processed=report.rows_written,
                          columns=columns, derived_from=derived_from),
         "nothing_to_do": report.nothing_to_do,
         "fragments_written": len(report.fragments_written),
         "fragments_already_done": report.fragments_already_done,
         "rows_written": report.rows_written,
-        **null_share_metadata(uri, [c.name for c in columns.columns]),
+        **null_share_metadata(table, [c.name for c in columns.columns]),
     }
 
 
-def null_share_metadata(uri: str, columns: list[str]) -> dict[str, float]:
+def null_share_metadata(table: TableLike, columns: list[str]) -> dict[str, float]:
     """``null_share/<column>``: nulls / rows, a number Dagster plots across materializations
     (rows a writer has not reached yet count as null)."""
-    ds = lance.dataset(uri)
+    ds = Table.of(table).newest()
     rows = ds.count_rows()
     present = [c for c in columns if c in ds.schema.names]
     return {f"null_share/{c}": round(n / rows, 6) if rows else 0.0
@@ -111,19 +117,20 @@ def data_version(context: dg.AssetExecutionContext, version: int | None,
     return dg.DataVersion(f"v{version}-{fingerprint}")
 
 
-def column_data_version(context: dg.AssetExecutionContext, uri: str,
+def column_data_version(context: dg.AssetExecutionContext, table: TableLike,
                         columns: dg.TableSchema | Iterable[str]) -> dg.DataVersion:
     """The data version of a column asset: the table version now and the data files that hold
     its ``columns`` (changed only by writes of these columns)."""
     names = [c.name for c in columns.columns] if isinstance(columns, dg.TableSchema) else list(columns)
-    ds = lance.dataset(uri)
+    ds = Table.of(table).newest()
     return data_version(context, ds.version, columns_fingerprint(ds, names))
 
 
-def index_data_version(context: dg.AssetExecutionContext, uri: str, index: str) -> dg.DataVersion:
+def index_data_version(context: dg.AssetExecutionContext, table: TableLike,
+                       index: str) -> dg.DataVersion:
     """The data version of an index asset: the table version the index was last updated at and
     its segments (a table without the index: the version read)."""
-    ds = lance.dataset(uri)
+    ds = Table.of(table).newest()
     updated_at, fp = index_state(ds, index)
     return data_version(context, updated_at if updated_at is not None else ds.version, fp)
 

@@ -8,11 +8,9 @@ data files, and takes the ``lance_corpus`` pool (``defs/common.py``).
 from typing import Optional
 
 import dagster as dg
-import lance
 from dagster_ray import RayResource
 
 from lance_assets.corpus import bpe, dedup, ingest, profile, tokenize
-from lance_assets.table import RAW_DESCRIPTIONS, RAW_SCHEMA
 from lance_assets.corpus.tokenizers import load_bpe
 from lance_assets.defs.common import CORPUS_GROUP as GROUP
 from lance_assets.defs.common import PERSONAL_DATA, POOL, TABLE_TAGS
@@ -27,6 +25,7 @@ from lance_assets.defs.metadata import (
 )
 from lance_assets.defs.resources import LanceStore
 from lance_assets.markdown import markdown_table
+from lance_assets.table import RAW_DESCRIPTIONS, RAW_SCHEMA
 
 RAW_TEXT_COLUMNS = column_schema(RAW_SCHEMA, RAW_DESCRIPTIONS)
 DEDUP_FLAG_COLUMNS = column_schema([dedup.IS_DUP], dedup.DESCRIPTIONS)
@@ -74,9 +73,9 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
     for path, why in report.files_failed.items():
         context.log.warning(f"not ingested: {path}: {why}")
     # the rows: the data files holding `text` change only when rows are appended (or compacted)
-    version = column_data_version(context, lance_store.table_uri, ["id", "text"])
+    version = column_data_version(context, lance_store.table, ["id", "text"])
     return dg.MaterializeResult(data_version=version, metadata={
-        **table_metadata(lance_store.table_uri, report.duration_s, rows_processed=report.rows_added,
+        **table_metadata(lance_store.table, report.duration_s, rows_processed=report.rows_added,
                          columns=RAW_TEXT_COLUMNS),
         "summary": dg.MetadataValue.md(report.markdown()),
         "source": source,
@@ -115,9 +114,9 @@ def dedup_flag(context: dg.AssetExecutionContext, config: ColumnConfig, lance_st
     report = dedup.dedup_flag(lance_store.root, fragments_per_commit=config.fragments_per_commit,
                               executor=column_executor(context, config, ray_cluster),
                               log=context.log.info)
-    version = column_data_version(context, lance_store.table_uri, DEDUP_FLAG_COLUMNS)
+    version = column_data_version(context, lance_store.table, DEDUP_FLAG_COLUMNS)
     return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table_uri, report, DEDUP_FLAG_COLUMNS,
+        **column_write_metadata(lance_store.table, report, DEDUP_FLAG_COLUMNS,
                                 {"is_dup": [("raw_text", "text"), ("raw_text", "id")]}),
         "duplicate_rate": round(profile.flag_rate(lance_store.root, "is_dup"), 4),
     })
@@ -157,7 +156,7 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, lance_
             for name, value in bpt.items()]
     tok = load_bpe(report.path)
     # its output is the BPE file: a retrain that learns the same merges keeps the data version
-    version = data_version(context, lance.dataset(lance_store.table_uri).version, report.sha256[:12])
+    version = data_version(context, lance_store.table.newest().version, report.sha256[:12])
     return dg.MaterializeResult(data_version=version, metadata={
         "nothing_to_do": report.nothing_to_do,
         "tokenizer_name": report.name,
@@ -214,9 +213,9 @@ def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_s
         executor=column_executor(context, config, ray_cluster),
         log=context.log.info)
     seconds = report.duration_s
-    version = column_data_version(context, lance_store.table_uri, TOKEN_IDS_COLUMNS)
+    version = column_data_version(context, lance_store.table, TOKEN_IDS_COLUMNS)
     return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table_uri, report, TOKEN_IDS_COLUMNS,
+        **column_write_metadata(lance_store.table, report, TOKEN_IDS_COLUMNS,
                                 {c: [("raw_text", "text")] for c in tokenize.DESCRIPTIONS}),
         "tokens_written": tokens,
         "tokens_per_s": round(tokens / seconds, 1) if seconds else 0.0,

@@ -63,9 +63,9 @@ def quality_signals(context: dg.AssetExecutionContext, config: SignalsConfig,
     report = quality.quality_signals(lance_store.root, fragments_per_commit=config.fragments_per_commit,
                                      executor=column_executor(context, config, ray_cluster),
                                      log=context.log.info)
-    version = column_data_version(context, lance_store.table_uri, QUALITY_SIGNALS_COLUMNS)
+    version = column_data_version(context, lance_store.table, QUALITY_SIGNALS_COLUMNS)
     return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table_uri, report, QUALITY_SIGNALS_COLUMNS,
+        **column_write_metadata(lance_store.table, report, QUALITY_SIGNALS_COLUMNS,
                                 {c: [("raw_text", "text")] for c in quality.COLUMNS}),
         "signals": dg.MetadataValue.md(markdown_table(quality.signal_summary(lance_store.root))),
     })
@@ -92,10 +92,10 @@ def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_sto
                                           fragments_per_commit=config.fragments_per_commit,
                                           executor=column_executor(context, config, ray_cluster),
                                           log=context.log.info)
-    version = column_data_version(context, lance_store.table_uri, NEAR_DUP_COLUMNS)
+    version = column_data_version(context, lance_store.table, NEAR_DUP_COLUMNS)
     return dg.MaterializeResult(data_version=version, metadata={
         **column_write_metadata(
-            lance_store.table_uri, report,
+            lance_store.table, report,
             column_schema(near_dup_lib.fields(settings), near_dup_lib.DESCRIPTIONS), {
                 "near_dup_cluster": [("raw_text", "text"), ("raw_text", "id")],
                 "near_dup": [("raw_text", "text"), ("raw_text", "id")],
@@ -118,16 +118,16 @@ class TextIndexConfig(dg.Config):
           tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
 def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance_store: LanceStore):
     """Lance full-text (BM25 inverted) index `text_fts` on `text`. The first run builds it; later
-    runs add only the rows appended since. Query: `lance.dataset(uri).to_table(
+    runs add only the rows appended since. Query: `Table.of(root).newest().to_table(
     full_text_query="telescope", limit=10)` or `lance_assets.corpus.fts.search`."""
     report = fts.text_index(lance_store.root)
     hits = fts.search(lance_store.root, config.example_query, limit=5, columns=("id", "text"))
     example = [{"id": r["id"], "score": round(r["_score"], 3),
                 "text": r["text"][:80].replace("\n", " ").replace("|", "/")}
                for r in hits.to_pylist()]
-    version = index_data_version(context, lance_store.table_uri, fts.INDEX_NAME)
+    version = index_data_version(context, lance_store.table, fts.INDEX_NAME)
     return dg.MaterializeResult(data_version=version, metadata={
-        "dagster/uri": lance_store.table_uri,
+        "dagster/uri": lance_store.table.uri,
         "lance/table_version": report.version,
         "index_name": fts.INDEX_NAME,
         "action": report.action,
@@ -177,9 +177,10 @@ def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
     The taggers add their rules: the corpus's main languages (`lang`) and `NOT contaminated`.
     Blocking checks (rules parse, filter keeps rows, tokens present and consistent, duplicate
     rate in bounds, no contaminated row kept) stop training when they fail."""
+    table = lance_store.table
     try:
         added, notes = rules_lib.tagger_rules(
-            lance.dataset(lance_store.table_uri), keep_languages=config.keep_languages,
+            table.newest(), keep_languages=config.keep_languages,
             main_language_min_share=config.main_language_min_share,
             drop_contaminated=config.drop_contaminated)
     except rules_lib.RuleError as err:
@@ -193,18 +194,17 @@ def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
     try:
         version = rules_lib.store_curation(lance_store.root, curation)
     except rules_lib.RuleError as err:
-        broken = [p.rule for p in rules_lib.rule_problems(lance.dataset(lance_store.table_uri),
-                                                          curation.rules)]
+        broken = [p.rule for p in rules_lib.rule_problems(table.newest(), curation.rules)]
         raise dg.Failure(description=str(err), allow_retries=False,
                          metadata={"broken_rules": dg.MetadataValue.json(broken),
                                    "stored": False}) from None
-    ds = lance.dataset(lance_store.table_uri)
+    ds = table.newest()
     ev = rules_lib.evaluate(ds, curation.rules)
     broken = [h.rule for h in ev.hits if h.problem]
     # its output is the rules in force: the data version changes when they do
     stored = data_version(context, version, digest(curation.to_dict()))
     return dg.MaterializeResult(data_version=stored, metadata={
-        "dagster/uri": lance_store.table_uri,
+        "dagster/uri": table.uri,
         "lance/table_version": version,
         "dagster/row_count": ev.total_rows,
         "rules": dg.MetadataValue.md(markdown_table(ev.rows())),
@@ -255,7 +255,7 @@ def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
     folder = Path(config.queries_dir) if config.queries_dir else profile.QUERIES_DIR
     prof = profile.profile(lance_store.root, folder)
     metadata: dict = {
-        "dagster/uri": lance_store.table_uri,
+        "dagster/uri": lance_store.table.uri,
         "lance/table_version": prof.table_version,
         "dagster/row_count": prof.rows,
         "queries_dir": dg.MetadataValue.path(str(folder)),

@@ -29,7 +29,7 @@ def blocking_check(guard: Callable[[lance.LanceDataset], guards.Verdict],
     @dg.asset_check(asset=curation_rules, name=guard.__name__, blocking=True,
                     description=description, automation_condition=CHECK_ON_ASSET_UPDATE)
     def check(lance_store: LanceStore) -> dg.AssetCheckResult:
-        return _result(guard(lance.dataset(lance_store.table_uri)))
+        return _result(guard(lance_store.table.newest()))
 
     return check
 

@@ -11,7 +11,6 @@ written, fragments, duration, rows/s (``column_write_metadata``), plus its own c
 from typing import Optional
 
 import dagster as dg
-import lance
 from dagster_ray import RayResource
 
 from lance_assets.corpus import contamination as contamination_lib
@@ -24,6 +23,7 @@ from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column
 from lance_assets.defs.metadata import column_data_version, column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
 from lance_assets.markdown import markdown_table
+from lance_assets.table import Table
 
 LANGUAGE_COLUMNS = column_schema(language.FIELDS, language.DESCRIPTIONS)
 PII_COLUMNS = column_schema(pii.FIELDS, pii.DESCRIPTIONS)
@@ -41,9 +41,9 @@ class TaggerConfig(ExecutorConfig):
     the manifest grows); a kill loses at most that group. A number: exactly that many."""
 
 
-def _count(uri: str, predicate: str) -> int:
+def _count(table: Table, predicate: str) -> int:
     """Rows matching a fixed predicate of ours (never user text)."""
-    return lance.dataset(uri).count_rows(filter=predicate)
+    return table.newest().count_rows(filter=predicate)
 
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "python"}, code_version="1",
@@ -58,10 +58,11 @@ def detected_language(context: dg.AssetExecutionContext, config: TaggerConfig,
     report = language.language_id(lance_store.root, fragments_per_commit=config.fragments_per_commit,
                                   executor=column_executor(context, config, ray_cluster),
                                   log=context.log.info)
-    shares = language.language_shares(lance.dataset(lance_store.table_uri))
-    version = column_data_version(context, lance_store.table_uri, LANGUAGE_COLUMNS)
+    table = lance_store.table
+    shares = language.language_shares(table.newest())
+    version = column_data_version(context, table, LANGUAGE_COLUMNS)
     return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table_uri, report, LANGUAGE_COLUMNS,
+        **column_write_metadata(table, report, LANGUAGE_COLUMNS,
                                 {c: FROM_TEXT for c in language.DESCRIPTIONS}),
         "languages": dg.MetadataValue.md(markdown_table(shares[:15])),
         "distinct_languages": len(shares),
@@ -79,12 +80,12 @@ def personal_data(context: dg.AssetExecutionContext, config: TaggerConfig,
     replaced by placeholders."""
     report = pii.pii(lance_store.root, fragments_per_commit=config.fragments_per_commit,
                      executor=column_executor(context, config, ray_cluster), log=context.log.info)
-    uri = lance_store.table_uri
-    counts = {f"rows_with_{kind}": _count(uri, f"{field.name} > 0")
+    table = lance_store.table
+    counts = {f"rows_with_{kind}": _count(table, f"{field.name} > 0")
               for kind, field in pii.COUNT_FIELDS.items()}
-    version = column_data_version(context, uri, PII_COLUMNS)
+    version = column_data_version(context, table, PII_COLUMNS)
     return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(uri, report, PII_COLUMNS, {c: FROM_TEXT for c in pii.COLUMNS}),
+        **column_write_metadata(table, report, PII_COLUMNS, {c: FROM_TEXT for c in pii.COLUMNS}),
         **counts,
     })
 
@@ -101,14 +102,14 @@ def paragraph_dups(context: dg.AssetExecutionContext, config: TaggerConfig,
     report, stats = para_dup.paragraph_dups(
         lance_store.root, fragments_per_commit=config.fragments_per_commit,
         executor=column_executor(context, config, ray_cluster), log=context.log.info)
-    uri = lance_store.table_uri
-    version = column_data_version(context, uri, PARAGRAPH_DUPS_COLUMNS)
+    table = lance_store.table
+    version = column_data_version(context, table, PARAGRAPH_DUPS_COLUMNS)
     return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(uri, report, PARAGRAPH_DUPS_COLUMNS, {
+        **column_write_metadata(table, report, PARAGRAPH_DUPS_COLUMNS, {
             "dup_paragraph_frac": [("raw_text", "text"), ("raw_text", "id")],
             "paragraph_hashes": FROM_TEXT}),
         "new_rows_with_repeated_paragraphs": stats.get("with_repeated_paragraphs", 0),
-        "rows_with_half_repeated": _count(uri, "dup_paragraph_frac >= 0.5"),
+        "rows_with_half_repeated": _count(table, "dup_paragraph_frac >= 0.5"),
     })
 
 
@@ -143,8 +144,8 @@ def contamination(context: dg.AssetExecutionContext, config: ContaminationConfig
             executor=column_executor(context, config, ray_cluster), log=context.log.info)
     except contamination_lib.EvalSetError as err:
         raise dg.Failure(description=str(err), allow_retries=False) from None
-    uri = lance_store.table_uri
-    ds = lance.dataset(uri)
+    table = lance_store.table
+    ds = table.newest()
     descriptions = {**contamination_lib.DESCRIPTIONS, **contamination_lib.set_column_descriptions(ds)}
     written = set(report.new_columns) | {f.name for f in contamination_lib.UNION_FIELDS
                                          if report.union and not report.union.nothing_to_do}
@@ -154,9 +155,9 @@ def contamination(context: dg.AssetExecutionContext, config: ContaminationConfig
     union = report.union
     # what it owns: the per-set columns of the registered sets and the union over them
     owned = [f.name for f in contamination_lib.UNION_FIELDS] + [s["column"] for s in report.sets]
-    version = column_data_version(context, uri, owned)
+    version = column_data_version(context, table, owned)
     return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(uri, union, column_schema(fields, descriptions),
+        **column_write_metadata(table, union, column_schema(fields, descriptions),
                                 {f.name: FROM_TEXT for f in fields}),
         "nothing_to_do": report.nothing_to_do,
         "rows_written": sum(r.rows_written for r in [*report.per_set, union]),
@@ -196,18 +197,18 @@ def quality_score(context: dg.AssetExecutionContext, config: QualityScoreConfig,
         lance_store.root, label=config.label, threshold=config.threshold, ridge=config.ridge,
         retrain=config.retrain, fragments_per_commit=config.fragments_per_commit,
         executor=column_executor(context, config, ray_cluster), log=context.log.info)
-    uri = lance_store.table_uri
+    table = lance_store.table
     if report.write is None:
         context.log.warning(report.skipped)
         return dg.MaterializeResult(data_version=column_data_version(
-            context, uri, QUALITY_SCORE_COLUMNS), metadata={
-            "dagster/uri": uri, "lance/table_version": lance.dataset(uri).version,
+            context, table, QUALITY_SCORE_COLUMNS), metadata={
+            "dagster/uri": table.uri, "lance/table_version": table.newest().version,
             "nothing_to_do": True, "skipped": report.skipped})
     held = report.model.get("heldout", {})
     model_file = f"models/quality/{report.model['sha256']}.json"
-    version = column_data_version(context, uri, QUALITY_SCORE_COLUMNS)
+    version = column_data_version(context, table, QUALITY_SCORE_COLUMNS)
     return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(uri, report.write, QUALITY_SCORE_COLUMNS, {
+        **column_write_metadata(table, report.write, QUALITY_SCORE_COLUMNS, {
             "quality_score": [("embeddings", "embedding"), ("raw_text", config.label)]
             if config.label == "score" else [("embeddings", "embedding")]}),
         "trained": report.trained,

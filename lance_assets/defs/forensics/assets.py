@@ -57,9 +57,9 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig,
                               fragments_per_commit=config.fragments_per_commit,
                               executor=column_executor(context, config, ray_cluster),
                               log=context.log.info)
-    version = column_data_version(context, lance_store.table_uri, EMBEDDINGS_COLUMNS)
+    version = column_data_version(context, lance_store.table, EMBEDDINGS_COLUMNS)
     return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table_uri, report, EMBEDDINGS_COLUMNS,
+        **column_write_metadata(lance_store.table, report, EMBEDDINGS_COLUMNS,
                                 {"embedding": [("raw_text", "text")]}),
         "docs_per_s": round(report.docs_per_s, 1),
         "device": report.device or "(model not loaded: nothing to embed)",
@@ -91,7 +91,7 @@ def index_metadata(context: dg.AssetExecutionContext, config: VectorIndexConfig,
     if s.index_type == "FLAT":
         context.log.info(f"{r.rows} rows < {config.flat_below}: exact search, no index")
     return {
-        "dagster/uri": lance_store.table_uri,
+        "dagster/uri": lance_store.table.uri,
         "lance/table_version": r.version,
         "dagster/row_count": r.rows,
         "index_name": target.index_name,
@@ -121,7 +121,7 @@ def vector_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
     partitions, nprobes tuned until recall@10 against exact search reaches the target, measured
     on a query sample and shown here. Tiny tables get no index (exact search) and say so."""
     metadata = index_metadata(context, config, lance_store, vindex.DOCUMENTS)
-    version = index_data_version(context, lance_store.table_uri, vindex.DOCUMENTS.index_name)
+    version = index_data_version(context, lance_store.table, vindex.DOCUMENTS.index_name)
     return dg.MaterializeResult(data_version=version, metadata=metadata)
 
 
@@ -156,9 +156,9 @@ def chunk_embeddings(context: dg.AssetExecutionContext, config: ChunkEmbeddingsC
         batch_size=config.batch_size or None, device=config.device,
         fragments_per_commit=config.fragments_per_commit,
         executor=column_executor(context, config, ray_cluster), log=context.log.info)
-    version = column_data_version(context, lance_store.table_uri, CHUNK_COLUMNS)
+    version = column_data_version(context, lance_store.table, CHUNK_COLUMNS)
     return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table_uri, report, CHUNK_COLUMNS,
+        **column_write_metadata(lance_store.table, report, CHUNK_COLUMNS,
                                 {"chunk_embeddings": [("raw_text", "text"),
                                                       ("embeddings", "embedding")]}),
         "docs_per_s": round(report.docs_per_s, 1),
@@ -181,7 +181,7 @@ def chunk_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
     recall@10 against an exact MaxSim scan reaches the target (queries: chunks of the table's
     own rows). Tiny tables get no index (exact search) and say so."""
     metadata = index_metadata(context, config, lance_store, vindex.CHUNKS)
-    version = index_data_version(context, lance_store.table_uri, vindex.CHUNKS.index_name)
+    version = index_data_version(context, lance_store.table, vindex.CHUNKS.index_name)
     return dg.MaterializeResult(data_version=version, metadata=metadata)
 
 
@@ -216,7 +216,7 @@ def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
     nd = report.near_dups
     version = data_version(context, report.pin.version, digest(report.markdown()))
     return dg.MaterializeResult(data_version=version, metadata={
-        "dagster/uri": lance_store.table_uri,
+        "dagster/uri": lance_store.table.uri,
         "lance/table_version": report.pin.version,
         "pinned": report.pin.source,
         "checkpoint": report.checkpoint or "",

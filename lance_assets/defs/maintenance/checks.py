@@ -7,7 +7,6 @@ included), and the message says which fragments to fill: materialize the asset a
 from collections.abc import Iterable
 
 import dagster as dg
-import lance
 
 from lance_assets.corpus import quality_model
 from lance_assets.corpus.columns import unwritten_rows
@@ -41,7 +40,7 @@ def coverage_check(asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
                                 "left unwritten by a killed run, a concurrent compaction, or "
                                 "rows ingested since).")
     def check(lance_store: LanceStore) -> dg.AssetCheckResult:
-        ds = lance.dataset(lance_store.table_uri)
+        ds = lance_store.table.newest()
         why_not = NOT_COMPUTED[asset.key](ds) if asset.key in NOT_COMPUTED else None
         if why_not:
             return dg.AssetCheckResult(passed=True, description=f"not expected: {why_not}",
