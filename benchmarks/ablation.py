@@ -29,6 +29,7 @@ from lance_assets.corpus.near_dup import near_dup
 from lance_assets.corpus.quality import quality_signals
 from lance_assets.corpus.rules import DEFAULT_RULES
 from lance_assets.corpus.tokenize import token_ids
+from lance_assets.table import Table
 
 RULE_SETS = {
     "no_rules": {},
@@ -41,7 +42,7 @@ RULE_SETS = {
 
 def prepare(work: Path, mb: float) -> Path:
     root = work / "data"
-    if Path(paths.table_uri(root)).exists():
+    if Table.of(root).exists():
         return root
     quiet = lambda _m: None  # noqa: E731
     source, docs, nbytes = build_corpus(work / "corpus" / "local_text.parquet", int(mb * 1e6))

@@ -45,6 +45,7 @@ from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.synthetic import planted_junk
 from lance_assets.corpus.tokenize import token_ids
+from lance_assets.table import Table
 
 JUNK = {"keep_all": {}, "drop_junk": {"quality": "score >= 3"}}
 NULL = {"drop_junk": {"quality": "score >= 3"},
@@ -68,7 +69,7 @@ def word_salad(texts: list[str], share: float, seed: int) -> list[str]:
 
 def planted_table(work: Path, corpus: str, mb: float, share: float, seed: int) -> Path:
     root = work / f"{corpus}-{seed}" / "data"
-    if Path(paths.table_uri(root)).exists():
+    if Table.of(root).exists():
         return root
     if corpus == "sentences":
         texts, scores = planted_junk(junk_share=share, seed=seed)

@@ -27,18 +27,18 @@ from pathlib import Path
 import torch
 
 from benchmarks.tokenize_bench import build_corpus
-from lance_assets import paths
 from lance_assets.corpus import bpe
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.tokenize import token_ids
+from lance_assets.table import Table
 
 ARCHS = ("nanogpt", "modern")
 
 
 def prepare(work: Path, mb: float, vocab: int) -> Path:
     root = work / "data"
-    if Path(paths.table_uri(root)).exists():
+    if Table.of(root).exists():
         return root
     quiet = lambda _m: None  # noqa: E731
     source, docs, nbytes = build_corpus(work / "corpus" / "local_text.parquet", int(mb * 1e6))

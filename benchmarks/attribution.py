@@ -51,7 +51,6 @@ from pathlib import Path
 import lance
 import numpy as np
 
-from lance_assets import paths
 from lance_assets.corpus.bpe import train_bpe
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
@@ -67,6 +66,7 @@ from lance_assets.forensics.attribution import (
 from lance_assets.forensics.pinned import Pin, max_id
 from lance_assets.forensics.search import nearest
 from lance_assets.forensics.words import text_words
+from lance_assets.table import Table
 
 DEFAULT_DOCS = "/usr/share/doc/git/RelNotes/*.txt"
 UNRELATED_SOURCE = "/usr/share/common-licenses/GPL-3"
@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts_in))
     ingest(root, str(src), log=quiet)
     dedup_flag(root, log=quiet)
-    uri = paths.table_uri(root)
-    ds = lance.dataset(uri)
+    table = Table.of(root)
+    ds = table.newest()
     tbl = ds.to_table(columns=["id", "text"])
     ids, texts = tbl.column("id").to_pylist(), tbl.column("text").to_pylist()
     words_total = sum(len(text_words(t)) for t in texts)
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     res["model_load_s"] = time.perf_counter() - t
     emb = embed.embeddings(root, log=quiet)
     ch = chunks.chunk_embeddings(root, log=quiet)
-    ds = lance.dataset(uri)
+    ds = table.newest()
     n = ds.count_rows()
     cost = {
         "embedding": {"s": emb.duration_s, "docs_per_s": n / emb.duration_s,

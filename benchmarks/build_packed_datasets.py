@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lance_assets.table import Table
 from lance_assets.train import data
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository (benchmarks/ is not installed)
@@ -55,7 +56,8 @@ def epoch_blocks(data_dir: str, *, seq_len: int, filter: str = "NOT is_dup", val
                  num_splits: int = 8, seed: int = 1337, table_version: int | None = None
                  ) -> tuple[np.ndarray, dict]:
     """Epoch 0 of the on-the-fly loader, as an (n_blocks, seq_len + 1) int32 array."""
-    snap = data.open_snapshot(str(Path(data_dir) / "lance"), "corpus", table_version)
+    table = Table.of(data_dir)
+    snap = data.open_snapshot(table.db_dir, table.name, table_version)
     block_len = seq_len + 1
     tfilter = train_filter(snap, filter, val_mod)
     n = data.count_blocks(snap, tfilter, block_len, num_splits)

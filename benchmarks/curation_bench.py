@@ -24,13 +24,12 @@ import time
 from pathlib import Path
 
 import duckdb
-import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lance_assets import paths
 from lance_assets.corpus import quality
+from lance_assets.table import Table
 from lance_assets_tests.curation_reference import (
     brute_force_pairs,
     plant_near_duplicates,
@@ -110,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         (texts, pairs), t = timed(build_corpus, root, args.rows, args.planted, args.seed)
         n = len(texts)
-        ds = lance.dataset(paths.table_uri(root))
+        ds = Table.of(root).newest()
         results.update(rows=n, planted_pairs=len(pairs), fragments=len(ds.get_fragments()),
                        mean_chars=round(float(np.mean([len(x) for x in texts])), 1),
                        build_and_ingest_s=round(t, 2))
@@ -124,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
             "SELECT count(*), sum(c - 1) FROM (SELECT md5(text) AS h, count(*) AS c FROM corpus "
             "GROUP BY h)").fetchone())
         _, t_dedup = timed(dedup_flag, root, log=quiet)
-        flagged = lance.dataset(paths.table_uri(root)).count_rows(filter="is_dup")
+        flagged = Table.of(root).newest().count_rows(filter="is_dup")
         results["exact_dedup"] = {
             "duckdb_group_by_md5_docs_per_s": round(n / t_base), "duckdb_s": round(t_base, 3),
             "dedup_flag_docs_per_s": round(n / t_dedup), "dedup_flag_s": round(t_dedup, 3),
@@ -154,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
         # near-duplicates
         settings = nd.MinHashSettings()
         (report, stats), t_nd = timed(nd.near_dup, root, settings, log=quiet)
-        table = lance.dataset(paths.table_uri(root)).to_table(
+        table = Table.of(root).newest().to_table(
             columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
         clusters = table.column("near_dup_cluster").to_pylist()
         results["near_dup"] = {

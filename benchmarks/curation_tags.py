@@ -29,15 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import lance
 import numpy as np
 import pyarrow as pa
 
-from lance_assets import paths
 from lance_assets.corpus import contamination, language, para_dup, pii, quality, quality_model
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.synthetic import SyntheticSpec, generate
 from lance_assets.forensics import embed
+from lance_assets.table import Table
 from lance_assets_tests.multilingual import documents
 from lance_assets_tests.pii_planted import planted_documents
 
@@ -136,7 +135,7 @@ def contamination_check(work: Path, rows: int, items: int, planted: int) -> dict
     contamination.contamination(root, [contamination.EvalSetSpec(
         "bench", str(work / "evals.jsonl"))], log=quiet)
     secs = time.perf_counter() - start
-    flags = lance.dataset(paths.table_uri(root)).to_table(columns=["id", "contaminated"]) \
+    flags = Table.of(root).newest().to_table(columns=["id", "contaminated"]) \
         .sort_by("id").column(1).to_pylist()
     hit = set(targets)
     found = sum(flags[i] for i in hit)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from lance_assets import paths, storage
 from lance_assets.corpus.ablation_stats import HeldOut, held_out_difference_se
+from lance_assets.table import Table
 from lance_assets.train import checkpoint, data
 from lance_assets.train.collectives import Collectives
 from lance_assets.train.model import GPT, GPTConfig
@@ -47,8 +47,8 @@ def main() -> None:
     (model_a, summary), (model_b, summary_b) = (load_run(r) for r in args.runs)
     if summary["eval_filter"] != summary_b["eval_filter"]:
         raise SystemExit("the two runs were evaluated on different held-out splits")
-    snap = data.open_snapshot(storage.uri_of(paths.db_dir(args.data)), paths.TABLE_NAME,
-                              summary["table_version"])
+    table = Table.of(args.data)
+    snap = data.open_snapshot(table.db_dir, table.name, summary["table_version"])
     tpb = data.tokens_per_byte(snap, summary["eval_filter"])
     block_len = model_a.cfg.block_size + 1
     comm = Collectives(torch.device("cpu"))

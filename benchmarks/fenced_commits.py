@@ -23,22 +23,26 @@ from pathlib import Path
 
 import lance
 import pyarrow as pa
-from lance.fragment import write_fragments
+
+from lance_assets.table import Table
 
 
-def build(uri: str, fragments: int) -> None:
+def build(table: Table, fragments: int) -> None:
     from lance_assets.corpus.columns import write_columns
 
     rows = 100
-    table = pa.table({"id": pa.array(range(fragments * rows), pa.int64()),
-                      "text": pa.array([f"document {i}" for i in range(fragments * rows)])})
-    lance.write_dataset(table, uri, max_rows_per_file=rows, enable_stable_row_ids=True)
+    data = pa.table({"id": pa.array(range(fragments * rows), pa.int64()),
+                     "text": pa.array([f"document {i}" for i in range(fragments * rows)])})
+    table.create(data.schema)  # stable row ids, as the corpus table
+    new = table.write_fragments(data, data.schema, max_rows_per_file=rows)
+    table.commit("build", lambda ds: table.commit_operation(lance.LanceOperation.Append(new),
+                                                            ds.version))
     flag = pa.field("flag", pa.bool_())
 
     def compute(frag):
         yield pa.RecordBatch.from_arrays([pa.array([True] * frag.physical_rows)], [flag.name])
 
-    write_columns(uri, [flag], compute, fragments_per_commit=500, log=lambda _: None)
+    write_columns(table, [flag], compute, fragments_per_commit=500, log=lambda _: None)
 
 
 def median_s(fn, repeat: int) -> float:
@@ -59,36 +63,35 @@ def main() -> None:
     args = p.parse_args()
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
-    uri = str(work / "t.lance")
+    table = Table.of(work)
     t = time.perf_counter()
-    build(uri, args.fragments)
+    build(table, args.fragments)
     print(f"{platform.node()} {platform.machine()}, {args.fragments} fragments built in "
           f"{time.perf_counter() - t:.1f} s")
 
     def one_fragment():
-        return write_fragments(pa.table({"id": pa.array([0], pa.int64()),
-                                         "text": pa.array(["x"])}), uri)
+        data = pa.table({"id": pa.array([0], pa.int64()), "text": pa.array(["x"])})
+        return table.write_fragments(data, data.schema)
 
     def append():
-        ds = lance.dataset(uri)
-        lance.LanceDataset.commit(uri, lance.LanceOperation.Append(one_fragment()),
-                                  read_version=ds.version)
+        ds = table.newest()
+        table.commit_operation(lance.LanceOperation.Append(one_fragment()), ds.version)
 
     def merge():
-        ds = lance.dataset(uri)
+        ds = table.newest()
         op = lance.LanceOperation.Merge([f.metadata for f in ds.get_fragments()] + one_fragment(),
                                         ds.lance_schema)
-        lance.LanceDataset.commit(uri, op, read_version=ds.version)
+        table.commit_operation(op, ds.version)
 
     from lance_assets.corpus.columns import _fragments_without_fields, fragments_missing
     from lance_assets.table import leaf_field_ids
 
     def by_files():
-        ds = lance.dataset(uri)
+        ds = table.newest()
         return _fragments_without_fields(ds.get_fragments(), leaf_field_ids(ds, "flag"))
 
     def by_marker():
-        return fragments_missing(lance.dataset(uri), ["flag"])
+        return fragments_missing(table.newest(), ["flag"])
 
     a, m = median_s(append, args.repeat), median_s(merge, args.repeat)
     print(f"commit one fragment: Append {a * 1000:.1f} ms, fenced Merge {m * 1000:.1f} ms; "
@@ -96,11 +99,11 @@ def main() -> None:
     f, k = median_s(by_files, args.repeat), median_s(by_marker, args.repeat)
     print(f"find unwritten fragments: by data files {f * 1000:.1f} ms, by write marker "
           f"{k * 1000:.1f} ms; marker / files {k / f:.2f} "
-          f"({lance.dataset(uri).count_rows():,} rows)")
+          f"({table.newest().count_rows():,} rows)")
     # after a compaction the markers sit in merged files: their values are read
-    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=1000)
+    table.commit("compact", lambda ds: ds.optimize.compact_files(target_rows_per_fragment=1000))
     f, k = median_s(by_files, args.repeat), median_s(by_marker, args.repeat)
-    print(f"after a compaction ({len(lance.dataset(uri).get_fragments())} fragments): by data "
+    print(f"after a compaction ({len(table.newest().get_fragments())} fragments): by data "
           f"files {f * 1000:.1f} ms, by write marker {k * 1000:.1f} ms; marker / files "
           f"{k / f:.2f}")
 

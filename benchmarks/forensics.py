@@ -33,11 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import lance
 import numpy as np
 import pyarrow as pa
 
-from lance_assets import paths
 from lance_assets.corpus import fts
 from lance_assets.corpus.columns import write_columns
 from lance_assets.corpus.ingest import ingest
@@ -46,6 +44,7 @@ from lance_assets.forensics import embed
 from lance_assets.forensics import vector_index as vindex
 from lance_assets.forensics.pinned import Pin, max_id
 from lance_assets.forensics.search import Searcher, rrf
+from lance_assets.table import Table
 
 
 def quiet(_msg: str) -> None:
@@ -133,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     ingest(root, f"synthetic:{args.rows}", log=quiet)
     res["ingest_s"] = time.perf_counter() - t
-    uri = paths.table_uri(root)
-    ds = lance.dataset(uri)
+    table = Table.of(root)
+    ds = table.newest()
     print(f"table: {ds.count_rows()} rows, {len(ds.get_fragments())} fragments "
           f"({res['ingest_s']:.1f}s)", flush=True)
 
@@ -159,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                                            schema=pa.schema([embed.EMBEDDING]))]
 
     t = time.perf_counter()
-    write_columns(uri, [embed.EMBEDDING], compute, log=quiet)
+    write_columns(table, [embed.EMBEDDING], compute, log=quiet)
     res["vector_column_write_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -177,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     qvecs = model.encode(queries)
     res["embed_query_ms"] = (time.perf_counter() - t) / len(queries) * 1e3
-    ds = lance.dataset(uri)
+    ds = table.newest()
     searcher = Searcher(root, Pin(ds.version, max_id(ds), None, None, "benchmark"), model)
     k = 10
     lat = {

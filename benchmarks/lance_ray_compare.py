@@ -21,13 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import lance
 import pyarrow as pa
 
-from lance_assets import paths
 from lance_assets.corpus import columns, executor
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.quality import FIELDS, compute_signals, fragment_signals
+from lance_assets.table import Table
 
 
 def quiet(_msg: str) -> None:
@@ -61,14 +60,14 @@ class FailingFragment:
         return fragment_signals(frag)
 
 
-def fresh(raw: Path, work: Path, name: str) -> str:
+def fresh(raw: Path, work: Path, name: str) -> Table:
     shutil.rmtree(work / name, ignore_errors=True)
     shutil.copytree(raw, work / name)
-    return paths.table_uri(work / name)
+    return Table.of(work / name)
 
 
-def signal_values(uri: str) -> pa.Table:
-    return lance.dataset(uri).to_table(columns=["id", *[f.name for f in FIELDS]]).sort_by("id")
+def signal_values(table: Table) -> pa.Table:
+    return table.newest().to_table(columns=["id", *[f.name for f in FIELDS]]).sort_by("id")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,17 +93,17 @@ def main(argv: list[str] | None = None) -> None:
                  for _ in range(cpus * 2)])
         best = {"lance_ray": float("inf"), "write_columns": float("inf")}
         for r in range(args.repeats):
-            uri_lr = fresh(raw, work, f"lr{r}")
+            table_lr = fresh(raw, work, f"lr{r}")
             t = time.perf_counter()
-            lance_ray.add_columns(uri_lr, transform=signals_of_batch, read_columns=["text"],
+            lance_ray.add_columns(table_lr.uri, transform=signals_of_batch, read_columns=["text"],
                                   batch_size=2048, concurrency=cpus)
             best["lance_ray"] = min(best["lance_ray"], time.perf_counter() - t)
-            uri_wc = fresh(raw, work, f"wc{r}")
+            table_wc = fresh(raw, work, f"wc{r}")
             t = time.perf_counter()
-            report = columns.write_columns(uri_wc, FIELDS, fragment_signals, executor="ray",
+            report = columns.write_columns(table_wc, FIELDS, fragment_signals, executor="ray",
                                            log=quiet)
             best["write_columns"] = min(best["write_columns"], time.perf_counter() - t)
-            assert signal_values(uri_lr).equals(signal_values(uri_wc)), "the arms disagree"
+            assert signal_values(table_lr).equals(signal_values(table_wc)), "the arms disagree"
         for name, s in best.items():
             print(f"{name}: {s:.2f} s, {args.rows / s:,.0f} docs/s")
         print(f"write_columns / lance_ray wall: {best['write_columns'] / best['lance_ray']:.2f} "
@@ -112,24 +111,24 @@ def main(argv: list[str] | None = None) -> None:
 
         # one fragment fails: what is left committed?
         bad_fragment = args.fragments // 2
-        uri_lr = fresh(raw, work, "lr-fail")
-        bad_id = lance.dataset(uri_lr).get_fragment(bad_fragment).to_table(
+        table_lr = fresh(raw, work, "lr-fail")
+        bad_id = table_lr.newest().get_fragment(bad_fragment).to_table(
             columns=["id"]).column("id")[0].as_py()
         try:
-            lance_ray.add_columns(uri_lr, transform=FailingBatch(bad_id),
+            lance_ray.add_columns(table_lr.uri, transform=FailingBatch(bad_id),
                                   read_columns=["id", "text"], concurrency=cpus)
         except Exception as exc:  # noqa: BLE001 - the point is what it leaves behind
             print(f"lance_ray failed: {type(exc).__name__}")
-        ds = lance.dataset(uri_lr)
+        ds = table_lr.newest()
         done = ds.count_rows("word_count IS NOT NULL") if "word_count" in ds.schema.names else 0
         print(f"lance_ray after one failed fragment: {done} of {args.rows} rows hold the signals")
-        uri_wc = fresh(raw, work, "wc-fail")
+        table_wc = fresh(raw, work, "wc-fail")
         try:
-            columns.write_columns(uri_wc, FIELDS, FailingFragment(bad_fragment), executor="ray",
+            columns.write_columns(table_wc, FIELDS, FailingFragment(bad_fragment), executor="ray",
                                   fragments_per_commit=1, log=quiet)
         except columns.FragmentsFailedError:
             pass
-        done = lance.dataset(uri_wc).count_rows("word_count IS NOT NULL")
+        done = table_wc.newest().count_rows("word_count IS NOT NULL")
         print(f"write_columns after one failed fragment: {done} of {args.rows} rows hold the "
               "signals; the rerun computes the one fragment left")
     finally:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from benchmarks.build_packed_datasets import train_filter
 from benchmarks.train_loader import build_table
-from lance_assets import paths
+from lance_assets.table import Table
 from lance_assets.train import data
 
 
@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"
         build_table(root, args.rows)
-        snap = data.open_snapshot(str(paths.db_dir(root)), paths.TABLE_NAME)
+        table = Table.of(root)
+        snap = data.open_snapshot(table.db_dir, table.name)
         print(f"# {os.cpu_count()} cores; {args.blocks} blocks of {args.seq_len + 1} tokens per "
               "setting; 8 splits")
         print("| io_queue_depth | transform_parallelism | tokens/s | packer thread CPU share | "

@@ -29,14 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import lance
-
-from lance_assets import paths
 from lance_assets.corpus import executor
 from lance_assets.corpus.columns import write_columns
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.quality import quality_signals
 from lance_assets.corpus.tokenize import N_BYTES, _n_bytes, token_ids
+from lance_assets.table import Table
 
 
 def quiet(_msg: str) -> None:
@@ -117,10 +115,10 @@ def bench_commits(raw: Path, work: Path) -> dict:
     out = {}
     for where in ("local", "ray"):
         root = fresh(raw, work, f"commits-{where}")
-        uri = paths.table_uri(root)
-        seconds, report = timed(lambda uri=uri, where=where: write_columns(
-            uri, [N_BYTES], _n_bytes, fragments_per_commit=1, executor=where, log=quiet))
-        manifest = max((Path(uri) / "_versions").glob("*.manifest"),
+        table = Table.of(root)
+        seconds, report = timed(lambda table=table, where=where: write_columns(
+            table, [N_BYTES], _n_bytes, fragments_per_commit=1, executor=where, log=quiet))
+        manifest = max((Path(table.uri) / "_versions").glob("*.manifest"),
                        key=lambda p: p.stat().st_mtime)
         out[where] = {"s": seconds, "commits": report.commits,
                       "commits_per_s": report.commits / seconds,
@@ -208,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
             print_scaling(results["scaling"])
             return results
         tiny = build(work / "tiny", 4 * args.tiny_fragments, args.tiny_fragments)
-        assert len(lance.dataset(paths.table_uri(tiny)).get_fragments()) == args.tiny_fragments
+        assert len(Table.of(tiny).newest().get_fragments()) == args.tiny_fragments
         results["ray_init_s"] = start_ray(os.cpu_count() or 2)
         results["token_ids"] = bench_tokens(raw, work, args.tokenizer)
         print(json.dumps({"token_ids": results["token_ids"]}, indent=1), flush=True)

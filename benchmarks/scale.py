@@ -68,13 +68,12 @@ def run_stage(stage: str, root: str, rows: int) -> None:
 def duckdb_dedup(root: str) -> None:
     """The DuckDB baseline: ``is_dup`` by normalise + md5 + first id per hash, on the table."""
     import duckdb
-    import lance
 
-    from lance_assets import paths
     from lance_assets.corpus.dedup import NORMALISED_HASH_SQL
+    from lance_assets.table import Table
 
     con = duckdb.connect()
-    con.register("corpus", lance.dataset(paths.table_uri(root)))
+    con.register("corpus", Table.of(root).newest())
     out = con.sql(f"SELECT id, id > min(id) OVER (PARTITION BY h) AS is_dup FROM "
                   f"(SELECT id, {NORMALISED_HASH_SQL} AS h FROM corpus) ORDER BY id").to_arrow_table()
     np.save(Path(root) / "duckdb_is_dup.npy", out.column("is_dup").to_numpy(zero_copy_only=False))
@@ -141,16 +140,14 @@ def score(flagged: np.ndarray, truth: np.ndarray, source: np.ndarray) -> dict:
 
 
 def peers(rows: int, work: Path, skip: list[str] = ()) -> dict:
-    import lance
-
-    from lance_assets import paths
     from lance_assets.corpus import synthetic_web as sw
+    from lance_assets.table import Table
 
     root = work / "peers"
     shutil.rmtree(root, ignore_errors=True)
     if child("ingest", root, rows).returncode:
         raise SystemExit("ingest failed")
-    table = lance.dataset(paths.table_uri(root)).to_table(columns=["id", "text"]).sort_by("id")
+    table = Table.of(root).newest().to_table(columns=["id", "text"]).sort_by("id")
     texts = table.column("text").to_pylist()
     export = work / "peer_texts.parquet"  # the peers' input (not timed): the same documents
     import pyarrow as pa
@@ -165,7 +162,7 @@ def peers(rows: int, work: Path, skip: list[str] = ()) -> dict:
                  "true_copies": int(truth.sum())}
     arms: dict = {}
     m = child("near_dup", root, rows)
-    got = lance.dataset(paths.table_uri(root)).to_table(columns=["id", "near_dup"]).sort_by("id")
+    got = Table.of(root).newest().to_table(columns=["id", "near_dup"]).sort_by("id")
     arms["near_dup (ours)"] = {**m.to_dict(), **score(
         got.column("near_dup").to_numpy(zero_copy_only=False), truth, plan.source)}
     for name, venv in PEER_VENVS.items():
@@ -192,7 +189,7 @@ def peers(rows: int, work: Path, skip: list[str] = ()) -> dict:
     # exact dedup: ours against DuckDB's window, same table
     m_dedup = child("dedup_flag", root, rows)
     m_duck = child("duckdb_dedup", root, rows)
-    ours = lance.dataset(paths.table_uri(root)).to_table(columns=["id", "is_dup"]).sort_by("id")
+    ours = Table.of(root).newest().to_table(columns=["id", "is_dup"]).sort_by("id")
     theirs = np.load(root / "duckdb_is_dup.npy")
     equal = bool(np.array_equal(ours.column("is_dup").to_numpy(zero_copy_only=False), theirs))
     arms["dedup_flag (ours)"] = {**m_dedup.to_dict(), "is_dup": int(theirs.sum()),

@@ -31,16 +31,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import lance
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lance_assets import paths
 from lance_assets.corpus import bpe
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.tokenize import N_BYTES, TOKEN_COLUMNS, token_ids
 from lance_assets.corpus.tokenizers import load_tokenizer
+from lance_assets.table import Table
 
 TEXT_SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt")
 MAX_DOC_BYTES = 1_000_000
@@ -101,8 +100,8 @@ def measured(fn):
 
 
 def drop_token_columns(root: Path) -> None:
-    ds = lance.dataset(paths.table_uri(root))
-    ds.drop_columns([c for c in [*TOKEN_COLUMNS, N_BYTES.name] if c in ds.schema.names])
+    Table.of(root).commit("drop token columns", lambda ds: ds.drop_columns(
+        [c for c in [*TOKEN_COLUMNS, N_BYTES.name] if c in ds.schema.names]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds, (source, docs, nbytes) = timed(
             lambda: build_corpus(work / "corpus" / "local_text.parquet", int(args.mb * 1e6)))
         print(f"corpus: {docs:,} local text files, {nbytes / 1e6:.1f} MB ({seconds:.1f}s)")
-    if not Path(paths.table_uri(root)).exists():
+    if not Table.of(root).exists():
         seconds, rep = timed(lambda: ingest(root, str(source), log=quiet))
         print(f"ingest: {rep.rows_added:,} rows, {rep.bytes_added / 1e6:.1f} MB ({seconds:.1f}s)")
         seconds, _ = timed(lambda: dedup_flag(root, log=quiet))
@@ -152,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     # -- token_ids vs encode_ordinary_batch -----------------------------------------------------
     drop_token_columns(root)
     tok = load_tokenizer(args.tokenizer, root, num_threads=args.threads)
-    texts = lance.dataset(paths.table_uri(root)).to_table(columns=["text"]).column("text")
+    texts = Table.of(root).newest().to_table(columns=["text"]).column("text")
     total_bytes = sum(len(t.encode("utf-8")) for t in texts.to_pylist())
     texts_py = texts.to_pylist()
     arms = {"encode_ordinary_batch (in memory)": [], "tokenizer.encode_batch (in memory)": [],

@@ -21,6 +21,7 @@ import torch
 
 from benchmarks.blocks import iter_blocks
 from benchmarks.build_packed_datasets import train_filter
+from lance_assets.table import Table
 from lance_assets.train import data
 from lance_assets.train.config import TrainConfig
 from lance_assets.train.model import GPT, config_for
@@ -29,11 +30,17 @@ from lance_assets.train.trainer import lr_scale, make_optimizers, train_step
 SEED = 1337
 
 
+def corpus_snapshot(data_dir: str) -> data.TableSnapshot:
+    """The corpus table under ``data_dir``, newest version, as the trainer opens it."""
+    table = Table.of(data_dir)
+    return data.open_snapshot(table.db_dir, table.name)
+
+
 def arm_batches(arm: str, data_dir: str, packed: str, batch: int, seq_len: int,
                 snap: data.TableSnapshot | None = None) -> Iterator[torch.Tensor]:
     """Endless (batch, seq_len + 1) blocks from ``arm``, epoch after epoch."""
     if arm == "off":
-        snap = snap or data.open_snapshot(data_dir + "/lance", "corpus")
+        snap = snap or corpus_snapshot(data_dir)
         f = train_filter(snap)
         n = data.count_blocks(snap, f, seq_len + 1, 8)
         return data.TrainBatches(snap, epoch=0, state=None, batch_size=batch, filter=f,
@@ -44,7 +51,7 @@ def arm_batches(arm: str, data_dir: str, packed: str, batch: int, seq_len: int,
 
 
 def train_arm(arm: str, data_dir: str, packed: str, steps: int, batch: int, seq_len: int) -> dict:
-    snap = data.open_snapshot(data_dir + "/lance", "corpus")
+    snap = corpus_snapshot(data_dir)
     cfg = TrainConfig(seq_len=seq_len, batch_size=batch, steps=steps)
     torch.manual_seed(cfg.seed)
     model = GPT(config_for(cfg.model, snap.tokenizer["vocab_size"], seq_len, cfg.arch))

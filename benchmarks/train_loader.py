@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 
 from benchmarks.build_packed_datasets import train_filter
-from lance_assets import paths
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.tokenize import token_ids
+from lance_assets.table import Table
 from lance_assets.train import data
 from lance_assets.train.model import GPT, config_for
 
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"
         build_table(root, args.rows)
-        snap = data.open_snapshot(str(paths.db_dir(root)), paths.TABLE_NAME)
+        table = Table.of(root)
+        snap = data.open_snapshot(table.db_dir, table.name)
         print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
               f"torch {torch.__version__}, io_queue_depth {args.io_queue_depth}, "
               f"transform_parallelism {args.transform_parallelism or 'default (cpu count)'}")
