@@ -124,8 +124,6 @@ def test_hostile_rule_never_shows_a_file_in_the_ui(curated, store):
     """The attack of issue 12: a rule that closes the hit-count query and reads /etc/passwd.
     Refused by curation_rules; and written straight into the table config, corpus_profile runs
     without it and shows no file contents."""
-    from lance_assets.table import set_json_config
-
     version = lance.dataset(store.table_uri).version
     refused = dg.materialize(
         [*assets("curation_rules"), *CHECKS], resources={"lance_store": store},
@@ -135,7 +133,7 @@ def test_hostile_rule_never_shows_a_file_in_the_ui(curated, store):
     assert lance.dataset(store.table_uri).version == version
 
     hostile = rules.Curation(rules={**rules.DEFAULT_RULES, "x": PASSWD_RULE})
-    set_json_config(lance.dataset(store.table_uri), rules.CURATION_KEY, hostile.to_dict())
+    store.table.set_config(rules.CURATION_KEY, hostile.to_dict())
     try:
         prof = dg.materialize(assets("corpus_profile"), resources={"lance_store": store})
         assert prof.success

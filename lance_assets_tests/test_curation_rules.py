@@ -89,7 +89,7 @@ def test_training_filter_follows_the_stored_rules(curated_root, tmp_path):
     import shutil
 
     from lance_assets.corpus.predicate import safe_predicate
-    from lance_assets.table import set_json_config
+    from lance_assets.table import Table
 
     root = tmp_path / "data"
     shutil.copytree(curated_root, root)
@@ -105,8 +105,8 @@ def test_training_filter_follows_the_stored_rules(curated_root, tmp_path):
         rules.store_curation(root, rules.Curation(rules={"short": "n_chars <<< 3"}))
     assert rules.training_filter(root) == flt
     # a broken rule that reached the table config some other way is caught when read back
-    set_json_config(dataset(root), rules.CURATION_KEY,
-                    rules.Curation(rules={"short": "n_chars <<< 3"}).to_dict())
+    Table.of(root).set_config(rules.CURATION_KEY,
+                              rules.Curation(rules={"short": "n_chars <<< 3"}).to_dict())
     with pytest.raises(rules.RuleError, match="'short'"):
         rules.training_filter(root)
     assert not guards.rules_valid(dataset(root)).passed

@@ -21,7 +21,7 @@ import pytest
 from lance_assets import paths
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.synthetic import SyntheticSpec, generate
-from lance_assets.table import table_exists
+from lance_assets.table import Table
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.fault_driver import EVAL_SET
 from lance_assets_tests.fault_driver import run as run_writer
@@ -95,7 +95,7 @@ def kill_then_rerun(world, tmp_path, writer: str, point: str, n: int) -> None:
     assert proc.returncode == -signal.SIGKILL, (
         f"{writer} was not killed at {point} {n} (rc {proc.returncode}): {proc.stderr[-2000:]}")
     if writer == "ingest" and point == "before-commit" and n == 1:
-        assert not table_exists(root)  # killed before the first commit: no table at all
+        assert not Table.of(root).exists()  # killed before the first commit: no table at all
     run_writer(writer, str(root), str(world["src"]))
     assert table_content(root) == world["reference"][writer]
 
@@ -186,7 +186,7 @@ def test_a_long_line_is_one_document_and_a_broken_first_ingest_leaves_a_valid_ta
     (src / "broken.jsonl").write_text("\n".join(lines) + "\n")
     first = ingest(tmp_path / "fresh", str(src / "broken.jsonl"), rows_per_commit=500, log=quiet)
     assert "not valid JSON" in first.files_failed[str((src / "broken.jsonl").resolve())]
-    assert 0 < first.rows_added < 3900 and table_exists(tmp_path / "fresh")
+    assert 0 < first.rows_added < 3900 and Table.of(tmp_path / "fresh").exists()
     again = ingest(tmp_path / "fresh", str(src / "broken.jsonl"), rows_per_commit=500, log=quiet)
     assert again.rows_added == 0 and again.files_failed
     ds = lance.dataset(paths.table_uri(tmp_path / "fresh"))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from lance_assets import paths
 from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.maintenance import maintain
-from lance_assets.table import row_id_high_water, table_exists
+from lance_assets.table import Table, row_id_high_water
 from lance_assets_tests.conftest import quiet
 
 
@@ -67,7 +67,7 @@ def test_ids_never_repeat_whatever_is_deleted_or_compacted(tmp_path_factory, ste
             new = ids_of(root, f"source LIKE '%s{n}.parquet%'")
             assert new and min(new) > ever and new == list(range(new[0], new[0] + len(new)))
             ever = max(ever, max(new))
-        elif not table_exists(root) or not lance.dataset(uri).count_rows():
+        elif not Table.of(root).exists() or not lance.dataset(uri).count_rows():
             continue  # nothing to delete or compact yet
         elif action == "delete_newest":
             lance.dataset(uri).delete(f"id > {ever - size}")

@@ -24,11 +24,11 @@ from moto.server import ThreadedMotoServer
 
 from lance_assets import paths, storage
 from lance_assets.corpus.ingest import ingest, ingest_lock
-from lance_assets.table import table_exists
 from lance_assets.definitions import defs
 from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import lance_store_from_env
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
+from lance_assets.table import Table
 from lance_assets.train import checkpoint, data
 
 from .conftest import quiet
@@ -197,7 +197,7 @@ def test_concurrent_ingests_into_s3_add_each_row_exactly_once(s3):
     with ingest_lock(root, log=quiet):  # both start while a third ingest holds the lease
         [t.start() for t in threads]
         time.sleep(1.5)
-        assert not table_exists(root)  # neither wrote past the lease
+        assert not Table.of(root).exists()  # neither wrote past the lease
     [t.join() for t in threads]
     assert not errors
     assert sorted(r.rows_added for r in reports) == [0, 400]

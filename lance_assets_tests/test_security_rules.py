@@ -18,7 +18,7 @@ from lance_assets.corpus.ingest import ingest
 from lance_assets.corpus.near_dup import near_dup
 from lance_assets.corpus.predicate import PredicateError, safe_predicate
 from lance_assets.corpus.quality import quality_signals
-from lance_assets.table import set_json_config
+from lance_assets.table import Table
 from lance_assets_tests.conftest import quiet
 
 PASSWD_RULE = ("true), false)) AS rows_removed, 0 AS share_removed FROM corpus UNION ALL SELECT "
@@ -80,7 +80,7 @@ def test_profile_shows_no_file_even_with_a_hostile_rule_in_the_table_config(root
     target = tmp_path / "owned.csv"
     hostile = {**rules.DEFAULT_RULES, "x": PASSWD_RULE, "y": copy_to_rule(target),
                "z'); SELECT 1; --": "NOT is_dup"}
-    set_json_config(dataset(root), rules.CURATION_KEY, rules.Curation(rules=hostile).to_dict())
+    Table.of(root).set_config(rules.CURATION_KEY, rules.Curation(rules=hostile).to_dict())
     prof = profile.profile(root)
     shown = repr(prof)
     assert "root:" not in shown and "/bin/" not in shown  # no line of /etc/passwd
