@@ -27,6 +27,7 @@ from lance_assets.defs.forensics.assets import (
 from lance_assets.defs.maintenance.assets import table_maintenance
 from lance_assets.defs.maintenance.automation import table_maintenance_job, table_maintenance_schedule
 from lance_assets.defs.maintenance.checks import coverage_checks
+from lance_assets.defs.maintenance.forget import forget_job
 from lance_assets.defs.resources import lance_store_from_env
 from lance_assets.defs.training.ablation import DEMO_RUN_CONFIG, curation_ablation
 from lance_assets.defs.training.assets import pretrained_model, samples
@@ -53,7 +54,7 @@ defs = dg.Definitions(
     assets=ASSETS,
     executor=RUN_EXECUTOR,
     asset_checks=[*CURATION_CHECKS, *CORPUS_CHECKS, *TRAINING_CHECKS, *coverage_checks(ASSETS)],
-    jobs=[ingest_job, end_to_end_job, table_maintenance_job],
+    jobs=[ingest_job, end_to_end_job, table_maintenance_job, forget_job],
     schedules=[ingest_schedule, table_maintenance_schedule],
     sensors=[landing_sensor, corpus_automation_sensor],
     resources={

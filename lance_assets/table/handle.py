@@ -71,9 +71,9 @@ class Table:
         itself when it is a ``Table`` already."""
         if isinstance(where, Table):
             return where
-        if where is not None and os.fspath(where).rstrip("/").endswith(".lance"):
+        if where is not None and str(where).rstrip("/").endswith(".lance"):
             # the dataset's own URI (<root>/lance/<name>.lance), as Lance and messages show it
-            loc = storage.location(os.fspath(where).rstrip("/"))
+            loc = storage.location(str(where).rstrip("/"))
             if loc.parent.name != "lance":
                 raise ValueError(f"{where}: not a table of a data root (<root>/lance/<name>."
                                  "lance); pass the data root instead")
