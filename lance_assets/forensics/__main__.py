@@ -22,8 +22,6 @@ import json
 import sys
 from pathlib import Path
 
-from lance_assets import paths
-
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, help="data root (default $LANCE_ASSETS_DATA or ./data)")
@@ -82,12 +80,13 @@ def read_text_arg(path: str) -> str:
                          "convert it to UTF-8 first (e.g. iconv -t UTF-8)") from None
 
 
-def check_version(root: Path, version: int | None) -> None:
+def check_version(table, version: int | None) -> None:
+    """``table``: a ``Table`` or a data root."""
     if version is None:
         return
-    from lance_assets.table import open_table
+    from lance_assets.table import Table
 
-    known = [v["version"] for v in open_table(root).versions()]
+    known = [v["version"] for v in Table.of(table).newest().versions()]
     if version not in known:
         raise UsageError(f"--version {version}: the table has no such version (it has "
                          f"{min(known)} to {max(known)})")
@@ -95,9 +94,9 @@ def check_version(root: Path, version: int | None) -> None:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from lance_assets.corpus.predicate import PredicateError
-    from lance_assets.table import TableMissingError
     from lance_assets.forensics.embed import EmbeddingMismatchError
     from lance_assets.forensics.search import MissingInputError
+    from lance_assets.table import TableMissingError
     from lance_assets.train.checkpoint import CheckpointError
 
     return (UsageError, PredicateError, TableMissingError, MissingInputError,
@@ -138,13 +137,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    root = paths.data_dir(args.data)
-    check_version(root, args.version)
+    from lance_assets.table import Table
+
+    table = Table.of(args.data)  # the table under --data (default $LANCE_ASSETS_DATA, ./data)
+    check_version(table, args.version)
     log = _quiet if args.json else (lambda m: print(m, file=sys.stderr))
     if args.command == "search":
         from lance_assets.forensics.search import search
 
-        res = search(root, args.query, args.k, mode=args.mode, version=args.version,
+        res = search(table, args.query, args.k, mode=args.mode, version=args.version,
                      filter=args.filter)
         if args.json:
             print(json.dumps(res.to_dict(), indent=2))
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         from lance_assets.forensics.attribution import attribute
 
         text = args.text if args.text is not None else read_text_arg(args.text_file)
-        res = attribute(root, text, args.k, version=args.version, log=log)
+        res = attribute(table, text, args.k, version=args.version, log=log)
         if args.json:
             print(json.dumps(res.to_dict(), indent=2))
             return 0
@@ -174,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     from lance_assets.forensics.near_dups import semantic_near_dups
     from lance_assets.forensics.pinned import resolve_pin
 
-    res = semantic_near_dups(root, pin=resolve_pin(root, args.version), threshold=args.threshold,
+    res = semantic_near_dups(table, pin=resolve_pin(table, args.version), threshold=args.threshold,
                              sample=args.sample, top=args.top)
     if args.json:
         print(json.dumps(res.to_dict(), indent=2))

@@ -39,10 +39,11 @@ kept on both sides).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from typing import Union
 
 import lance
 import numpy as np
@@ -66,6 +67,7 @@ from lance_assets.forensics.search import (
 from lance_assets.forensics.vector_index import CHUNKS, current_settings, knn_ids
 from lance_assets.forensics.words import TextWords, text_words, words
 from lance_assets.progress import progress
+from lance_assets.table import Table
 
 MIN_SPAN_WORDS = 8
 PASSAGE_MIN_WORDS = 20
@@ -332,16 +334,18 @@ class Attributor:
     """Holds the pinned training documents' word n-gram index and the model, so many texts
     (every sample of a run) are attributed for the price of one build."""
 
-    def __init__(self, root: str | Path, pin: Pin | None = None, embedder: Embedder | None = None,
+    def __init__(self, table: Union[Table, str, os.PathLike], pin: Pin | None = None,
+                 embedder: Embedder | None = None,
                  min_span: int = MIN_SPAN_WORDS, max_ngrams: int = MAX_INDEX_NGRAMS,
                  meaning: str = "auto", log: Callable[[str], None] = print):
-        """``meaning``: ``auto`` (chunks when the table has them, else document vectors, else
-        none), or one of ``chunks``, ``document``, ``none`` (comparisons)."""
-        self.root = paths.data_dir(root)
-        uri = paths.table_uri(root)
-        self.pin = pin or resolve_pin(root)
-        self.latest = lance.dataset(uri)
-        self.pinned = lance.dataset(uri, version=self.pin.version)
+        """``table``: a ``Table`` or a data root. ``meaning``: ``auto`` (chunks when the table
+        has them, else document vectors, else none), or one of ``chunks``, ``document``,
+        ``none`` (comparisons)."""
+        self.table = Table.of(table)
+        self.root = paths.data_dir(self.table.root)
+        self.pin = pin or resolve_pin(self.table)
+        self.latest = self.table.open()
+        self.pinned = self.table.open(self.pin.version)
         train_rows = checked_filter(self.pinned, self.pin.rows_filter(training_only=True),
                                     f"the training filter recorded for {self.pin.source}")
         self.filter = train_rows.lance if train_rows is not None else None
@@ -554,7 +558,9 @@ def verdict_of(sources: list[Source], covered: float, min_span: int) -> tuple[st
            if near.cosine is not None else ""))
 
 
-def attribute(root: str | Path, text: str, k: int = 5, *, version: int | None = None,
-              log: Callable[[str], None] = print) -> Attribution:
-    """Rank the training documents ``text`` most likely draws on (see the module docstring)."""
-    return Attributor(root, resolve_pin(root, version), log=log).attribute(text, k)
+def attribute(table: Union[Table, str, os.PathLike], text: str, k: int = 5, *,
+              version: int | None = None, log: Callable[[str], None] = print) -> Attribution:
+    """Rank the training documents ``text`` most likely draws on (see the module docstring);
+    ``table``: a ``Table`` or a data root."""
+    table = Table.of(table)
+    return Attributor(table, resolve_pin(table, version), log=log).attribute(text, k)

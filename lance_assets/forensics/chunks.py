@@ -26,19 +26,19 @@ recorded is refused rather than mixing chunkings.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from typing import Union
 
 import lance
 import numpy as np
 import pyarrow as pa
 
-from lance_assets import keys, paths
+from lance_assets import keys
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.corpus.executor import executor_name
-from lance_assets.table import get_json_config, open_table, set_json_config
 from lance_assets.forensics.embed import (
     DIM,
     EMBEDDING,
@@ -51,6 +51,7 @@ from lance_assets.forensics.embed import (
     shared_embedder,
     table_embedding_spec,
 )
+from lance_assets.table import Table, get_json_config
 
 DEFAULT_CHUNK_TOKENS = 128
 DEFAULT_OVERLAP_TOKENS = 32
@@ -256,7 +257,7 @@ def has_chunk_data(ds: lance.LanceDataset) -> bool:
         fragments_missing(ds, [CHUNK_EMBEDDINGS.name])) < len(ds.get_fragments())
 
 
-def chunk_embeddings(root: str | Path, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+def chunk_embeddings(table: Union[Table, str, os.PathLike], *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
                      overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
                      batch_size: int | None = None, device: str | None = None,
                      fragments_per_commit: int = 1, embedder: object | None = None,
@@ -264,10 +265,11 @@ def chunk_embeddings(root: str | Path, *, chunk_tokens: int = DEFAULT_CHUNK_TOKE
                      log: Callable[[str], None] = print) -> ChunkEmbeddingsReport:
     """Write ``chunk_embeddings`` for every fragment that lacks it; a fragment group per commit.
     Under the ``ray`` executor each fragment is a Ray task, with one GPU when the cluster has
-    any."""
+    any. ``table``: a ``Table`` or a data root."""
     start = time.perf_counter()
-    uri = paths.table_uri(root)
-    ds = open_table(root)
+    table = Table.of(table)
+    uri = table.uri
+    ds = table.newest()
     want = ChunkSpec(chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens)
     current = table_chunk_spec(ds)
     if current is not None and current != want and has_chunk_data(ds):
@@ -276,8 +278,8 @@ def chunk_embeddings(root: str | Path, *, chunk_tokens: int = DEFAULT_CHUNK_TOKE
             f"{current.chunk_tokens}, overlap_tokens={current.overlap_tokens} ({current.model}), "
             f"not chunk_tokens={want.chunk_tokens}, overlap_tokens={want.overlap_tokens}; one "
             "column holds one chunking. Run with the recorded settings to keep them, or drop the "
-            "column first (lance.dataset(uri).drop_columns(['chunk_embeddings'])) to embed "
-            "everything again.")
+            "column first (Table.of(DATA).newest().drop_columns(['chunk_embeddings'])) to "
+            "embed everything again.")
     todo = fragments_missing(ds, [CHUNK_EMBEDDINGS.name]) \
         if CHUNK_EMBEDDINGS.name in ds.schema.names else ds.get_fragments()
     report = ChunkEmbeddingsReport(columns=[CHUNK_EMBEDDINGS.name], spec=want.to_dict())
@@ -296,12 +298,12 @@ def chunk_embeddings(root: str | Path, *, chunk_tokens: int = DEFAULT_CHUNK_TOKE
         report.device = getattr(compute.model(), "device", "")
         report.model_load_s = time.perf_counter() - t0
     if current != want:
-        set_json_config(ds, keys.CHUNK_EMBEDDING_KEY, want.to_dict())
+        table.set_config(keys.CHUNK_EMBEDDING_KEY, want.to_dict())
     log(f"chunk embeddings of {sum(f.count_rows() for f in todo)} rows in {len(todo)} fragments "
         f"on {report.device} (chunks of {want.chunk_tokens} word pieces, overlap "
         f"{want.overlap_tokens}; first chunk {'copied from `embedding`' if reuse else 'embedded'})")
     t = time.perf_counter()
-    written = write_columns(uri, [CHUNK_EMBEDDINGS], compute,
+    written = write_columns(table, [CHUNK_EMBEDDINGS], compute,
                             fragments_per_commit=fragments_per_commit, executor=executor, gpu=True,
                             log=log)
     wall_s = time.perf_counter() - t

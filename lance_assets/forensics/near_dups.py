@@ -11,16 +11,16 @@ flagged, and the closest pairs that neither flagged: what only meaning finds.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from typing import Union
 
-import lance
 import numpy as np
 
-from lance_assets import paths
 from lance_assets.forensics.embed import DIM, EMBEDDING
 from lance_assets.forensics.pinned import Pin, resolve_pin
 from lance_assets.forensics.search import MissingInputError, and_filters, checked_filter, snippet
+from lance_assets.table import Table
 
 DEFAULT_THRESHOLD = 0.95
 DEFAULT_SAMPLE = 2000
@@ -42,12 +42,14 @@ class NearDupReport:
         return asdict(self)
 
 
-def semantic_near_dups(root: str | Path, *, pin: Pin | None = None,
+def semantic_near_dups(table: Union[Table, str, os.PathLike], *, pin: Pin | None = None,
                        threshold: float = DEFAULT_THRESHOLD, sample: int = DEFAULT_SAMPLE,
                        top: int = 10, seed: int = 0) -> NearDupReport:
-    """Near-duplicate pairs by cosine similarity on a random sample of the pinned rows."""
-    pin = pin or resolve_pin(root)
-    ds = lance.dataset(paths.table_uri(root))
+    """Near-duplicate pairs by cosine similarity on a random sample of the pinned rows
+    (``table``: a ``Table`` or a data root)."""
+    table = Table.of(table)
+    pin = pin or resolve_pin(table)
+    ds = table.newest()
     if EMBEDDING.name not in ds.schema.names:
         raise MissingInputError(f"{ds.uri} has no `embedding` column: materialize `embeddings` "
                                 "first")

@@ -11,13 +11,15 @@ since. Token ids are read at the pinned version itself, opened through the run's
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Union
 
 import lance
 
 from lance_assets import paths, storage
-from lance_assets.table import open_table
+from lance_assets.table import Table
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,10 @@ def max_id(ds: lance.LanceDataset) -> int:
     return best
 
 
-def model_run(root: str | Path) -> dict | None:
-    """``{checkpoint, table_version, filter}`` of the newest trained model, or None."""
-    pointer = paths.latest_checkpoint_pointer(root)
+def model_run(root: Table | str | Path) -> dict | None:
+    """``{checkpoint, table_version, filter}`` of the newest trained model, or None (``root``:
+    a data root, or a ``Table`` for its data root)."""
+    pointer = paths.latest_checkpoint_pointer(root.root if isinstance(root, Table) else root)
     if not pointer.is_file():
         return None
     ckpt = storage.location(pointer.read_text().strip())
@@ -76,36 +79,41 @@ def model_run(root: str | Path) -> dict | None:
         "materialize `pretrained_model` again, or pass an explicit table version")
 
 
-def resolve_pin(root: str | Path, version: int | None = None) -> Pin:
-    """The pinned rows: ``version`` when given, else the newest model's, else the newest table."""
-    latest = open_table(root)
+def resolve_pin(table: Union[Table, str, os.PathLike], version: int | None = None) -> Pin:
+    """The pinned rows: ``version`` when given, else the newest model's, else the newest table.
+    ``table`` is a ``Table`` or a data root."""
+    table = Table.of(table)
+    latest = table.newest()
     if version is not None:
-        return Pin(version, max_id(lance.dataset(latest.uri, version=version)), None, None,
+        return Pin(version, max_id(table.open(version)), None, None,
                    f"table version {version} (given)")
-    run = model_run(root)
+    run = model_run(table.root)
     if run is None:
         return Pin(latest.version, max_id(latest), None, None,
                    f"newest table version {latest.version} (no trained model: DATA/train/LATEST "
                    "is missing)")
     v, tag = run["table_version"], run.get("table_tag")
-    pinned = open_snapshot(latest.uri, v, tag)
+    pinned = open_snapshot(table, v, tag)
     return Pin(v, max_id(pinned), run["filter"], run["checkpoint"],
                f"table version {v}" + (f" (tag {tag})" if tag else "")
                + f", which {run['checkpoint']} trained on", tag)
 
 
-def open_snapshot(uri: str, version: int, tag: str | None) -> lance.LanceDataset:
+def open_snapshot(table: Union[Table, str, os.PathLike], version: int, tag: str | None
+                  ) -> lance.LanceDataset:
     """The version a run trained on, through its tag when it has one (the tag must still name
-    that version); a clear error when cleanup removed it."""
+    that version); a clear error when cleanup removed it. ``table`` is a ``Table`` or a data
+    root."""
+    table = Table.of(table)
     try:
-        if tag is not None and tag in lance.dataset(uri).tags.list():
-            ds = lance.dataset(uri, version=tag)
+        if tag is not None and tag in table.open().tags.list():
+            ds = table.open(tag)
             if ds.version == version:
                 return ds
-        return lance.dataset(uri, version=version)
+        return table.open(version)
     except (OSError, ValueError) as e:
         raise FileNotFoundError(
-            f"{uri}: table version {version}, which the newest model trained on, no longer "
+            f"{table.uri}: table version {version}, which the newest model trained on, no longer "
             "exists" + (f" (its snapshot tag {tag} was released and a cleanup removed it)"
                         if tag else " (a cleanup removed it)")
             + f": {str(e).splitlines()[0][:200]}. Train again, or pin a version that exists "

@@ -4,10 +4,12 @@ corpus's semantic near-duplicates, as Markdown (``DATA/reports/forensics.md``) a
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Union
 
 from lance_assets import paths, storage
 from lance_assets.forensics.attribution import Attribution, Attributor
@@ -16,6 +18,7 @@ from lance_assets.forensics.near_dups import NearDupReport, semantic_near_dups
 from lance_assets.forensics.pinned import Pin, resolve_pin
 from lance_assets.markdown import markdown_table
 from lance_assets.progress import progress
+from lance_assets.table import Table
 
 
 @dataclass
@@ -109,16 +112,19 @@ def load_samples(root: str | Path) -> tuple[Path, dict]:
     return path, json.loads(path.read_text())
 
 
-def forensics_report(root: str | Path, *, k: int = 5, version: int | None = None,
+def forensics_report(table: Union[Table, str, os.PathLike], *, k: int = 5,
+                     version: int | None = None,
                      near_dup_threshold: float = 0.95, near_dup_sample: int = 2000,
                      attributor: Attributor | None = None,
                      log: Callable[[str], None] = print) -> ForensicsReport:
     """Attribute every sample in ``samples.json``; add the semantic near-duplicates. Written to
-    ``DATA/reports/forensics.{md,json}``."""
+    ``DATA/reports/forensics.{md,json}``. ``table``: a ``Table`` or a data root."""
     start = time.perf_counter()
+    table = Table.of(table)
+    root = paths.data_dir(table.root)
     samples_path, samples = load_samples(root)
-    pin = attributor.pin if attributor else resolve_pin(root, version)
-    att = attributor or Attributor(root, pin, log=log)
+    pin = attributor.pin if attributor else resolve_pin(table, version)
+    att = attributor or Attributor(table, pin, log=log)
     notes = []
     results = []
     with progress(len(samples["samples"]), "forensics: attributing", "sample", log) as bar:
@@ -130,7 +136,7 @@ def forensics_report(root: str | Path, *, k: int = 5, version: int | None = None
             bar.update(1)
     near = None
     if EMBEDDING.name in att.latest.schema.names:
-        near = semantic_near_dups(root, pin=pin, threshold=near_dup_threshold,
+        near = semantic_near_dups(table, pin=pin, threshold=near_dup_threshold,
                                   sample=near_dup_sample)
     else:
         notes.append("no `embedding` column: semantic near-duplicates skipped")

@@ -23,10 +23,11 @@ reaches Lance.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from typing import Union
 
 import lance
 import numpy as np
@@ -45,6 +46,7 @@ from lance_assets.forensics.embed import (
 )
 from lance_assets.forensics.pinned import Pin, max_id, resolve_pin
 from lance_assets.forensics.vector_index import current_settings, nearest_arg
+from lance_assets.table import Table
 
 RRF_K = 60
 DEPTH = 4  # each list is fetched k * DEPTH deep before fusing
@@ -162,10 +164,13 @@ def has_text_index(ds: lance.LanceDataset) -> bool:
 class Searcher:
     """Vector, full-text and hybrid search over one table; keeps the model and table open."""
 
-    def __init__(self, root: str | Path, pin: Pin | None = None, embedder: Embedder | None = None):
-        self.root = paths.data_dir(root)
-        self.ds = lance.dataset(paths.table_uri(root))
-        self.pin = pin or resolve_pin(root)
+    def __init__(self, table: Union[Table, str, os.PathLike], pin: Pin | None = None,
+                 embedder: Embedder | None = None):
+        """``table``: a ``Table`` or a data root."""
+        self.table = Table.of(table)
+        self.root = paths.data_dir(self.table.root)
+        self.ds = self.table.newest()
+        self.pin = pin or resolve_pin(self.table)
         self.filter = checked_filter(self.ds, self.pin.rows_filter(latest_max_id=max_id(self.ds)),
                                      "the pinned rows' filter")
         self.settings = current_settings(self.ds)
@@ -247,9 +252,12 @@ class Searcher:
         return SearchResult(query, mode, hits, self.ds.version, self.pin.to_dict(), notes, timings)
 
 
-def search(root: str | Path, query: str, k: int = 10, *, mode: str = "hybrid",
-           version: int | None = None, filter: str | None = None) -> SearchResult:
+def search(table: Union[Table, str, os.PathLike], query: str, k: int = 10, *,
+           mode: str = "hybrid", version: int | None = None,
+           filter: str | None = None) -> SearchResult:
     """Hybrid (default), vector or full-text search over the pinned rows; each hit has id, score
-    and a snippet. ``version`` pins another table version; ``filter`` adds a SQL predicate."""
-    pin = resolve_pin(root, version)
-    return Searcher(root, pin).search(query, k, mode, filter)
+    and a snippet. ``table``: a ``Table`` or a data root. ``version`` pins another table
+    version; ``filter`` adds a SQL predicate."""
+    table = Table.of(table)
+    pin = resolve_pin(table, version)
+    return Searcher(table, pin).search(query, k, mode, filter)

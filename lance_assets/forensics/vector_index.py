@@ -22,17 +22,18 @@ of the table's own rows as queries, against an exact MaxSim scan.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from typing import Union
 
 import lance
 import numpy as np
 
-from lance_assets import keys, paths
-from lance_assets.table import commit_retrying, get_json_config, set_json_config
+from lance_assets import keys
 from lance_assets.forensics.embed import DIM, EMBEDDING
 from lance_assets.keys import VECTOR_INDEX_KEY
+from lance_assets.table import Table, get_json_config
 
 
 @dataclass(frozen=True)
@@ -208,16 +209,17 @@ class VectorIndexReport:
         return self.action == "up_to_date"
 
 
-def vector_index(root: str | Path, *, index_type: str = DEFAULT_INDEX_TYPE,
+def vector_index(table: Union[Table, str, os.PathLike], *, index_type: str = DEFAULT_INDEX_TYPE,
                  target_recall: float = 0.95, recall_queries: int = 100,
                  flat_below: int = FLAT_BELOW, seed: int = 0,
                  target: VectorColumn = DOCUMENTS) -> VectorIndexReport:
     """Create (or update) the ANN index on ``embedding`` (or ``target``'s column), tune nprobes,
-    record recall@10."""
+    record recall@10. ``table``: a ``Table`` or a data root."""
     start = time.perf_counter()
     name = target.index_name
-    uri = paths.table_uri(root)
-    ds = lance.dataset(uri)
+    table = Table.of(table)
+    uri = table.uri
+    ds = table.newest()
     if target.column not in ds.schema.names:
         raise RuntimeError(f"{uri} has no `{target.column}` column: materialize "
                            f"`{target.asset}` first")
@@ -242,7 +244,7 @@ def vector_index(root: str | Path, *, index_type: str = DEFAULT_INDEX_TYPE,
             return VectorIndexReport("up_to_date", old, rows, 0, 0.0, ds.version,
                                      time.perf_counter() - start)
         t = time.perf_counter()
-        commit_retrying("vector index update", lambda: lance.dataset(uri).optimize.optimize_indices(
+        table.commit("vector index update", lambda ds: ds.optimize.optimize_indices(
             index_names=[name]))
         build_s = time.perf_counter() - t
         action, settings = "updated", IndexSettings(**{**old.to_dict(), "rows": old.rows})
@@ -251,18 +253,18 @@ def vector_index(root: str | Path, *, index_type: str = DEFAULT_INDEX_TYPE,
         kwargs = {"num_partitions": want.num_partitions}
         if want.index_type == "IVF_PQ":
             kwargs["num_sub_vectors"] = want.num_sub_vectors
-        commit_retrying("vector index", lambda: lance.dataset(uri).create_index(
+        table.commit("vector index", lambda ds: ds.create_index(
             target.column, want.index_type, name=name, metric=METRIC, replace=True,
             **kwargs))
         build_s = time.perf_counter() - t
         action = "rebuilt" if indexed else "created"
         settings = want
-    ds = lance.dataset(uri)
+    ds = table.newest()
     if settings.index_type != "FLAT":
         ids, queries = sample_queries(ds, recall_queries, seed, target)
         settings = tune_nprobes(ds, settings, ids, queries, target_recall, target=target)
-    set_json_config(ds, target.config_key, settings.to_dict())
-    ds = lance.dataset(uri)
+    table.set_config(target.config_key, settings.to_dict())
+    ds = table.newest()
     left = ds.stats.index_stats(name)["num_unindexed_rows"] if has_index(ds, target) else rows
     return VectorIndexReport(action, settings, rows, left if settings.index_type != "FLAT" else 0,
                              build_s, ds.version, time.perf_counter() - start)
