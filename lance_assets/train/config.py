@@ -9,11 +9,12 @@ adds the launcher's own ``LaunchConfig``. ``check`` enforces the same ranges on 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
+from lance_assets import paths
+from lance_assets.storage import Location
 from lance_assets.train.model import ARCHS, PRESETS
 
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
@@ -222,8 +223,10 @@ def parse_args(argv: list[str] | None = None, description: str | None = None) ->
     return cfg
 
 
-def data_root(cfg: TrainConfig) -> str:
-    return cfg.data or os.environ.get("LANCE_ASSETS_DATA") or "./data"
+def data_root(cfg: TrainConfig) -> Location:
+    """The data root: ``--data``, else ``$LANCE_ASSETS_DATA``, else ``./data``
+    (``paths.data_dir``)."""
+    return paths.data_dir(cfg.data or None)
 
 
 def to_flags(values: dict) -> list[str]:

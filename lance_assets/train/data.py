@@ -13,16 +13,19 @@ parsed tree, never by pasting text, so no filter can reach the other side of the
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Union
 
 import lancedb
 import torch
 from lancedb.streaming import StreamingDataLoader, StreamingDataset
 
-from lance_assets import storage
+from lance_assets import paths, storage
 from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
 from lance_assets.keys import TOKENIZER_KEY
+from lance_assets.table import Table
 
 
 @dataclass(frozen=True)
@@ -32,35 +35,54 @@ class TableSnapshot:
     tokenizer: dict  # name, eos_id, pad_id, vocab_size, sha256
 
 
-def resolve_version(db_dir: str, table_name: str, tag: str | None = None) -> int:
-    """The version ``tag`` names, or the newest version of the table."""
-    table = lancedb.connect(str(db_dir), storage_options=storage.storage_options_for(db_dir)
-                            ).open_table(table_name)
+def as_table(where: Union[Table, str, os.PathLike], table_name: str | None = None) -> Table:
+    """``where`` itself when it is a ``Table``; else ``where`` is the LanceDB folder (``DATA/lance``,
+    what ``Table.db_dir`` names, possibly an object-store URI) that holds ``table_name``."""
+    if isinstance(where, Table):
+        return where
+    db_dir = storage.location(where)
+    table = Table.of(storage.uri_of(db_dir.parent), name=table_name or paths.TABLE_NAME)
+    if storage.location(table.db_dir).name != db_dir.name:
+        raise ValueError(f"{where}: not the LanceDB folder of a data root ({table.db_dir}); pass "
+                         "a Table (lance_assets.table.Table.of(DATA))")
+    return table
+
+
+def resolve_version(table: Union[Table, str, os.PathLike], table_name: str | None = None,
+                    tag: str | None = None) -> int:
+    """The version ``tag`` names, or the newest version of the table. ``table``: a ``Table``, or
+    the LanceDB folder that holds ``table_name``."""
+    table = as_table(table, table_name)
+    handle = table.lancedb_table()
     if tag is None:
-        return table.version
-    tags = table.to_lance().tags.list()
+        return handle.version
+    tags = handle.to_lance().tags.list()
     if tag not in tags:
-        raise KeyError(f"table {table_name!r} in {db_dir} has no tag {tag!r} (its tags: "
+        raise KeyError(f"table {table.name!r} in {table.db_dir} has no tag {tag!r} (its tags: "
                        f"{', '.join(sorted(tags)) or 'none'})")
     return tags[tag]["version"]
 
 
-def open_snapshot(db_dir: str, table_name: str, version: int | None = None) -> TableSnapshot:
+def open_snapshot(table: Union[Table, str, os.PathLike], table_name: str | None = None,
+                  version: int | None = None) -> TableSnapshot:
     """Open the table pinned at ``version`` (default: the newest) and read its tokenizer.
 
-    ``db_dir`` may be an object-store URI. The connection holds no credentials (Lance reads them
-    from the environment, see ``storage_options_for``), so the ``StreamingDataset`` state that
-    DataLoader workers pickle carries none either."""
-    table = lancedb.connect(str(db_dir), storage_options=storage.storage_options_for(db_dir)
-                            ).open_table(table_name)
-    version = version or table.version
-    table.checkout(version)
-    raw = table.to_lance().config().get(TOKENIZER_KEY)
-    if raw is None or "input_ids" not in table.schema.names:
+    ``table``: a ``Table``, or the LanceDB folder that holds ``table_name``; either may be on
+    object storage. The connection holds no credentials (Lance reads them from the environment,
+    see ``storage_options_for``), so the ``StreamingDataset`` state that DataLoader workers
+    pickle carries none either."""
+    table = as_table(table, table_name)
+    handle = table.lancedb_table(version or None)
+    if not version:  # pin the newest: the loader reads one version whatever lands meanwhile
+        version = handle.version
+        handle.checkout(version)
+    raw = handle.to_lance().config().get(TOKENIZER_KEY)
+    if raw is None or "input_ids" not in handle.schema.names:
         raise RuntimeError(
-            f"table {table_name!r} in {db_dir} has no token columns; materialize `token_ids` first"
+            f"table {table.name!r} in {table.db_dir} has no token columns; materialize "
+            "`token_ids` first"
         )
-    return TableSnapshot(table=table, version=version, tokenizer=json.loads(raw))
+    return TableSnapshot(table=handle, version=version, tokenizer=json.loads(raw))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from lance_assets import paths, storage
 from lance_assets.corpus.predicate import PredicateError
 from lance_assets.launch.signals import StopRequested
+from lance_assets.table import Table
 from lance_assets.train import checkpoint, data
 from lance_assets.train.collectives import Collectives, launched_by_torchrun
 from lance_assets.train.config import ConfigError, TrainConfig, data_root, parse_args
@@ -244,10 +245,15 @@ def evaluate(model: GPT, val: data.ValBlocks, pad_id: int, comm: Collectives, ba
     return Evaluation.of(doc_loss[keep].cpu(), doc_tokens[keep].cpu())
 
 
+def corpus_table(root: Path, cfg: TrainConfig) -> Table:
+    """The table ``--table`` under the data root ``root``."""
+    return Table.of(storage.uri_of(root), name=cfg.table)
+
+
 def open_table(root: Path, cfg: TrainConfig, version: int | None,
                tag: str | None = None) -> data.TableSnapshot:
     try:
-        return data.open_snapshot(storage.uri_of(paths.db_dir(root)), cfg.table, version)
+        return data.open_snapshot(corpus_table(root, cfg), cfg.table, version)
     except Exception as e:  # a missing folder, table or version: the user's input
         raise TrainError(f"--data {root} --table {cfg.table}"
                          + (f" (version {version})" if version else "")
@@ -270,7 +276,7 @@ def pinned_version(root: Path, cfg: TrainConfig, ckpt: dict | None,
     answer: tuple = ()
     if comm.rank == 0:
         try:
-            answer = ("ok", data.resolve_version(storage.uri_of(paths.db_dir(root)), cfg.table,
+            answer = ("ok", data.resolve_version(corpus_table(root, cfg), cfg.table,
                                                  cfg.table_tag))
         except Exception as e:  # a missing table or tag: reported on every rank alike
             answer = ("error", f"--data {root} --table {cfg.table}"
@@ -299,7 +305,7 @@ def train(cfg: TrainConfig) -> dict:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    root = paths.data_dir(data_root(cfg))
+    root = data_root(cfg)
     out = storage.location(cfg.out) if cfg.out else paths.run_dir(root, "manual")
     stop = StopFlag()
     comm = Collectives.start(device)
