@@ -151,13 +151,13 @@ def test_a_bpe_file_from_elsewhere_is_kept_next_to_the_table(bpe_root, tmp_path)
 
 CHILD = textwrap.dedent("""
     import sys, time
-    import lance_assets.corpus.columns as columns
     from lance_assets.corpus.tokenize import token_ids
+    from lance_assets.table import Table
 
-    real_write, token_files = columns.write_fragments, []
+    real_write, token_files = Table.write_fragments, []
 
-    def write_then_hang(reader, uri, schema, **kw):
-        new = real_write(reader, uri, schema=schema, **kw)
+    def write_then_hang(self, data, schema, **kw):
+        new = real_write(self, data, schema, **kw)
         if "input_ids" in schema.names:
             token_files.append(new)
             if len(token_files) == 3:  # third fragment's file is on disk, not committed
@@ -165,7 +165,7 @@ CHILD = textwrap.dedent("""
                 time.sleep(120)
         return new
 
-    columns.write_fragments = write_then_hang
+    Table.write_fragments = write_then_hang
     token_ids(sys.argv[1], "bpe", fragments_per_commit=1, log=lambda m: print(m, flush=True))
 """)
 

@@ -37,7 +37,6 @@ from pathlib import Path
 import lance
 
 from lance_assets import paths, storage
-from lance_assets.table import open_table
 from lance_assets.corpus.tokenizers import (
     EOS_TOKEN,
     FORMAT,
@@ -50,6 +49,7 @@ from lance_assets.corpus.tokenizers import (
     load_tokenizer,
     table_tokenizer,
 )
+from lance_assets.table import Table
 
 # GPT-4's (cl100k_base) pre-tokenization: contractions, words, 1-3 digit numbers, punctuation
 # runs, newlines, other whitespace. Merges never cross these chunk boundaries.
@@ -211,7 +211,7 @@ def bytes_per_token(tokenizers: dict, texts: list[str]) -> dict[str, float | Non
 
 
 def train_bpe(
-    root: str | os.PathLike,
+    table: Table | str | os.PathLike,
     *,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     max_train_bytes: int = DEFAULT_MAX_TRAIN_BYTES,
@@ -223,11 +223,14 @@ def train_bpe(
 ) -> BpeReport:
     """Train the corpus BPE, or reuse the newest one when its settings are the same and either
     the table has not changed or its input_ids already use it (``retrain`` forces training);
-    returns what was trained and how well it compresses."""
+    returns what was trained and how well it compresses. ``table``: a ``Table`` or a data root
+    (the tokenizer is saved under the table's data root)."""
     start = time.perf_counter()
     if vocab_size < 258:
         raise ValueError(f"vocab_size {vocab_size}: needs at least 258 ids (256 bytes, EOS, PAD)")
-    ds = open_table(root)
+    table = Table.of(table)
+    root = table.root
+    ds = table.newest()
     checked = _check_filter(ds, filter)
     spec = _spec(ds, vocab_size=vocab_size, max_train_bytes=max_train_bytes, filter=filter,
                  heldout_max_bytes=heldout_max_bytes, compare_with=list(compare_with))

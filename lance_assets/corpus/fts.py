@@ -8,15 +8,15 @@ index's coverage of ``text`` intact.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Union
 
 import lance
 import pyarrow as pa
 
-from lance_assets import paths
-from lance_assets.table import commit_retrying
+from lance_assets.table import Table
 
 INDEX_NAME = "text_fts"
 
@@ -40,23 +40,24 @@ def _stats(ds: lance.LanceDataset) -> dict | None:
     return ds.stats.index_stats(INDEX_NAME)
 
 
-def text_index(root: str | Path) -> TextIndexReport:
-    """Create the inverted index on ``text``, or add the rows appended since it was built."""
+def text_index(table: Union[Table, str, os.PathLike]) -> TextIndexReport:
+    """Create the inverted index on ``text``, or add the rows appended since it was built.
+    ``table``: a ``Table`` or a data root."""
     start = time.perf_counter()
-    uri = paths.table_uri(root)
-    ds = lance.dataset(uri)
+    table = Table.of(table)
+    ds = table.newest()
     stats = _stats(ds)
     if stats is None:
-        commit_retrying("text index", lambda: lance.dataset(uri).create_scalar_index(
+        table.commit("text index", lambda ds: ds.create_scalar_index(
             "text", "INVERTED", name=INDEX_NAME, replace=True))
         action = "created"
     elif stats["num_unindexed_rows"] > 0:
-        commit_retrying("text index update", lambda: lance.dataset(uri).optimize.optimize_indices(
+        table.commit("text index update", lambda ds: ds.optimize.optimize_indices(
             index_names=[INDEX_NAME]))
         action = "updated"
     else:
         action = "up_to_date"
-    ds = lance.dataset(uri)
+    ds = table.newest()
     stats = ds.stats.index_stats(INDEX_NAME)
     return TextIndexReport(
         action=action, indexed_rows=stats["num_indexed_rows"],
@@ -65,13 +66,13 @@ def text_index(root: str | Path) -> TextIndexReport:
     )
 
 
-def search(root: str | Path, query: str, *, filter: str | None = None, limit: int = 10,
-           columns: tuple[str, ...] = ("id", "url", "text")) -> pa.Table:
+def search(table: Union[Table, str, os.PathLike], query: str, *, filter: str | None = None,
+           limit: int = 10, columns: tuple[str, ...] = ("id", "url", "text")) -> pa.Table:
     """The ``limit`` best BM25 matches for ``query`` (with ``_score``), optionally only among
-    rows passing ``filter`` (e.g. the training filter)."""
+    rows passing ``filter`` (e.g. the training filter). ``table``: a ``Table`` or a data root."""
     from lance_assets.corpus.predicate import safe_predicate
 
-    ds = lance.dataset(paths.table_uri(root))
+    ds = Table.of(table).newest()
     if filter is not None:
         filter = safe_predicate(filter, ds.schema.names).lance
     return ds.to_table(full_text_query=query, columns=list(columns), filter=filter,

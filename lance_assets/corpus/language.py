@@ -17,15 +17,15 @@ before detection; text CLD2 cannot place (empty, digits only, symbols) gets ``un
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from typing import Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, write_columns
-from lance_assets.table import open_table
+from lance_assets.table import Table
 
 LANG = pa.field("lang", pa.string())
 LANG_SCORE = pa.field("lang_score", pa.float32())
@@ -72,11 +72,14 @@ def fragment_language(frag) -> Iterator[pa.RecordBatch]:
         yield detect(batch.column("text"))
 
 
-def language_id(root: str | Path, *, fragments_per_commit: int | None = None, executor: str | None = None,
+def language_id(table: Union[Table, str, os.PathLike], *, fragments_per_commit: int | None = None,
+                executor: str | None = None,
                 log: Callable[[str], None] = print) -> ColumnWriteReport:
-    """Write ``lang`` and ``lang_score`` for every fragment that lacks them."""
-    open_table(root)  # a clear error when raw_text has not run yet
-    return write_columns(paths.table_uri(root), FIELDS, fragment_language,
+    """Write ``lang`` and ``lang_score`` for every fragment that lacks them (``table``: a
+    ``Table`` or a data root)."""
+    table = Table.of(table)
+    table.newest()  # a clear error when raw_text has not run yet
+    return write_columns(table, FIELDS, fragment_language,
                          fragments_per_commit=fragments_per_commit, executor=executor, log=log)
 
 

@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import bisect
 import ipaddress
+import os
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from typing import Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, write_columns
-from lance_assets.table import open_table
+from lance_assets.table import Table
 
 KINDS = ("email", "card", "ip", "phone")  # overlap priority, most specific first
 SPAN = pa.struct([pa.field("kind", pa.string()), pa.field("start", pa.int32()),
@@ -175,11 +175,13 @@ def fragment_pii(frag) -> Iterator[pa.RecordBatch]:
         yield scan(batch.column("text"))
 
 
-def pii(root: str | Path, *, fragments_per_commit: int | None = None, executor: str | None = None,
-        log: Callable[[str], None] = print) -> ColumnWriteReport:
-    """Write the PII counts and spans for every fragment that lacks them."""
-    open_table(root)  # a clear error when raw_text has not run yet
-    return write_columns(paths.table_uri(root), FIELDS, fragment_pii,
+def pii(table: Union[Table, str, os.PathLike], *, fragments_per_commit: int | None = None,
+        executor: str | None = None, log: Callable[[str], None] = print) -> ColumnWriteReport:
+    """Write the PII counts and spans for every fragment that lacks them (``table``: a ``Table``
+    or a data root)."""
+    table = Table.of(table)
+    table.newest()  # a clear error when raw_text has not run yet
+    return write_columns(table, FIELDS, fragment_pii,
                          fragments_per_commit=fragments_per_commit, executor=executor, log=log)
 
 

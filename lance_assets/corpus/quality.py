@@ -13,18 +13,17 @@ with leading/trailing punctuation trimmed; a token that is only punctuation is n
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Union
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import paths
 from lance_assets.corpus.columns import ColumnWriteReport, write_columns
-from lance_assets.table import open_table
+from lance_assets.table import Table
 
 # What a word is trimmed of (ASCII punctuation plus common typographic marks).
 PUNCTUATION = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~“”‘’«»…–—·•"
@@ -254,21 +253,23 @@ def fragment_signals(frag) -> Iterator[pa.RecordBatch]:
 
 
 def quality_signals(
-    root: str | Path, *, fragments_per_commit: int | None = None, executor: str | None = None,
-    log: Callable[[str], None] = print,
+    table: Union[Table, str, os.PathLike], *, fragments_per_commit: int | None = None,
+    executor: str | None = None, log: Callable[[str], None] = print,
 ) -> ColumnWriteReport:
-    """Write every quality signal column for each fragment that lacks them."""
-    uri = paths.table_uri(root)
-    open_table(root)  # a clear error when raw_text has not run yet
-    return write_columns(uri, FIELDS, fragment_signals, fragments_per_commit=fragments_per_commit,
+    """Write every quality signal column for each fragment that lacks them (``table``: a
+    ``Table`` or a data root)."""
+    table = Table.of(table)
+    table.newest()  # a clear error when raw_text has not run yet
+    return write_columns(table, FIELDS, fragment_signals, fragments_per_commit=fragments_per_commit,
                          executor=executor, log=log)
 
 
-def signal_summary(root: str | Path) -> list[dict]:
-    """Per signal: its definition, source rule and p10/p50/p90 over the table (for metadata)."""
+def signal_summary(table: Union[Table, str, os.PathLike]) -> list[dict]:
+    """Per signal: its definition, source rule and p10/p50/p90 over the table (for metadata);
+    ``table``: a ``Table`` or a data root."""
     import duckdb
 
-    ds = lance.dataset(paths.table_uri(root))
+    ds = Table.of(table).newest()
     con = duckdb.connect()
     con.register("corpus", ds)
     numeric = [s for s in SIGNALS if s.type != pa.bool_()]

@@ -17,17 +17,17 @@ the table) by the ``curation_rules`` asset; ``training_filter`` reads them back,
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from typing import Union
 
 import lance
 import pyarrow.compute as pc
 
-from lance_assets import paths
 from lance_assets.corpus.predicate import Predicate, PredicateError, combine, safe_predicate
-from lance_assets.table import get_json_config, set_json_config
 from lance_assets.keys import CURATION_KEY
+from lance_assets.table import Table, get_json_config
 
 # name -> keep-predicate. Thresholds: Gopher (Rae et al. 2021, table A1), C4 (Raffel et al.
 # 2020) and FineWeb (Penedo et al. 2024) as in datatrove's GopherQualityFilter,
@@ -252,30 +252,32 @@ def curation_in_force(ds: lance.LanceDataset) -> Curation:
     return stored_curation(ds) or Curation()
 
 
-def store_curation(root: str | Path, curation: Curation) -> int:
+def store_curation(table: Union[Table, str, os.PathLike], curation: Curation) -> int:
     """Record ``curation`` in the table's config (a new table version only if it changed).
     The rules are checked first: a rule set with any broken rule raises ``RuleError`` and
-    nothing is stored."""
-    ds = lance.dataset(paths.table_uri(root))
+    nothing is stored. ``table``: a ``Table`` or a data root."""
+    table = Table.of(table)
+    ds = table.newest()
     validated_predicate(ds, curation.rules)
     stored = stored_curation(ds)
     if stored is None or stored.to_dict() != curation.to_dict():
-        set_json_config(ds, CURATION_KEY, curation.to_dict())
-        ds = lance.dataset(paths.table_uri(root))
+        table.set_config(CURATION_KEY, curation.to_dict())
+        ds = table.newest()
     return ds.version
 
 
-def training_predicate(root: str | Path) -> Predicate:
+def training_predicate(table: Union[Table, str, os.PathLike]) -> Predicate:
     """The combined predicate of the rules in force, checked against the table (``RuleError``).
-    The validation split is not in it: the trainer holds it out itself."""
-    ds = lance.dataset(paths.table_uri(root))
+    The validation split is not in it: the trainer holds it out itself. ``table``: a ``Table``
+    or a data root."""
+    ds = Table.of(table).newest()
     return validated_predicate(ds, curation_in_force(ds).rules)
 
 
-def training_filter(root: str | Path) -> str:
+def training_filter(table: Union[Table, str, os.PathLike]) -> str:
     """``training_predicate`` as Lance SQL, rendered from the parsed rules (parses again with
     ``safe_predicate`` to the same predicate)."""
-    return training_predicate(root).lance
+    return training_predicate(table).lance
 
 
 @dataclass

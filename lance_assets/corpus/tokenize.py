@@ -22,17 +22,18 @@ mixing redacted and unredacted fragments in one column is refused like a tokeniz
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from typing import Union
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import keys, paths
+from lance_assets import keys
 from lance_assets.corpus.columns import (
     ColumnWriteReport,
     ensure_columns,
@@ -41,7 +42,6 @@ from lance_assets.corpus.columns import (
 )
 from lance_assets.corpus.executor import executor_name
 from lance_assets.corpus.pii import PII_SPANS, PLACEHOLDERS, redact
-from lance_assets.table import commit_retrying, get_json_config, open_table, set_json_config
 from lance_assets.corpus.tokenizers import (
     BPE_PREFIX,
     TokenizerInfo,
@@ -51,6 +51,7 @@ from lance_assets.corpus.tokenizers import (
     load_tokenizer,
     table_tokenizer,
 )
+from lance_assets.table import Table, get_json_config
 
 INPUT_IDS = pa.field(keys.INPUT_IDS, pa.list_(pa.int32()))
 N_TOKENS = pa.field(keys.N_TOKENS, pa.int32())
@@ -186,11 +187,11 @@ class EncodeAhead:
         return self.pending.pop(frag.fragment_id).result()
 
 
-def _written_totals(uri: str, fragment_ids: list[int]) -> tuple[int, int]:
+def _written_totals(table: Table, fragment_ids: list[int]) -> tuple[int, int]:
     """(tokens, bytes) of the fragments this run wrote, read back from the table."""
     if not fragment_ids:
         return 0, 0
-    ds = lance.dataset(uri)
+    ds = table.newest()
     wanted = set(fragment_ids)
     frags = [f for f in ds.get_fragments() if f.fragment_id in wanted]
     t = ds.scanner(columns=[N_TOKENS.name, N_BYTES.name], fragments=frags).to_table()
@@ -199,7 +200,7 @@ def _written_totals(uri: str, fragment_ids: list[int]) -> tuple[int, int]:
 
 
 def token_ids(
-    root: str | Path,
+    table: Union[Table, str, os.PathLike],
     tokenizer: str = "auto",
     *,
     fragments_per_commit: int | None = None,
@@ -211,10 +212,13 @@ def token_ids(
 ) -> tuple[TokenIdsReport, TokenizerInfo, int]:
     """Write ``n_bytes`` and the token columns for every fragment lacking them; returns
     (report, tokenizer, tokens written). ``redact_pii``: tokenize the text with the ``personal_data``
-    spans replaced by placeholders."""
+    spans replaced by placeholders. ``table``: a ``Table`` or a data root (the tokenizers live
+    under the table's data root)."""
     start = time.perf_counter()
-    uri = paths.table_uri(root)
-    ds = open_table(root)  # a clear error when raw_text has not run yet
+    table = Table.of(table)
+    root = table.root
+    uri = table.uri
+    ds = table.newest()  # a clear error when raw_text has not run yet
     name, why = choose_tokenizer(root, tokenizer, ds)
     tok = load_tokenizer(name, root, num_threads=num_threads)
     keep_bpe_file(root, name, tok)
@@ -232,23 +236,23 @@ def token_ids(
                                                                  redaction))
         log(f"replace: dropping {TOKEN_COLUMNS} ({current.name}) at version {ds.version}; "
             "older versions keep them")
-        commit_retrying("drop token columns", lambda: lance.dataset(uri).drop_columns(
-            [c for c in TOKEN_COLUMNS if c in lance.dataset(uri).schema.names]))
-        ds = lance.dataset(uri)
+        table.commit("drop token columns", lambda ds: ds.drop_columns(
+            [c for c in TOKEN_COLUMNS if c in ds.schema.names]))
+        ds = table.newest()
         replaced = True
     if current != tok.info:
-        set_json_config(ds, keys.TOKENIZER_KEY, tok.info.to_dict())
-        ds = lance.dataset(uri)
+        table.set_config(keys.TOKENIZER_KEY, tok.info.to_dict())
+        ds = table.newest()
     if get_json_config(ds, keys.TOKEN_REDACTION_KEY) != redaction:
-        set_json_config(ds, keys.TOKEN_REDACTION_KEY, redaction)
+        table.set_config(keys.TOKEN_REDACTION_KEY, redaction)
     log(f"tokenizer {tok.info.name} ({why}){', PII redacted' if redact_pii else ''}")
 
-    bytes_report = write_columns(uri, [N_BYTES], _n_bytes, fragments_per_commit=fragments_per_commit,
+    bytes_report = write_columns(table, [N_BYTES], _n_bytes, fragments_per_commit=fragments_per_commit,
                                  executor=executor, log=log)
 
     encoder = TokenEncoder(tok.info.name if tok.info.name.startswith(BPE_PREFIX) else name,
                            str(root), tok.info.sha256, num_threads, redact_pii)
-    ds = ensure_columns(uri, [INPUT_IDS, N_TOKENS])
+    ds = ensure_columns(table, [INPUT_IDS, N_TOKENS])
     if executor_name(executor) == "ray":
         # one task per CPU: the parallelism is in the tasks, not in each task's threads
         compute = dataclasses.replace(encoder, num_threads=1)
@@ -258,16 +262,16 @@ def token_ids(
         ahead = ThreadPoolExecutor(1, thread_name_prefix="token_ids")
         compute = EncodeAhead(encoder, fragments_missing(ds, TOKEN_COLUMNS), ahead)
     try:
-        report = write_columns(uri, [INPUT_IDS, N_TOKENS], compute,
+        report = write_columns(table, [INPUT_IDS, N_TOKENS], compute,
                                fragments_per_commit=fragments_per_commit, executor=executor,
                                log=log)
     finally:
         if ahead is not None:
             ahead.shutdown(wait=True, cancel_futures=True)
-    tokens, n_bytes = _written_totals(uri, report.fragments_written)
+    tokens, n_bytes = _written_totals(table, report.fragments_written)
     out = TokenIdsReport(**asdict(report), tokenizer_choice=why, bytes_tokenized=n_bytes,
                          n_bytes_fragments_written=len(bytes_report.fragments_written),
                          replaced=replaced)
-    out.version = lance.dataset(uri).version
+    out.version = table.newest().version
     out.duration_s = time.perf_counter() - start
     return out, tok.info, tokens
