@@ -8,8 +8,8 @@ from lance_assets import paths
 from lance_assets.corpus.columns import fragments_missing, write_columns
 from lance_assets.corpus.dedup import dedup_flag
 from lance_assets.corpus.ingest import ingest
-from lance_assets.table import data_files_by_field
 from lance_assets.corpus.tokenize import token_ids
+from lance_assets.table import data_files_by_field
 from lance_assets_tests.conftest import quiet
 
 
@@ -92,8 +92,8 @@ def test_a_column_writer_before_any_ingest_says_to_materialize_raw_text(tmp_path
     """A column asset selected without `raw_text` (or run before it) names the fix, rather
     than surfacing Lance's 'dataset not found'."""
     from lance_assets.corpus import dedup, near_dup, quality, tokenize
-    from lance_assets.table import TableMissingError
     from lance_assets.forensics import embed
+    from lance_assets.table import TableMissingError
 
     run = {"dedup_flag": lambda: dedup.dedup_flag(tmp_path),
            "quality_signals": lambda: quality.quality_signals(tmp_path),

@@ -13,8 +13,8 @@ import pytest
 from lance_assets import keys, paths
 from lance_assets.corpus import quality_model as qm
 from lance_assets.corpus.ingest import ingest
-from lance_assets.table import get_json_config
 from lance_assets.forensics import embed
+from lance_assets.table import get_json_config
 from lance_assets_tests.conftest import quiet
 
 

@@ -11,8 +11,8 @@ import os
 import dagster as dg
 
 from lance_assets import paths
-from lance_assets.table import Table
 from lance_assets.storage import Location
+from lance_assets.table import Table
 
 
 class LanceStore(dg.ConfigurableResource):
