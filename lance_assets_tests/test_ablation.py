@@ -193,10 +193,12 @@ RUNNER = textwrap.dedent("""
 
 
 def run_folder(root: Path, arm: str) -> Path | None:
-    """The arm's seed-0 run of the unnamed ablation, which is named after the table version it
-    pins (nothing here commits between the runs, so the rerun finds the same name)."""
-    version = lance.dataset(paths.table_uri(root)).version
-    found = sorted((paths.ablation_dir(root, f"v{version}")).glob(f"{arm}-*/seed-0"))
+    """The arm's seed-0 run of the unnamed ablation, which is named after the data it pins
+    (``Table.data_version``: the rerun finds the same name)."""
+    from lance_assets.defs.training.ablation import unnamed
+    from lance_assets.table import Table
+
+    found = sorted((paths.ablation_dir(root, unnamed(Table.of(root)))).glob(f"{arm}-*/seed-0"))
     return found[0] if found else None
 
 
@@ -256,8 +258,11 @@ def test_cancelled_ablation_resumes_and_names_the_arm_without_garbage(garbage_ro
     assert done["step"] == done["steps_requested"] == meta["steps_per_run"].value
     assert done["eval_filter"] == finished["eval_filter"]  # one held-out split for every arm
     assert done["table_tag"] == finished["table_tag"] == meta["lance/snapshot_tag"].value
-    version = lance.dataset(paths.table_uri(garbage_root)).version
-    assert meta["lance/snapshot_tag"].value == f"ablation-v{version}"  # unnamed: the version
+    from lance_assets.defs.training.ablation import unnamed
+    from lance_assets.table import Table
+
+    # unnamed: the data it compares on
+    assert meta["lance/snapshot_tag"].value == f"ablation-{unnamed(Table.of(garbage_root))}"
 
     arms = {r.data["arm"]: r.data for r in meta["arms"].value.records}
     assert arms["too_strict"]["seeds"] == 0 and arms["too_strict"]["epochs_needed"] > 1
