@@ -194,7 +194,7 @@ RUNNER = textwrap.dedent("""
 
 def run_folder(root: Path, arm: str) -> Path | None:
     """The arm's seed-0 run of the unnamed ablation, which is named after the data it pins
-    (``Table.data_version``: the rerun finds the same name)."""
+    (``fingerprint.data_version``: the rerun finds the same name)."""
     from lance_assets.defs.training.ablation import unnamed
     from lance_assets.table import Table
 

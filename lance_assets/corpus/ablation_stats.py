@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 LEVEL = 0.95  # two-sided confidence of "real"
 POWER = 0.8  # the chance of calling a lead of the detectable size real
@@ -94,6 +93,8 @@ def satterthwaite(parts: list[tuple[float, float]]) -> float:
 
 
 def t_quantile(q: float, df: float) -> float:
+    from scipy import stats  # imported here: ~1 s that the Dagster definitions need not pay
+
     return float(stats.norm.ppf(q)) if math.isinf(df) else float(stats.t.ppf(q, df))
 
 
@@ -177,6 +178,8 @@ def detectable_lead(lead: Lead, seeds: int) -> float | None:
     """The smallest lead that ``seeds`` seeds detect with probability ``POWER`` under the rule,
     projected from ``lead``'s per-seed spread and held-out error; from one seed, the bound the
     held-out error alone sets (no number of seeds gets below it). None when nothing is known."""
+    from scipy import stats
+
     z = stats.norm.ppf(0.5 + LEVEL / 2) + stats.norm.ppf(POWER)
     if lead.seed_se is None:
         return float(z * lead.held_out_se) if lead.held_out_se is not None else None

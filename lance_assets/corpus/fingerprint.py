@@ -18,7 +18,7 @@ from typing import Any
 
 import lance
 
-from lance_assets.table import leaf_field_ids
+from lance_assets.table import leaf_field_ids, row_id_high_water
 
 DIGEST_CHARS = 12
 
@@ -56,3 +56,16 @@ def index_state(ds: lance.LanceDataset, name: str) -> tuple[int | None, str]:
             version = max((s.dataset_version_at_last_update for s in index.segments), default=None)
             return version, digest([name, segments])
     return None, digest([name, "no index"])
+
+
+def data_version(ds: lance.LanceDataset) -> str:
+    """A digest of what the version holds: its columns, its live rows, every row ever appended
+    (Lance's row-id counter), and how many rows each column group is unwritten for. A
+    compaction, an index refresh or a config change leaves it as it is; an ingest, a delete or
+    a column write changes it. Names a snapshot of the data (an unnamed ablation)."""
+    from lance_assets.corpus import columns
+
+    unwritten = {m: columns.unwritten_rows(ds, group).unwritten_rows
+                 for m, group in sorted(columns.marker_groups(ds).items())}
+    schema = [(f.name, str(f.type)) for f in ds.schema]
+    return digest([schema, ds.count_rows(), row_id_high_water(ds), unwritten])

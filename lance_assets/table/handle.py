@@ -12,9 +12,7 @@ A :class:`Table` knows where the table is (resolved once, from an argument or
   the race; ``commit_operation`` and ``write_fragments`` take the table's storage options;
 - **ids**: Lance's row-id counter (``next_row_id``), which only grows;
 - **config**: the table's key/value config (``get_config``, ``set_config``);
-- **snapshots**: tags with an owner and a retention (``snapshots``, ``table.snapshots``);
-- **data version**: a digest of the rows and columns (``data_version``) that maintenance
-  commits (compaction, index refresh, config) leave unchanged.
+- **snapshots**: tags with an owner and a retention (``snapshots``, ``table.snapshots``).
 
 The library takes a ``Table`` (or anything ``Table.of`` accepts: a data root, for callers and
 tests that have one) and the Dagster resource hands one out.
@@ -224,23 +222,10 @@ class Table:
         text = json.dumps(value, sort_keys=True)
         self.commit(f"config {key}", lambda ds: ds.update_config({key: text}), log=log)
 
-    # -- snapshots and data versions
+    # -- snapshots
     @property
     def snapshots(self) -> Snapshots:
         from lance_assets.table.snapshots import Snapshots
 
         return Snapshots(self)
-
-    def data_version(self, ref: int | str | None = None) -> str:
-        """A digest of what the version holds: its columns, its live rows, every row ever
-        appended, and which rows each column group is written for. A compaction, an index
-        refresh or a config change leaves it as it is; an ingest, a delete or a column write
-        changes it."""
-        from lance_assets.corpus import columns, fingerprint
-
-        ds = self.open(ref)
-        unwritten = {m: columns.unwritten_rows(ds, group).unwritten_rows
-                     for m, group in sorted(columns.marker_groups(ds).items())}
-        schema = [(f.name, str(f.type)) for f in ds.schema]
-        return fingerprint.digest([schema, ds.count_rows(), self.next_row_id(ds), unwritten])
 

@@ -30,12 +30,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 from lance_assets import storage
-
-if TYPE_CHECKING:
-    from lance_assets.table.handle import Table
 
 RUN = "run"
 ABLATION = "ablation"
@@ -71,9 +67,9 @@ class Retention:
 
 
 class Snapshots:
-    """The table's tags and their records (``Table.snapshots``)."""
+    """The table's tags and their records (``Table.snapshots``; ``table`` is that ``Table``)."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table) -> None:
         self.table = table
         self.folder = storage.location(table.db_dir) / f"{table.name}.snapshots"
 

@@ -21,8 +21,6 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from lance_assets import storage
 from lance_assets.storage import Location
 
@@ -38,6 +36,8 @@ def save_atomic(state: dict, out_dir: str | Path, step: int, keep: int = 2) -> L
     out = storage.location(out_dir)
     final = out / f"ckpt_{step:07d}.pt"
     buf = io.BytesIO()
+    import torch  # here, not at import: listing checkpoints (the Dagster side) needs no torch
+
     torch.save({"format": FORMAT, **state}, buf)
     storage.write_atomic(final, buf.getvalue())
     storage.remove_partial_writes(out, "ckpt_*.pt")  # temp files of killed runs (local disks)
@@ -63,6 +63,8 @@ def load(path: str | Path) -> dict:
     except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__})") from None
     try:
+        import torch
+
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -15,7 +15,7 @@ from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from lance_assets import paths
 from lance_assets.storage import Location
-from lance_assets.train.model import ARCHS, PRESETS
+from lance_assets.train.shapes import ARCHS, PRESETS
 
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 

@@ -17,7 +17,7 @@ import lance
 import pydantic
 
 from lance_assets import paths, storage
-from lance_assets.corpus import ablation
+from lance_assets.corpus import ablation, fingerprint
 from lance_assets.corpus.rules import curation_in_force
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
@@ -155,10 +155,10 @@ def pinned_version(table: Table, name: str) -> tuple[str, int]:
 
 
 def unnamed(table: Table) -> str:
-    """The name of an ablation without one: the data it compares on (``Table.data_version``),
+    """The name of an ablation without one: the data it compares on (``fingerprint.data_version``),
     so maintenance commits (compaction, an index refresh) do not start a new comparison, and an
     ingest, a delete or a new column does."""
-    return f"data-{table.data_version()}"
+    return f"data-{fingerprint.data_version(table.newest())}"
 
 
 def val_curves_markdown(curves: dict[str, dict[int, list[tuple[int, float]]]],
