@@ -130,3 +130,41 @@ def test_columns_written_passes_without_a_quality_model_and_fails_on_unscored_ro
     embed.embeddings(labelled, embedder=FeatureEmbedder(), log=quiet)  # rows not scored yet
     evaluation = evaluate(labelled)
     assert not evaluation.passed and evaluation.metadata["unwritten_rows"].value == added > 0
+
+
+def test_columns_written_reports_rows_after_the_pinned_version_as_pending(tmp_path):
+    """The check judges the version the asset's last run pinned: rows ingested after it are
+    pending for the next run (the check passes and says so); rows of that version left unwritten
+    still fail it."""
+    from lance_assets.definitions import defs
+    from lance_assets.defs.resources import LanceStore
+
+    root = tmp_path / "data"
+    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    key = dg.AssetKey("dedup_flag")
+    checks = [c for c in defs.asset_checks
+              if dg.AssetCheckKey(key, "columns_written") in c.check_keys]
+    instance = dg.DagsterInstance.ephemeral()
+
+    def run(selection):
+        result = dg.materialize([defs.get_assets_def("dedup_flag"), *checks], instance=instance,
+                                resources={"lance_store": LanceStore(data_dir=str(root))},
+                                selection=selection, raise_on_error=False)
+        (evaluation,) = result.get_asset_check_evaluations()
+        return result, evaluation
+
+    result, evaluation = run(dg.AssetSelection.assets(key) | dg.AssetSelection.checks_for_assets(key))
+    meta = result.asset_materializations_for_node("dedup_flag")[0].metadata
+    assert meta["lance/pinned_rows_end"].value == 300 and evaluation.passed
+    ingest(root, "synthetic:450", rows_per_fragment=100, log=quiet)  # after the pin
+    _, evaluation = run(dg.AssetSelection.checks_for_assets(key))
+    assert evaluation.passed and evaluation.metadata["pending_rows"].value == 450
+    assert evaluation.metadata["unwritten_rows"].value == 450 and "wait for" in evaluation.description
+    # a row of the pinned version without its value is a failure, pending rows or not
+    uri = paths.table_uri(root)
+    lance.dataset(uri).delete("id = 5")
+    maintain(root, keep_versions_for=timedelta(0), log=quiet)  # rewrites the fragment
+    Table.of(root).commit("unmark", lambda ds: ds.update({"_written_is_dup": "NULL"}, where="id = 7"))
+    _, evaluation = run(dg.AssetSelection.checks_for_assets(key))
+    assert not evaluation.passed and evaluation.metadata["pending_rows"].value == 450
+    assert evaluation.metadata["unwritten_rows"].value == 451

@@ -291,14 +291,21 @@ class Coverage:
     unwritten_rows: int
     unwritten_fragments: list[int]
     markers: list[str]
+    pending_rows: int = 0  # of the unwritten rows, those appended after the writer's pin
 
     @property
     def complete(self) -> bool:
-        return self.unwritten_rows == 0
+        """Every row the writer was asked to write is written (pending rows aside)."""
+        return self.unwritten_rows - self.pending_rows == 0
 
 
-def unwritten_rows(ds: lance.LanceDataset, columns: list[str]) -> Coverage:
-    """The rows whose ``columns`` were never written (whatever the data files store there)."""
+def unwritten_rows(ds: lance.LanceDataset, columns: list[str],
+                   rows_end: int | None = None) -> Coverage:
+    """The rows whose ``columns`` were never written (whatever the data files store there).
+
+    ``rows_end``: where the version the last writer pinned ended (``ColumnWriteReport.
+    pinned_rows_end``); unwritten rows with ids from there on arrived after that pin and are
+    counted as ``pending_rows``, for the next run, not as a failure of the last one."""
     rows = ds.count_rows()
     missing_cols = [c for c in columns if c not in ds.schema.names]
     if missing_cols:
@@ -311,7 +318,13 @@ def unwritten_rows(ds: lance.LanceDataset, columns: list[str]) -> Coverage:
         for frag in frags:
             if frag.fragment_id in _fragments_without_fields([frag], field_ids):
                 counts[frag.fragment_id] = frag.count_rows()
-    return Coverage(columns, rows, sum(counts.values()), sorted(counts), markers)
+    pending = 0
+    if rows_end is not None and counts:
+        unwritten = [f for f in frags if f.fragment_id in counts]
+        nulls = " OR ".join(f"`{m}` IS NULL" for m in markers) if markers and not bare else "true"
+        pending = ds.scanner(columns=["id"], fragments=unwritten,
+                             filter=f"({nulls}) AND id >= {int(rows_end)}").count_rows()
+    return Coverage(columns, rows, sum(counts.values()), sorted(counts), markers, pending)
 
 
 @dataclass

@@ -71,6 +71,10 @@ def table_metadata(table: TableLike, duration_s: float, *, rows_processed: int,
     return out
 
 
+PINNED_VERSION = "lance/pinned_version"
+PINNED_ROWS_END = "lance/pinned_rows_end"
+
+
 def column_write_metadata(table: TableLike, report: ColumnWriteReport, columns: dg.TableSchema,
                           derived_from: Lineage) -> dict:
     """``table_metadata`` plus what a ``write_columns`` run did: fragments written now, already
@@ -83,6 +87,10 @@ def column_write_metadata(table: TableLike, report: ColumnWriteReport, columns: 
         "fragments_written": len(report.fragments_written),
         "fragments_already_done": report.fragments_already_done,
         "rows_written": report.rows_written,
+        # the version whose rows this run wrote; rows from `pinned_rows_end` on came later
+        PINNED_VERSION: report.pinned_version,
+        PINNED_ROWS_END: report.pinned_rows_end,
+        "fragments_pending": report.fragments_pending,
         **null_share_metadata(table, [c.name for c in columns.columns]),
     }
 

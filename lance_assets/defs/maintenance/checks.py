@@ -1,8 +1,10 @@
 """``columns_written``: one blocking check per column asset (``COLUMN_ASSETS`` in
 ``defs/common.py``): every row of the table holds written values of the columns the asset
 declares, judged by the write markers (``corpus.columns``), so it holds whatever rewrote the
-table since. When it fails, nothing downstream of that asset runs in that run (training
-included), and the message says which fragments to fill: materialize the asset again."""
+table since. It judges the version the asset's last run pinned: rows appended after it are
+reported as pending (the next run writes them), not as a failure. When it fails, nothing
+downstream of that asset runs in that run (training included), and the message says which
+fragments to fill: materialize the asset again."""
 
 from collections.abc import Iterable
 
@@ -12,6 +14,7 @@ from lance_assets.corpus import quality_model
 from lance_assets.corpus.columns import unwritten_rows
 from lance_assets.defs.common import COLUMN_ASSETS, QUALITY_SCORE
 from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE
+from lance_assets.defs.metadata import PINNED_ROWS_END, PINNED_VERSION
 from lance_assets.defs.resources import LanceStore
 
 CHECK_NAME = "columns_written"
@@ -30,6 +33,16 @@ def declared_columns(asset: dg.AssetsDefinition) -> list[str]:
     return [c.name for c in schema.columns]
 
 
+def last_pin(instance: dg.DagsterInstance, key: dg.AssetKey) -> tuple[int | None, int | None]:
+    """(version, rows end) the asset's last materialization wrote on, or (None, None) when this
+    instance has none (then every unwritten row counts: the strict reading)."""
+    event = instance.get_latest_materialization_event(key)
+    meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
+    version, end = meta.get(PINNED_VERSION), meta.get(PINNED_ROWS_END)
+    return (getattr(version, "value", None),
+            None if end is None else int(getattr(end, "value", end)))
+
+
 def coverage_check(asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
     columns = declared_columns(asset)
     name = asset.key.to_user_string()
@@ -39,24 +52,31 @@ def coverage_check(asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
                     description=f"Every row holds written values of {', '.join(columns)} (none "
                                 "left unwritten by a killed run, a concurrent compaction, or "
                                 "rows ingested since).")
-    def check(lance_store: LanceStore) -> dg.AssetCheckResult:
+    def check(context: dg.AssetCheckExecutionContext,
+              lance_store: LanceStore) -> dg.AssetCheckResult:
         ds = lance_store.table.newest()
         why_not = NOT_COMPUTED[asset.key](ds) if asset.key in NOT_COMPUTED else None
         if why_not:
             return dg.AssetCheckResult(passed=True, description=f"not expected: {why_not}",
                                        metadata={"rows": ds.count_rows(), "computed": False})
-        cov = unwritten_rows(ds, columns)
+        pinned_version, rows_end = last_pin(context.instance, asset.key)
+        cov = unwritten_rows(ds, columns, rows_end)
+        pending = (f" {cov.pending_rows:,} row(s) appended after version {pinned_version}, which "
+                   f"the last run of `{name}` pinned, wait for its next run."
+                   if cov.pending_rows else "")
         if cov.complete:
-            message = f"all {cov.rows:,} rows hold written {'+'.join(columns)}"
+            message = (f"all {cov.rows - cov.pending_rows:,} rows the last run was to write hold "
+                       f"written {'+'.join(columns)}.{pending}")
         else:
-            message = (f"{cov.unwritten_rows:,} of {cov.rows:,} rows have no written "
-                       f"{'+'.join(columns)} (fragments {cov.unwritten_fragments[:20]}"
+            message = (f"{cov.unwritten_rows - cov.pending_rows:,} of {cov.rows:,} rows have no "
+                       f"written {'+'.join(columns)} (fragments {cov.unwritten_fragments[:20]}"
                        f"{' ...' if len(cov.unwritten_fragments) > 20 else ''}): a run was "
                        f"killed, a compaction merged them in, or rows were ingested since. "
-                       f"Materialize `{name}` again; it computes only those fragments.")
+                       f"Materialize `{name}` again; it computes only those fragments.{pending}")
         return dg.AssetCheckResult(
             passed=cov.complete, severity=dg.AssetCheckSeverity.ERROR, description=message,
             metadata={"rows": cov.rows, "unwritten_rows": cov.unwritten_rows,
+                      "pending_rows": cov.pending_rows,
                       "unwritten_fragments": dg.MetadataValue.json(cov.unwritten_fragments[:100]),
                       "write_markers": dg.MetadataValue.json(cov.markers)})
 
