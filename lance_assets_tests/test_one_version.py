@@ -6,6 +6,7 @@ and no product code opening the dataset by path outside ``lance_assets/table``."
 from __future__ import annotations
 
 import ast
+import json
 import os
 import random
 import signal
@@ -39,6 +40,11 @@ WRITERS = {
     "paragraph_dups": ("from lance_assets.corpus.para_dup import paragraph_dups as w; "
                        "w(ROOT, fragments_per_commit=1, log=print)",
                        ["dup_paragraph_frac", "paragraph_hashes"]),
+    # EVAL: an evaluation set holding some of the base corpus's texts (written by the test)
+    "contamination": ("from lance_assets.corpus import contamination as c; "
+                      "c.contamination(ROOT, [c.EvalSetSpec('ev', EVAL, 'question')], "
+                      "fragments_per_commit=1, log=print)",
+                      ["contaminated", "contaminated_with"]),
 }
 
 
@@ -73,6 +79,9 @@ def _columns(root: Path, cols: list[str]) -> pa.Table:
 def test_a_column_writer_racing_an_ingest_of_copies_ends_equal_to_a_clean_run(tmp_path, writer):
     call, cols = WRITERS[writer]
     a, b = _sources(tmp_path)
+    evals = tmp_path / "eval.jsonl"
+    evals.write_text("".join(json.dumps({"question": t}) + "\n" for t in _texts(1200, 1)[::50]))
+    call = call.replace("EVAL", repr(str(evals)))
     clean = tmp_path / "clean"
     _ingest(clean, a)
     _ingest(clean, b)
@@ -104,6 +113,85 @@ def test_a_column_writer_racing_an_ingest_of_copies_ends_equal_to_a_clean_run(tm
     if writer == "dedup_flag":  # every copy is flagged, under a true write marker
         flags = got.column("is_dup").to_pylist()
         assert sum(flags) >= 400 and all(v is not None for v in flags)
+    if writer == "contamination":  # the copies of evaluation items are found too
+        assert got.filter(pa.compute.field("id") >= 1200).column("contaminated").to_pylist().count(True) >= 8
+
+
+def test_dedup_flag_with_an_ingest_landing_right_after_its_hashing(tmp_path, monkeypatch):
+    """The issue's interleaving, made exact: `dedup_flag` hashes the table, an ingest of exact
+    copies lands (another process), then `dedup_flag` writes. Its run writes the version it
+    hashed; the copies stay pending (null markers, never `is_dup = false`); one more run flags
+    them all, equal to a clean run."""
+    from lance_assets.corpus import dedup
+
+    a, b = _sources(tmp_path)
+    clean = tmp_path / "clean"
+    _ingest(clean, a)
+    _ingest(clean, b)
+    dedup.dedup_flag(clean, log=quiet)
+    root = tmp_path / "raced"
+    _ingest(root, a)
+    hashed = dedup.duplicate_ids
+
+    def hash_then_let_an_ingest_land(ds, log=print):
+        out = hashed(ds, log)
+        subprocess.run([sys.executable, "-c", "from lance_assets.corpus.ingest import ingest; "
+                        f"ingest({str(root)!r}, {str(b)!r}, rows_per_fragment=100, "
+                        "rows_per_commit=400, log=lambda m: None)"], env=ENV, check=True)
+        return out
+
+    monkeypatch.setattr(dedup, "duplicate_ids", hash_then_let_an_ingest_land)
+    report = dedup.dedup_flag(root, log=quiet)
+    assert report.fragments_pending == 6 and report.pinned_rows_end == 1200
+    ds = Table.of(root).newest()
+    assert ds.count_rows(filter="_written_is_dup IS NULL") == 600  # pending, not false
+    assert ds.count_rows(filter="id >= 1200 AND is_dup = false") == 0
+    monkeypatch.setattr(dedup, "duplicate_ids", hashed)
+    dedup.dedup_flag(root, log=quiet)
+    assert _columns(root, ["is_dup"]).equals(_columns(clean, ["is_dup"]))
+
+
+def test_quality_score_racing_an_ingest_trains_on_its_pinned_version_and_scores_every_row(tmp_path):
+    """The model is trained on the labelled rows of the version `quality_score` pinned; rows
+    ingested meanwhile (without embeddings yet) are pending, not a failure; after their
+    embeddings and one more run, every row holds the stored model's score of its embedding."""
+    from lance_assets.corpus import quality_model
+    from lance_assets.forensics import embed
+    from lance_assets_tests.test_curation_quality_score import FeatureEmbedder
+
+    a, b = _sources(tmp_path)
+    root = tmp_path / "raced"
+    _ingest(root, a)
+    embed.embeddings(root, embedder=FeatureEmbedder(), fragments_per_commit=4, log=quiet)
+    table = Table.of(root)
+    pinned_at = table.newest().version
+    call = ("from lance_assets.corpus.quality_model import quality_score as w; "
+            f"w({str(root)!r}, fragments_per_commit=1, log=print)")
+    proc = subprocess.Popen([sys.executable, "-c", call], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    time.sleep(random.Random(7).uniform(1.0, 3.0))
+    stopped = proc.poll() is None
+    if stopped:
+        proc.send_signal(signal.SIGSTOP)
+    try:
+        _ingest(root, b)
+    finally:
+        if stopped:
+            proc.send_signal(signal.SIGCONT)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    embed.embeddings(root, embedder=FeatureEmbedder(), fragments_per_commit=4, log=quiet)
+    subprocess.run([sys.executable, "-c", call], env=ENV, check=True, capture_output=True)
+    stored = table.get_config(quality_model.QUALITY_MODEL_KEY)
+    # trained on exactly the labelled rows of the version it pinned (not the copies)
+    again = quality_model.train_head(table, pinned=table.open(pinned_at))
+    assert again.sha256 == stored["sha256"]
+    head = quality_model.load_head(table.root, stored["sha256"])
+    t = table.newest().to_table(columns=["id", "embedding", "quality_score"]).sort_by("id")
+    x = t.column("embedding").combine_chunks().values.to_numpy().reshape(t.num_rows, -1)
+    want = (x.astype(np.float64) @ head.weights + head.bias).astype(np.float32)
+    assert t.num_rows == 1800 and t.column("quality_score").null_count == 0
+    assert np.array_equal(t.column("quality_score").to_numpy(), want)
 
 
 def test_an_ingest_planned_before_an_append_that_was_deleted_again_plans_anew(tmp_path):
