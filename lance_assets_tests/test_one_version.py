@@ -346,3 +346,102 @@ def test_no_product_code_outside_the_table_object_opens_the_dataset_by_path():
                     offenders.append(f"{rel}:{node.lineno} from {node.module} import {bad}")
     assert not offenders, "open the table through lance_assets.table.Table:\n" + \
         "\n".join(offenders)
+
+
+def _mixed_sources(tmp_path: Path) -> tuple[Path, Path]:
+    texts = _texts(1000, 11)
+    a, c = tmp_path / "srcA" / "a.parquet", tmp_path / "srcC" / "c.parquet"
+    a.parent.mkdir()
+    c.parent.mkdir()
+    write_fineweb_parquet(a, texts + texts[:200])  # 200 exact copies inside the source
+    write_fineweb_parquet(c, _texts(300, 12), start_id=20_000)
+    return a, c
+
+
+DELETED = [f"<urn:uuid:{20_000 + i:08d}>" for i in range(0, 300, 17)]
+FORGOTTEN = [f"<urn:uuid:{20_000 + i:08d}>" for i in range(5, 300, 23)]
+
+
+def _final_columns(root: Path) -> dict:
+    t = lance.dataset(Table.of(root).uri).to_table(
+        columns=["id", "source", "doc_id", "is_dup", "near_dup", "near_dup_cluster"])
+    key = {i: (s.split("/")[-1], d) for i, s, d in zip(t.column("id").to_pylist(),
+                                                        t.column("source").to_pylist(),
+                                                        t.column("doc_id").to_pylist())}
+    return {key[i]: (dup, near, key.get(cluster, cluster))
+            for i, dup, near, cluster in zip(t.column("id").to_pylist(),
+                                             t.column("is_dup").to_pylist(),
+                                             t.column("near_dup").to_pylist(),
+                                             t.column("near_dup_cluster").to_pylist())}
+
+
+def _writers(root: Path) -> None:
+    from lance_assets.corpus.dedup import dedup_flag
+    from lance_assets.corpus.near_dup import near_dup
+
+    dedup_flag(root, log=quiet)
+    near_dup(root, log=quiet)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_mixed_run_keeps_every_row_once_and_every_value_equal_to_a_clean_run(tmp_path, seed):
+    """Two ingests of one source, a third source, column writers, maintenance with zero
+    retention, a delete and a `forget`, all at once in separate processes (start times drawn
+    from the seed): every expected row once, ids unique and equal to Lance's row ids (never
+    reused), every marker true, every value equal to a clean sequential run's."""
+    from lance_assets.corpus.forget import forget
+
+    a, c = _mixed_sources(tmp_path)
+    root = tmp_path / "mixed"
+    rng = random.Random(seed)
+    ing = ("import time; time.sleep({d}); from lance_assets.corpus.ingest import ingest; "
+           "ingest({r!r}, {s!r}, rows_per_fragment=100, rows_per_commit=300, log=lambda m: None)")
+    writers = ("import time; time.sleep({d}); from lance_assets.corpus.dedup import dedup_flag; "
+               "from lance_assets.corpus.near_dup import near_dup\n"
+               "for _ in range(3):\n    dedup_flag({r!r}, log=lambda m: None); "
+               "near_dup({r!r}, log=lambda m: None)")
+    maint = ("import time; time.sleep({d}); from datetime import timedelta; "
+             "from lance_assets.corpus.maintenance import maintain\n"
+             "for _ in range(4):\n    maintain({r!r}, keep_versions_for=timedelta(0), "
+             "target_rows_per_fragment=300, log=lambda m: None)")
+    scripts = {"ingest A": ing.format(d=rng.uniform(0, 1), r=str(root), s=str(a)),
+               "ingest A again": ing.format(d=rng.uniform(0, 3), r=str(root), s=str(a)),
+               "ingest C": ing.format(d=rng.uniform(0, 2), r=str(root), s=str(c)),
+               "writers": writers.format(d=rng.uniform(2, 5), r=str(root)),
+               "maintenance": maint.format(d=rng.uniform(3, 6), r=str(root))}
+    procs = {name: subprocess.Popen([sys.executable, "-c", code], env=ENV, text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for name, code in scripts.items()}
+    outs = {"ingest C": procs["ingest C"].communicate(timeout=600)[0]}
+    table = Table.of(root)
+    listed = ",".join(f"'{d}'" for d in DELETED)
+    table.commit("delete", lambda ds: ds.delete(f"doc_id IN ({listed})"))
+    report = forget(table, "doc_id IN (" + ",".join(f"'{d}'" for d in FORGOTTEN) + ")", log=quiet)
+    assert report.ids == len(set(FORGOTTEN) - set(DELETED)) and report.still_readable == 0
+    for name, proc in procs.items():
+        if name not in outs:
+            outs[name] = proc.communicate(timeout=600)[0]
+        assert proc.returncode == 0, f"{name} failed:\n{outs[name][-3000:]}"
+    maintain(table, keep_versions_for=timedelta(0), target_rows_per_fragment=300, log=quiet)
+    _writers(root)
+
+    clean = tmp_path / "clean"  # the sources in the order the race committed them
+    order = table.newest().to_table(columns=["id", "source"]).sort_by("id")
+    first = order.column("source")[0].as_py()
+    for source in ((c, a) if "srcC" in first else (a, c)):
+        _ingest(clean, source)
+    gone = ",".join(f"'{d}'" for d in DELETED + FORGOTTEN)
+    lance.dataset(Table.of(clean).uri).delete(f"doc_id IN ({gone})")
+    maintain(clean, keep_versions_for=timedelta(0), target_rows_per_fragment=300, log=quiet)
+    _writers(clean)
+
+    ds = table.newest()
+    t = ds.to_table(columns=["id", "source", "doc_id"], with_row_id=True)
+    keys = list(zip(t.column("source").to_pylist(), t.column("doc_id").to_pylist()))
+    assert len(keys) == len(set(keys)) == 1200 + 300 - len(set(DELETED + FORGOTTEN))
+    ids = t.column("id").to_numpy()
+    assert len(np.unique(ids)) == len(ids)
+    assert (ids == t.column("_rowid").to_numpy().astype(np.int64)).all()
+    for marker in ("_written_is_dup", "_written_near_dup_cluster"):
+        assert ds.count_rows(filter=f"{marker} IS NULL OR NOT {marker}") == 0
+    assert _final_columns(root) == _final_columns(clean)

@@ -90,6 +90,7 @@ class ColumnWriteReport:
     pinned_version: int = 0  # the version whose rows (and table-wide state) this write used
     pinned_rows_end: int = 0  # rows with ids from here on arrived after the pin: pending
     fragments_pending: int = 0  # fragments without the group that are not the pinned version's
+    fragments_awaiting_compaction: int = 0  # with deleted rows: written once compacted
 
     @property
     def nothing_to_do(self) -> bool:
@@ -421,14 +422,20 @@ def write_columns(
     group = [*columns, written_marker(fields).name]  # what each new data file holds
     schema = pa.schema([ds.schema.field(c) for c in group])
     missing = fragments_missing(ds, columns)
-    todo = [f for f in missing if pin_rows.get(f.fragment_id) == f.physical_rows]
+    pinned_here = [f for f in missing if pin_rows.get(f.fragment_id) == f.physical_rows]
+    # column writes need whole fragments: one with deleted rows waits for a compaction
+    todo = [f for f in pinned_here if f.metadata.deletion_file is None]
     report = ColumnWriteReport(columns=columns, pinned_version=pin.version,
                                pinned_rows_end=pinned_rows_end(table, pin),
-                               fragments_pending=len(missing) - len(todo))
+                               fragments_pending=len(missing) - len(pinned_here),
+                               fragments_awaiting_compaction=len(pinned_here) - len(todo))
     report.fragments_already_done = len(ds.get_fragments()) - len(missing)
     if report.fragments_pending:
         log(f"{'+'.join(columns)}: {report.fragments_pending} fragment(s) arrived after version "
             f"{pin.version}, which this run pinned; the next run writes them")
+    if report.fragments_awaiting_compaction:
+        log(f"{'+'.join(columns)}: {report.fragments_awaiting_compaction} fragment(s) have "
+            "deleted rows; they are written after `table_maintenance` compacts them")
     if where == "ray" and todo:
         results = _ray_results(table, ds.version, todo, schema, group, compute, gpu, log)
     else:

@@ -71,8 +71,9 @@ def coverage_check(asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
             message = (f"{cov.unwritten_rows - cov.pending_rows:,} of {cov.rows:,} rows have no "
                        f"written {'+'.join(columns)} (fragments {cov.unwritten_fragments[:20]}"
                        f"{' ...' if len(cov.unwritten_fragments) > 20 else ''}): a run was "
-                       f"killed, a compaction merged them in, or rows were ingested since. "
-                       f"Materialize `{name}` again; it computes only those fragments.{pending}")
+                       f"killed, a compaction merged them in, or rows were deleted next to "
+                       f"them. Materialize `{name}` again (after `table_maintenance` where rows "
+                       f"were deleted); it computes only those fragments.{pending}")
         return dg.AssetCheckResult(
             passed=cov.complete, severity=dg.AssetCheckSeverity.ERROR, description=message,
             metadata={"rows": cov.rows, "unwritten_rows": cov.unwritten_rows,
