@@ -42,12 +42,17 @@ def test_five_unnamed_runs_with_a_retention_of_two_keep_the_newest_two(tmp_path)
     assert set(report.tags_released) == {t for t, _ in tags[:3]}
     assert set(report.tags_kept) == {tags[3][0], tags[4][0], named}
     assert "newest 2 unnamed" in report.retention[tags[0][0]]
-    for tag, version in tags[3:]:  # what resume, samples and forensics open: the tag
-        assert table.open(tag).version == version
-        assert table.open(tag).count_rows() == lance.dataset(table.uri, version=version).count_rows()
-    for _tag, version in tags[:3]:
-        with pytest.raises((OSError, ValueError)):
-            lance.dataset(table.uri, version=version).count_rows()
+    from lance_assets.forensics.pinned import open_snapshot
+    from lance_assets.train.data import resolve_version
+
+    for tag, version in tags[3:]:  # how resume (the trainer) and the forensics open a run's data
+        assert resolve_version(table, tag=tag) == version
+        pinned = open_snapshot(table, version, tag)
+        assert pinned.version == version
+        assert pinned.count_rows() == lance.dataset(table.uri, version=version).count_rows()
+    for tag, version in tags[:3]:
+        with pytest.raises(FileNotFoundError, match="no longer exists"):
+            open_snapshot(table, version, tag)
 
 
 def test_maintenance_commits_do_not_change_the_data_version(tmp_path):
