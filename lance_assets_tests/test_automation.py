@@ -115,8 +115,10 @@ def test_auto_train_refuses_a_value_that_is_not_yes_or_no(monkeypatch):
 
 
 def test_a_failed_blocking_check_upstream_holds_back_what_follows_it(tmp_path):
-    """After the chain ran, rows arrive behind Dagster's back (a library ingest), so
-    `dedup_flag`'s blocking `columns_written` check fails. A new `quality_signals` then changes
+    """After the chain ran, rows arrive behind Dagster's back (a library ingest; pending for
+    `dedup_flag`'s next run) and a value `dedup_flag` wrote on its pinned version is lost (its
+    write marker nulled, as a compaction by another tool can leave it), so `dedup_flag`'s
+    blocking `columns_written` check fails. A new `quality_signals` then changes
     a data version upstream of `curation_rules`, but `curation_rules` is not requested while
     `dedup_flag`'s check stands failed and `dedup_flag` itself is not being rerun."""
     from lance_assets.corpus.ingest import ingest as library_ingest
@@ -136,6 +138,8 @@ def test_a_failed_blocking_check_upstream_holds_back_what_follows_it(tmp_path):
 
         landing_file(landing, "b.parquet", rows=60, seed=2)
         library_ingest(store.root, str(landing), rows_per_fragment=100, log=lambda _: None)
+        store.table.commit("lose a value", lambda ds: ds.update({"_written_is_dup": "NULL"},
+                                                                 where="id = 3"))
         dedup_check = [c for c in checks if dg.AssetCheckKey(dg.AssetKey("dedup_flag"),
                                                              "columns_written") in c.check_keys]
         result = dg.materialize([defs.get_assets_def("dedup_flag"), *dedup_check],

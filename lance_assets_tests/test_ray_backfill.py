@@ -27,6 +27,7 @@ from lance_assets.corpus.tokenize import token_ids
 from lance_assets.corpus.tokenizers import BPE_PREFIX, table_tokenizer
 from lance_assets.forensics.chunks import chunk_embeddings
 from lance_assets.forensics.embed import embeddings
+from lance_assets.table import Table
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.test_forensics_index import ClusteredEmbedder
 
@@ -151,8 +152,10 @@ def test_near_dup_on_ray_stops_at_a_failed_fragment_and_the_rerun_finishes_the_r
     root = copy(raw, tmp_path, "near-dup-fail")
     uri = paths.table_uri(root)
     settings = nd.MinHashSettings()
+    table = Table.of(root)
     failing = columns.Staged(FailOn(2, nd.MinHashes(settings)),
-                             nd.Clusterer(uri, settings, nd.NearDupStats()))
+                             nd.Clusterer(table, settings, nd.NearDupStats(),
+                                          rows_end=table.next_row_id()))
     with pytest.raises(columns.FragmentsFailedError, match="fragment 2: ValueError"):
         columns.write_columns(uri, nd.fields(settings), failing, fragments_per_commit=1,
                               executor="ray", log=quiet)
