@@ -23,13 +23,13 @@ from pathlib import Path
 
 from benchmarks.tokenize_bench import build_corpus
 from lance_assets import paths
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.near_dup import near_dup
-from lance_assets.corpus.quality import quality_signals
-from lance_assets.corpus.rules import DEFAULT_RULES
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation.near_dup import near_dup
+from lance_assets.curation.quality_signals import quality_signals
+from lance_assets.curation.rules import DEFAULT_RULES
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.tokens.token_ids import token_ids
 
 RULE_SETS = {
     "no_rules": {},

@@ -41,11 +41,11 @@ import pyarrow.parquet as pq
 
 from benchmarks.tokenize_bench import build_corpus
 from lance_assets import paths
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.synthetic import planted_junk
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.synthetic import planted_junk
 from lance_assets.table import Table
+from lance_assets.tokens.token_ids import token_ids
 
 JUNK = {"keep_all": {}, "drop_junk": {"quality": "score >= 3"}}
 NULL = {"drop_junk": {"quality": "score >= 3"},

@@ -27,11 +27,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.tokenize_bench import build_corpus
-from lance_assets.corpus import bpe
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.tokens import bpe
+from lance_assets.tokens.token_ids import token_ids
 
 ARCHS = ("nanogpt", "modern")
 

@@ -51,12 +51,10 @@ from pathlib import Path
 import lance
 import numpy as np
 
-from lance_assets.corpus.bpe import train_bpe
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.tokenizers import load_tokenizer
-from lance_assets.forensics import chunks, embed
-from lance_assets.forensics import vector_index as vindex
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.embeddings import chunk_embeddings as chunks
+from lance_assets.embeddings import embeddings as embed
+from lance_assets.embeddings import vector_index as vindex
 from lance_assets.forensics.attribution import (
     MEANING_WEIGHT,
     Attributor,
@@ -66,7 +64,10 @@ from lance_assets.forensics.attribution import (
 from lance_assets.forensics.pinned import Pin, max_id
 from lance_assets.forensics.search import nearest
 from lance_assets.forensics.words import text_words
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.tokens.bpe import train_bpe
+from lance_assets.tokens.tokenizers import load_tokenizer
 
 DEFAULT_DOCS = "/usr/share/doc/git/RelNotes/*.txt"
 UNRELATED_SOURCE = "/usr/share/common-licenses/GPL-3"

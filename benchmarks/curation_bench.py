@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lance_assets.corpus import quality
+from lance_assets.curation import quality_signals as quality
 from lance_assets.table import Table
 from lance_assets_tests.curation_reference import (
     brute_force_pairs,
@@ -41,7 +41,7 @@ from lance_assets_tests.curation_reference import (
 def lsh_only_clusters(texts: list[str], settings) -> list[int]:
     """FineWeb's behaviour on a sample: every pair sharing a band is a duplicate (no Jaccard
     confirmation); clusters by union-find."""
-    from lance_assets.corpus import near_dup as nd
+    from lance_assets.curation import near_dup as nd
 
     doc, sh = nd.shingles(pa.array(texts), settings.ngram)
     keys = nd.band_keys(nd.signatures(doc, sh, len(texts), settings), settings)
@@ -65,8 +65,8 @@ def lsh_only_clusters(texts: list[str], settings) -> list[int]:
 
 
 def build_corpus(root: Path, rows: int, planted: float, seed: int) -> tuple[list[str], list[tuple[int, int]]]:
-    from lance_assets.corpus.ingest import ingest
-    from lance_assets.corpus.synthetic import SyntheticSpec, generate
+    from lance_assets.ingest.raw_text import ingest
+    from lance_assets.ingest.synthetic import SyntheticSpec, generate
 
     texts = generate(SyntheticSpec(rows=rows, seed=seed)).column("text").to_pylist()
     texts, pairs = plant_near_duplicates(texts, planted, seed=seed)
@@ -90,8 +90,8 @@ def timed(fn, *args, **kwargs):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from lance_assets.corpus import near_dup as nd
-    from lance_assets.corpus.dedup import dedup_flag
+    from lance_assets.curation import near_dup as nd
+    from lance_assets.curation.dedup_flag import dedup_flag
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=100_000, help="synthetic documents before planting")
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{fineweb['recall']:.3f})")
 
         # incremental: a new source unit of edited copies of old documents, matched against them
-        from lance_assets.corpus.ingest import ingest
+        from lance_assets.ingest.raw_text import ingest
 
         extra_rng = random.Random(args.seed + 1)
         sources = extra_rng.sample(range(n), max(1, n // 20))

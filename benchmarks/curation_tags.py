@@ -32,10 +32,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lance_assets.corpus import contamination, language, para_dup, pii, quality, quality_model
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
-from lance_assets.forensics import embed
+from lance_assets.curation import contamination
+from lance_assets.curation import detected_language as language
+from lance_assets.curation import paragraph_dups as para_dup
+from lance_assets.curation import personal_data as pii
+from lance_assets.curation import quality_score as quality_model
+from lance_assets.curation import quality_signals as quality
+from lance_assets.embeddings import embeddings as embed
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import Table
 from lance_assets_tests.multilingual import documents
 from lance_assets_tests.pii_planted import planted_documents

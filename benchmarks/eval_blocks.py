@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from lance_assets.corpus.ablation_stats import HeldOut, held_out_difference_se
+from lance_assets.ablation.stats import HeldOut, held_out_difference_se
 from lance_assets.table import Table
 from lance_assets.train import checkpoint, data
 from lance_assets.train.collectives import Collectives

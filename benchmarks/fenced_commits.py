@@ -28,7 +28,7 @@ from lance_assets.table import Table
 
 
 def build(table: Table, fragments: int) -> None:
-    from lance_assets.corpus.columns import write_columns
+    from lance_assets.table.columns import write_columns
 
     rows = 100
     data = pa.table({"id": pa.array(range(fragments * rows), pa.int64()),
@@ -83,8 +83,8 @@ def main() -> None:
                                         ds.lance_schema)
         table.commit_operation(op, ds.version)
 
-    from lance_assets.corpus.columns import _fragments_without_fields, fragments_missing
     from lance_assets.table import leaf_field_ids
+    from lance_assets.table.columns import _fragments_without_fields, fragments_missing
 
     def by_files():
         ds = table.newest()

@@ -36,15 +36,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lance_assets.corpus import fts
-from lance_assets.corpus.columns import write_columns
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.synthetic import TOPICS
-from lance_assets.forensics import embed
-from lance_assets.forensics import vector_index as vindex
+from lance_assets.embeddings import embeddings as embed
+from lance_assets.embeddings import vector_index as vindex
+from lance_assets.forensics import text_index as fts
 from lance_assets.forensics.pinned import Pin, max_id
 from lance_assets.forensics.search import Searcher, rrf
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.synthetic import TOPICS
 from lance_assets.table import Table
+from lance_assets.table.columns import write_columns
 
 
 def quiet(_msg: str) -> None:

@@ -6,7 +6,7 @@ Writes a FineWeb-shaped parquet corpus holding GB gigabytes of text (synthetic d
 copy made unique), then, each in a fresh subprocess so peak RSS is its own:
 - baseline: ``pq.ParquetFile.iter_batches`` straight into ``lance.write_dataset`` (no mapping,
   no validation, no watermark, one commit per file);
-- ingest: ``lance_assets.corpus.ingest.ingest`` on the same folder;
+- ingest: ``lance_assets.ingest.raw_text.ingest`` on the same folder;
 - ingest again on a corpus ``--scale`` times larger, to show peak RSS does not grow with size.
 Prints MB/s, rows/s, peak RSS and the ratios.
 """
@@ -33,7 +33,7 @@ ROW_GROUP_ROWS = 8192
 
 def write_corpus(folder: Path, gb: float) -> tuple[int, int]:
     """(rows, text bytes) of a corpus of ``gb`` GB of text in ~128 MB parquet files."""
-    from lance_assets.corpus.synthetic import SyntheticSpec, generate
+    from lance_assets.ingest.synthetic import SyntheticSpec, generate
 
     folder.mkdir(parents=True, exist_ok=True)
     base = generate(SyntheticSpec(rows=20_000, seed=11, dup_fraction=0.0))
@@ -78,7 +78,7 @@ for i, path in enumerate(sorted(glob.glob(folder + "/*.parquet"))):
 
 OURS = """
 import sys
-from lance_assets.corpus.ingest import ingest
+from lance_assets.ingest.raw_text import ingest
 report = ingest(sys.argv[2], sys.argv[1], log=lambda m: None)
 assert not report.files_failed, report.files_failed
 """

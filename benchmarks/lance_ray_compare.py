@@ -23,10 +23,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lance_assets.corpus import columns, executor
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.quality import FIELDS, compute_signals, fragment_signals
-from lance_assets.table import Table
+from lance_assets.curation.quality_signals import FIELDS, compute_signals, fragment_signals
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table, columns, executor
 
 
 def quiet(_msg: str) -> None:
@@ -89,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
                  runtime_env=executor.runtime_env())
         # warm the workers: both arms then start from processes that imported the code
-        ray.get([ray.remote(lambda: __import__("lance_assets.corpus.quality")).remote()
+        ray.get([ray.remote(lambda: __import__("lance_assets.curation.quality_signals")).remote()
                  for _ in range(cpus * 2)])
         best = {"lance_ray": float("inf"), "write_columns": float("inf")}
         for r in range(args.repeats):

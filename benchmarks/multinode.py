@@ -20,10 +20,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.launch.torchrun import local_agent_commands, local_agent_threads
+from lance_assets.tokens.token_ids import token_ids
 
 
 def quiet(_msg: str) -> None:

@@ -20,7 +20,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from lance_assets.corpus.profile import null_counts
+from lance_assets.curation.profile import null_counts
 
 
 def build(path: str, rows: int) -> tuple[lance.LanceDataset, dict[str, int]]:

@@ -29,12 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from lance_assets.corpus import executor
-from lance_assets.corpus.columns import write_columns
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.quality import quality_signals
-from lance_assets.corpus.tokenize import N_BYTES, _n_bytes, token_ids
-from lance_assets.table import Table
+from lance_assets.curation.quality_signals import quality_signals
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table, executor
+from lance_assets.table.columns import write_columns
+from lance_assets.tokens.token_ids import N_BYTES, _n_bytes, token_ids
 
 
 def quiet(_msg: str) -> None:
@@ -66,8 +65,8 @@ def start_ray(num_cpus: int) -> float:
 
 def _import_writers() -> None:
     time.sleep(0.5)  # hold the worker, so every CPU gets its own
-    import lance_assets.corpus.quality  # noqa: F401
-    import lance_assets.corpus.tokenize  # noqa: F401
+    import lance_assets.curation.quality_signals  # noqa: F401
+    import lance_assets.tokens.token_ids  # noqa: F401
 
 
 def warm_up(num_cpus: int) -> None:
@@ -97,7 +96,7 @@ def bench_tokens(raw: Path, work: Path, tokenizer: str) -> dict:
 
 
 def bench_embeddings(raw: Path, work: Path) -> dict:
-    from lance_assets.forensics.embed import embeddings
+    from lance_assets.embeddings.embeddings import embeddings
 
     out = {}
     for where in ("local", "ray"):

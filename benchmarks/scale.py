@@ -45,19 +45,19 @@ def run_stage(stage: str, root: str, rows: int) -> None:
     """The body of one child process: one library call."""
     quiet = lambda _m: None  # noqa: E731
     if stage == "ingest":
-        from lance_assets.corpus.ingest import ingest
+        from lance_assets.ingest.raw_text import ingest
         ingest(root, f"synthetic-web:{rows}", log=quiet)
     elif stage == "dedup_flag":
-        from lance_assets.corpus.dedup import dedup_flag
+        from lance_assets.curation.dedup_flag import dedup_flag
         dedup_flag(root, log=quiet)
     elif stage == "quality_signals":
-        from lance_assets.corpus.quality import quality_signals
+        from lance_assets.curation.quality_signals import quality_signals
         quality_signals(root, log=quiet)
     elif stage == "near_dup":
-        from lance_assets.corpus.near_dup import near_dup
+        from lance_assets.curation.near_dup import near_dup
         near_dup(root, log=quiet)
     elif stage == "token_ids":
-        from lance_assets.corpus.tokenize import token_ids
+        from lance_assets.tokens.token_ids import token_ids
         token_ids(root, "cl100k_base", log=quiet)
     elif stage == "duckdb_dedup":
         duckdb_dedup(root)
@@ -69,7 +69,7 @@ def duckdb_dedup(root: str) -> None:
     """The DuckDB baseline: ``is_dup`` by normalise + md5 + first id per hash, on the table."""
     import duckdb
 
-    from lance_assets.corpus.dedup import NORMALISED_HASH_SQL
+    from lance_assets.curation.dedup_flag import NORMALISED_HASH_SQL
     from lance_assets.table import Table
 
     con = duckdb.connect()
@@ -115,8 +115,8 @@ def jaccard_truth(texts: list[str], kind: np.ndarray, source: np.ndarray) -> np.
     """True for each planted copy whose 5-gram Jaccard to its original is >= 0.8."""
     import pyarrow as pa
 
-    from lance_assets.corpus import near_dup as nd
-    from lance_assets.corpus import synthetic_web as sw
+    from lance_assets.curation import near_dup as nd
+    from lance_assets.ingest import synthetic_web as sw
 
     copies = np.flatnonzero(kind != sw.ORIGINAL)
     truth = np.zeros(len(kind), dtype=bool)
@@ -140,7 +140,7 @@ def score(flagged: np.ndarray, truth: np.ndarray, source: np.ndarray) -> dict:
 
 
 def peers(rows: int, work: Path, skip: list[str] = ()) -> dict:
-    from lance_assets.corpus import synthetic_web as sw
+    from lance_assets.ingest import synthetic_web as sw
     from lance_assets.table import Table
 
     root = work / "peers"

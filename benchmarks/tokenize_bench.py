@@ -34,12 +34,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lance_assets.corpus import bpe
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.tokenize import N_BYTES, TOKEN_COLUMNS, token_ids
-from lance_assets.corpus.tokenizers import load_tokenizer
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.tokens import bpe
+from lance_assets.tokens.token_ids import N_BYTES, TOKEN_COLUMNS, token_ids
+from lance_assets.tokens.tokenizers import load_tokenizer
 
 TEXT_SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt")
 MAX_DOC_BYTES = 1_000_000

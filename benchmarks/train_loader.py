@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 
 from benchmarks.build_packed_datasets import train_filter
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.tokens.token_ids import token_ids
 from lance_assets.train import data
 from lance_assets.train.model import GPT, config_for
 

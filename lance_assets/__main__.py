@@ -12,8 +12,8 @@ import argparse
 import json
 import sys
 
-from lance_assets.corpus.forget import ForgetError, forget
 from lance_assets.table import Table, TableMissingError
+from lance_assets.table.forget import ForgetError, forget
 
 
 def main(argv: list[str] | None = None) -> int:

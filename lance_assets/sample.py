@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from lance_assets import paths, storage
-from lance_assets.corpus.tokenizers import load_tokenizer
 from lance_assets.keys import DEFAULT_PROMPTS
+from lance_assets.tokens.tokenizers import load_tokenizer
 from lance_assets.train import checkpoint
 from lance_assets.train.model import GPT, GPTConfig
 

@@ -38,11 +38,11 @@ def tokenized_root(tmp_path_factory):
     """A small synthetic corpus, deduplicated, curated (quality signals and near-duplicate
     flags, so the default training filter, the curation rules, applies) and byte-tokenized
     (shared, read-only)."""
-    from lance_assets.corpus.dedup import dedup_flag
-    from lance_assets.corpus.ingest import ingest
-    from lance_assets.corpus.near_dup import near_dup
-    from lance_assets.corpus.quality import quality_signals
-    from lance_assets.corpus.tokenize import token_ids
+    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.curation.near_dup import near_dup
+    from lance_assets.curation.quality_signals import quality_signals
+    from lance_assets.ingest.raw_text import ingest
+    from lance_assets.tokens.token_ids import token_ids
 
     root = tmp_path_factory.mktemp("tokenized") / "data"
     ingest(root, "synthetic:1500", rows_per_fragment=500, log=quiet)
@@ -57,9 +57,9 @@ def tokenized_root(tmp_path_factory):
 def bpe_root(tmp_path_factory):
     """The demo corpus (synthetic, 2,000 docs), deduplicated, with a BPE trained on it and no
     token columns yet (shared: copy it before writing)."""
-    from lance_assets.corpus.bpe import train_bpe
-    from lance_assets.corpus.dedup import dedup_flag
-    from lance_assets.corpus.ingest import ingest
+    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.ingest.raw_text import ingest
+    from lance_assets.tokens.bpe import train_bpe
 
     root = tmp_path_factory.mktemp("bpe") / "data"
     ingest(root, "synthetic", rows_per_fragment=500, log=quiet)

@@ -9,7 +9,7 @@ import random
 import re
 from collections import Counter
 
-from lance_assets.corpus import quality
+from lance_assets.curation import quality_signals as quality
 
 
 def _repeats(items):

@@ -83,44 +83,44 @@ def run(writer: str, root: str, source: str | None) -> None:
     from lance_assets_tests.conftest import quiet
 
     if writer == "ingest":
-        from lance_assets.corpus.ingest import ingest
+        from lance_assets.ingest.raw_text import ingest
         ingest(root, source, rows_per_fragment=128, rows_per_commit=200, log=quiet)
     elif writer == "dedup_flag":
-        from lance_assets.corpus.dedup import dedup_flag
+        from lance_assets.curation.dedup_flag import dedup_flag
         dedup_flag(root, fragments_per_commit=1, log=quiet)
     elif writer == "token_ids":
-        from lance_assets.corpus.tokenize import token_ids
+        from lance_assets.tokens.token_ids import token_ids
         token_ids(root, "byte", fragments_per_commit=1, log=quiet)
     elif writer == "quality_signals":
-        from lance_assets.corpus.quality import quality_signals
+        from lance_assets.curation.quality_signals import quality_signals
         quality_signals(root, fragments_per_commit=1, log=quiet)
     elif writer == "near_dup":
-        from lance_assets.corpus.near_dup import near_dup
+        from lance_assets.curation.near_dup import near_dup
         near_dup(root, fragments_per_commit=1, log=quiet)
     elif writer == "embeddings":
-        from lance_assets.forensics.embed import embeddings
+        from lance_assets.embeddings.embeddings import embeddings
         from lance_assets_tests.test_forensics_index import ClusteredEmbedder
         embeddings(root, embedder=ClusteredEmbedder(), fragments_per_commit=1, log=quiet)
     elif writer == "detected_language":
-        from lance_assets.corpus.language import language_id
+        from lance_assets.curation.detected_language import language_id
         language_id(root, fragments_per_commit=1, log=quiet)
     elif writer == "personal_data":
-        from lance_assets.corpus.pii import pii
+        from lance_assets.curation.personal_data import pii
         pii(root, fragments_per_commit=1, log=quiet)
     elif writer == "paragraph_dups":
-        from lance_assets.corpus.para_dup import paragraph_dups
+        from lance_assets.curation.paragraph_dups import paragraph_dups
         paragraph_dups(root, fragments_per_commit=1, log=quiet)
     elif writer == "contamination":
         import os.path
 
-        from lance_assets.corpus.contamination import EvalSetSpec, contamination
+        from lance_assets.curation.contamination import EvalSetSpec, contamination
         spec = EvalSetSpec("planted", os.path.join(root, EVAL_SET), "question")
         contamination(root, [spec], fragments_per_commit=1, log=quiet)
     elif writer == "quality_score":  # on a table that already has `embedding`
-        from lance_assets.corpus.quality_model import quality_score
+        from lance_assets.curation.quality_score import quality_score
         quality_score(root, fragments_per_commit=1, log=quiet)
     elif writer == "chunk_embeddings":
-        from lance_assets.forensics.chunks import chunk_embeddings
+        from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
         from lance_assets_tests.test_forensics_index import ClusteredEmbedder
         chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8, embedder=ClusteredEmbedder(),
                          fragments_per_commit=1, log=quiet)

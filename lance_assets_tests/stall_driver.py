@@ -24,7 +24,7 @@ import lance
 @contextmanager
 def no_lock(root, log=print):
     """An ingest lock that locks nothing."""
-    from lance_assets.corpus.ingest import HeldLock
+    from lance_assets.ingest.raw_text import HeldLock
 
     yield HeldLock(0.0, lambda: None)
 
@@ -82,7 +82,7 @@ def table_rows(root) -> list[tuple]:
 
 if __name__ == "__main__":
     root, source, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    import lance_assets.corpus.ingest as ingest_module
+    import lance_assets.ingest.raw_text as ingest_module
 
     if "--no-lock" in sys.argv[4:]:
         ingest_module.ingest_lock = no_lock

@@ -24,8 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lance_assets import paths
-from lance_assets.corpus import ablation
-from lance_assets.corpus.predicate import safe_predicate
+from lance_assets.ablation import plan as ablation
+from lance_assets.curation.predicate import safe_predicate
 from lance_assets_tests.conftest import quiet, write_fineweb_parquet
 
 SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the teacher"]
@@ -65,9 +65,9 @@ def corpus_texts(n: int, seed: int = 0) -> tuple[list[str], list[float]]:
 @pytest.fixture(scope="module")
 def garbage_root(tmp_path_factory):
     """800 documents, half planted garbage, deduplicated and byte-tokenized."""
-    from lance_assets.corpus.dedup import dedup_flag
-    from lance_assets.corpus.ingest import ingest
-    from lance_assets.corpus.tokenize import token_ids
+    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.ingest.raw_text import ingest
+    from lance_assets.tokens.token_ids import token_ids
 
     base = tmp_path_factory.mktemp("ablation")
     texts, scores = corpus_texts(800)

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import ablation
-from lance_assets.corpus.synthetic import planted_junk
+from lance_assets.ablation import plan as ablation
+from lance_assets.ingest.synthetic import planted_junk
 from lance_assets.table import Table
 from lance_assets_tests.conftest import quiet, write_fineweb_parquet
 
@@ -38,9 +38,9 @@ TEST_SETTINGS = {"token_budget": 65_536, "seq_len": 32}
 
 
 def planted_root(base: Path, seed: int) -> Path:
-    from lance_assets.corpus.dedup import dedup_flag
-    from lance_assets.corpus.ingest import ingest
-    from lance_assets.corpus.tokenize import token_ids
+    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.ingest.raw_text import ingest
+    from lance_assets.tokens.token_ids import token_ids
 
     texts, scores = planted_junk(seed=seed)
     source = write_fineweb_parquet(base / f"planted-{seed}.parquet", texts,

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from lance_assets.corpus import ablation
-from lance_assets.corpus.ablation_stats import (
+from lance_assets.ablation import plan as ablation
+from lance_assets.ablation.stats import (
     HeldOut,
     Lead,
     detectable_lead,

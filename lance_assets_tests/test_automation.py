@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
 from lance_assets.definitions import defs
 from lance_assets.defs import conditions
 from lance_assets.defs.resources import LanceStore
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
 
 COLUMN_CHAIN = {"dedup_flag", "tokenizer", "token_ids", "quality_signals", "near_dup",
                 "text_index", "curation_rules", "corpus_profile", "embeddings", "vector_index",
@@ -121,7 +121,7 @@ def test_a_failed_blocking_check_upstream_holds_back_what_follows_it(tmp_path):
     blocking `columns_written` check fails. A new `quality_signals` then changes
     a data version upstream of `curation_rules`, but `curation_rules` is not requested while
     `dedup_flag`'s check stands failed and `dedup_flag` itself is not being rerun."""
-    from lance_assets.corpus.ingest import ingest as library_ingest
+    from lance_assets.ingest.raw_text import ingest as library_ingest
 
     landing = tmp_path / "landing"
     landing_file(landing, "a.parquet", rows=160, seed=1)

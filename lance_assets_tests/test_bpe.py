@@ -14,10 +14,10 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import bpe
-from lance_assets.corpus.columns import fragments_missing
-from lance_assets.corpus.tokenize import TokenizerMismatchError, token_ids
-from lance_assets.corpus.tokenizers import load_tokenizer, table_tokenizer
+from lance_assets.table.columns import fragments_missing
+from lance_assets.tokens import bpe
+from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
+from lance_assets.tokens.tokenizers import load_tokenizer, table_tokenizer
 from lance_assets_tests.conftest import quiet
 
 
@@ -81,7 +81,7 @@ def test_sample_is_bounded_and_spread_over_the_corpus(bpe_root, tmp_path):
 
 
 def test_bad_filter_and_missing_dedup_are_clear_errors(tmp_path):
-    from lance_assets.corpus.ingest import ingest
+    from lance_assets.ingest.raw_text import ingest
 
     root = tmp_path / "data"
     ingest(root, "synthetic:100", log=quiet)
@@ -117,8 +117,8 @@ def test_token_ids_default_to_the_trained_bpe_and_sampler_can_decode(bpe_root, t
 
 
 def test_new_rows_do_not_mint_a_tokenizer_the_column_would_not_use(bpe_root, tmp_path):
-    from lance_assets.corpus.dedup import dedup_flag
-    from lance_assets.corpus.ingest import ingest
+    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.ingest.raw_text import ingest
 
     root = copy_root(bpe_root, tmp_path)
     first = bpe.train_bpe(root, compare_with=(), log=quiet)
@@ -151,7 +151,7 @@ def test_a_bpe_file_from_elsewhere_is_kept_next_to_the_table(bpe_root, tmp_path)
 
 CHILD = textwrap.dedent("""
     import sys, time
-    from lance_assets.corpus.tokenize import token_ids
+    from lance_assets.tokens.token_ids import token_ids
     from lance_assets.table import Table
 
     real_write, token_files = Table.write_fragments, []

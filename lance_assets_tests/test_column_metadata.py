@@ -11,9 +11,9 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.columns import is_written_marker
 from lance_assets.definitions import defs
 from lance_assets.defs.resources import LanceStore
+from lance_assets.table.columns import is_written_marker
 
 COLUMN_ASSETS = {"raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup",
                  "embeddings", "detected_language", "personal_data", "paragraph_dups",

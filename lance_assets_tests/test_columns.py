@@ -5,11 +5,11 @@ import pyarrow as pa
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.columns import fragments_missing, write_columns
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import data_files_by_field
+from lance_assets.table.columns import fragments_missing, write_columns
+from lance_assets.tokens.token_ids import token_ids
 from lance_assets_tests.conftest import quiet
 
 
@@ -91,9 +91,12 @@ def test_write_columns_commits_in_groups_and_checks_row_counts(root):
 def test_a_column_writer_before_any_ingest_says_to_materialize_raw_text(tmp_path, writer):
     """A column asset selected without `raw_text` (or run before it) names the fix, rather
     than surfacing Lance's 'dataset not found'."""
-    from lance_assets.corpus import dedup, near_dup, quality, tokenize
-    from lance_assets.forensics import embed
+    from lance_assets.curation import dedup_flag as dedup
+    from lance_assets.curation import near_dup
+    from lance_assets.curation import quality_signals as quality
+    from lance_assets.embeddings import embeddings as embed
     from lance_assets.table import TableMissingError
+    from lance_assets.tokens import token_ids as tokenize
 
     run = {"dedup_flag": lambda: dedup.dedup_flag(tmp_path),
            "quality_signals": lambda: quality.quality_signals(tmp_path),
@@ -117,7 +120,7 @@ def test_completeness_is_judged_by_the_write_marker_so_a_compaction_cannot_fake_
     """Fragment 0 of 4 written, then Lance's own compaction: the merged data file lists the
     column for every row (nulls where nothing was written), yet the rows stay unwritten and the
     next write fills them; the values written before are written again, equal."""
-    from lance_assets.corpus.columns import unwritten_rows
+    from lance_assets.table.columns import unwritten_rows
 
     ingest(root, "synthetic:200", rows_per_fragment=50, log=quiet)
     uri = paths.table_uri(root)

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.quality import quality_signals
+from lance_assets.curation.quality_signals import quality_signals
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import RAW_SCHEMA
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.fault_driver import run as run_writer
@@ -56,8 +56,8 @@ def test_maintenance_runs_next_to_the_column_writers(tmp_path):
     and over while the five column writers run as processes on a table of small fragments with
     deleted rows: every writer succeeds, and once maintenance has compacted the rest, the
     table holds the sequential result."""
-    from lance_assets.corpus.columns import is_written_marker, unwritten_rows
-    from lance_assets.corpus.maintenance import maintain
+    from lance_assets.table.columns import is_written_marker, unwritten_rows
+    from lance_assets.table.maintenance import maintain
 
     base = tmp_path / "base"
     ingest(base, "synthetic:2000", rows_per_fragment=100, rows_per_commit=300, log=quiet)
@@ -147,7 +147,7 @@ def test_same_column_written_twice_at_once_keeps_one_value_per_row(tmp_path):
 def write_parquet_source(folder: Path, rows: int = 20_000) -> Path:
     import pyarrow.parquet as pq
 
-    from lance_assets.corpus.synthetic import SyntheticSpec, generate
+    from lance_assets.ingest.synthetic import SyntheticSpec, generate
 
     folder.mkdir(parents=True)
     table = generate(SyntheticSpec(rows=rows, seed=11))
@@ -174,7 +174,7 @@ def test_an_ingest_frozen_before_its_commit_adds_nothing_twice_with_no_lock_at_a
     (SIGSTOP) inside its second commit while another ingest of the same source completes,
     then thawed, finds its commit rejected, plans again and adds nothing; every document is in
     the table once, with the ids of a single uninterrupted ingest."""
-    import lance_assets.corpus.ingest as ingest_module
+    import lance_assets.ingest.raw_text as ingest_module
     from lance_assets_tests.stall_driver import no_lock, start_frozen, table_rows
 
     root, source = tmp_path / "data", "synthetic:3000"

@@ -6,7 +6,7 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import rules
+from lance_assets.curation import rules
 from lance_assets.definitions import defs
 from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import LanceStore

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import contamination as cont
-from lance_assets.corpus import guards, rules
-from lance_assets.corpus.ingest import ingest
+from lance_assets.curation import contamination as cont
+from lance_assets.curation import guards, rules
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import data_files_by_field
 from lance_assets_tests.conftest import quiet
 

@@ -8,8 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import language, rules
-from lance_assets.corpus.ingest import ingest
+from lance_assets.curation import detected_language as language
+from lance_assets.curation import rules
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import data_files_by_field
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.multilingual import SENTENCES, documents

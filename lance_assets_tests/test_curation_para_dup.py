@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import para_dup
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
+from lance_assets.curation import paragraph_dups as para_dup
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets_tests.conftest import quiet
 
 

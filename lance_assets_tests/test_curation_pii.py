@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lance_assets import keys, paths
-from lance_assets.corpus import pii
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.tokenize import TokenizerMismatchError, token_ids
-from lance_assets.corpus.tokenizers import ByteTokenizer
+from lance_assets.curation import personal_data as pii
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import data_files_by_field, get_json_config
+from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
+from lance_assets.tokens.tokenizers import ByteTokenizer
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.pii_planted import GENERATORS, planted_documents
 

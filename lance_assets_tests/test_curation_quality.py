@@ -7,9 +7,9 @@ import pyarrow as pa
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import quality
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
+from lance_assets.curation import quality_signals as quality
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import data_files_by_field
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.curation_reference import reference_signals as reference

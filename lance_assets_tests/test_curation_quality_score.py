@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from lance_assets import keys, paths
-from lance_assets.corpus import quality_model as qm
-from lance_assets.corpus.ingest import ingest
-from lance_assets.forensics import embed
+from lance_assets.curation import quality_score as qm
+from lance_assets.embeddings import embeddings as embed
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import get_json_config
 from lance_assets_tests.conftest import quiet
 

@@ -7,11 +7,13 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import fts, guards, profile, quality, rules
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.near_dup import near_dup
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.curation import guards, profile, rules
+from lance_assets.curation import quality_signals as quality
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation.near_dup import near_dup
+from lance_assets.forensics import text_index as fts
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.tokens.token_ids import token_ids
 from lance_assets_tests.conftest import quiet
 
 # the synthetic generator's well-formed documents all open with this title
@@ -88,7 +90,7 @@ def test_broken_rules_are_named_with_the_fix(curated_root):
 def test_training_filter_follows_the_stored_rules(curated_root, tmp_path):
     import shutil
 
-    from lance_assets.corpus.predicate import safe_predicate
+    from lance_assets.curation.predicate import safe_predicate
     from lance_assets.table import Table
 
     root = tmp_path / "data"

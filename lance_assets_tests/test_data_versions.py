@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 from dagster._core.definitions.data_version import StaleStatus
 from dagster._utils.test.data_versions import get_stale_status_resolver  # what the UI asks
 
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
 from lance_assets.definitions import defs
 from lance_assets.defs.resources import LanceStore
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
 
 CONFIG = {"raw_text": {"config": {"rows_per_fragment": 100}}}
 

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import Table
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.fault_driver import EVAL_SET
@@ -131,8 +131,8 @@ def test_column_writer_killed_then_compacted_then_rerun_equals_uninterrupted(
     ours or Lance's own (what an operator or lancedb's optimize runs), must not turn the
     unwritten values into stored nulls that count as written: the rerun fills every row and
     the table equals an uninterrupted run's."""
-    from lance_assets.corpus.columns import is_written_marker, unwritten_rows
-    from lance_assets.corpus.maintenance import maintain
+    from lance_assets.table.columns import is_written_marker, unwritten_rows
+    from lance_assets.table.maintenance import maintain
 
     root = tmp_path / "data"
     shutil.copytree(world["embedded" if writer == "quality_score" else "raw"], root)

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import fts
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.forensics import embed
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.embeddings import embeddings as embed
+from lance_assets.embeddings.vector_index import vector_index
+from lance_assets.forensics import text_index as fts
 from lance_assets.forensics.__main__ import main as cli
 from lance_assets.forensics.attribution import Attributor
 from lance_assets.forensics.near_dups import semantic_near_dups
 from lance_assets.forensics.pinned import resolve_pin
 from lance_assets.forensics.search import MissingInputError, Searcher
-from lance_assets.forensics.vector_index import vector_index
+from lance_assets.ingest.raw_text import ingest
 from lance_assets_tests.conftest import quiet
 
 MAX_TOKENS = 32  # short inputs keep the test's embedding pass to seconds on 2 CPU cores

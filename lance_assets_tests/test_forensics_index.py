@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.ingest import ingest
-from lance_assets.forensics import chunks, embed
-from lance_assets.forensics import vector_index as vindex
+from lance_assets.embeddings import chunk_embeddings as chunks
+from lance_assets.embeddings import embeddings as embed
+from lance_assets.embeddings import vector_index as vindex
 from lance_assets.forensics.attribution import align, build_ngram_index, ngram_hashes, passages
 from lance_assets.forensics.search import rrf, snippet
 from lance_assets.forensics.words import text_words
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import data_files_by_field
 from lance_assets_tests.conftest import quiet
 

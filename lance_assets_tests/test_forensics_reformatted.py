@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.ingest import ingest
-from lance_assets.forensics import chunks, embed
-from lance_assets.forensics import vector_index as vindex
+from lance_assets.embeddings import chunk_embeddings as chunks
+from lance_assets.embeddings import embeddings as embed
+from lance_assets.embeddings import vector_index as vindex
 from lance_assets.forensics.__main__ import main as cli
 from lance_assets.forensics.attribution import PASSAGE_MIN_WORDS, Attributor
+from lance_assets.ingest.raw_text import ingest
 from lance_assets_tests import longdocs
 from lance_assets_tests.conftest import quiet
 

@@ -13,14 +13,14 @@ import lance
 import pyarrow as pa
 import pytest
 
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.fingerprint import data_version
-from lance_assets.corpus.forget import ForgetError, forget
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.maintenance import maintain
+from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.defs.training.assets import training_snapshot
 from lance_assets.defs.training.config import TrainConfig
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.table.fingerprint import data_version
+from lance_assets.table.forget import ForgetError, forget
+from lance_assets.table.maintenance import maintain
 from lance_assets_tests.conftest import quiet, write_fineweb_parquet
 
 

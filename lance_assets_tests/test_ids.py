@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lance_assets import paths
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.maintenance import maintain
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table, row_id_high_water
+from lance_assets.table.maintenance import maintain
 from lance_assets_tests.conftest import quiet
 
 

@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
+from lance_assets.tokens.token_ids import token_ids
 from lance_assets_tests.conftest import quiet
 
 COLUMNS = ["id", "text", "source", "source_part", "is_dup", "input_ids", "n_tokens"]
@@ -86,8 +86,8 @@ def test_rerun_with_nothing_new_adds_nothing(tmp_path):
 
 KILLER = textwrap.dedent("""
     import sys
-    from lance_assets.corpus.ingest import ingest
-    from lance_assets.corpus.tokenize import token_ids
+    from lance_assets.ingest.raw_text import ingest
+    from lance_assets.tokens.token_ids import token_ids
     root, src, what = sys.argv[1:4]
     if what == "ingest":
         ingest(root, src, rows_per_commit=32, rows_per_fragment=64, log=lambda m: None)
@@ -115,7 +115,7 @@ def kill_when(script, root, src, what, ready):
 
 
 def some_fragments_have(column):
-    from lance_assets.corpus.columns import fragments_missing
+    from lance_assets.table.columns import fragments_missing
 
     def ready(ds):
         if column not in ds.schema.names:

@@ -7,10 +7,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.dedup import dedup_flag, normalise
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.sources import SourceError
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
+from lance_assets.curation.dedup_flag import dedup_flag, normalise
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.sources import SourceError
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets_tests.conftest import quiet, write_fineweb_parquet
 
 

@@ -131,7 +131,7 @@ def where(imp: Import) -> str:
 
 
 def test_the_walk_sees_the_whole_package():
-    assert {"lance_assets.corpus.tokenize", "lance_assets.defs.corpus.assets",
+    assert {"lance_assets.tokens.token_ids", "lance_assets.defs.corpus.assets",
             "lance_assets.train.trainer", "lance_assets.keys"} <= KNOWN
     assert any(i.in_function for i in IMPORTS), "function-level imports are not collected"
 

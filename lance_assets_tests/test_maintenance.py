@@ -8,11 +8,11 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import fts
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.maintenance import maintain
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.forensics import text_index as fts
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.table.maintenance import maintain
 from lance_assets.table.snapshots import SnapshotError
 from lance_assets_tests.conftest import quiet
 
@@ -92,10 +92,10 @@ def test_columns_written_passes_without_a_quality_model_and_fails_on_unscored_ro
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lance_assets.corpus import quality_model
+    from lance_assets.curation import quality_score as quality_model
     from lance_assets.definitions import defs
     from lance_assets.defs.resources import LanceStore
-    from lance_assets.forensics import embed
+    from lance_assets.embeddings import embeddings as embed
     from lance_assets_tests.test_curation_quality_score import FeatureEmbedder
 
     key = dg.AssetKey("quality_score")

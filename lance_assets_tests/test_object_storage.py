@@ -23,11 +23,11 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from lance_assets import paths, storage
-from lance_assets.corpus.ingest import ingest, ingest_lock
 from lance_assets.definitions import defs
 from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import lance_store_from_env
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
+from lance_assets.ingest.raw_text import ingest, ingest_lock
 from lance_assets.table import Table
 from lance_assets.train import checkpoint, data
 
@@ -420,7 +420,7 @@ def test_local_roots_keep_resolving_to_absolute_paths(tmp_path, monkeypatch):
 
 
 def test_ingest_where_no_lease_is_possible_is_refused_unless_one_ingest_is_promised(monkeypatch):
-    from lance_assets.corpus.ingest import SINGLE_INGEST_ENV, ingest_lock
+    from lance_assets.ingest.raw_text import SINGLE_INGEST_ENV, ingest_lock
 
     monkeypatch.delenv(SINGLE_INGEST_ENV, raising=False)
     with pytest.raises(storage.StorageConfigError, match=SINGLE_INGEST_ENV), \

@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lance_assets.corpus.ingest import StalePlan, TableState, _append, ingest, normalise
-from lance_assets.corpus.maintenance import maintain
-from lance_assets.corpus.sources import SkipCounter
+from lance_assets.ingest.raw_text import StalePlan, TableState, _append, ingest, normalise
+from lance_assets.ingest.sources import SkipCounter
 from lance_assets.table import RAW_SCHEMA, Table
+from lance_assets.table.maintenance import maintain
 from lance_assets_tests.conftest import quiet, write_fineweb_parquet
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lance_assets"
@@ -32,16 +32,16 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "LANCE_ASSETS_EXECUTOR": "local"}
 
 WRITERS = {
     # writer: (call in a child process, the columns it writes)
-    "dedup_flag": ("from lance_assets.corpus.dedup import dedup_flag as w; "
+    "dedup_flag": ("from lance_assets.curation.dedup_flag import dedup_flag as w; "
                    "w(ROOT, fragments_per_commit=1, log=print)", ["is_dup"]),
-    "near_dup": ("from lance_assets.corpus.near_dup import near_dup as w; "
+    "near_dup": ("from lance_assets.curation.near_dup import near_dup as w; "
                  "w(ROOT, fragments_per_commit=1, log=print)",
                  ["near_dup", "near_dup_cluster", "minhash_bands"]),
-    "paragraph_dups": ("from lance_assets.corpus.para_dup import paragraph_dups as w; "
+    "paragraph_dups": ("from lance_assets.curation.paragraph_dups import paragraph_dups as w; "
                        "w(ROOT, fragments_per_commit=1, log=print)",
                        ["dup_paragraph_frac", "paragraph_hashes"]),
     # EVAL: an evaluation set holding some of the base corpus's texts (written by the test)
-    "contamination": ("from lance_assets.corpus import contamination as c; "
+    "contamination": ("from lance_assets.curation import contamination as c; "
                       "c.contamination(ROOT, [c.EvalSetSpec('ev', EVAL, 'question')], "
                       "fragments_per_commit=1, log=print)",
                       ["contaminated", "contaminated_with"]),
@@ -122,7 +122,7 @@ def test_dedup_flag_with_an_ingest_landing_right_after_its_hashing(tmp_path, mon
     copies lands (another process), then `dedup_flag` writes. Its run writes the version it
     hashed; the copies stay pending (null markers, never `is_dup = false`); one more run flags
     them all, equal to a clean run."""
-    from lance_assets.corpus import dedup
+    from lance_assets.curation import dedup_flag as dedup
 
     a, b = _sources(tmp_path)
     clean = tmp_path / "clean"
@@ -135,7 +135,7 @@ def test_dedup_flag_with_an_ingest_landing_right_after_its_hashing(tmp_path, mon
 
     def hash_then_let_an_ingest_land(ds, log=print):
         out = hashed(ds, log)
-        subprocess.run([sys.executable, "-c", "from lance_assets.corpus.ingest import ingest; "
+        subprocess.run([sys.executable, "-c", "from lance_assets.ingest.raw_text import ingest; "
                         f"ingest({str(root)!r}, {str(b)!r}, rows_per_fragment=100, "
                         "rows_per_commit=400, log=lambda m: None)"], env=ENV, check=True)
         return out
@@ -155,8 +155,8 @@ def test_quality_score_racing_an_ingest_trains_on_its_pinned_version_and_scores_
     """The model is trained on the labelled rows of the version `quality_score` pinned; rows
     ingested meanwhile (without embeddings yet) are pending, not a failure; after their
     embeddings and one more run, every row holds the stored model's score of its embedding."""
-    from lance_assets.corpus import quality_model
-    from lance_assets.forensics import embed
+    from lance_assets.curation import quality_score as quality_model
+    from lance_assets.embeddings import embeddings as embed
     from lance_assets_tests.test_curation_quality_score import FeatureEmbedder
 
     a, b = _sources(tmp_path)
@@ -165,7 +165,7 @@ def test_quality_score_racing_an_ingest_trains_on_its_pinned_version_and_scores_
     embed.embeddings(root, embedder=FeatureEmbedder(), fragments_per_commit=4, log=quiet)
     table = Table.of(root)
     pinned_at = table.newest().version
-    call = ("from lance_assets.corpus.quality_model import quality_score as w; "
+    call = ("from lance_assets.curation.quality_score import quality_score as w; "
             f"w({str(root)!r}, fragments_per_commit=1, log=print)")
     proc = subprocess.Popen([sys.executable, "-c", call], env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -227,7 +227,7 @@ def test_an_ingest_planned_before_an_append_that_was_deleted_again_plans_anew(tm
 def _ingest_loop_script(root: Path, folder: Path, seconds: float) -> str:
     return f"""
 import time, random
-from lance_assets.corpus.ingest import ingest
+from lance_assets.ingest.raw_text import ingest
 from lance_assets_tests.conftest import write_fineweb_parquet
 end, i = time.monotonic() + {seconds}, 0
 while time.monotonic() < end:
@@ -289,7 +289,7 @@ def test_zero_retention_next_to_ingests_and_column_writers_fails_no_run(tmp_path
     maint = subprocess.Popen([sys.executable, "-c", f"""
 import time
 from datetime import timedelta
-from lance_assets.corpus.maintenance import maintain
+from lance_assets.table.maintenance import maintain
 end = time.monotonic() + 40
 while time.monotonic() < end:
     maintain({str(root)!r}, keep_versions_for=timedelta(0), target_rows_per_fragment=400,
@@ -298,8 +298,8 @@ while time.monotonic() < end:
     ingests = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 35)],
                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        from lance_assets.corpus.dedup import dedup_flag
-        from lance_assets.corpus.near_dup import near_dup
+        from lance_assets.curation.dedup_flag import dedup_flag
+        from lance_assets.curation.near_dup import near_dup
 
         end = time.monotonic() + 30
         while time.monotonic() < end:
@@ -376,8 +376,8 @@ def _final_columns(root: Path) -> dict:
 
 
 def _writers(root: Path) -> None:
-    from lance_assets.corpus.dedup import dedup_flag
-    from lance_assets.corpus.near_dup import near_dup
+    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.curation.near_dup import near_dup
 
     dedup_flag(root, log=quiet)
     near_dup(root, log=quiet)
@@ -389,19 +389,19 @@ def test_a_mixed_run_keeps_every_row_once_and_every_value_equal_to_a_clean_run(t
     retention, a delete and a `forget`, all at once in separate processes (start times drawn
     from the seed): every expected row once, ids unique and equal to Lance's row ids (never
     reused), every marker true, every value equal to a clean sequential run's."""
-    from lance_assets.corpus.forget import forget
+    from lance_assets.table.forget import forget
 
     a, c = _mixed_sources(tmp_path)
     root = tmp_path / "mixed"
     rng = random.Random(seed)
-    ing = ("import time; time.sleep({d}); from lance_assets.corpus.ingest import ingest; "
+    ing = ("import time; time.sleep({d}); from lance_assets.ingest.raw_text import ingest; "
            "ingest({r!r}, {s!r}, rows_per_fragment=100, rows_per_commit=300, log=lambda m: None)")
-    writers = ("import time; time.sleep({d}); from lance_assets.corpus.dedup import dedup_flag; "
-               "from lance_assets.corpus.near_dup import near_dup\n"
+    writers = ("import time; time.sleep({d}); from lance_assets.curation.dedup_flag import dedup_flag; "
+               "from lance_assets.curation.near_dup import near_dup\n"
                "for _ in range(3):\n    dedup_flag({r!r}, log=lambda m: None); "
                "near_dup({r!r}, log=lambda m: None)")
     maint = ("import time; time.sleep({d}); from datetime import timedelta; "
-             "from lance_assets.corpus.maintenance import maintain\n"
+             "from lance_assets.table.maintenance import maintain\n"
              "for _ in range(4):\n    maintain({r!r}, keep_versions_for=timedelta(0), "
              "target_rows_per_fragment=300, log=lambda m: None)")
     scripts = {"ingest A": ing.format(d=rng.uniform(0, 1), r=str(root), s=str(a)),

@@ -19,13 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lance_assets import paths
-from lance_assets.corpus import rules as rules_lib
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
+from lance_assets.curation import rules as rules_lib
+from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.defs.curation.assets import curation_numbers
 from lance_assets.defs.metadata import null_share_metadata
 from lance_assets.defs.training.assets import MAX_CURVE_ROWS, loss_curve_records
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets_tests.conftest import quiet
 
 

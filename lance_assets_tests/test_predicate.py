@@ -3,8 +3,8 @@ accepted and rendered for both engines; everything else is refused with the inpu
 
 import pytest
 
-from lance_assets.corpus import rules
-from lance_assets.corpus.predicate import MAX_CHARS, Predicate, PredicateError, safe_predicate
+from lance_assets.curation import rules
+from lance_assets.curation.predicate import MAX_CHARS, Predicate, PredicateError, safe_predicate
 
 COLUMNS = ["id", "is_dup", "near_dup", "word_count", "score", "text", "n_chars"]
 QUALITY_COLUMNS = sorted({c for p in rules.DEFAULT_RULES.values() for c in

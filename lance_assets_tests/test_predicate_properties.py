@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lance_assets import paths
-from lance_assets.corpus import profile, rules
-from lance_assets.corpus.predicate import PredicateError, safe_predicate
+from lance_assets.curation import profile, rules
+from lance_assets.curation.predicate import PredicateError, safe_predicate
 
 ROWS = 40
 SETTINGS = settings(max_examples=80, deadline=None,

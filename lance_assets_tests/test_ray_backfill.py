@@ -15,19 +15,18 @@ import pytest
 
 import lance_assets_tests
 from lance_assets import paths
-from lance_assets.corpus import columns, executor
-from lance_assets.corpus import near_dup as nd
-from lance_assets.corpus.bpe import train_bpe
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.near_dup import near_dup
-from lance_assets.corpus.quality import FIELDS as SIGNAL_FIELDS
-from lance_assets.corpus.quality import fragment_signals, quality_signals
-from lance_assets.corpus.tokenize import token_ids
-from lance_assets.corpus.tokenizers import BPE_PREFIX, table_tokenizer
-from lance_assets.forensics.chunks import chunk_embeddings
-from lance_assets.forensics.embed import embeddings
-from lance_assets.table import Table
+from lance_assets.curation import near_dup as nd
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation.near_dup import near_dup
+from lance_assets.curation.quality_signals import FIELDS as SIGNAL_FIELDS
+from lance_assets.curation.quality_signals import fragment_signals, quality_signals
+from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
+from lance_assets.embeddings.embeddings import embeddings
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table, columns, executor
+from lance_assets.tokens.bpe import train_bpe
+from lance_assets.tokens.token_ids import token_ids
+from lance_assets.tokens.tokenizers import BPE_PREFIX, table_tokenizer
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.test_forensics_index import ClusteredEmbedder
 
@@ -251,7 +250,11 @@ def test_the_curation_taggers_on_ray_equal_the_local_ones(ray_address, raw, tmp_
     columns, then the union) and the quality score, as Ray tasks: the same table as locally."""
     import json
 
-    from lance_assets.corpus import contamination, language, para_dup, pii, quality_model
+    from lance_assets.curation import contamination
+    from lance_assets.curation import detected_language as language
+    from lance_assets.curation import paragraph_dups as para_dup
+    from lance_assets.curation import personal_data as pii
+    from lance_assets.curation import quality_score as quality_model
 
     texts = lance.dataset(paths.table_uri(raw)).to_table(columns=["text"]).column(0).to_pylist()
     evals = tmp_path / "evals.jsonl"

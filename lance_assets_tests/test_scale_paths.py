@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lance_assets import paths
-from lance_assets.corpus import dedup
-from lance_assets.corpus import near_dup as nd
-from lance_assets.corpus import synthetic_web as sw
-from lance_assets.corpus.columns import CommitPolicy, write_columns
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.sources import SourceError, resolve
+from lance_assets.curation import dedup_flag as dedup
+from lance_assets.curation import near_dup as nd
+from lance_assets.ingest import synthetic_web as sw
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.sources import SourceError, resolve
+from lance_assets.table.columns import CommitPolicy, write_columns
 from lance_assets_tests.conftest import quiet
 
 

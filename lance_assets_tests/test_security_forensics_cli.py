@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from lance_assets.corpus.ingest import ingest
+from lance_assets.ingest.raw_text import ingest
 from lance_assets_tests.conftest import quiet
 
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from lance_assets import paths
-from lance_assets.corpus.bpe import train_bpe
-from lance_assets.corpus.ingest import ingest
 from lance_assets.forensics import pinned
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.tokens.bpe import train_bpe
 from lance_assets.train.checkpoint import CheckpointError
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.test_checkpoint import WritesAMarker

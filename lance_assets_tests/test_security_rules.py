@@ -12,12 +12,12 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus import profile, rules
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.near_dup import near_dup
-from lance_assets.corpus.predicate import PredicateError, safe_predicate
-from lance_assets.corpus.quality import quality_signals
+from lance_assets.curation import profile, rules
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation.near_dup import near_dup
+from lance_assets.curation.predicate import PredicateError, safe_predicate
+from lance_assets.curation.quality_signals import quality_signals
+from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
 from lance_assets_tests.conftest import quiet
 
@@ -154,8 +154,8 @@ def test_training_filter_has_no_pasted_user_text(root):
 
 RUN_PREDICATE = textwrap.dedent("""
     import sys, lance
-    from lance_assets.corpus import rules
-    from lance_assets.corpus.predicate import PredicateError, safe_predicate
+    from lance_assets.curation import rules
+    from lance_assets.curation.predicate import PredicateError, safe_predicate
     ds = lance.dataset(sys.argv[1])
     text = sys.argv[2] if len(sys.argv) > 2 else sys.stdin.read()
     try:

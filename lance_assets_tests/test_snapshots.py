@@ -16,9 +16,9 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.tokens.token_ids import token_ids
 from lance_assets_tests.conftest import quiet
 from lance_assets_tests.test_cancel import processes_mentioning
 from lance_assets_tests.test_resume import steps_logged

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lance_assets import paths
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.sources import JSONL_PART_BYTES
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.ingest.sources import JSONL_PART_BYTES
 from lance_assets_tests.conftest import quiet
 
 

@@ -3,9 +3,9 @@ import pyarrow as pa
 import pytest
 
 from lance_assets import paths
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
-from lance_assets.corpus.tokenize import TokenizerMismatchError, token_ids
-from lance_assets.corpus.tokenizers import load_tokenizer, table_tokenizer
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
+from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
+from lance_assets.tokens.tokenizers import load_tokenizer, table_tokenizer
 from lance_assets_tests.conftest import quiet
 
 EDGE_CASES = ["", "a", "héllo wörld", "日本語のテキスト", "emoji 🧪🚀 and ZWJ 👩‍👩‍👧", "tab\tnew\nline\r\n",
@@ -40,7 +40,7 @@ def test_byte_tokens_are_utf8_bytes_of_a_sliced_array():
 
 
 def test_token_columns_and_tokenizer_recorded_in_table(root):
-    from lance_assets.corpus.ingest import ingest
+    from lance_assets.ingest.raw_text import ingest
 
     ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
     report, info, tokens = token_ids(root, "cl100k_base", log=quiet)

@@ -19,13 +19,13 @@ VAL_AT_100_MAX_SHARE = 0.35
 
 def test_demo_training_validation_loss_falls(tmp_path):
     """The demo's own run: default corpus, the `pretrained_model` asset's default flags."""
-    from lance_assets.corpus.bpe import train_bpe
-    from lance_assets.corpus.dedup import dedup_flag
-    from lance_assets.corpus.ingest import ingest
-    from lance_assets.corpus.near_dup import near_dup
-    from lance_assets.corpus.quality import quality_signals
-    from lance_assets.corpus.tokenize import token_ids
+    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.curation.near_dup import near_dup
+    from lance_assets.curation.quality_signals import quality_signals
     from lance_assets.defs.training.assets import TrainConfig, trainer_command
+    from lance_assets.ingest.raw_text import ingest
+    from lance_assets.tokens.bpe import train_bpe
+    from lance_assets.tokens.token_ids import token_ids
     from lance_assets_tests.conftest import quiet
 
     root = tmp_path / "data"

@@ -23,10 +23,10 @@ START=$(date +%s)
 import sys
 from pathlib import Path
 from lance_assets import paths
-from lance_assets.corpus.bpe import train_bpe
-from lance_assets.corpus.dedup import dedup_flag
-from lance_assets.corpus.ingest import ingest
-from lance_assets.corpus.tokenize import token_ids
+from lance_assets.tokens.bpe import train_bpe
+from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.ingest.raw_text import ingest
+from lance_assets.tokens.token_ids import token_ids
 
 root = Path(sys.argv[1])
 quiet = lambda _m: None

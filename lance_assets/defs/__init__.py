@@ -1,1 +1,2 @@
-"""Dagster definitions: thin assets over the library in ``lance_assets.corpus`` and the trainer."""
+"""Dagster definitions: thin assets over the library (``table``, ``ingest``, ``curation``,
+``tokens``, ``embeddings``, ``forensics``, ``ablation``) and the trainer."""

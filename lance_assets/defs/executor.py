@@ -20,7 +20,7 @@ from typing import Optional
 import dagster as dg
 from dagster_ray import Lifecycle, LocalRay, RayResource
 
-from lance_assets.corpus.executor import EXECUTOR_ENV, executor_name, runtime_env
+from lance_assets.table.executor import EXECUTOR_ENV, executor_name, runtime_env
 
 RAY_RESOURCE_KEY = "ray_cluster"
 

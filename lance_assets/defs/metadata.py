@@ -18,10 +18,10 @@ from typing import Union
 import dagster as dg
 import pyarrow as pa
 
-from lance_assets.corpus.columns import ColumnWriteReport
-from lance_assets.corpus.fingerprint import columns_fingerprint, index_state
-from lance_assets.corpus.profile import null_counts
+from lance_assets.curation.profile import null_counts
 from lance_assets.table import Table
+from lance_assets.table.columns import ColumnWriteReport
+from lance_assets.table.fingerprint import columns_fingerprint, index_state
 
 # The corpus table (``lance_store.table``), or anything ``Table.of`` takes (a data root).
 TableLike = Union[Table, str, os.PathLike]
@@ -108,7 +108,7 @@ def null_share_metadata(table: TableLike, columns: list[str]) -> dict[str, float
 
 # Data versions: what the UI's "stale" marks compare. An asset's data version names the Lance
 # table version it wrote or read and a fingerprint of its own output in the table
-# (``corpus/fingerprint.py``): "v12-3f9a2c1b0e11". A run that changed nothing reports the data
+# (``table/fingerprint.py``): "v12-3f9a2c1b0e11". A run that changed nothing reports the data
 # version it had, even when other writers moved the table on since, so nothing downstream is
 # marked stale (or re-run by automation) by a no-op.
 DATA_VERSION_TAG = "dagster/data_version"  # where Dagster keeps a materialization's data version

@@ -93,8 +93,8 @@ def check_version(table, version: int | None) -> None:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from lance_assets.corpus.predicate import PredicateError
-    from lance_assets.forensics.embed import EmbeddingMismatchError
+    from lance_assets.curation.predicate import PredicateError
+    from lance_assets.embeddings.embeddings import EmbeddingMismatchError
     from lance_assets.forensics.search import MissingInputError
     from lance_assets.table import TableMissingError
     from lance_assets.train.checkpoint import CheckpointError

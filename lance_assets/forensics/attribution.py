@@ -49,14 +49,15 @@ import lance
 import numpy as np
 
 from lance_assets import paths
-from lance_assets.forensics.chunks import (
+from lance_assets.embeddings.chunk_embeddings import (
     CHUNK_EMBEDDINGS,
     QueryChunks,
     read_chunk_vectors,
     shared_chunker,
     table_chunk_spec,
 )
-from lance_assets.forensics.embed import EMBEDDING, Embedder, read_embeddings, shared_embedder
+from lance_assets.embeddings.embeddings import EMBEDDING, Embedder, read_embeddings, shared_embedder
+from lance_assets.embeddings.vector_index import CHUNKS, current_settings, knn_ids
 from lance_assets.forensics.pinned import Pin, resolve_pin
 from lance_assets.forensics.search import (
     MissingInputError,
@@ -64,7 +65,6 @@ from lance_assets.forensics.search import (
     nearest,
     table_embedder,
 )
-from lance_assets.forensics.vector_index import CHUNKS, current_settings, knn_ids
 from lance_assets.forensics.words import TextWords, text_words, words
 from lance_assets.progress import progress
 from lance_assets.table import Table

@@ -17,7 +17,7 @@ from typing import Union
 
 import numpy as np
 
-from lance_assets.forensics.embed import DIM, EMBEDDING
+from lance_assets.embeddings.embeddings import DIM, EMBEDDING
 from lance_assets.forensics.pinned import Pin, resolve_pin
 from lance_assets.forensics.search import MissingInputError, and_filters, checked_filter, snippet
 from lance_assets.table import Table

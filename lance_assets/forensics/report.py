@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Union
 
 from lance_assets import paths, storage
+from lance_assets.embeddings.embeddings import EMBEDDING
 from lance_assets.forensics.attribution import Attribution, Attributor
-from lance_assets.forensics.embed import EMBEDDING
 from lance_assets.forensics.near_dups import NearDupReport, semantic_near_dups
 from lance_assets.forensics.pinned import Pin, resolve_pin
 from lance_assets.markdown import markdown_table

@@ -35,17 +35,17 @@ import pyarrow as pa
 from lancedb.rerankers import RRFReranker
 
 from lance_assets import paths
-from lance_assets.corpus import fts
-from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
-from lance_assets.forensics.embed import (
+from lance_assets.curation.predicate import Predicate, PredicateError, safe_predicate
+from lance_assets.embeddings.embeddings import (
     DEFAULT_MAX_TOKENS,
     EMBEDDING,
     Embedder,
     shared_embedder,
     table_embedding_spec,
 )
+from lance_assets.embeddings.vector_index import current_settings, nearest_arg
+from lance_assets.forensics import text_index as fts
 from lance_assets.forensics.pinned import Pin, max_id, resolve_pin
-from lance_assets.forensics.vector_index import current_settings, nearest_arg
 from lance_assets.table import Table
 
 RRF_K = 60

@@ -6,7 +6,7 @@ splits, joined with EOS and cut into blocks of ``seq_len + 1`` tokens. The valid
 frozen slice of ids (``id % val_mod = 0``), packed in storage order, identical every run.
 
 The split is the trainer's own: the user's ``--filter`` is parsed and checked against the
-table's columns (``lance_assets.corpus.predicate``), then joined to the split's predicate as a
+table's columns (``lance_assets.curation.predicate``), then joined to the split's predicate as a
 parsed tree, never by pasting text, so no filter can reach the other side of the split.
 """
 
@@ -23,7 +23,7 @@ import torch
 from lancedb.streaming import StreamingDataLoader, StreamingDataset
 
 from lance_assets import paths, storage
-from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
+from lance_assets.curation.predicate import Predicate, PredicateError, safe_predicate
 from lance_assets.keys import TOKENIZER_KEY
 from lance_assets.table import Table
 

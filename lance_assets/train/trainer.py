@@ -31,7 +31,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from lance_assets import paths, storage
-from lance_assets.corpus.predicate import PredicateError
+from lance_assets.curation.predicate import PredicateError
 from lance_assets.launch.signals import StopRequested
 from lance_assets.table import Table
 from lance_assets.train import checkpoint, data

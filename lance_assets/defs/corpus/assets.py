@@ -10,8 +10,8 @@ from typing import Optional
 import dagster as dg
 from dagster_ray import RayResource
 
-from lance_assets.corpus import bpe, dedup, ingest, profile, tokenize
-from lance_assets.corpus.tokenizers import load_bpe
+from lance_assets.curation import dedup_flag as dedup
+from lance_assets.curation import profile
 from lance_assets.defs.common import CORPUS_GROUP as GROUP
 from lance_assets.defs.common import PERSONAL_DATA, POOL, TABLE_TAGS
 from lance_assets.defs.conditions import ON_NEW_DATA
@@ -24,8 +24,12 @@ from lance_assets.defs.metadata import (
     table_metadata,
 )
 from lance_assets.defs.resources import LanceStore
+from lance_assets.ingest import raw_text as ingest
 from lance_assets.markdown import markdown_table
 from lance_assets.table import RAW_DESCRIPTIONS, RAW_SCHEMA
+from lance_assets.tokens import bpe
+from lance_assets.tokens import token_ids as tokenize
+from lance_assets.tokens.tokenizers import load_bpe
 
 RAW_TEXT_COLUMNS = column_schema(RAW_SCHEMA, RAW_DESCRIPTIONS)
 DEDUP_FLAG_COLUMNS = column_schema([dedup.IS_DUP], dedup.DESCRIPTIONS)

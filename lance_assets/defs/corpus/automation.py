@@ -10,9 +10,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from lance_assets.corpus.sources import FILE_SUFFIXES, SourceError, expand_paths
 from lance_assets.defs.common import RAW_TEXT
 from lance_assets.defs.resources import LanceStore
+from lance_assets.ingest.sources import FILE_SUFFIXES, SourceError, expand_paths
 
 CRON_ENV = "LANCE_ASSETS_INGEST_CRON"
 DEFAULT_CRON = "0 3 * * *"

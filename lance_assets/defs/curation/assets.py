@@ -14,10 +14,10 @@ import lance
 from dagster_ray import RayResource
 
 from lance_assets import paths, storage
-from lance_assets.corpus import fts, profile, quality
-from lance_assets.corpus import near_dup as near_dup_lib
-from lance_assets.corpus import rules as rules_lib
-from lance_assets.corpus.fingerprint import digest
+from lance_assets.curation import near_dup as near_dup_lib
+from lance_assets.curation import profile
+from lance_assets.curation import quality_signals as quality
+from lance_assets.curation import rules as rules_lib
 from lance_assets.defs.common import CURATION_GROUP as GROUP
 from lance_assets.defs.common import DEDUP_FLAG, POOL, RAW_TEXT, TABLE_TAGS, TOKEN_IDS
 from lance_assets.defs.conditions import ON_NEW_DATA
@@ -37,7 +37,9 @@ from lance_assets.defs.metadata import (
     index_data_version,
 )
 from lance_assets.defs.resources import LanceStore
+from lance_assets.forensics import text_index as fts
 from lance_assets.markdown import markdown_table, png_markdown
+from lance_assets.table.fingerprint import digest
 
 QUALITY_SIGNALS_COLUMNS = column_schema(quality.FIELDS, quality.DESCRIPTIONS)
 NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(near_dup_lib.MinHashSettings()),
@@ -119,7 +121,7 @@ class TextIndexConfig(dg.Config):
 def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance_store: LanceStore):
     """Lance full-text (BM25 inverted) index `text_fts` on `text`. The first run builds it; later
     runs add only the rows appended since. Query: `Table.of(root).newest().to_table(
-    full_text_query="telescope", limit=10)` or `lance_assets.corpus.fts.search`."""
+    full_text_query="telescope", limit=10)` or `lance_assets.forensics.text_index.search`."""
     report = fts.text_index(lance_store.root)
     hits = fts.search(lance_store.root, config.example_query, limit=5, columns=("id", "text"))
     example = [{"id": r["id"], "score": round(r["_score"], 3),
@@ -239,7 +241,7 @@ def curation_numbers(ds: lance.LanceDataset, ev: rules_lib.Evaluation,
 
 class ProfileConfig(dg.Config):
     queries_dir: str = ""
-    """Folder of .sql files to run (default: lance_assets/corpus/sql/profile in the package)."""
+    """Folder of .sql files to run (default: lance_assets/curation/sql/profile in the package)."""
 
 
 @dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS, *TAGGER_DEPS], group_name=GROUP,
@@ -251,7 +253,7 @@ def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
     bucket, length percentiles, duplicate rates, language (stop-word heuristic), tokens per
     document, near-duplicate clusters, rule hit counts, and a histogram of what curation keeps;
     detected languages, personal data, contamination, quality score and paragraph duplicates.
-    The queries are the .sql files in lance_assets/corpus/sql/profile: edit or add one."""
+    The queries are the .sql files in lance_assets/curation/sql/profile: edit or add one."""
     folder = Path(config.queries_dir) if config.queries_dir else profile.QUERIES_DIR
     prof = profile.profile(lance_store.root, folder)
     metadata: dict = {

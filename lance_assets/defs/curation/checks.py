@@ -1,12 +1,12 @@
 """Blocking checks on ``curation_rules``: when one fails, ``pretrained_model`` (downstream) does
-not run in that run. Each wraps a function of ``lance_assets.corpus.guards`` of the same name."""
+not run in that run. Each wraps a function of ``lance_assets.curation.guards`` of the same name."""
 
 from collections.abc import Callable
 
 import dagster as dg
 import lance
 
-from lance_assets.corpus import guards
+from lance_assets.curation import guards
 from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE
 from lance_assets.defs.curation.assets import curation_rules
 from lance_assets.defs.resources import LanceStore

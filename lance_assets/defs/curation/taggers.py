@@ -13,9 +13,11 @@ from typing import Optional
 import dagster as dg
 from dagster_ray import RayResource
 
-from lance_assets.corpus import contamination as contamination_lib
-from lance_assets.corpus import language, para_dup, pii
-from lance_assets.corpus import quality_model as quality_model_lib
+from lance_assets.curation import contamination as contamination_lib
+from lance_assets.curation import detected_language as language
+from lance_assets.curation import paragraph_dups as para_dup
+from lance_assets.curation import personal_data as pii
+from lance_assets.curation import quality_score as quality_model_lib
 from lance_assets.defs.common import CURATION_GROUP as GROUP
 from lance_assets.defs.common import EMBEDDINGS, POOL, RAW_TEXT, TABLE_TAGS
 from lance_assets.defs.conditions import ON_NEW_DATA

@@ -12,7 +12,6 @@ import dagster as dg
 from dagster_ray import RayResource
 
 from lance_assets import paths
-from lance_assets.corpus.fingerprint import digest
 from lance_assets.defs.common import FORENSICS_GROUP as GROUP
 from lance_assets.defs.common import POOL, RAW_TEXT, SAMPLES, TABLE_TAGS, TEXT_INDEX
 from lance_assets.defs.conditions import ON_NEW_DATA, on_new_data
@@ -25,9 +24,11 @@ from lance_assets.defs.metadata import (
     index_data_version,
 )
 from lance_assets.defs.resources import LanceStore
-from lance_assets.forensics import chunks, embed
-from lance_assets.forensics import vector_index as vindex
+from lance_assets.embeddings import chunk_embeddings as chunks
+from lance_assets.embeddings import embeddings as embed
+from lance_assets.embeddings import vector_index as vindex
 from lance_assets.markdown import markdown_table
+from lance_assets.table.fingerprint import digest
 
 EMBEDDINGS_COLUMNS = column_schema([embed.EMBEDDING], embed.DESCRIPTIONS)
 CHUNK_COLUMNS = column_schema([chunks.CHUNK_EMBEDDINGS], chunks.DESCRIPTIONS)

@@ -10,12 +10,12 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from lance_assets.corpus import quality_model
-from lance_assets.corpus.columns import unwritten_rows
+from lance_assets.curation import quality_score as quality_model
 from lance_assets.defs.common import COLUMN_ASSETS, QUALITY_SCORE
 from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE
 from lance_assets.defs.metadata import PINNED_ROWS_END, PINNED_VERSION
 from lance_assets.defs.resources import LanceStore
+from lance_assets.table.columns import unwritten_rows
 
 CHECK_NAME = "columns_written"
 # Column assets that may rightly write nothing on some tables: the reason, or None when the

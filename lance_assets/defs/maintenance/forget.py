@@ -4,8 +4,8 @@ metadata and a line of ``<data>/forget.log.jsonl``."""
 
 import dagster as dg
 
-from lance_assets.corpus.forget import ForgetError, forget
 from lance_assets.defs.resources import LanceStore
+from lance_assets.table.forget import ForgetError, forget
 
 
 class ForgetConfig(dg.Config):

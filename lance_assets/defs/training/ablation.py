@@ -17,8 +17,8 @@ import lance
 import pydantic
 
 from lance_assets import paths, storage
-from lance_assets.corpus import ablation, fingerprint
-from lance_assets.corpus.rules import curation_in_force
+from lance_assets.ablation import plan as ablation
+from lance_assets.curation.rules import curation_in_force
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.resources import LanceStore
@@ -26,7 +26,7 @@ from lance_assets.defs.training.assets import launch
 from lance_assets.defs.training.config import TrainConfig
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.markdown import line_plot_markdown
-from lance_assets.table import Table, snapshots
+from lance_assets.table import Table, fingerprint, snapshots
 from lance_assets.train import config as train_config
 
 ABLATION_TAG_PREFIX = "ablation-"

@@ -10,9 +10,7 @@ from typing import Optional
 import dagster as dg
 
 from lance_assets import paths, storage
-from lance_assets.corpus import maintenance
-from lance_assets.corpus.fingerprint import digest
-from lance_assets.corpus.rules import training_filter
+from lance_assets.curation.rules import training_filter
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA, training_condition
@@ -28,7 +26,8 @@ from lance_assets.launch.torchrun import (
     local_agent_threads,
 )
 from lance_assets.markdown import line_plot_markdown, markdown_table
-from lance_assets.table import Table, snapshots
+from lance_assets.table import Table, maintenance, snapshots
+from lance_assets.table.fingerprint import digest
 from lance_assets.train import checkpoint
 from lance_assets.train.config import to_flags
 

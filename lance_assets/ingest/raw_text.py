@@ -57,7 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets import paths, storage
-from lance_assets.corpus.sources import SkipCounter, SourceError, SourceUnit, parse_file_key, resolve
+from lance_assets.ingest.sources import SkipCounter, SourceError, SourceUnit, parse_file_key, resolve
 from lance_assets.progress import Progress, progress
 from lance_assets.table import RAW_SCHEMA, Table, row_id_high_water
 

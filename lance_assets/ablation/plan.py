@@ -35,10 +35,16 @@ from pathlib import Path
 import lance
 
 from lance_assets import paths
-from lance_assets.corpus.ablation_stats import HeldOut, Lead, Power, detectable_lead, paired_lead
-from lance_assets.corpus.fingerprint import digest
-from lance_assets.corpus.predicate import Predicate, PredicateError, safe_predicate
-from lance_assets.corpus.rules import NAME_RE, RuleProblem, combined_predicate, lance_problem, rule_predicates
+from lance_assets.ablation.stats import HeldOut, Lead, Power, detectable_lead, paired_lead
+from lance_assets.curation.predicate import Predicate, PredicateError, safe_predicate
+from lance_assets.curation.rules import (
+    NAME_RE,
+    RuleProblem,
+    combined_predicate,
+    lance_problem,
+    rule_predicates,
+)
+from lance_assets.table.fingerprint import digest
 
 HASH_MODULUS = 1_000_003  # a prime: (id % p) * m % p is a permutation of the residues
 HASH_MULTIPLIER = 7_919  # products stay far below 2**63 for any id

@@ -42,9 +42,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lance_assets import storage
-from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.keys import CONTAMINATION_KEY
 from lance_assets.table import Table, get_json_config
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
 
 NGRAM = 13
 NORMALISATION = 1  # bump when the normalisation or hashing changes: fingerprints change with it

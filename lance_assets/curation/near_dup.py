@@ -36,16 +36,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets.corpus.columns import (
+from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
+from lance_assets.keys import NEAR_DUP_KEY
+from lance_assets.table import Table, get_json_config
+from lance_assets.table.columns import (
     ColumnWriteReport,
     Staged,
     fragments_missing,
     pinned_rows_end,
     write_columns,
 )
-from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
-from lance_assets.keys import NEAR_DUP_KEY
-from lance_assets.table import Table, get_json_config
 
 NEAR_DUP_CLUSTER = pa.field("near_dup_cluster", pa.int64())
 NEAR_DUP = pa.field(NEAR_DUP_COLUMN, pa.bool_())

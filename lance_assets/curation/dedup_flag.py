@@ -23,9 +23,9 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys
-from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.progress import progress
 from lance_assets.table import Table
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
 
 IS_DUP = pa.field(keys.IS_DUP, pa.bool_())
 DESCRIPTIONS = {IS_DUP.name: "True when the whitespace-normalised text appeared at a smaller id."}

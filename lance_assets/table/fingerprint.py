@@ -4,7 +4,7 @@ when what it read changed.
 
 A column group's fingerprint hashes, fragment by fragment, the data files that hold the group
 and the fragment's deletion file. Column writes add new data files and never touch others
-(``corpus/columns.py``), so the fingerprint changes when this group gets values (new fragments,
+(``table/columns.py``), so the fingerprint changes when this group gets values (new fragments,
 a ``replace``), and stays put when rows are appended without the group or another group is
 written. Rewriting data files (compaction) changes it too: a false "changed" costs one no-op
 rerun downstream, while a false "unchanged" would hide stale data, so the hash errs that way.
@@ -63,7 +63,7 @@ def data_version(ds: lance.LanceDataset) -> str:
     (Lance's row-id counter), and how many rows each column group is unwritten for. A
     compaction, an index refresh or a config change leaves it as it is; an ingest, a delete or
     a column write changes it. Names a snapshot of the data (an unnamed ablation)."""
-    from lance_assets.corpus import columns
+    from lance_assets.table import columns
 
     unwritten = {m: columns.unwritten_rows(ds, group).unwritten_rows
                  for m, group in sorted(columns.marker_groups(ds).items())}

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import lance
 
-from lance_assets.corpus.predicate import Predicate, safe_predicate
-from lance_assets.corpus.profile import locked_connection
-from lance_assets.corpus.rules import RuleError, curation_in_force, rule_problems, validated_predicate
+from lance_assets.curation.predicate import Predicate, safe_predicate
+from lance_assets.curation.profile import locked_connection
+from lance_assets.curation.rules import RuleError, curation_in_force, rule_problems, validated_predicate
 
 
 @dataclass
@@ -116,7 +116,7 @@ def duplicate_rate_in_bounds(ds: lance.LanceDataset) -> Verdict:
 def contamination_not_kept(ds: lance.LanceDataset) -> Verdict:
     """No row the training filter keeps shares a 13-gram with a registered evaluation set, and
     none it keeps is unchecked while sets are registered."""
-    from lance_assets.corpus.contamination import registered_sets
+    from lance_assets.curation.contamination import registered_sets
 
     sets = registered_sets(ds)
     names = [s["name"] for s in sets]

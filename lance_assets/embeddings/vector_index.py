@@ -31,7 +31,7 @@ import lance
 import numpy as np
 
 from lance_assets import keys
-from lance_assets.forensics.embed import DIM, EMBEDDING
+from lance_assets.embeddings.embeddings import DIM, EMBEDDING
 from lance_assets.keys import VECTOR_INDEX_KEY
 from lance_assets.table import Table, get_json_config
 

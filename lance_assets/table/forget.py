@@ -33,15 +33,15 @@ import lance
 import numpy as np
 
 from lance_assets import paths, storage
-from lance_assets.corpus.maintenance import (
+from lance_assets.curation.predicate import PredicateError, safe_predicate
+from lance_assets.curation.rules import lance_problem
+from lance_assets.table import Table
+from lance_assets.table.maintenance import (
     SNAPSHOT_PREFIX,
     MaintenanceReport,
     cleanup_versions,
     compact_table,
 )
-from lance_assets.corpus.predicate import PredicateError, safe_predicate
-from lance_assets.corpus.rules import lance_problem
-from lance_assets.table import Table
 
 ABLATION_PREFIX = "ablation-"
 LOG_NAME = "forget.log.jsonl"

@@ -37,9 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys
-from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.corpus.executor import executor_name
-from lance_assets.forensics.embed import (
+from lance_assets.embeddings.embeddings import (
     DIM,
     EMBEDDING,
     MODEL_MAX_TOKENS,
@@ -52,6 +50,8 @@ from lance_assets.forensics.embed import (
     table_embedding_spec,
 )
 from lance_assets.table import Table, get_json_config
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
+from lance_assets.table.executor import executor_name
 
 DEFAULT_CHUNK_TOKENS = 128
 DEFAULT_OVERLAP_TOKENS = 32

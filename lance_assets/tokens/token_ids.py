@@ -34,15 +34,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets import keys
-from lance_assets.corpus.columns import (
+from lance_assets.curation.personal_data import PII_SPANS, PLACEHOLDERS, redact
+from lance_assets.table import Table, get_json_config
+from lance_assets.table.columns import (
     ColumnWriteReport,
     ensure_columns,
     fragments_missing,
     write_columns,
 )
-from lance_assets.corpus.executor import executor_name
-from lance_assets.corpus.pii import PII_SPANS, PLACEHOLDERS, redact
-from lance_assets.corpus.tokenizers import (
+from lance_assets.table.executor import executor_name
+from lance_assets.tokens.tokenizers import (
     BPE_PREFIX,
     TokenizerInfo,
     choose_tokenizer,
@@ -51,7 +52,6 @@ from lance_assets.corpus.tokenizers import (
     load_tokenizer,
     table_tokenizer,
 )
-from lance_assets.table import Table, get_json_config
 
 INPUT_IDS = pa.field(keys.INPUT_IDS, pa.list_(pa.int32()))
 N_TOKENS = pa.field(keys.N_TOKENS, pa.int32())

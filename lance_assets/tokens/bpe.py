@@ -37,7 +37,8 @@ from pathlib import Path
 import lance
 
 from lance_assets import paths, storage
-from lance_assets.corpus.tokenizers import (
+from lance_assets.table import Table
+from lance_assets.tokens.tokenizers import (
     EOS_TOKEN,
     FORMAT,
     PAD_TOKEN,
@@ -49,7 +50,6 @@ from lance_assets.corpus.tokenizers import (
     load_tokenizer,
     table_tokenizer,
 )
-from lance_assets.table import Table
 
 # GPT-4's (cl100k_base) pre-tokenization: contractions, words, 1-3 digit numbers, punctuation
 # runs, newlines, other whitespace. Merges never cross these chunk boundaries.
@@ -161,7 +161,7 @@ def _reusable(ds: lance.LanceDataset, spec: dict, stored: dict) -> str | None:
 def _check_filter(ds: lance.LanceDataset, where: str) -> str:
     """``where`` parsed against the table's columns and rendered for Lance (user text is
     never handed to Lance as typed); a clear error when it cannot run."""
-    from lance_assets.corpus.predicate import safe_predicate
+    from lance_assets.curation.predicate import safe_predicate
 
     try:
         lance_sql = safe_predicate(where, ds.schema.names).lance

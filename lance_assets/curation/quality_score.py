@@ -31,9 +31,9 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys, paths, storage
-from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.keys import QUALITY_MODEL_KEY
 from lance_assets.table import Table, get_json_config
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
 
 QUALITY_SCORE = pa.field("quality_score", pa.float32())
 DESCRIPTIONS = {QUALITY_SCORE.name: "Educational quality predicted from `embedding` by a linear "

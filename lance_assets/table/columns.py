@@ -56,9 +56,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.fragment import LanceFragment
 
-from lance_assets.corpus import executor as executors
 from lance_assets.progress import progress
 from lance_assets.table import Table, leaf_field_ids
+from lance_assets.table import executor as executors
 
 # compute(fragment) -> batches holding exactly the group's columns, one row per fragment row
 ComputeFn = Callable[[LanceFragment], Iterable[pa.RecordBatch]]

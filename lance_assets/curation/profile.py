@@ -1,6 +1,6 @@
 """Corpus EDA in SQL: DuckDB scans the Lance table through Arrow (no copy into another store).
 
-The queries are the ``.sql`` files in ``lance_assets/corpus/sql/profile/`` (or any folder passed
+The queries are the ``.sql`` files in ``lance_assets/curation/sql/profile/`` (or any folder passed
 as ``queries``): read them, change them, add one, and the next ``corpus_profile`` run shows it.
 Each query runs against a view ``corpus``: the Lance table's columns plus ``kept``, true where a
 row passes every curation rule in force. Rule hit counts are built from the rules themselves.
@@ -25,8 +25,8 @@ from typing import Union
 import duckdb
 import lance
 
-from lance_assets.corpus.predicate import Predicate
-from lance_assets.corpus.rules import combined_predicate, curation_in_force, rule_predicates
+from lance_assets.curation.predicate import Predicate
+from lance_assets.curation.rules import combined_predicate, curation_in_force, rule_predicates
 from lance_assets.table import Table
 
 QUERIES_DIR = Path(__file__).parent / "sql" / "profile"

@@ -70,7 +70,7 @@ def search(table: Union[Table, str, os.PathLike], query: str, *, filter: str | N
            limit: int = 10, columns: tuple[str, ...] = ("id", "url", "text")) -> pa.Table:
     """The ``limit`` best BM25 matches for ``query`` (with ``_score``), optionally only among
     rows passing ``filter`` (e.g. the training filter). ``table``: a ``Table`` or a data root."""
-    from lance_assets.corpus.predicate import safe_predicate
+    from lance_assets.curation.predicate import safe_predicate
 
     ds = Table.of(table).newest()
     if filter is not None:

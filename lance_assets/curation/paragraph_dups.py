@@ -27,14 +27,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets.corpus.columns import (
+from lance_assets.table import Table
+from lance_assets.table.columns import (
     ColumnWriteReport,
     Staged,
     fragments_missing,
     pinned_rows_end,
     write_columns,
 )
-from lance_assets.table import Table
 
 DUP_PARAGRAPH_FRAC = pa.field("dup_paragraph_frac", pa.float32())
 PARAGRAPH_HASHES = pa.field("paragraph_hashes", pa.list_(pa.int64()))

@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets.corpus.columns import ColumnWriteReport, write_columns
 from lance_assets.table import Table
+from lance_assets.table.columns import ColumnWriteReport, write_columns
 
 KINDS = ("email", "card", "ip", "phone")  # overlap priority, most specific first
 SPAN = pa.struct([pa.field("kind", pa.string()), pa.field("start", pa.int32()),

@@ -25,7 +25,7 @@ from typing import Union
 import lance
 import pyarrow.compute as pc
 
-from lance_assets.corpus.predicate import Predicate, PredicateError, combine, safe_predicate
+from lance_assets.curation.predicate import Predicate, PredicateError, combine, safe_predicate
 from lance_assets.keys import CURATION_KEY
 from lance_assets.table import Table, get_json_config
 
@@ -78,7 +78,7 @@ def tagger_rules(ds: lance.LanceDataset, *, keep_languages: list[str] | tuple[st
     - ``not_contaminated``: ``NOT contaminated`` when ``drop_contaminated``.
 
     A rule is added only once its column exists (the tagger has run); the note says so."""
-    from lance_assets.corpus.language import LANG, main_languages
+    from lance_assets.curation.detected_language import LANG, main_languages
 
     rules, notes = {}, []
     names = set(ds.schema.names)

@@ -43,9 +43,9 @@ from pathlib import Path
 import lance
 from lance.optimize import Compaction, RewriteResult
 
-from lance_assets.corpus.columns import incomplete_fragments
-from lance_assets.corpus.ingest import DEFAULT_ROWS_PER_FRAGMENT
+from lance_assets.ingest.raw_text import DEFAULT_ROWS_PER_FRAGMENT
 from lance_assets.table import Table
+from lance_assets.table.columns import incomplete_fragments
 from lance_assets.table.snapshots import DEFAULT_KEEP_UNNAMED_RUNS, SnapshotError  # noqa: F401
 
 SNAPSHOT_PREFIX = "train-"

