@@ -41,10 +41,10 @@ from lance_assets_tests.curation_reference import (
 def lsh_only_clusters(texts: list[str], settings) -> list[int]:
     """FineWeb's behaviour on a sample: every pair sharing a band is a duplicate (no Jaccard
     confirmation); clusters by union-find."""
-    from lance_assets.curation import near_dup as nd
+    from lance_assets.curation import minhash
 
-    doc, sh = nd.shingles(pa.array(texts), settings.ngram)
-    keys = nd.band_keys(nd.signatures(doc, sh, len(texts), settings), settings)
+    doc, sh = minhash.shingles(pa.array(texts), settings.ngram)
+    keys = minhash.band_keys(minhash.signatures(doc, sh, len(texts), settings), settings)
     has = np.bincount(doc, minlength=len(texts)) > 0
     parent = list(range(len(texts)))
 
@@ -90,6 +90,7 @@ def timed(fn, *args, **kwargs):
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from lance_assets.curation import minhash
     from lance_assets.curation import near_dup as nd
     from lance_assets.curation.dedup_flag import dedup_flag
 
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{len(ref_docs) / t_ref:,.0f} docs/s ({t_ref / t_vec:.1f}x)")
 
         # near-duplicates
-        settings = nd.MinHashSettings()
+        settings = minhash.MinHashSettings()
         (report, stats), t_nd = timed(nd.near_dup, root, settings, log=quiet)
         table = Table.of(root).newest().to_table(
             columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
@@ -173,8 +174,8 @@ def main(argv: list[str] | None = None) -> dict:
         sample = {i for k in chosen for i in pairs[k]}
         sample |= set(rng.choice(n, args.sample - len(sample), replace=False).tolist())
         sample = sorted(sample)[: args.sample]
-        doc, sh = nd.shingles(pa.array([texts[i] for i in sample]), settings.ngram)
-        sets = [set(s.tolist()) for s in nd.per_doc_sets(doc, sh, len(sample))]
+        doc, sh = minhash.shingles(pa.array([texts[i] for i in sample]), settings.ngram)
+        sets = [set(s.tolist()) for s in minhash.per_doc_sets(doc, sh, len(sample))]
         truth, t_bf = timed(brute_force_pairs, sets, 0.8)
         ours = precision_recall([clusters[i] for i in sample], truth)
         fineweb = precision_recall(lsh_only_clusters([texts[i] for i in sample], settings), truth)

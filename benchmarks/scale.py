@@ -115,16 +115,16 @@ def jaccard_truth(texts: list[str], kind: np.ndarray, source: np.ndarray) -> np.
     """True for each planted copy whose 5-gram Jaccard to its original is >= 0.8."""
     import pyarrow as pa
 
-    from lance_assets.curation import near_dup as nd
+    from lance_assets.curation import minhash
     from lance_assets.ingest import synthetic_web as sw
 
     copies = np.flatnonzero(kind != sw.ORIGINAL)
     truth = np.zeros(len(kind), dtype=bool)
     pair_texts = [texts[i] for i in copies] + [texts[int(source[i])] for i in copies]
-    doc, sh = nd.shingles(pa.array(pair_texts), 5)
-    sets = nd.per_doc_sets(doc, sh, len(pair_texts))
+    doc, sh = minhash.shingles(pa.array(pair_texts), 5)
+    sets = minhash.per_doc_sets(doc, sh, len(pair_texts))
     for k, i in enumerate(copies):
-        truth[i] = nd.jaccard(sets[k], sets[len(copies) + k]) >= 0.8
+        truth[i] = minhash.jaccard(sets[k], sets[len(copies) + k]) >= 0.8
     return truth
 
 

@@ -92,7 +92,7 @@ def test_a_column_writer_before_any_ingest_says_to_materialize_raw_text(tmp_path
     """A column asset selected without `raw_text` (or run before it) names the fix, rather
     than surfacing Lance's 'dataset not found'."""
     from lance_assets.curation import dedup_flag as dedup
-    from lance_assets.curation import near_dup
+    from lance_assets.curation import minhash, near_dup
     from lance_assets.curation import quality_signals as quality
     from lance_assets.embeddings import embeddings as embed
     from lance_assets.table import TableMissingError
@@ -100,7 +100,7 @@ def test_a_column_writer_before_any_ingest_says_to_materialize_raw_text(tmp_path
 
     run = {"dedup_flag": lambda: dedup.dedup_flag(tmp_path),
            "quality_signals": lambda: quality.quality_signals(tmp_path),
-           "near_dup": lambda: near_dup.near_dup(tmp_path, near_dup.MinHashSettings()),
+           "near_dup": lambda: near_dup.near_dup(tmp_path, minhash.MinHashSettings()),
            "token_ids": lambda: tokenize.token_ids(tmp_path, "byte"),
            "embeddings": lambda: embed.embeddings(tmp_path)}[writer]
     with pytest.raises(TableMissingError, match="Materialize `raw_text` first"):

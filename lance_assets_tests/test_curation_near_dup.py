@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lance_assets import paths
+from lance_assets.curation import minhash
 from lance_assets.curation import near_dup as nd
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
@@ -17,18 +18,18 @@ from lance_assets_tests.curation_reference import brute_force_pairs, plant_near_
 
 
 def shingle_sets(texts):
-    doc, sh = nd.shingles(pa.array(texts), 5)
-    return [set(s.tolist()) for s in nd.per_doc_sets(doc, sh, len(texts))]
+    doc, sh = minhash.shingles(pa.array(texts), 5)
+    return [set(s.tolist()) for s in minhash.per_doc_sets(doc, sh, len(texts))]
 
 
 def test_signature_agreement_estimates_jaccard():
     texts = generate(SyntheticSpec(rows=60, seed=9)).column("text").to_pylist()
     texts, pairs = plant_near_duplicates(texts, 0.5, seed=2, max_edits=6)
-    settings = nd.MinHashSettings()
-    doc, sh = nd.shingles(pa.array(texts), settings.ngram)
-    sig = nd.signatures(doc, sh, len(texts), settings)
-    sets = nd.per_doc_sets(doc, sh, len(texts))
-    errors = [abs(np.mean(sig[i] == sig[j]) - nd.jaccard(sets[i], sets[j])) for i, j in pairs]
+    settings = minhash.MinHashSettings()
+    doc, sh = minhash.shingles(pa.array(texts), settings.ngram)
+    sig = minhash.signatures(doc, sh, len(texts), settings)
+    sets = minhash.per_doc_sets(doc, sh, len(texts))
+    errors = [abs(np.mean(sig[i] == sig[j]) - minhash.jaccard(sets[i], sets[j])) for i, j in pairs]
     assert np.mean(errors) < 0.05  # 112 permutations: standard error ~0.04 near J = 0.8
 
 
@@ -95,4 +96,4 @@ def test_changed_settings_are_refused(tmp_path):
     ingest(root, "synthetic:100", log=quiet)
     nd.near_dup(root, log=quiet)
     with pytest.raises(nd.SettingsMismatchError, match="drop the columns"):
-        nd.near_dup(root, nd.MinHashSettings(bands=20, rows_per_band=5), log=quiet)
+        nd.near_dup(root, minhash.MinHashSettings(bands=20, rows_per_band=5), log=quiet)

@@ -15,6 +15,7 @@ import pytest
 
 import lance_assets_tests
 from lance_assets import paths
+from lance_assets.curation import minhash
 from lance_assets.curation import near_dup as nd
 from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.curation.near_dup import near_dup
@@ -150,7 +151,7 @@ def test_near_dup_on_ray_stops_at_a_failed_fragment_and_the_rerun_finishes_the_r
     task, the fragments before it are committed and none after it."""
     root = copy(raw, tmp_path, "near-dup-fail")
     uri = paths.table_uri(root)
-    settings = nd.MinHashSettings()
+    settings = minhash.MinHashSettings()
     table = Table.of(root)
     failing = columns.Staged(FailOn(2, nd.MinHashes(settings)),
                              nd.Clusterer(table, settings, nd.NearDupStats(),

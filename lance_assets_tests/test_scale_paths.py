@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lance_assets import paths
+from lance_assets.curation import band_index, minhash
 from lance_assets.curation import dedup_flag as dedup
 from lance_assets.curation import near_dup as nd
 from lance_assets.ingest import synthetic_web as sw
@@ -38,7 +39,7 @@ def test_band_index_keeps_the_first_document_of_every_key(batch_sizes, seed, key
     """Against a dict, over batches with repeated keys within and across batches, and with a
     table sized far too small (so it grows while adding)."""
     rng = np.random.default_rng(seed)
-    index = nd.BandIndex(expected_docs=1, bands=3)
+    index = band_index.BandIndex(expected_docs=1, bands=3)
     batches, next_id = [], 0
     for size in batch_sizes:
         ids = np.arange(next_id, next_id + size, dtype=np.int64) * 3 + 7
@@ -61,7 +62,7 @@ def test_band_index_adding_costs_the_batch_not_the_index():
     """Adding the same batch to a large index touches about as much memory as to a small one
     (the old index re-sorted every key it held on every batch)."""
     rng = np.random.default_rng(0)
-    index = nd.BandIndex(expected_docs=300_000, bands=14)
+    index = band_index.BandIndex(expected_docs=300_000, bands=14)
     batch = rng.integers(-2**62, 2**62, (2048, 14)).astype(np.int64)
     ids = np.arange(2048, dtype=np.int64)
     index.add(ids, ids, batch)
@@ -147,10 +148,10 @@ def test_web_generator_shape_determinism_and_ground_truth():
             assert dedup.normalise(a) == dedup.normalise(b)
         else:
             assert a != b
-    doc, sh = nd.shingles(pa.array([texts[i] for i in copies] +
-                                   [texts[plan.source[i]] for i in copies]), 5)
-    sets = nd.per_doc_sets(doc, sh, 2 * len(copies))
-    jac = np.array([nd.jaccard(sets[k], sets[len(copies) + k]) for k in range(len(copies))])
+    doc, sh = minhash.shingles(pa.array([texts[i] for i in copies] +
+                                        [texts[plan.source[i]] for i in copies]), 5)
+    sets = minhash.per_doc_sets(doc, sh, 2 * len(copies))
+    jac = np.array([minhash.jaccard(sets[k], sets[len(copies) + k]) for k in range(len(copies))])
     assert (jac[plan.kind[copies] == sw.NEAR] >= 0.8).mean() > 0.95
     assert (jac[plan.kind[copies] == sw.PARTIAL] < 0.8).mean() > 0.8
 
@@ -224,10 +225,10 @@ def test_write_columns_commits_in_time_batches_and_loses_at_most_one_group(tmp_p
 
 def reference_shingles(text: str, n: int = 5) -> set[int]:
     """One document's shingle set the slow way: words hashed one by one, windows rolled."""
-    words = [w for w in nd.simplify(pa.array([text])).to_pylist()[0].split() if w]
+    words = [w for w in minhash.simplify(pa.array([text])).to_pylist()[0].split() if w]
     if not words:
         return set()
-    hashes = [nd._blake(w) for w in words]
+    hashes = [minhash._blake(w) for w in words]
     windows = [hashes[i:i + n] for i in range(max(1, len(hashes) - n + 1))]
     out = set()
     mask = (1 << 64) - 1
@@ -236,7 +237,7 @@ def reference_shingles(text: str, n: int = 5) -> set[int]:
         for h in win:
             key = ((key ^ h) * 0x100000001B3) & mask
         key ^= key >> 29
-        key = (key * int(nd.MIX)) & mask
+        key = (key * int(minhash.MIX)) & mask
         out.add(key >> 32)
     return out
 
@@ -247,6 +248,6 @@ def reference_shingles(text: str, n: int = 5) -> set[int]:
 def test_shingle_stream_equals_word_by_word_hashing(texts):
     """Both paths (every document with 5+ words: rolled slices; some shorter: masked windows)
     give each document the set the definition gives."""
-    doc, sh = nd.shingle_stream(pa.array(texts), 5)
+    doc, sh = minhash.shingle_stream(pa.array(texts), 5)
     for i, text in enumerate(texts):
         assert set(sh[doc == i].tolist()) == reference_shingles(text)

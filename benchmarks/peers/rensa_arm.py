@@ -4,7 +4,7 @@
     python benchmarks/peers/rensa_arm.py TEXTS.parquet OUT.npy
 
 FineWeb's shingling as a rensa user writes it: the text simplified with the same pyarrow calls
-as ``near_dup.simplify`` (lowercase, punctuation and symbols removed, digits folded to 0),
+as ``minhash.simplify`` (lowercase, punctuation and symbols removed, digits folded to 0),
 split into words, word 5-grams joined as strings; then rensa's bulk APIs: RMinHash digests of
 112 permutations (``digest_matrix_from_token_sets``) and an LSH of 14 bands x 8
 (``insert_matrix_and_query_duplicate_flags``): a document is flagged when it shares a band with

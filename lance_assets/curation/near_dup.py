@@ -1,11 +1,11 @@
 """Near-duplicates with MinHash LSH: the ``near_dup_cluster``, ``near_dup`` and ``minhash_bands``
 columns.
 
-Settings follow FineWeb: text is simplified (lowercase, punctuation and symbols removed, digits
-folded to 0), cut into word 5-grams, and each document gets 112 MinHash values in 14 bands of 8.
-Two documents that share a band become candidates; a candidate pair is confirmed when the exact
-Jaccard similarity of their 5-gram sets is at least ``min_jaccard`` (0.8; 0 confirms every
-candidate, FineWeb's own behaviour). Confirmed pairs are joined into clusters.
+Candidates come from :mod:`lance_assets.curation.minhash` (FineWeb's settings: word 5-grams,
+112 MinHash values in 14 bands of 8; documents sharing a band are candidates, confirmed when the
+exact Jaccard similarity of their 5-gram sets is at least ``min_jaccard``); the band keys of
+every earlier document are looked up in a :class:`~lance_assets.curation.band_index.BandIndex`.
+Confirmed pairs are joined into clusters.
 
 - ``near_dup_cluster`` (int64): equal values form a cluster; the value is the smallest ``id``
   in the cluster when the document was written (a document with no near-duplicate is its own
@@ -18,17 +18,17 @@ candidate, FineWeb's own behaviour). Confirmed pairs are joined into clusters.
   recomputing every old signature. Null for a document with no words.
 
 Incremental like ``is_dup``: fragments lacking the columns are computed in id order, each
-against every document written before it; values already written never change. A new document
-that bridges two older clusters joins the smaller one; the older clusters are not merged (that
-would rewrite old values). The settings are stored in the table's config, and mixing settings in
-one column is refused.
+against every document written before it. Invariant: values already written never change, so a
+run costs its new rows (plus reading the stored keys), never a rewrite of old fragments. A new
+document that bridges two older clusters therefore joins the smaller one; the older clusters are
+not merged (that would rewrite old values). The settings are stored in the table's config, and
+mixing settings in one column is refused.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import lance
@@ -36,6 +36,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_assets.curation.band_index import BandIndex
+from lance_assets.curation.minhash import (
+    MinHashSettings,
+    band_keys,
+    jaccard,
+    per_doc_sets,
+    shingle_stream,
+    shingles,
+    signatures,
+)
 from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
 from lance_assets.keys import NEAR_DUP_KEY
 from lance_assets.table import Table, get_json_config
@@ -57,25 +67,6 @@ DESCRIPTIONS = {
                      "against them.",
 }
 BATCH_ROWS = 2048
-SHINGLES_PER_CHUNK = 1 << 12  # (permutations × shingles) chunks of ~4 MB: 2-3x faster than 30 MB
-MIX = np.uint64(0x9E3779B97F4A7C15)
-
-
-@dataclass(frozen=True)
-class MinHashSettings:
-    ngram: int = 5
-    bands: int = 14
-    rows_per_band: int = 8
-    seed: int = 1
-    min_jaccard: float = 0.8
-    version: int = 1  # bump when the hashing changes: old band keys would no longer match
-
-    @property
-    def num_perm(self) -> int:
-        return self.bands * self.rows_per_band
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def bands_field(settings: MinHashSettings) -> pa.Field:
@@ -90,274 +81,7 @@ class SettingsMismatchError(ValueError):
     pass
 
 
-# ---------------------------------------------------------------------------- shingles, MinHash
-
-def simplify(texts: pa.Array) -> pa.Array:
-    """Lowercase, drop punctuation and symbols, fold digits to 0 (FineWeb's simplify_text)."""
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks()
-    out = pc.utf8_lower(pc.cast(texts, pa.string()))
-    out = pc.replace_substring_regex(out, r"[\p{P}\p{S}]+", "")
-    return pc.replace_substring_regex(out, r"\p{Nd}+", "0")
-
-
-_WORD_CACHE: dict[str, int] = {}
-WORD_CACHE_MAX = 400_000  # ~50 MB; frequent words stay, the cache is emptied when full
-
-
-def _blake(w: str) -> int:
-    return int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
-
-
-def _word_hashes(words: pa.Array) -> np.ndarray:
-    """A stable 64-bit hash per word: blake2b over the distinct words of the batch, remembered
-    across batches (most words of a batch were seen in the one before)."""
-    enc = pc.dictionary_encode(words)
-    uniq = enc.dictionary.to_pylist()
-    cache = _WORD_CACHE
-    if len(cache) > WORD_CACHE_MAX:
-        cache.clear()
-    get = cache.get
-    values = [get(w) for w in uniq]
-    for i, v in enumerate(values):
-        if v is None:
-            values[i] = cache[uniq[i]] = _blake(uniq[i])
-    table = np.array(values, dtype=np.uint64) if values else np.zeros(0, np.uint64)
-    return table[enc.indices.to_numpy(zero_copy_only=False)]
-
-
-def shingle_stream(texts: pa.Array, ngram: int) -> tuple[np.ndarray, np.ndarray]:
-    """(document index, 32-bit shingle hash) for every word n-gram of every document, in
-    document order (a document's repeated n-grams repeat). A document shorter than ``n`` words
-    is one shingle of all its words; a document without words has none."""
-    n_docs = len(texts)
-    tokens = pc.utf8_split_whitespace(simplify(texts))
-    parents = pc.list_parent_indices(tokens).to_numpy(zero_copy_only=False)
-    flat = tokens.flatten()
-    keep = pc.greater(pc.utf8_length(flat), 0).to_numpy(zero_copy_only=False)
-    if not keep.all():
-        parents = parents[keep]
-        flat = flat.filter(pa.array(keep))
-    h = _word_hashes(flat)
-    n_words = np.bincount(parents, minlength=n_docs)
-    ends = np.cumsum(n_words)
-    if len(h) >= ngram and not ((n_words > 0) & (n_words < ngram)).any():
-        # the common case, every document with words has n or more: its windows are all whole
-        # and start at every word but its last n - 1, so contiguous slices, no gathers
-        span = len(h) - ngram + 1
-        rolled = np.zeros(span, dtype=np.uint64)
-        for j in range(ngram):
-            rolled ^= h[j:j + span]
-            rolled *= np.uint64(0x100000001B3)
-        valid = np.ones(len(h), dtype=bool)
-        last_words = ends[n_words > 0]
-        for k in range(1, ngram):
-            valid[last_words - k] = False
-        valid = valid[:span]
-        key = rolled[valid]
-        doc = parents[:span][valid]
-    else:
-        starts = ends - n_words
-        # windows starting at each word: valid if they end inside the document, or if the
-        # document is shorter than n and the window starts at its first word
-        pos = np.arange(len(h)) - starts[parents]
-        remaining = n_words[parents] - pos
-        valid = (remaining >= ngram) | ((n_words[parents] < ngram) & (pos == 0))
-        idx = np.flatnonzero(valid)
-        width = np.minimum(remaining[idx], ngram)
-        key = np.zeros(len(idx), dtype=np.uint64)
-        last = len(h) - 1
-        for j in range(ngram):
-            take = j < width
-            nxt = np.where(take, h[np.minimum(idx + j, last)], np.uint64(0))
-            key = np.where(take, (key ^ nxt) * np.uint64(0x100000001B3), key)
-        doc = parents[idx]
-    key ^= key >> np.uint64(29)
-    key *= MIX
-    return doc.astype(np.int64), key >> np.uint64(32)
-
-
-def shingles(texts: pa.Array, ngram: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`shingle_stream` as sets: sorted and unique per document (for Jaccard)."""
-    doc, sh = shingle_stream(texts, ngram)
-    composite = (doc.astype(np.uint64) << np.uint64(32)) | sh
-    composite = np.sort(composite)
-    composite = composite[np.r_[True, composite[1:] != composite[:-1]]]  # a set per document
-    return (composite >> np.uint64(32)).astype(np.int64), composite & np.uint64(0xFFFFFFFF)
-
-
-def _permutations(settings: MinHashSettings) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(settings.seed)
-    a = rng.integers(1, 1 << 63, settings.num_perm, dtype=np.uint64) | np.uint64(1)
-    b = rng.integers(0, 1 << 63, settings.num_perm, dtype=np.uint64)
-    return a, b
-
-
-def signatures(doc: np.ndarray, sh: np.ndarray, n_docs: int, settings: MinHashSettings) -> np.ndarray:
-    """MinHash values [n_docs, num_perm] (uint32; all-ones for a document without shingles).
-
-    Permutation i maps a shingle x to the high 32 bits of (a_i * x + b_i) mod 2**64
-    (multiply-shift hashing), and a document's value is the minimum over its shingles. ``doc``
-    must be non-decreasing; repeated shingles do not change a minimum, so sets are not needed.
-    The high 32 bits are monotone in the 64-bit value, so the minimum is taken over the 64-bit
-    values and shifted once per document (two passes over the big matrix fewer)."""
-    a, b = _permutations(settings)
-    sig = np.full((n_docs, settings.num_perm), np.uint32(0xFFFFFFFF), dtype=np.uint32)
-    if len(sh) == 0:
-        return sig
-    bounds = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]])  # first shingle of each doc
-    lo = 0
-    while lo < len(bounds):
-        # whole documents per chunk, about SHINGLES_PER_CHUNK shingles
-        start = bounds[lo]
-        hi = np.searchsorted(bounds, start + SHINGLES_PER_CHUNK, side="left")
-        hi = max(hi, lo + 1)
-        end = bounds[hi] if hi < len(bounds) else len(sh)
-        # permutations x shingles: each document's values are a contiguous run of every row,
-        # so the minimum is a contiguous reduction (1.7x faster than shingles x permutations)
-        vals = a[:, None] * sh[None, start:end]
-        vals += b[:, None]
-        heads = bounds[lo:hi] - start
-        sig[doc[bounds[lo:hi]]] = (np.minimum.reduceat(vals, heads, axis=1) >> np.uint64(32)).T
-        lo = hi
-    return sig
-
-
-def band_keys(sig: np.ndarray, settings: MinHashSettings) -> np.ndarray:
-    """[n_docs, bands] int64 keys: a hash of each band's rows, salted with the band index so
-    keys of different bands never meet."""
-    n = sig.shape[0]
-    rows = sig.reshape(n, settings.bands, settings.rows_per_band).astype(np.uint64)
-    key = np.broadcast_to((np.arange(settings.bands, dtype=np.uint64) + np.uint64(1)) * MIX,
-                          (n, settings.bands)).copy()
-    for r in range(settings.rows_per_band):
-        key = (key ^ rows[:, :, r]) * np.uint64(0x100000001B3)
-        key ^= key >> np.uint64(31)
-    return key.view(np.int64)
-
-
-def jaccard(a: np.ndarray, b: np.ndarray) -> float:
-    """Jaccard similarity of two sorted, unique shingle arrays."""
-    if len(a) == 0 and len(b) == 0:
-        return 1.0
-    inter = len(np.intersect1d(a, b, assume_unique=True))
-    return inter / (len(a) + len(b) - inter)
-
-
-# ---------------------------------------------------------------------------- the index of known keys
-
-EMPTY = np.int32(-1)
-MAX_LOAD = 0.6
-
-
-class BandIndex:
-    """Every band key seen so far -> the first document (smallest id) that had it.
-
-    An open-addressing hash table in numpy arrays (linear probing, vectorised over a batch of
-    keys), so adding a batch costs the batch, not the index: linear in the corpus overall. A
-    key maps to a *slot* in the per-document arrays ``ids`` / ``clusters``. Memory: 12 bytes per
-    table entry at most ``MAX_LOAD`` full, plus 16 bytes per document: ~300 bytes per document
-    with 14 bands. ``expected_docs`` sizes the table up front; past it, it doubles."""
-
-    def __init__(self, expected_docs: int = 0, bands: int = 14) -> None:
-        self.bands = bands
-        self.capacity = 0
-        self.entries = 0
-        self._resize(max(1024, int(expected_docs * bands / MAX_LOAD) + 1))
-        self.n_docs = 0
-        self._ids = np.empty(max(expected_docs, 1024), dtype=np.int64)
-        self._clusters = np.empty(max(expected_docs, 1024), dtype=np.int64)
-
-    @property
-    def ids(self) -> np.ndarray:
-        return self._ids[:self.n_docs]
-
-    @property
-    def clusters(self) -> np.ndarray:
-        return self._clusters[:self.n_docs]
-
-    def _home(self, keys: np.ndarray) -> np.ndarray:
-        # multiply-high onto [0, capacity): keys are hashes already; mixing once more keeps
-        # the slots uniform whatever their low bits do
-        mixed = (keys.view(np.uint64) * MIX) >> np.uint64(32)
-        return ((mixed * np.uint64(self.capacity)) >> np.uint64(32)).astype(np.int64)
-
-    def _resize(self, capacity: int) -> None:
-        old_keys = getattr(self, "_keys", None)
-        old_slots = getattr(self, "_slots", None)
-        self.capacity = int(capacity)
-        self._keys = np.zeros(self.capacity, dtype=np.int64)
-        self._slots = np.full(self.capacity, EMPTY, dtype=np.int32)
-        self.entries = 0
-        if old_keys is not None:
-            used = old_slots != EMPTY
-            self._insert(old_keys[used], old_slots[used])
-
-    def _find(self, keys: np.ndarray) -> np.ndarray:
-        """The slot each key maps to, or -1."""
-        out = np.full(len(keys), EMPTY, dtype=np.int32)
-        at = self._home(keys)
-        pending = np.arange(len(keys))
-        while len(pending):
-            pos = at[pending]
-            slot = self._slots[pos]
-            empty = slot == EMPTY
-            hit = ~empty & (self._keys[pos] == keys[pending])
-            out[pending[hit]] = slot[hit]
-            go_on = ~(empty | hit)
-            pending = pending[go_on]
-            at[pending] = (pos[go_on] + 1) % self.capacity
-        return out
-
-    def _insert(self, keys: np.ndarray, slots: np.ndarray) -> None:
-        """Insert keys that are absent and distinct."""
-        if self.entries + len(keys) > MAX_LOAD * self.capacity:
-            self._resize(max(2 * self.capacity, int((self.entries + len(keys)) / MAX_LOAD) + 1))
-        at = self._home(keys)
-        pending = np.arange(len(keys))
-        while len(pending):
-            pos = at[pending]
-            free = self._slots[pos] == EMPTY
-            # several keys may reach the same free position: the first of them takes it
-            taken, first = np.unique(pos[free], return_index=True)
-            winners = pending[np.flatnonzero(free)[first]]
-            self._keys[taken] = keys[winners]
-            self._slots[taken] = slots[winners]
-            placed = np.zeros(len(keys), dtype=bool)
-            placed[winners] = True
-            pending = pending[~placed[pending]]
-            at[pending] = (at[pending] + 1) % self.capacity
-        self.entries += len(keys)
-
-    def add(self, ids: np.ndarray, clusters: np.ndarray, keys: np.ndarray) -> None:
-        """Add documents (ids ascending, all larger than those already in) and their keys
-        ``[docs, bands]``; a key already known keeps its first document."""
-        n = len(ids)
-        if self.n_docs + n > len(self._ids):
-            grow = max(2 * len(self._ids), self.n_docs + n)
-            self._ids = np.resize(self._ids, grow)
-            self._clusters = np.resize(self._clusters, grow)
-        slots = np.arange(self.n_docs, self.n_docs + n, dtype=np.int32)
-        self._ids[self.n_docs:self.n_docs + n] = ids
-        self._clusters[self.n_docs:self.n_docs + n] = clusters
-        self.n_docs += n
-        flat = keys.reshape(-1)
-        new = self._find(flat) == EMPTY
-        # the first occurrence of each new key (row-major: the smallest id comes first)
-        uniq, first = np.unique(flat[new], return_index=True)
-        owner = np.repeat(slots, keys.shape[1])[np.flatnonzero(new)[first]]
-        self._insert(uniq, owner)
-
-    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For each key: found?, the first id that had it, that id's cluster."""
-        slot = self._find(keys.reshape(-1)).reshape(keys.shape)
-        found = slot != EMPTY
-        safe = np.where(found, slot, 0)
-        if self.n_docs == 0:
-            none = np.zeros(keys.shape, dtype=np.int64)
-            return found, none, none
-        return found, self.ids[safe], self.clusters[safe]
-
+# ---------------------------------------------------------------------------- the keys already written
 
 def load_index(ds: lance.LanceDataset, done_fragments: list, expected_new: int = 0,
                bands: int = 14, rows_end: int | None = None) -> BandIndex:
@@ -482,14 +206,10 @@ def assign(
     return cluster, flag
 
 
-def per_doc_sets(doc: np.ndarray, sh: np.ndarray, n_docs: int) -> list[np.ndarray]:
-    """Each document's slice of the output of ``shingles`` (sorted, unique)."""
-    cuts = np.searchsorted(doc, np.arange(n_docs + 1))
-    return [sh[cuts[i]:cuts[i + 1]] for i in range(n_docs)]
-
-
 def near_dup(
-    table: Table | str | Path, settings: MinHashSettings = MinHashSettings(), *,
+    table: Table | str | Path,
+    settings: MinHashSettings = MinHashSettings(),  # noqa: B008 - a frozen dataclass
+    *,
     fragments_per_commit: int | None = None, executor: str | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[ColumnWriteReport, NearDupStats]:

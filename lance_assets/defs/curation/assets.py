@@ -14,8 +14,8 @@ import lance
 from dagster_ray import RayResource
 
 from lance_assets import paths, storage
+from lance_assets.curation import minhash, profile
 from lance_assets.curation import near_dup as near_dup_lib
-from lance_assets.curation import profile
 from lance_assets.curation import quality_signals as quality
 from lance_assets.curation import rules as rules_lib
 from lance_assets.defs.common import CURATION_GROUP as GROUP
@@ -42,7 +42,7 @@ from lance_assets.markdown import markdown_table, png_markdown
 from lance_assets.table.fingerprint import digest
 
 QUALITY_SIGNALS_COLUMNS = column_schema(quality.FIELDS, quality.DESCRIPTIONS)
-NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(near_dup_lib.MinHashSettings()),
+NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(minhash.MinHashSettings()),
                                  near_dup_lib.DESCRIPTIONS)
 
 
@@ -89,7 +89,7 @@ def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_sto
     documents against). MinHash LSH with FineWeb's settings: word 5-grams, 14 bands x 8
     hashes; candidates confirmed by exact Jaccard. New documents are matched against old
     ones; old values are never rewritten."""
-    settings = near_dup_lib.MinHashSettings(min_jaccard=config.min_jaccard)
+    settings = minhash.MinHashSettings(min_jaccard=config.min_jaccard)
     report, stats = near_dup_lib.near_dup(lance_store.root, settings,
                                           fragments_per_commit=config.fragments_per_commit,
                                           executor=column_executor(context, config, ray_cluster),
