@@ -43,8 +43,10 @@ import pyarrow.parquet as pq
 
 from lance_assets import storage
 from lance_assets.keys import CONTAMINATION_KEY
+from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
+from lance_assets.table.producer import ColumnProducer, Json, Markdown, Produced, WriteOptions, setting
 
 NGRAM = 13
 NORMALISATION = 1  # bump when the normalisation or hashing changes: fingerprints change with it
@@ -128,9 +130,18 @@ def _sorted_isin(sorted_values: np.ndarray, h: np.ndarray) -> np.ndarray:
 class EvalSetSpec:
     """One registered set: a name (lowercase identifier), a file, the field with the text."""
 
-    name: str
-    path: str
-    text_field: str = "text"
+    name: str = setting(help="A lowercase identifier (it names the set's column: "
+                             "contam_<name>_<fingerprint>).")
+    path: str = setting(help="A .jsonl, .jsonl.gz or .parquet file (local path, or s3:// gs:// "
+                             "az://).")
+    text_field: str = setting("text", "The field holding each item's text.")
+
+
+@dataclass(frozen=True)
+class ContaminationSettings:
+    eval_sets: list[EvalSetSpec] = setting(
+        default_factory=list, help="The evaluation sets to check the corpus against. A set added "
+        "later is checked over the whole table; new rows are checked against every set.")
 
 
 @dataclass
@@ -440,3 +451,44 @@ def set_column_descriptions(ds: lance.LanceDataset) -> dict[str, str]:
                             f"evaluation set '{s['name']}' ({s['path']}, field "
                             f"'{s['text_field']}', fingerprint {s['fingerprint'][:12]}).")
     return out
+
+
+def write(table: Table, settings: ContaminationSettings, options: WriteOptions) -> Produced:
+    report = contamination(table, list(settings.eval_sets),
+                           fragments_per_commit=options.fragments_per_commit,
+                           executor=options.executor, log=options.log)
+    ds = table.newest()
+    written = set(report.new_columns) | {f.name for f in UNION_FIELDS
+                                         if report.union and not report.union.nothing_to_do}
+    if not written:  # a no-op run reports the columns it owns
+        written = {f.name for f in UNION_FIELDS}
+    union = report.union
+    return Produced(
+        write=union,
+        fields=[f for f in ds.schema if f.name in written],
+        descriptions=set_column_descriptions(ds),
+        # what it owns: the per-set columns of the registered sets and the union over them
+        owned=[f.name for f in UNION_FIELDS] + [s["column"] for s in report.sets],
+        skipped=None if union is not None else "no evaluation set to check",
+        summary={
+            "nothing_to_do": report.nothing_to_do,
+            "rows_written": sum(r.rows_written for r in [*report.per_set, union] if r is not None),
+            "eval_sets": Markdown(markdown_table([
+                {**{k: s[k] for k in ("name", "column", "items", "items_too_short", "ngrams")},
+                 "rows": report.rows_by_set.get(s["name"], 0)} for s in report.sets])
+                if report.sets else "no evaluation sets registered"),
+            "contaminated_rows": report.contaminated_rows,
+            "registry_changed": report.registry_changed,
+            "new_set_columns": Json(report.new_columns),
+        })
+
+
+PRODUCER = ColumnProducer(
+    name="contamination",
+    doc="Benchmark contamination: `contaminated` (bool) and `contaminated_with` (set names) mark "
+        "every document that shares a normalised word 13-gram with a registered evaluation set; "
+        "one `contam_<name>_<fingerprint>` column per set makes new sets and new rows "
+        "incremental. A blocking check on `curation_rules` stops training while a kept row is "
+        "contaminated.",
+    fields=UNION_FIELDS, descriptions=DESCRIPTIONS, write=write, settings=ContaminationSettings,
+    kinds=("lance", "numpy"), input_errors=(EvalSetError,))

@@ -25,7 +25,8 @@ import pyarrow as pa
 from lance_assets import keys
 from lance_assets.progress import progress
 from lance_assets.table import Table
-from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing
+from lance_assets.table.producer import ColumnProducer, produce
 
 IS_DUP = pa.field(keys.IS_DUP, pa.bool_())
 DESCRIPTIONS = {IS_DUP.name: "True when the whitespace-normalised text appeared at a smaller id."}
@@ -110,15 +111,34 @@ def dedup_flag(
     """Write ``is_dup`` for every fragment that lacks it, on one pinned version: the duplicate
     ids come from that version's rows, and only its fragments are written (rows ingested
     meanwhile wait for the next run, which sees them next to every earlier row)."""
-    table = Table.of(table)
+    return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
+                   log=log).write
 
-    def run(ds: lance.LanceDataset) -> ColumnWriteReport:
-        if IS_DUP.name in ds.schema.names and not fragments_missing(ds, [IS_DUP.name]):
-            dup_ids = np.zeros(0, np.int64)  # nothing to write: skip hashing the corpus
-        else:
-            dup_ids = duplicate_ids(ds, log)
-        return write_columns(table, [IS_DUP], DupFlags(dup_ids), pinned=ds,
-                             fragments_per_commit=fragments_per_commit, executor=executor,
-                             log=log)
 
-    return table.pinned(run, what="is_dup", log=log)
+def pinned_duplicate_ids(table: Table, ds: lance.LanceDataset, settings,
+                         log: Callable[[str], None]) -> np.ndarray:
+    """The state of one run: the duplicate ids of the pinned version (none to look for when
+    every fragment already holds ``is_dup``: the corpus is not hashed for nothing)."""
+    if IS_DUP.name in ds.schema.names and not fragments_missing(ds, [IS_DUP.name]):
+        return np.zeros(0, np.int64)
+    return duplicate_ids(ds, log)
+
+
+def flags(settings, dup_ids: np.ndarray) -> DupFlags:
+    return DupFlags(dup_ids)
+
+
+def summary(table: Table, report: ColumnWriteReport, settings) -> dict:
+    from lance_assets.curation.profile import flag_rate
+
+    return {"duplicate_rate": round(flag_rate(table, IS_DUP.name), 4)}
+
+
+PRODUCER = ColumnProducer(
+    name="dedup_flag",
+    doc="`is_dup` (bool): true for a document whose whitespace-normalised text appeared at a "
+        "smaller `id`. Every text hashed once on the pinned version, duplicates found by one "
+        "sort, written per fragment.",
+    fields=[IS_DUP], descriptions=DESCRIPTIONS, state=pinned_duplicate_ids, compute=flags,
+    summary=summary, reads={IS_DUP.name: [("raw_text", "text"), ("raw_text", "id")]},
+    group="corpus", kinds=("lance", "duckdb"))

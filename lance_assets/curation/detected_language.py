@@ -24,8 +24,10 @@ from typing import Union
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_assets.markdown import markdown_table
 from lance_assets.table import Table
-from lance_assets.table.columns import ColumnWriteReport, write_columns
+from lance_assets.table.columns import ColumnWriteReport
+from lance_assets.table.producer import ColumnProducer, Markdown, fixed, produce
 
 LANG = pa.field("lang", pa.string())
 LANG_SCORE = pa.field("lang_score", pa.float32())
@@ -75,12 +77,10 @@ def fragment_language(frag) -> Iterator[pa.RecordBatch]:
 def language_id(table: Union[Table, str, os.PathLike], *, fragments_per_commit: int | None = None,
                 executor: str | None = None,
                 log: Callable[[str], None] = print) -> ColumnWriteReport:
-    """Write ``lang`` and ``lang_score`` for every fragment that lacks them (``table``: a
-    ``Table`` or a data root)."""
-    table = Table.of(table)
-    table.newest()  # a clear error when raw_text has not run yet
-    return write_columns(table, FIELDS, fragment_language,
-                         fragments_per_commit=fragments_per_commit, executor=executor, log=log)
+    """Write ``lang`` and ``lang_score`` for every fragment of the newest version that lacks
+    them (``table``: a ``Table`` or a data root)."""
+    return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
+                   log=log).write
 
 
 def language_shares(ds) -> list[dict]:
@@ -102,3 +102,17 @@ def main_languages(ds, min_share: float) -> list[str]:
     ``min_share`` of the rows. Empty when ``lang`` has not been computed."""
     return sorted(r["lang"] for r in language_shares(ds)
                   if r["lang"] != UNDETERMINED and r["share"] >= min_share)
+
+
+def summary(table: Table, report: ColumnWriteReport, settings) -> dict:
+    shares = language_shares(table.newest())
+    return {"languages": Markdown(markdown_table(shares[:15])), "distinct_languages": len(shares)}
+
+
+PRODUCER = ColumnProducer(
+    name="detected_language",
+    doc="`lang` (ISO 639-1 code, 'und' when undetermined) and `lang_score` (share of the text in "
+        "that language), detected by CLD2 from `text` on every row, offline (the model is inside "
+        "the pycld2 wheel). Not the source's own `language` label. `curation_rules` keeps the "
+        "corpus's main languages by default.",
+    fields=FIELDS, descriptions=DESCRIPTIONS, compute=fixed(fragment_language), summary=summary)

@@ -56,6 +56,7 @@ from lance_assets.table.columns import (
     pinned_rows_end,
     write_columns,
 )
+from lance_assets.table.producer import ColumnProducer, Json, Produced, WriteOptions, setting
 
 NEAR_DUP_CLUSTER = pa.field("near_dup_cluster", pa.int64())
 NEAR_DUP = pa.field(NEAR_DUP_COLUMN, pa.bool_())
@@ -336,3 +337,40 @@ class Clusterer:
             yield pa.RecordBatch.from_arrays(
                 [pa.array(cluster, pa.int64()), pa.array(flag), bands],
                 schema=pa.schema(fields(settings)))
+
+
+@dataclass(frozen=True)
+class NearDupSettings:
+    min_jaccard: float = setting(
+        0.8, "A candidate pair (a shared LSH band) is confirmed when the exact Jaccard similarity "
+        "of its word 5-gram sets reaches this; 0 confirms every candidate (FineWeb's behaviour).")
+
+
+def write(table: Table, settings: NearDupSettings, options: WriteOptions) -> Produced:
+    from lance_assets.curation.profile import flag_rate
+
+    minhash = MinHashSettings(min_jaccard=settings.min_jaccard)
+    report, stats = near_dup(table, minhash, fragments_per_commit=options.fragments_per_commit,
+                             executor=options.executor, log=options.log)
+    return Produced(write=report, fields=fields(minhash), summary={
+        "candidate_pairs": stats.candidate_pairs,
+        "confirmed_pairs": stats.confirmed_pairs,
+        "new_rows_flagged": stats.flagged,
+        "new_rows_joining_old_clusters": stats.joined_old_clusters,
+        "near_dup_rate": round(flag_rate(table, NEAR_DUP.name), 4),
+        "settings": Json(minhash.to_dict()),
+    })
+
+
+PRODUCER = ColumnProducer(
+    name="near_dup",
+    doc="`near_dup_cluster` (int64: equal ids form a cluster), `near_dup` (bool: true for all but "
+        "the first document of a cluster) and `minhash_bands` (the LSH keys later runs match new "
+        "documents against). MinHash LSH with FineWeb's settings: word 5-grams, 14 bands x 8 "
+        "hashes; candidates confirmed by exact Jaccard. New documents are matched against old "
+        "ones; old values are never rewritten.",
+    fields=fields(MinHashSettings()), descriptions=DESCRIPTIONS, write=write,
+    settings=NearDupSettings, kinds=("lance", "numpy"),
+    reads={NEAR_DUP_CLUSTER.name: [("raw_text", "text"), ("raw_text", "id")],
+           NEAR_DUP.name: [("raw_text", "text"), ("raw_text", "id")],
+           "minhash_bands": [("raw_text", "text")]})

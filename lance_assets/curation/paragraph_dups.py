@@ -35,6 +35,7 @@ from lance_assets.table.columns import (
     pinned_rows_end,
     write_columns,
 )
+from lance_assets.table.producer import ColumnProducer, Produced, WriteOptions
 
 DUP_PARAGRAPH_FRAC = pa.field("dup_paragraph_frac", pa.float32())
 PARAGRAPH_HASHES = pa.field("paragraph_hashes", pa.list_(pa.int64()))
@@ -187,3 +188,23 @@ def paragraph_dups(root: Table | str | Path, *, fragments_per_commit: int | None
         return report, stats
 
     return table.pinned(run, what="paragraph_dups", log=log)
+
+
+def write(table: Table, settings, options: WriteOptions) -> Produced:
+    report, stats = paragraph_dups(table, fragments_per_commit=options.fragments_per_commit,
+                                   executor=options.executor, log=options.log)
+    return Produced(write=report, summary={
+        "new_rows_with_repeated_paragraphs": stats.get("with_repeated_paragraphs", 0),
+        "rows_with_half_repeated": table.newest().count_rows(
+            filter=f"{DUP_PARAGRAPH_FRAC.name} >= 0.5")})
+
+
+PRODUCER = ColumnProducer(
+    name="paragraph_dups",
+    doc="`dup_paragraph_frac`: the share of a document's paragraph characters in paragraphs "
+        "(normalised, hashed) that appeared in an earlier document, and `paragraph_hashes`, the "
+        "state later runs match new documents against. Order-dependent: hashing runs per fragment "
+        "(Ray tasks when asked), the comparison in id order; values already written never change.",
+    fields=FIELDS, descriptions=DESCRIPTIONS, write=write, kinds=("lance", "numpy"),
+    reads={DUP_PARAGRAPH_FRAC.name: [("raw_text", "text"), ("raw_text", "id")],
+           PARAGRAPH_HASHES.name: [("raw_text", "text")]})

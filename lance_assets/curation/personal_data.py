@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets.table import Table
-from lance_assets.table.columns import ColumnWriteReport, write_columns
+from lance_assets.table.columns import ColumnWriteReport
+from lance_assets.table.producer import ColumnProducer, fixed, produce
 
 KINDS = ("email", "card", "ip", "phone")  # overlap priority, most specific first
 SPAN = pa.struct([pa.field("kind", pa.string()), pa.field("start", pa.int32()),
@@ -179,10 +180,8 @@ def pii(table: Union[Table, str, os.PathLike], *, fragments_per_commit: int | No
         executor: str | None = None, log: Callable[[str], None] = print) -> ColumnWriteReport:
     """Write the PII counts and spans for every fragment that lacks them (``table``: a ``Table``
     or a data root)."""
-    table = Table.of(table)
-    table.newest()  # a clear error when raw_text has not run yet
-    return write_columns(table, FIELDS, fragment_pii,
-                         fragments_per_commit=fragments_per_commit, executor=executor, log=log)
+    return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
+                   log=log).write
 
 
 def redact(texts: pa.Array, spans: pa.Array) -> pa.Array:
@@ -211,3 +210,19 @@ def redact(texts: pa.Array, spans: pa.Array) -> pa.Array:
         pieces.append(text[pos:])
         out[i] = "".join(pieces)
     return pa.array(out, pa.string())
+
+
+def summary(table: Table, report: ColumnWriteReport, settings) -> dict:
+    """Rows holding at least one item of each kind."""
+    ds = table.newest()
+    return {f"rows_with_{kind}": ds.count_rows(filter=f"{field.name} > 0")
+            for kind, field in COUNT_FIELDS.items()}
+
+
+PRODUCER = ColumnProducer(
+    name="personal_data",
+    doc="Personal data in `text`: counts of e-mail addresses, phone numbers, IP addresses and "
+        "Luhn-checked payment card numbers (`pii_*_count`), and their character spans "
+        "(`pii_spans`). The text never changes; `token_ids` with `redact_pii: true` tokenizes it "
+        "with the spans replaced by placeholders.",
+    fields=FIELDS, descriptions=DESCRIPTIONS, compute=fixed(fragment_pii), summary=summary)

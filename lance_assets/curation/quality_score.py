@@ -32,8 +32,10 @@ import pyarrow as pa
 
 from lance_assets import keys, paths, storage
 from lance_assets.keys import QUALITY_MODEL_KEY
+from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
+from lance_assets.table.producer import ColumnProducer, FilePath, Markdown, Produced, WriteOptions, setting
 
 QUALITY_SCORE = pa.field("quality_score", pa.float32())
 DESCRIPTIONS = {QUALITY_SCORE.name: "Educational quality predicted from `embedding` by a linear "
@@ -282,3 +284,53 @@ def _quality_score(table: Table, ds: lance.LanceDataset, label: str, threshold: 
                                  log=log)
     report.write.duration_s = time.perf_counter() - start
     return report
+
+
+@dataclass(frozen=True)
+class QualityScoreSettings:
+    label: str = setting("score", "The numeric column to learn from (FineWeb-Edu's `score`, 0-5).")
+    threshold: float = setting(3.0, "`label >= threshold` is the positive class for accuracy / F1 "
+                                    "(FineWeb-Edu uses 3).")
+    ridge: float = setting(1.0, "L2 penalty of the ridge regression.")
+    retrain: bool = setting(False, "Train again on the labelled rows of now; a different model "
+                                   "re-scores every row.")
+
+
+def write(table: Table, settings: QualityScoreSettings, options: WriteOptions) -> Produced:
+    report = quality_score(table, label=settings.label, threshold=settings.threshold,
+                           ridge=settings.ridge, retrain=settings.retrain,
+                           fragments_per_commit=options.fragments_per_commit,
+                           executor=options.executor, log=options.log)
+    if report.write is None:
+        return Produced(write=None, skipped=report.skipped)
+    held = report.model.get("heldout", {})
+    return Produced(write=report.write, summary={
+        "trained": report.trained,
+        "model_sha256": report.model["sha256"],
+        "model_file": FilePath(str(model_path(table.root, report.model["sha256"]))),
+        "heldout_rows": held.get("rows", 0),
+        "heldout_mae": held.get("mae"),
+        "heldout_mae_of_mean_baseline": held.get("mae_of_mean_baseline"),
+        "heldout_accuracy": held.get("accuracy"),
+        "heldout_f1": held.get("f1"),
+        "metrics": Markdown(markdown_table([
+            {"split": name, **report.model.get(name, {})} for name in ("train", "heldout")])),
+    })
+
+
+def lineage(settings: QualityScoreSettings) -> dict:
+    reads = [("embeddings", "embedding")]
+    return {QUALITY_SCORE.name: reads + [("raw_text", settings.label)]
+            if settings.label == "score" else reads}
+
+
+PRODUCER = ColumnProducer(
+    name="quality_score",
+    doc="`quality_score` (float32): a linear (ridge) head on `embedding` trained on the rows that "
+        "carry a label (FineWeb-Edu's `score`), the FineWeb-Edu recipe. A tenth of the labelled "
+        "rows, chosen by id hash, is held out: its MAE, accuracy, precision, recall and F1 at the "
+        "threshold are shown here. The model is DATA/models/quality/<sha256>.json, named in the "
+        "table's config; later runs score new rows with it.",
+    fields=[QUALITY_SCORE], descriptions=DESCRIPTIONS, write=write, settings=QualityScoreSettings,
+    reads=lineage, deps=("raw_text", "embeddings"), kinds=("lance", "numpy"),
+    not_computed=not_computed, input_errors=(QualityModelError,))

@@ -22,8 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_assets.markdown import markdown_table
 from lance_assets.table import Table
-from lance_assets.table.columns import ColumnWriteReport, write_columns
+from lance_assets.table.columns import ColumnWriteReport
+from lance_assets.table.producer import ColumnProducer, Markdown, fixed, produce
 
 # What a word is trimmed of (ASCII punctuation plus common typographic marks).
 PUNCTUATION = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~“”‘’«»…–—·•"
@@ -258,10 +260,8 @@ def quality_signals(
 ) -> ColumnWriteReport:
     """Write every quality signal column for each fragment that lacks them (``table``: a
     ``Table`` or a data root)."""
-    table = Table.of(table)
-    table.newest()  # a clear error when raw_text has not run yet
-    return write_columns(table, FIELDS, fragment_signals, fragments_per_commit=fragments_per_commit,
-                         executor=executor, log=log)
+    return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
+                   log=log).write
 
 
 def signal_summary(table: Union[Table, str, os.PathLike]) -> list[dict]:
@@ -286,3 +286,18 @@ def signal_summary(table: Union[Table, str, os.PathLike]) -> list[dict]:
         out.append({"signal": s.name, "p10 / p50 / p90": shown, "definition": s.definition,
                     "rule": s.source})
     return out
+
+
+def summary(table: Table, report: ColumnWriteReport, settings) -> dict:
+    return {"signals": Markdown(markdown_table(signal_summary(table)))}
+
+
+PRODUCER = ColumnProducer(
+    name="quality_signals",
+    doc="Per-document statistics from the Gopher, C4 and FineWeb quality rules, one column each "
+        "(`word_count`, `mean_word_length`, `symbol_word_ratio`, `stop_word_count`, "
+        "`terminal_punct_line_share`, `dup_line_char_share`, `top_2gram_char_share`, ...). "
+        "Computed per fragment with pyarrow.compute and numpy; curation rules are SQL over these "
+        "columns.",
+    fields=FIELDS, descriptions=DESCRIPTIONS, compute=fixed(fragment_signals), summary=summary,
+    kinds=("lance", "numpy"))

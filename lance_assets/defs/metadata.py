@@ -21,7 +21,7 @@ import pyarrow as pa
 from lance_assets.curation.profile import null_counts
 from lance_assets.table import Table
 from lance_assets.table.columns import ColumnWriteReport
-from lance_assets.table.fingerprint import columns_fingerprint, index_state
+from lance_assets.table.fingerprint import columns_fingerprint, digest, index_state
 
 # The corpus table (``lance_store.table``), or anything ``Table.of`` takes (a data root).
 TableLike = Union[Table, str, os.PathLike]
@@ -127,12 +127,14 @@ def data_version(context: dg.AssetExecutionContext, version: int | None,
 
 
 def column_data_version(context: dg.AssetExecutionContext, table: TableLike,
-                        columns: dg.TableSchema | Iterable[str]) -> dg.DataVersion:
+                        columns: dg.TableSchema | Iterable[str], salt: str = "") -> dg.DataVersion:
     """The data version of a column asset: the table version now and the data files that hold
-    its ``columns`` (changed only by writes of these columns)."""
+    its ``columns`` (changed only by writes of these columns); ``salt``: the producer's version,
+    so a new version of the code that wrote the same files is a new data version."""
     names = [c.name for c in columns.columns] if isinstance(columns, dg.TableSchema) else list(columns)
     ds = Table.of(table).newest()
-    return data_version(context, ds.version, columns_fingerprint(ds, names))
+    fingerprint = columns_fingerprint(ds, names)
+    return data_version(context, ds.version, digest([salt, fingerprint]) if salt else fingerprint)
 
 
 def index_data_version(context: dg.AssetExecutionContext, table: TableLike,

@@ -30,7 +30,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Union
+from typing import Optional, Union
 
 import lance
 import numpy as np
@@ -49,9 +49,11 @@ from lance_assets.embeddings.embeddings import (
     shared_embedder,
     table_embedding_spec,
 )
+from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.table.executor import executor_name
+from lance_assets.table.producer import ColumnProducer, Markdown, Produced, WriteOptions, setting
 
 DEFAULT_CHUNK_TOKENS = 128
 DEFAULT_OVERLAP_TOKENS = 32
@@ -340,3 +342,47 @@ class QueryChunks:
         """(character ranges of the text's chunks, their (chunks, 384) unit vectors)."""
         spans = self.chunker.spans([text])[0]
         return spans, self.embedder.encode([text[s:e] for s, e in spans])
+
+
+@dataclass(frozen=True)
+class ChunkEmbeddingsSettings:
+    chunk_tokens: int = setting(
+        DEFAULT_CHUNK_TOKENS, "The model's window per chunk in word pieces, [CLS] and [SEP] "
+        "included (3-256). At the `embeddings` asset's `max_tokens` (128), each document's first "
+        "chunk is copied from `embedding` instead of being embedded again.")
+    overlap_tokens: int = setting(DEFAULT_OVERLAP_TOKENS, "Word pieces shared by consecutive "
+                                  "chunks, so a passage is whole in at least one chunk.")
+    batch_size: int = setting(0, "Chunks per forward pass; 0 = 64 on CPU, 256 on GPU.")
+    device: Optional[str] = setting(None, "`cpu`, `cuda`, `cuda:1`...; default: a GPU when "
+                                          "present.")
+
+
+def write(table: Table, settings: ChunkEmbeddingsSettings, options: WriteOptions) -> Produced:
+    report = chunk_embeddings(
+        table, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens,
+        batch_size=settings.batch_size or None, device=settings.device,
+        fragments_per_commit=options.fragments_per_commit, executor=options.executor,
+        log=options.log)
+    return Produced(write=report, summary={
+        "docs_per_s": round(report.docs_per_s, 1),
+        "chunks_embedded": report.chunks_embedded,
+        "chunks_copied_from_embedding": report.chunks_reused,
+        "chunks_per_doc": round((report.chunks_embedded + report.chunks_reused)
+                                / report.rows_written, 2) if report.rows_written else 0.0,
+        "device": report.device or "(model not loaded: nothing to embed)",
+        "model_load_s": round(report.model_load_s, 2),
+        "chunking": Markdown(markdown_table([report.spec or {}])),
+    })
+
+
+PRODUCER = ColumnProducer(
+    name="chunk_embeddings",
+    doc="`chunk_embeddings` (list<fixed_size_list<float32, 384>>): one all-MiniLM-L6-v2 vector "
+        "per overlapping chunk of `text`, so meaning reaches the whole document (a multivector "
+        "column, searched by MaxSim). The chunking is recorded in the table's config and queries "
+        "are cut the same way; each first chunk is copied from `embedding`. Per fragment, "
+        "checkpointed, on a GPU when present.",
+    fields=[CHUNK_EMBEDDINGS], descriptions=DESCRIPTIONS, write=write,
+    settings=ChunkEmbeddingsSettings, deps=("raw_text", "embeddings"),
+    reads={CHUNK_EMBEDDINGS.name: [("raw_text", "text"), ("embeddings", "embedding")]},
+    group="forensics", kinds=("lance", "pytorch"), fragments_per_commit=1)

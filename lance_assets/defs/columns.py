@@ -1,0 +1,176 @@
+"""Every column asset, made from its library declaration (``lance_assets.table.producer``).
+
+``column_asset(producer)`` is the one factory: the asset takes the producer's name, docstring,
+deps, group, kinds and code version, and gets what every column asset has: the ``lance_corpus``
+pool, the Ray resource and the ``executor`` setting, ``fragments_per_commit``, the
+``ON_NEW_DATA`` automation condition, the declared ``dagster/column_schema``
+and column lineage, the shared write metadata (``column_write_metadata``), a data version from
+the files holding its columns and the producer's version, and the blocking ``columns_written``
+check. The run config is ``ColumnConfig`` plus the producer's own settings, with their help as
+descriptions.
+
+The assets are found, not listed: ``producers()`` walks the library for ``PRODUCER``
+declarations, so a new column is one library file (docs/write-a-tagger.md).
+"""
+
+from dataclasses import MISSING
+from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
+
+import dagster as dg
+import pydantic
+from dagster_ray import RayResource
+
+from lance_assets.defs.common import POOL, TABLE_TAGS
+from lance_assets.defs.conditions import ON_NEW_DATA
+from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
+from lance_assets.defs.maintenance.checks import coverage_check
+from lance_assets.defs.metadata import column_data_version, column_schema, column_write_metadata
+from lance_assets.defs.resources import LanceStore
+from lance_assets.table.producer import (
+    ColumnProducer,
+    FilePath,
+    Json,
+    Markdown,
+    Produced,
+    produce,
+    producers,
+)
+
+
+class ColumnConfig(ExecutorConfig):
+    """The knobs every column asset has; a producer's own settings are added to them."""
+
+    fragments_per_commit: Optional[int] = None
+    """Fragments per commit. Unset: commits batched by time (every 2 s of work or more, at most
+    120 s, and at least 20x the last commit's own time, so commits stay under ~5% of the run as
+    the manifest grows); a kill loses at most that group. A number: exactly that many."""
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _config_type(annotation: Any, owner: str) -> Any:
+    """A settings field's type as a run config type: nested dataclasses become Configs."""
+    if isinstance(annotation, type) and hasattr(annotation, "__dataclass_fields__"):
+        return _config_class(annotation, f"{owner}{annotation.__name__}", dg.Config)
+    origin = get_origin(annotation)
+    if origin in (list, tuple) and get_args(annotation):
+        return list[_config_type(get_args(annotation)[0], owner)]
+    if origin is Union:
+        return Optional[_config_type(next(a for a in get_args(annotation) if a is not type(None)),
+                                     owner)]
+    return annotation
+
+
+def _config_class(settings: type, name: str, base: type[dg.Config], **overrides: Any) -> type:
+    hints = get_type_hints(settings)
+    spec: dict[str, Any] = {}
+    for f in settings.__dataclass_fields__.values():
+        if f.default_factory is not MISSING:
+            default = pydantic.Field(default_factory=f.default_factory, description=f.metadata["help"])
+        elif f.default is not MISSING:
+            default = pydantic.Field(default=f.default, description=f.metadata["help"])
+        else:  # required
+            default = pydantic.Field(description=f.metadata["help"])
+        spec[f.name] = (_config_type(hints[f.name], name), default)
+    spec.update(overrides)
+    model = pydantic.create_model(name, __base__=base, **spec)
+    model.__doc__ = settings.__doc__
+    return model
+
+
+def column_config(producer: ColumnProducer) -> type[ColumnConfig]:
+    """``ColumnConfig`` plus ``producer``'s settings (``DetectedLanguageConfig``...)."""
+    overrides = {}
+    if producer.fragments_per_commit is not None:
+        overrides["fragments_per_commit"] = (Optional[int], pydantic.Field(
+            default=producer.fragments_per_commit,
+            description=ColumnConfig.model_fields["fragments_per_commit"].description))
+    return _config_class(producer.settings, f"{_camel(producer.name)}Config", ColumnConfig,
+                         **overrides)
+
+
+def _settings(producer: ColumnProducer, config: ColumnConfig) -> Any:
+    """The producer's settings dataclass from the run config (nested Configs included)."""
+
+    def plain(value: Any, annotation: Any) -> Any:
+        if isinstance(annotation, type) and hasattr(annotation, "__dataclass_fields__"):
+            hints = get_type_hints(annotation)
+            return annotation(**{k: plain(getattr(value, k), hints[k])
+                                 for k in annotation.__dataclass_fields__})
+        if get_origin(annotation) in (list, tuple) and get_args(annotation):
+            return [plain(v, get_args(annotation)[0]) for v in value]
+        return value
+
+    hints = get_type_hints(producer.settings)
+    return producer.settings(**{name: plain(getattr(config, name), hints[name])
+                                for name in producer.settings.__dataclass_fields__})
+
+
+def metadata_value(value: Any) -> Any:
+    """A producer summary value as Dagster metadata."""
+    if isinstance(value, Markdown):
+        return dg.MetadataValue.md(value.text)
+    if isinstance(value, Json):
+        return dg.MetadataValue.json(value.value)
+    if isinstance(value, FilePath):
+        return dg.MetadataValue.path(value.path)
+    return value
+
+
+def column_asset(producer: ColumnProducer) -> tuple[dg.AssetsDefinition, dg.AssetChecksDefinition]:
+    """The asset of ``producer`` and its blocking ``columns_written`` check."""
+    config_class = column_config(producer)
+    declared = column_schema(producer.fields, producer.descriptions)
+
+    def materialize(context: dg.AssetExecutionContext, config, lance_store: LanceStore,
+                    ray_cluster: RayResource) -> dg.MaterializeResult:
+        settings = _settings(producer, config)
+        try:
+            done: Produced = produce(producer, lance_store.table, settings,
+                                     executor=column_executor(context, config, ray_cluster),
+                                     fragments_per_commit=config.fragments_per_commit,
+                                     log=context.log.info)
+        except producer.input_errors as err:  # wrong settings or files: retrying cannot help
+            raise dg.Failure(description=str(err), allow_retries=False) from None
+        table = lance_store.table
+        reported = declared if done.fields is None else column_schema(
+            done.fields, {**producer.descriptions, **(done.descriptions or {})})
+        owned = done.owned or [c.name for c in reported.columns]
+        version = column_data_version(context, table, owned, salt=producer.version)
+        summary = {k: metadata_value(v) for k, v in done.summary.items()}
+        if done.write is None:
+            context.log.warning(done.skipped or "nothing computed")
+            ds = table.newest()
+            return dg.MaterializeResult(data_version=version, metadata={
+                "dagster/uri": table.uri, "lance/table_version": ds.version,
+                "nothing_to_do": True, "skipped": done.skipped or "", **summary})
+        lineage = producer.lineage(settings)
+        return dg.MaterializeResult(data_version=version, metadata={
+            **column_write_metadata(table, done.write, reported,
+                                    {c.name: lineage.get(c.name, [("raw_text", "text")])
+                                     for c in reported.columns}),
+            **summary,
+        })
+
+    materialize.__annotations__["config"] = config_class
+    materialize.__name__ = producer.name
+    asset = dg.asset(
+        name=producer.name, description=producer.doc, deps=[dg.AssetKey(d) for d in producer.deps],
+        group_name=producer.group, kinds=set(producer.kinds),
+        code_version=producer.version, pool=POOL,
+        tags=TABLE_TAGS, metadata={"dagster/column_schema": declared},
+        resource_defs=RAY_RESOURCE_DEFS, automation_condition=ON_NEW_DATA,
+    )(materialize)
+    return asset, coverage_check(asset, producer.not_computed)
+
+
+COLUMN_ASSETS = {p.name: column_asset(p) for p in producers()}
+
+
+@dg.definitions
+def column_definitions() -> dg.Definitions:
+    """Every column asset and its ``columns_written`` check."""
+    return dg.Definitions(assets=[a for a, _ in COLUMN_ASSETS.values()],
+                          asset_checks=[c for _, c in COLUMN_ASSETS.values()])

@@ -1,0 +1,16 @@
+"""The whole graph as one job: what `make demo` materializes, and the UI's "end_to_end"."""
+
+import dagster as dg
+
+from lance_assets.defs.training.ablation import DEMO_RUN_CONFIG
+
+end_to_end_job = dg.define_asset_job(
+    "end_to_end", selection=dg.AssetSelection.all(),
+    description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
+                "near_dup, text_index, curation_rules, corpus_profile; the taggers detected_language, "
+                "personal_data, paragraph_dups, contamination, quality_score); tokenizer and "
+                "token_ids; embeddings and vector_index; chunk_embeddings and chunk_index; "
+                "training (pretrained_model, samples, curation_ablation); the forensics report; "
+                "table_maintenance.",
+    config=DEMO_RUN_CONFIG,
+)
