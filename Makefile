@@ -42,8 +42,11 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check .
 
-## The linter, then the test suite.
+## The linter, Dagster's check of the code location (`dg check defs`: loads
+## lance_assets.definitions:defs as `dagster dev` would; [tool.dg] in pyproject.toml), then the
+## test suite.
 test: lint
+	$(BIN)/dg check defs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## The web UI on http://127.0.0.1:3000, on the same instance as `make demo`.

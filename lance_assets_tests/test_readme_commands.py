@@ -175,3 +175,166 @@ def test_an_option_the_subcommand_lacks_is_refused():
     with pytest.raises(click.UsageError, match="config-json"):
         parse_with_dagster_cli(["dagster", "job", "execute", "-m", "lance_assets.definitions",
                                 "-j", "ingest", "--config-json", "{}"])
+
+
+# `dg` (dagster-dg-cli): the README's `dg ...` commands go through the `dg` CLI's own parser,
+# their selections through the function that command hands them to, and one `dg list defs`
+# runs for real from the repository root, so [tool.dg] in pyproject.toml is exercised too.
+
+ROOT = README.parent
+
+
+def dg_commands() -> list[list[str]]:
+    blocks = FENCE.findall(README.read_text())
+    return [argv for block in blocks for argv in shell_commands(block) if argv[0] == "dg"]
+
+
+DG_COMMANDS = dg_commands()
+
+
+def dg_cli():
+    """The click group behind the `dg` console script (its entry point is a `main` that calls
+    the module's `cli`)."""
+    (entry,) = [e for e in importlib.metadata.entry_points(group="console_scripts")
+                if e.name == "dg"]
+    return importlib.import_module(entry.module).cli
+
+
+def parse_with_dg_cli(argv: list[str]):
+    """Parse ``argv`` as the `dg` CLI would, without running it; returns the subcommand's
+    name and its parsed options."""
+    import click
+
+    command, name, args = dg_cli(), "dg", list(argv[1:])
+    path = []
+    while isinstance(command, click.Group):
+        name, command, args = command.resolve_command(click.Context(command, info_name=name), args)
+        path.append(name)
+    return " ".join(path), command.make_context(name, args).params
+
+
+def pyproject_tool(name: str) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"][name]
+
+
+def test_readme_has_dg_commands():
+    parsed = [parse_with_dg_cli(argv)[0] for argv in DG_COMMANDS]
+    for needed in ("launch", "list defs", "check defs"):
+        assert needed in parsed, f"README documents no `dg {needed}`: {DG_COMMANDS}"
+
+
+def test_dg_config_names_the_code_location():
+    """What `dg` loads (dagster_dg_core's own reading of pyproject.toml): the same module and
+    location name as [tool.dagster] and workspace.yaml, the defs folder as defs module."""
+    from dagster_dg_core.context import DgContext
+
+    assert pyproject_tool("dg")["directory_type"] == "project"
+    context = DgContext.for_project_environment(ROOT, {})
+    assert dict(context.target_args) == {"module_name": "lance_assets.definitions"}
+    assert context.code_location_name == "lance_assets"
+    assert context.defs_module_name == "lance_assets.defs"
+    dagster = pyproject_tool("dagster")
+    assert (dagster["module_name"], dagster["code_location_name"]) == (
+        context.code_location_target_module_name, context.code_location_name)
+
+
+@pytest.mark.parametrize("argv", DG_COMMANDS, ids=[" ".join(a[1:4]) for a in DG_COMMANDS])
+def test_documented_dg_command_parses_and_names_real_assets_and_jobs(argv):
+    command, params = parse_with_dg_cli(argv)
+    defs = load_definitions(pyproject_tool("dg")["project"]["code_location_target_module"])
+    if command == "launch":  # dagster_dg_cli/cli/launch.py: exactly one of the two
+        assert (params["assets"] is None) != (params["job"] is None), argv
+        if params["assets"] is not None:  # handed to asset_materialize_command_impl
+            assert resolve_selection(defs, params["assets"]), argv
+        if params["job"] is not None:
+            assert params["job"] in {j.name for j in defs.get_repository_def().get_all_jobs()}
+    elif command == "list defs" and params["assets"] is not None:
+        # dagster/components/list: AssetSelection.from_string, no split at commas
+        graph = defs.get_repository_def().asset_graph
+        assert dg.AssetSelection.from_string(params["assets"]).resolve(graph), argv
+
+
+def test_an_option_dg_launch_lacks_is_refused():
+    """The parse above can fail: `dg launch` takes --assets, not `dagster`'s --select."""
+    import click
+
+    with pytest.raises(click.UsageError, match="select"):
+        parse_with_dg_cli(["dg", "launch", "--select", "raw_text"])
+
+
+def readme_selections() -> list[str]:
+    """Every selection in the first column of the README's selection table."""
+    section = README.read_text().split("### Selecting assets", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [s for row in rows for s in re.findall(r"`([^`]+)`", row.split(" | ", 1)[0])]
+
+
+SELECTIONS = readme_selections()
+
+
+def test_readme_documents_the_selection_forms():
+    for form in ("*samples", "token_ids*", "+samples", "key:raw_text", "group:curation",
+                 "kind:pytorch"):
+        assert form in SELECTIONS, f"the selection table lacks {form!r}: {SELECTIONS}"
+
+
+@pytest.mark.parametrize("select", SELECTIONS)
+def test_documented_selection_selects_something(select):
+    defs = load_definitions("lance_assets.definitions")
+    assert resolve_selection(defs, select), f"{select!r} selects nothing"
+
+
+def test_selection_forms_mean_what_the_readme_says():
+    """The `key:` form and the bare-name form differ on `+` and `*`; Dagster decides it, so a
+    Dagster upgrade that changes either fails here rather than in the README."""
+    defs = load_definitions("lance_assets.definitions")
+    graph = defs.get_repository_def().asset_graph
+
+    def sel(s):
+        return resolve_selection(defs, s)
+
+    def layers(start, step):  # start and every key `step` (parents or children) reaches
+        seen, todo = {start}, [start]
+        while todo:
+            todo += [k for k in step(graph.get(todo.pop())) if k not in seen]
+            seen |= set(todo)
+        return seen
+
+    samples, token_ids = dg.AssetKey("samples"), dg.AssetKey("token_ids")
+    assert sel("*samples") == sel("+key:samples") == layers(samples, lambda n: n.parent_keys)
+    assert sel("token_ids*") == sel("key:token_ids+") == layers(token_ids, lambda n: n.child_keys)
+    assert sel("+samples") == sel("1+key:samples") == {samples, *graph.get(samples).parent_keys}
+    assert sel("++samples") == sel("2+key:samples")
+    assert sel("token_ids+") == sel("key:token_ids+1") == {token_ids,
+                                                          *graph.get(token_ids).child_keys}
+    assert sel("+samples") < sel("*samples") and sel("token_ids+") < sel("token_ids*")
+    assert sel("raw_text,dedup_flag") == sel("key:raw_text or key:dedup_flag")
+    assert sel("key:*_index") == {k for k in graph.get_all_asset_keys()
+                                  if k.to_user_string().endswith("_index")}
+    assert sel("*") == set(graph.get_all_asset_keys())
+    with pytest.raises(Exception, match="(?i)invalid selection"):  # no commas in one expression
+        dg.AssetSelection.from_string("raw_text,dedup_flag").resolve(graph)
+
+
+def test_dg_list_defs_runs_from_the_repository_root(tmp_path):
+    """`dg list defs` as a reader runs it: the `dg` next to this Python, from the repository
+    root, finds the project in pyproject.toml and lists what the selection resolves to."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    select = "+key:token_ids"
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    done = subprocess.run([str(Path(sys.executable).parent / "dg"), "list", "defs", "--json",
+                           "--assets", select], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    listed = {a["asset_key"] for a in json.loads(done.stdout)["assets"]}
+    defs = load_definitions("lance_assets.definitions")
+    assert listed == {k.to_user_string() for k in resolve_selection(defs, select)}
