@@ -14,10 +14,10 @@ from lance_assets import paths
 from lance_assets.definitions import defs
 from lance_assets.defs.resources import LanceStore
 from lance_assets.table.columns import is_written_marker
+from lance_assets.table.producer import producers
 
-COLUMN_ASSETS = {"raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup",
-                 "embeddings", "detected_language", "personal_data", "paragraph_dups",
-                 "contamination", "quality_score", "chunk_embeddings"}
+# raw_text, and every column producer the library declares (``table.producer.producers``)
+COLUMN_ASSETS = {"raw_text", *(p.name for p in producers())}
 # In graph order; the BPE `tokenizer` is left out (token_ids runs with the byte tokenizer) to
 # keep this fast. Assets that write the table but add no column are run too.
 ORDER = ["raw_text", "dedup_flag", "quality_signals", "near_dup", "detected_language",
@@ -75,6 +75,11 @@ def test_every_column_asset_declares_its_columns():
     declaring = {k.to_user_string() for k in GRAPH.get_all_asset_keys()
                  if declared_schema(k.to_user_string()) is not None}
     assert declaring == COLUMN_ASSETS
+    # the producers of the graph as it was when this test was written are all still there
+    assert COLUMN_ASSETS >= {"raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup",
+                             "embeddings", "detected_language", "personal_data",
+                             "paragraph_dups", "contamination", "quality_score",
+                             "chunk_embeddings"}
 
 
 @pytest.mark.parametrize("key", ORDER)

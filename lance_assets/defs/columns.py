@@ -81,7 +81,10 @@ def _config_class(settings: type, name: str, base: type[dg.Config], **overrides:
 
 
 def column_config(producer: ColumnProducer) -> type[ColumnConfig]:
-    """``ColumnConfig`` plus ``producer``'s settings (``DetectedLanguageConfig``...)."""
+    """``ColumnConfig`` plus ``producer``'s settings (``TokenIdsConfig``...); ``ColumnConfig``
+    itself for a producer without settings of its own."""
+    if not producer.settings.__dataclass_fields__ and producer.fragments_per_commit is None:
+        return ColumnConfig
     overrides = {}
     if producer.fragments_per_commit is not None:
         overrides["fragments_per_commit"] = (Optional[int], pydantic.Field(

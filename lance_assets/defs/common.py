@@ -40,7 +40,7 @@ CURATION_RULES = dg.AssetKey("curation_rules")
 TEXT_INDEX = dg.AssetKey("text_index")
 SAMPLES = dg.AssetKey("samples")
 FORENSICS = dg.AssetKey("forensics")
-# Curation taggers (defs/curation/taggers.py) and the column they learn from (forensics).
+# Column producers (declared in the library, made into assets by defs/columns.py).
 DETECTED_LANGUAGE = dg.AssetKey("detected_language")
 PERSONAL_DATA = dg.AssetKey("personal_data")
 CONTAMINATION = dg.AssetKey("contamination")
@@ -48,20 +48,3 @@ QUALITY_SCORE = dg.AssetKey("quality_score")
 PARAGRAPH_DUPS = dg.AssetKey("paragraph_dups")
 EMBEDDINGS = dg.AssetKey("embeddings")
 CHUNK_EMBEDDINGS = dg.AssetKey("chunk_embeddings")  # per-chunk vectors (forensics)
-
-# Every asset that writes column groups through `corpus.columns.write_columns`. Each gets the
-# blocking `columns_written` check (defs/maintenance/checks.py): every row holds written values
-# of the columns it declares in `dagster/column_schema`. A new column asset: add its key here.
-COLUMN_ASSETS = (
-    DEDUP_FLAG,
-    QUALITY_SIGNALS,
-    NEAR_DUP,
-    TOKEN_IDS,
-    EMBEDDINGS,
-    DETECTED_LANGUAGE,
-    PERSONAL_DATA,
-    PARAGRAPH_DUPS,
-    CONTAMINATION,
-    QUALITY_SCORE,
-    CHUNK_EMBEDDINGS,
-)

@@ -1,0 +1,94 @@
+"""The code is shaped like the graph, and stays so:
+
+- no package of ``lance_assets`` holds more than a quarter of its lines;
+- every column producer lives in a library module named after its asset, and every other asset
+  is a function of that name in the Dagster layer: one hop from a name to its code;
+- ``definitions.py`` keeps no hand list: it imports nothing of ours and loads the defs folder;
+- no two Dagster config classes are the same class under two names.
+"""
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import dagster as dg
+
+import lance_assets.defs
+from lance_assets.definitions import defs
+from lance_assets.defs import columns as column_defs
+from lance_assets.table.producer import producers
+
+PACKAGE = Path(lance_assets.defs.__file__).resolve().parents[1]
+MAX_SHARE = 0.25
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_no_package_holds_more_than_a_quarter_of_the_lines():
+    total = sum(lines(p) for p in PACKAGE.rglob("*.py"))
+    by_package = {d.name: sum(lines(p) for p in d.rglob("*.py"))
+                  for d in PACKAGE.iterdir() if d.is_dir() and (d / "__init__.py").exists()}
+    assert len(by_package) >= 8, by_package  # table, ingest, curation, tokens, ...
+    too_big = {name: round(n / total, 3) for name, n in by_package.items() if n > MAX_SHARE * total}
+    assert not too_big, f"packages over {MAX_SHARE:.0%} of {total} lines: {too_big}"
+
+
+def test_every_asset_is_one_hop_from_its_name():
+    made = {p.name: p for p in producers()}
+    for key in defs.resolve_asset_graph().get_all_asset_keys():
+        name = key.to_user_string()
+        if name in made:
+            # the PRODUCER of `name` is in lance_assets/<package>/<name>.py
+            owner = [m for m in pkgutil.walk_packages([str(PACKAGE)], prefix="lance_assets.")
+                     if m.name.rpartition(".")[2] == name and not m.ispkg]
+            assert owner, f"{name}: no library module named after it"
+            assert getattr(importlib.import_module(owner[0].name), "PRODUCER", None) is made[name]
+        else:
+            fn = defs.get_assets_def(name).op.compute_fn
+            fn = getattr(fn, "decorated_fn", fn)
+            assert fn.__name__ == name, f"{name}: its asset function is {fn.__name__}"
+            assert Path(inspect.getsourcefile(fn)).is_relative_to(PACKAGE / "defs")
+
+
+def test_definitions_keep_no_hand_list():
+    tree = ast.parse((PACKAGE / "definitions.py").read_text())
+    imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    imported += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert not [m for m in imported if m and m.startswith("lance_assets")], imported
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.List, ast.Tuple, ast.Set))]
+
+
+def config_classes() -> dict[str, type[dg.Config]]:
+    """Every ``dg.Config`` class of the Dagster layer: those written in ``defs/`` and those the
+    column factory makes, by qualified name."""
+    out = {}
+    for info in pkgutil.walk_packages(lance_assets.defs.__path__, prefix="lance_assets.defs."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if (inspect.isclass(obj) and issubclass(obj, dg.Config) and obj.__module__ == info.name):
+                out[f"{info.name}.{obj.__name__}"] = obj
+    for producer in producers():
+        cls = column_defs.column_config(producer)
+        if cls not in out.values():  # producers without settings share ColumnConfig itself
+            out[f"{producer.name}:{cls.__name__}"] = cls
+    return out
+
+
+def shape(cls: type[dg.Config]) -> tuple:
+    return tuple(sorted((name, repr(f.annotation), repr(f.default), f.description or "")
+                        for name, f in cls.model_fields.items()))
+
+
+def test_no_two_config_classes_are_the_same():
+    classes = config_classes()
+    assert len(classes) > 10
+    seen: dict[tuple, str] = {}
+    for name, cls in sorted(classes.items()):
+        if not cls.model_fields:
+            continue
+        assert shape(cls) not in seen, f"{name} is the same class as {seen[shape(cls)]}"
+        seen[shape(cls)] = name
