@@ -356,3 +356,50 @@ def token_hits(ds: lance.LanceDataset, rules: dict[str, str],
     kept = tokens(combined_predicate(usable)) if usable and not problems else None
     return TokenHits(total_tokens=total, kept_tokens=kept,
                      removed={name: total - tokens(p) for name, p in usable.items()})
+
+
+@dataclass
+class InForce:
+    """What ``put_in_force`` did: the curation recorded, the version it is recorded at, the
+    rules the taggers added (and why), and the rules evaluated on the table."""
+
+    curation: Curation
+    version: int
+    added: dict[str, str]
+    notes: list[str]
+    evaluation: Evaluation
+    tokens: TokenHits | None
+
+
+class RulesRefused(RuleError):
+    """A rule set with broken rules: nothing was recorded; ``broken`` names the rules."""
+
+    def __init__(self, message: str, broken: list[str]):
+        super().__init__(message)
+        self.broken = broken
+
+
+def put_in_force(table: Union[Table, str, os.PathLike], rules: dict[str, str], *,
+                 keep_languages: list[str] | tuple[str, ...] = ("auto",),
+                 main_language_min_share: float = DEFAULT_MAIN_LANGUAGE_MIN_SHARE,
+                 drop_contaminated: bool = True, min_duplicate_rate: float = 0.0,
+                 max_duplicate_rate: float = 0.5, min_kept_rows: int = 1) -> InForce:
+    """Record ``rules`` and the taggers' rules (the corpus's main languages, ``NOT
+    contaminated``; a rule of the user's with the same name wins) as the curation in force,
+    checked against the table first (``RulesRefused``: nothing recorded), then evaluate them:
+    rows and tokens each rule removes. ``table``: a ``Table`` or a data root."""
+    table = Table.of(table)
+    added, notes = tagger_rules(table.newest(), keep_languages=keep_languages,
+                                main_language_min_share=main_language_min_share,
+                                drop_contaminated=drop_contaminated)
+    curation = Curation(rules={**dict(rules), **{k: v for k, v in added.items() if k not in rules}},
+                        min_duplicate_rate=min_duplicate_rate,
+                        max_duplicate_rate=max_duplicate_rate, min_kept_rows=min_kept_rows)
+    try:
+        version = store_curation(table, curation)
+    except RuleError as err:
+        broken = [p.rule for p in rule_problems(table.newest(), curation.rules)]
+        raise RulesRefused(str(err), broken) from None
+    ds = table.newest()
+    return InForce(curation=curation, version=version, added=added, notes=notes,
+                   evaluation=evaluate(ds, curation.rules), tokens=token_hits(ds, curation.rules))

@@ -9,7 +9,6 @@ Assets of the corpus domain are referenced by their keys (``defs/common.py``).
 from pathlib import Path
 
 import dagster as dg
-import lance
 
 from lance_assets import paths, storage
 from lance_assets.curation import minhash, profile
@@ -109,56 +108,47 @@ def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
     The taggers add their rules: the corpus's main languages (`lang`) and `NOT contaminated`.
     Blocking checks (rules parse, filter keeps rows, tokens present and consistent, duplicate
     rate in bounds, no contaminated row kept) stop training when they fail."""
-    table = lance_store.table
     try:
-        added, notes = rules_lib.tagger_rules(
-            table.newest(), keep_languages=config.keep_languages,
+        done = rules_lib.put_in_force(
+            lance_store.table, dict(config.rules), keep_languages=config.keep_languages,
             main_language_min_share=config.main_language_min_share,
-            drop_contaminated=config.drop_contaminated)
-    except rules_lib.RuleError as err:
-        raise dg.Failure(description=str(err), allow_retries=False) from None
-    for note in notes:
-        context.log.info(note)
-    rules = {**dict(config.rules), **{k: v for k, v in added.items() if k not in config.rules}}
-    curation = rules_lib.Curation(rules=rules, min_duplicate_rate=config.min_duplicate_rate,
-                              max_duplicate_rate=config.max_duplicate_rate,
-                              min_kept_rows=config.min_kept_rows)
-    try:
-        version = rules_lib.store_curation(lance_store.root, curation)
-    except rules_lib.RuleError as err:
-        broken = [p.rule for p in rules_lib.rule_problems(table.newest(), curation.rules)]
+            drop_contaminated=config.drop_contaminated,
+            min_duplicate_rate=config.min_duplicate_rate,
+            max_duplicate_rate=config.max_duplicate_rate, min_kept_rows=config.min_kept_rows)
+    except rules_lib.RulesRefused as err:
         raise dg.Failure(description=str(err), allow_retries=False,
-                         metadata={"broken_rules": dg.MetadataValue.json(broken),
+                         metadata={"broken_rules": dg.MetadataValue.json(err.broken),
                                    "stored": False}) from None
-    ds = table.newest()
-    ev = rules_lib.evaluate(ds, curation.rules)
-    broken = [h.rule for h in ev.hits if h.problem]
+    except rules_lib.RuleError as err:  # a tagger's rule cannot be made (keep_languages)
+        raise dg.Failure(description=str(err), allow_retries=False) from None
+    for note in done.notes:
+        context.log.info(note)
+    ev = done.evaluation
     # its output is the rules in force: the data version changes when they do
-    stored = data_version(context, version, digest(curation.to_dict()))
+    stored = data_version(context, done.version, digest(done.curation.to_dict()))
     return dg.MaterializeResult(data_version=stored, metadata={
-        "dagster/uri": table.uri,
-        "lance/table_version": version,
+        "dagster/uri": lance_store.table.uri,
+        "lance/table_version": done.version,
         "dagster/row_count": ev.total_rows,
         "rules": dg.MetadataValue.md(markdown_table(ev.rows())),
         "training_filter": dg.MetadataValue.md(f"```sql\n{ev.filter}\n```"),
         "kept_rows": ev.kept_rows if ev.kept_rows is not None else -1,
         "kept_share": round(ev.kept_share, 4),
-        "broken_rules": dg.MetadataValue.json(broken),
+        "broken_rules": dg.MetadataValue.json([h.rule for h in ev.hits if h.problem]),
         "hit_counts": dg.MetadataValue.json({h.rule: h.removed for h in ev.hits}),
-        "tagger_rules": dg.MetadataValue.json(added),
-        "tagger_rule_notes": dg.MetadataValue.json(notes),
-        **curation_numbers(ds, ev, curation.rules),
+        "tagger_rules": dg.MetadataValue.json(done.added),
+        "tagger_rule_notes": dg.MetadataValue.json(done.notes),
+        **curation_numbers(ev, done.tokens),
     })
 
 
-def curation_numbers(ds: lance.LanceDataset, ev: rules_lib.Evaluation,
-                     rules: dict[str, str]) -> dict[str, float]:
+def curation_numbers(ev: rules_lib.Evaluation,
+                     tokens: rules_lib.TokenHits | None) -> dict[str, float]:
     """Plain numbers Dagster plots across materializations: rows and tokens the rules keep, and
     ``removed_rows/<rule>`` / ``removed_tokens/<rule>`` for each rule (a rule that cannot be
     evaluated has none)."""
     out: dict[str, float] = {f"removed_rows/{h.rule}": h.removed for h in ev.hits
                              if h.removed is not None}
-    tokens = rules_lib.token_hits(ds, rules)
     if tokens is not None:
         out.update({f"removed_tokens/{rule}": n for rule, n in tokens.removed.items()})
         out["total_tokens"] = tokens.total_tokens
