@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from lance_assets.curation import quality_signals as quality
 from lance_assets.table import Table
-from lance_assets_tests.curation_reference import (
+from lance_assets.testing.curation_reference import (
     brute_force_pairs,
     plant_near_duplicates,
     precision_recall,

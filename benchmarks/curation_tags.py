@@ -6,10 +6,10 @@ contamination recall, and documents/s of every tagger against ``quality_signals`
 - Language identification: CLD2 (``pycld2``, what ``detected_language`` uses) and Lingua
   (``lingua-language-detector``, high and low accuracy modes; ``pip install
   lingua-language-detector`` to include it) on the labelled twelve-language sample
-  (``lance_assets_tests/multilingual.py``), short (one sentence) and paragraph documents;
+  (``lance_assets/testing/multilingual.py``), short (one sentence) and paragraph documents;
   accuracy and documents/s after a warm-up call (Lingua loads its models lazily).
 - Personal data: precision and recall per kind on ``--pii-docs`` planted documents
-  (``lance_assets_tests/pii_planted.py``).
+  (``lance_assets/testing/pii_planted.py``).
 - Contamination: ``--eval-items`` 40-word evaluation items; copies of one item, or of a 13- to
   40-word piece of it, are planted into ``--planted`` synthetic documents (paraphrase-free, inside
   longer text); recall on those, false positives on the rest.
@@ -42,8 +42,8 @@ from lance_assets.embeddings import embeddings as embed
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import Table
-from lance_assets_tests.multilingual import documents
-from lance_assets_tests.pii_planted import planted_documents
+from lance_assets.testing.multilingual import documents
+from lance_assets.testing.pii_planted import planted_documents
 
 
 def quiet(_msg: str) -> None:

@@ -1,36 +1,15 @@
 import os
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
+from lance_assets_tests.helpers import quiet
+
 os.environ.setdefault("LANCE_LOG", "error")
-
-
-def quiet(_msg: str) -> None:
-    pass
 
 
 @pytest.fixture
 def root(tmp_path):
     return tmp_path / "data"
-
-
-def write_fineweb_parquet(path, texts, start_id=0, extra=None):
-    """A FineWeb-Edu-shaped parquet file: text, id, url, dump, score, int_score, ..."""
-    n = len(texts)
-    cols = {
-        "text": pa.array(texts, pa.string()),
-        "id": pa.array([f"<urn:uuid:{start_id + i:08d}>" for i in range(n)]),
-        "dump": pa.array(["CC-MAIN-2024-10"] * n),
-        "url": pa.array([f"https://site{i % 7}.example/{start_id + i}" for i in range(n)]),
-        "score": pa.array([2.5 + (i % 5) / 2 for i in range(n)], pa.float64()),
-        "int_score": pa.array([2 + i % 3 for i in range(n)], pa.int64()),
-        "language": pa.array(["en"] * n),
-    }
-    cols.update(extra or {})
-    pq.write_table(pa.table(cols), path)
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -80,7 +80,7 @@ def install(point: str, n: int, seed: int = 0) -> None:
 
 
 def run(writer: str, root: str, source: str | None) -> None:
-    from lance_assets_tests.conftest import quiet
+    from lance_assets_tests.helpers import quiet
 
     if writer == "ingest":
         from lance_assets.ingest.raw_text import ingest
@@ -99,7 +99,7 @@ def run(writer: str, root: str, source: str | None) -> None:
         near_dup(root, fragments_per_commit=1, log=quiet)
     elif writer == "embeddings":
         from lance_assets.embeddings.embeddings import embeddings
-        from lance_assets_tests.test_forensics_index import ClusteredEmbedder
+        from lance_assets.testing.embedders import ClusteredEmbedder
         embeddings(root, embedder=ClusteredEmbedder(), fragments_per_commit=1, log=quiet)
     elif writer == "detected_language":
         from lance_assets.curation.detected_language import language_id
@@ -121,7 +121,7 @@ def run(writer: str, root: str, source: str | None) -> None:
         quality_score(root, fragments_per_commit=1, log=quiet)
     elif writer == "chunk_embeddings":
         from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
-        from lance_assets_tests.test_forensics_index import ClusteredEmbedder
+        from lance_assets.testing.embedders import ClusteredEmbedder
         chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8, embedder=ClusteredEmbedder(),
                          fragments_per_commit=1, log=quiet)
     else:

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from lance_assets import paths
 from lance_assets.ablation import plan as ablation
 from lance_assets.curation.predicate import safe_predicate
-from lance_assets_tests.conftest import quiet, write_fineweb_parquet
+from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the teacher"]
 VERBS = ["sees", "likes", "finds", "helps", "follows"]

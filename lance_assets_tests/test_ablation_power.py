@@ -26,7 +26,7 @@ from lance_assets import paths
 from lance_assets.ablation import plan as ablation
 from lance_assets.ingest.synthetic import planted_junk
 from lance_assets.table import Table
-from lance_assets_tests.conftest import quiet, write_fineweb_parquet
+from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 JUNK = {"keep_all": {}, "drop_junk": {"quality": "score >= 3"}}
 NULL = {"drop_junk": {"quality": "score >= 3"},

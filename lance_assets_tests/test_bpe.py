@@ -18,7 +18,7 @@ from lance_assets.table.columns import fragments_missing
 from lance_assets.tokens import bpe
 from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
 from lance_assets.tokens.tokenizers import load_tokenizer, table_tokenizer
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 
 def copy_root(src, tmp_path):

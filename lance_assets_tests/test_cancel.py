@@ -6,9 +6,9 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 from lance_assets.train import checkpoint
+from lance_assets_tests.helpers import processes_mentioning
 
 RUNNER = textwrap.dedent("""
     import sys
@@ -28,19 +28,6 @@ RUNNER = textwrap.dedent("""
         raise_on_error=False,
     )
 """)
-
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                status = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if status != "Z":
-                    found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
 
 
 def test_cancel_stops_every_rank_and_leaves_a_checkpoint(tokenized_root, tmp_path):

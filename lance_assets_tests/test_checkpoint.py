@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from lance_assets.train import checkpoint
+from lance_assets_tests.helpers import WritesAMarker
 
 
 def test_atomic_save_keeps_newest_and_ignores_partial_files(tmp_path):
@@ -17,18 +18,6 @@ def test_atomic_save_keeps_newest_and_ignores_partial_files(tmp_path):
     assert checkpoint.resolve_resume(None, tmp_path) is None
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):
         checkpoint.resolve_resume(str(tmp_path / "nope.pt"), tmp_path)
-
-
-class WritesAMarker:
-    """Unpickling this runs ``Path(marker).touch()``: what a malicious checkpoint would do."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        import pathlib
-
-        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
 
 
 def test_a_checkpoint_whose_unpickling_runs_code_is_refused(tmp_path):

@@ -10,7 +10,7 @@ from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import data_files_by_field
 from lance_assets.table.columns import fragments_missing, write_columns
 from lance_assets.tokens.token_ids import token_ids
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 
 def test_is_dup_and_token_columns_leave_text_files_untouched(root):

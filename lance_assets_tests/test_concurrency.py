@@ -18,8 +18,8 @@ from lance_assets import paths
 from lance_assets.curation.quality_signals import quality_signals
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import RAW_SCHEMA
-from lance_assets_tests.conftest import quiet
 from lance_assets_tests.fault_driver import run as run_writer
+from lance_assets_tests.helpers import quiet
 
 REPO = Path(__file__).resolve().parents[1]
 DAGSTER = str(Path(sys.executable).with_name("dagster"))

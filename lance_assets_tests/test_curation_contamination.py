@@ -16,7 +16,7 @@ from lance_assets.curation import contamination as cont
 from lance_assets.curation import guards, rules
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import data_files_by_field
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 WORDS = ("river mountain teacher lantern quiet orange window seven silver market yellow winter "
          "garden copper island letter morning engine forest simple bridge honest pocket").split()

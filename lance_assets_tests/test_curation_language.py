@@ -12,8 +12,8 @@ from lance_assets.curation import detected_language as language
 from lance_assets.curation import rules
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import data_files_by_field
-from lance_assets_tests.conftest import quiet
-from lance_assets_tests.multilingual import SENTENCES, documents
+from lance_assets.testing.multilingual import SENTENCES, documents
+from lance_assets_tests.helpers import quiet
 
 
 @pytest.mark.parametrize("kind,minimum", [("paragraph", 0.99), ("short", 0.95)])

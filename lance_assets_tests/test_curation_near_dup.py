@@ -13,8 +13,8 @@ from lance_assets.curation import near_dup as nd
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import data_files_by_field
-from lance_assets_tests.conftest import quiet
-from lance_assets_tests.curation_reference import brute_force_pairs, plant_near_duplicates, precision_recall
+from lance_assets.testing.curation_reference import brute_force_pairs, plant_near_duplicates, precision_recall
+from lance_assets_tests.helpers import quiet
 
 
 def shingle_sets(texts):

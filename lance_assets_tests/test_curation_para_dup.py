@@ -14,7 +14,7 @@ from lance_assets import paths
 from lance_assets.curation import paragraph_dups as para_dup
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 
 def reference(texts: list[str | None]) -> list[float]:

@@ -15,10 +15,10 @@ from lance_assets import keys, paths
 from lance_assets.curation import personal_data as pii
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import data_files_by_field, get_json_config
+from lance_assets.testing.pii_planted import GENERATORS, planted_documents
 from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
 from lance_assets.tokens.tokenizers import ByteTokenizer
-from lance_assets_tests.conftest import quiet
-from lance_assets_tests.pii_planted import GENERATORS, planted_documents
+from lance_assets_tests.helpers import quiet
 
 
 def test_planted_values_are_found_exactly_and_look_alikes_are_not():

@@ -11,8 +11,8 @@ from lance_assets.curation import quality_signals as quality
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import data_files_by_field
-from lance_assets_tests.conftest import quiet
-from lance_assets_tests.curation_reference import reference_signals as reference
+from lance_assets.testing.curation_reference import reference_signals as reference
+from lance_assets_tests.helpers import quiet
 
 DOCS = [
     "The cat sat on the mat. It was happy!\nThe end.",

@@ -15,25 +15,8 @@ from lance_assets.curation import quality_score as qm
 from lance_assets.embeddings import embeddings as embed
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import get_json_config
-from lance_assets_tests.conftest import quiet
-
-
-class FeatureEmbedder:
-    """Stands in for the sentence model: unit vectors whose first dimensions carry what the
-    synthetic score depends on (paragraphs, prose vs boilerplate), the rest noise."""
-
-    device = "cpu"
-    batch_size = 64
-
-    def encode(self, texts):
-        rng = np.random.default_rng(len(texts))
-        out = rng.standard_normal((len(texts), embed.DIM)).astype(np.float32) * 0.05
-        for i, t in enumerate(texts):
-            words = t.split()
-            out[i, 0] = t.count("\n\n") / 3
-            out[i, 1] = sum(w.lower() in ("the", "a", "of", "and") for w in words) / max(len(words), 1)
-            out[i, 2] = ("|" in t or "!" in t or "..." in t)
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
+from lance_assets.testing.embedders import FeatureEmbedder
+from lance_assets_tests.helpers import quiet
 
 
 def embedded_table(root, rows="synthetic:800"):

@@ -14,7 +14,7 @@ from lance_assets.curation.near_dup import near_dup
 from lance_assets.forensics import text_index as fts
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.tokens.token_ids import token_ids
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 # the synthetic generator's well-formed documents all open with this title
 GOOD = "text LIKE '%An introduction to the %'"

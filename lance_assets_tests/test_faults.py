@@ -22,9 +22,9 @@ from lance_assets import paths
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import Table
-from lance_assets_tests.conftest import quiet
 from lance_assets_tests.fault_driver import EVAL_SET
 from lance_assets_tests.fault_driver import run as run_writer
+from lance_assets_tests.helpers import quiet
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -20,7 +20,7 @@ from lance_assets.forensics.near_dups import semantic_near_dups
 from lance_assets.forensics.pinned import resolve_pin
 from lance_assets.forensics.search import MissingInputError, Searcher
 from lance_assets.ingest.raw_text import ingest
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 MAX_TOKENS = 32  # short inputs keep the test's embedding pass to seconds on 2 CPU cores
 

@@ -1,7 +1,6 @@
 """The embedding and chunk_embeddings columns' mechanics (with a stand-in model), the vector
 indexes and their recall, and the pieces of search and attribution that need no model."""
 
-import hashlib
 import json
 
 import lance
@@ -17,32 +16,8 @@ from lance_assets.forensics.search import rrf, snippet
 from lance_assets.forensics.words import text_words
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import data_files_by_field
-from lance_assets_tests.conftest import quiet
-
-
-class ClusteredEmbedder:
-    """Stands in for the model: 40 clusters of unit vectors, chosen by a hash of the text."""
-
-    device = "cpu"
-    batch_size = 64
-
-    def __init__(self, fail_after_calls: int | None = None):
-        rng = np.random.default_rng(0)
-        self.centres = rng.standard_normal((40, embed.DIM)).astype(np.float32)
-        self.calls = 0
-        self.fail_after_calls = fail_after_calls
-
-    def encode(self, texts):
-        self.calls += 1
-        if self.fail_after_calls is not None and self.calls > self.fail_after_calls:
-            raise KeyboardInterrupt("killed")
-        out = []
-        for t in texts:
-            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
-            r = np.random.default_rng(seed)
-            v = self.centres[seed % 40] + 0.7 * r.standard_normal(embed.DIM).astype(np.float32)
-            out.append(v / np.linalg.norm(v))
-        return np.stack(out).astype(np.float32)
+from lance_assets.testing.embedders import ClusteredEmbedder
+from lance_assets_tests.helpers import quiet
 
 
 def test_embedding_column_is_checkpointed_resumable_and_leaves_text_alone(tmp_path):

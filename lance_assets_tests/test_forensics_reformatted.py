@@ -16,8 +16,8 @@ from lance_assets.embeddings import vector_index as vindex
 from lance_assets.forensics.__main__ import main as cli
 from lance_assets.forensics.attribution import PASSAGE_MIN_WORDS, Attributor
 from lance_assets.ingest.raw_text import ingest
-from lance_assets_tests import longdocs
-from lance_assets_tests.conftest import quiet
+from lance_assets.testing import longdocs
+from lance_assets_tests.helpers import quiet
 
 DOCS = 20
 PASSAGE_WORDS = 60

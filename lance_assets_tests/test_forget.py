@@ -21,7 +21,7 @@ from lance_assets.table import Table
 from lance_assets.table.fingerprint import data_version
 from lance_assets.table.forget import ForgetError, forget
 from lance_assets.table.maintenance import maintain
-from lance_assets_tests.conftest import quiet, write_fineweb_parquet
+from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 
 def _table(root: Path, rows: int = 600) -> Table:

@@ -13,7 +13,7 @@ from lance_assets import paths
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table, row_id_high_water
 from lance_assets.table.maintenance import maintain
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 
 def source_file(folder, name: str, rows: int):

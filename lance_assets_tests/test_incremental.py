@@ -19,7 +19,7 @@ from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.tokens.token_ids import token_ids
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 COLUMNS = ["id", "text", "source", "source_part", "is_dup", "input_ids", "n_tokens"]
 

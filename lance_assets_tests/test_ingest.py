@@ -11,7 +11,7 @@ from lance_assets.curation.dedup_flag import dedup_flag, normalise
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.sources import SourceError
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
-from lance_assets_tests.conftest import quiet, write_fineweb_parquet
+from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 
 def read(root, columns):

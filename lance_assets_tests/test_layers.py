@@ -179,3 +179,116 @@ def test_no_module_imports_another_modules_private_names():
     private = [f"{where(i)}: {n}" for i in IMPORTS for n in i.names
                if n.startswith("_") and not n.startswith("__") and i.target in KNOWN]
     assert not private, private
+
+
+# The tests package is no library: the wheel leaves ``lance_assets_tests`` out, so the package
+# and the benchmarks never import it (shared fixtures live in ``lance_assets.testing``), and a
+# test module imports ``lance_assets_tests.helpers`` or a driver, never another test module nor
+# ``conftest`` (pytest's fixtures file, imported by pytest alone).
+
+REPO_DIR = PACKAGE_DIR.parent
+TESTS_PACKAGE = "lance_assets_tests"
+
+
+def imported_names(path: Path, root: Path) -> list[tuple[int, list[str]]]:
+    """(line, dotted names) of every import statement of ``path``, inside functions too,
+    relative imports resolved against its package under ``root``; ``from a import b`` names
+    ``a`` and ``a.b`` (``b`` may be a module)."""
+    me = module_name(path, root)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out: list[tuple[int, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, [a.name]) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            out.append((node.lineno, [base, *(f"{base}.{a.name}" for a in node.names)]))
+    return sorted(out)
+
+
+def is_in_tests_package(name: str) -> bool:
+    return name == TESTS_PACKAGE or name.startswith(TESTS_PACKAGE + ".")
+
+
+def imports_of_the_tests_package(roots: list[Path]) -> list[str]:
+    """Every import of ``lance_assets_tests`` (or of a module in it) by a file under ``roots``."""
+    return [f"{f.relative_to(root.parent)}:{line} imports {names[-1]}"
+            for root in roots for f in sorted(root.rglob("*.py"))
+            for line, names in imported_names(f, root)
+            if any(is_in_tests_package(n) for n in names)]
+
+
+def is_test_module_or_conftest(name: str) -> bool:
+    parts = name.split(".")
+    if parts[0] == TESTS_PACKAGE:  # lance_assets_tests.test_x / .conftest (and what is in them)
+        parts = parts[1:]
+    elif len(parts) > 1:  # another package's module named test_*: not ours
+        return False
+    return bool(parts) and (parts[0] == "conftest" or parts[0].startswith("test_"))
+
+
+def imports_of_test_modules(files: list[Path], tests_dir: Path) -> list[str]:
+    """Every import of a ``test_*`` module or of ``conftest`` by one of ``files`` (modules of
+    ``tests_dir``; ``from .conftest``, ``from lance_assets_tests import test_x`` included)."""
+    return [f"{f.name}:{line} imports {names[-1]}"
+            for f in files for line, names in imported_names(f, tests_dir)
+            if any(is_test_module_or_conftest(n) for n in names)]
+
+
+def test_neither_the_package_nor_the_benchmarks_import_the_tests_package():
+    roots = [PACKAGE_DIR, REPO_DIR / "benchmarks"]
+    assert all(any(r.rglob("*.py")) for r in roots)
+    bad = imports_of_the_tests_package(roots)
+    assert not bad, "the wheel has no lance_assets_tests (fixtures go in lance_assets.testing): " + \
+        "; ".join(bad)
+
+
+def test_no_test_module_imports_another_test_module_or_conftest():
+    tests_dir = Path(__file__).resolve().parent
+    files = sorted(tests_dir.glob("test_*.py"))
+    assert len(files) > 10
+    bad = imports_of_test_modules(files, tests_dir)
+    assert not bad, "shared helpers go in lance_assets_tests/helpers.py: " + "; ".join(bad)
+
+
+def test_drivers_and_helpers_import_no_test_module_either():
+    tests_dir = Path(__file__).resolve().parent
+    files = [f for f in sorted(tests_dir.glob("*.py"))
+             if not f.name.startswith("test_") and f.name != "conftest.py"]
+    assert any(f.name == "fault_driver.py" for f in files)
+    bad = imports_of_test_modules(files, tests_dir)
+    assert not bad, bad
+
+
+def test_the_tests_package_checks_catch_every_spelling(tmp_path):
+    lib = tmp_path / "lance_assets"
+    (lib / "sub").mkdir(parents=True)
+    (lib / "__init__.py").write_text("")
+    (lib / "sub" / "__init__.py").write_text("")
+    (lib / "sub" / "ok.py").write_text("from lance_assets.testing import longdocs\nimport lance\n")
+    (lib / "sub" / "a.py").write_text("from lance_assets_tests.curation_reference import x\n")
+    (lib / "sub" / "b.py").write_text("import os\ndef f():\n    import lance_assets_tests.multilingual\n")
+    (lib / "c.py").write_text("from lance_assets_tests import pii_planted\n")
+    bad = imports_of_the_tests_package([lib])
+    assert [b.split(" imports ")[0] for b in bad] == [
+        "lance_assets/c.py:1", "lance_assets/sub/a.py:1", "lance_assets/sub/b.py:3"]
+
+    tests = tmp_path / "lance_assets_tests"
+    tests.mkdir()
+    (tests / "__init__.py").write_text("")
+    (tests / "test_fine.py").write_text(
+        "import lance_assets_tests\nfrom lance_assets_tests.helpers import quiet\n"
+        "from lance_assets_tests.fault_driver import run\nfrom lance_assets.testing import x\n"
+        "from hypothesis import strategies\nimport other.test_thing\n")
+    (tests / "test_bad.py").write_text(
+        "from lance_assets_tests.conftest import quiet\n"
+        "from .conftest import quiet\n"
+        "from . import test_fine\n"
+        "from lance_assets_tests import conftest\n"
+        "def f():\n    from lance_assets_tests.test_fine import ClusteredEmbedder\n"
+        "import lance_assets_tests.test_fine\n")
+    bad = imports_of_test_modules(sorted(tests.glob("test_*.py")), tests)
+    assert [b.split(" imports ")[0] for b in bad] == [f"test_bad.py:{n}" for n in (1, 2, 3, 4, 6, 7)]

@@ -14,7 +14,7 @@ from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
 from lance_assets.table.maintenance import maintain
 from lance_assets.table.snapshots import SnapshotError
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 
 def test_maintenance_compacts_refreshes_the_index_and_keeps_tagged_versions(tmp_path):
@@ -96,7 +96,7 @@ def test_columns_written_passes_without_a_quality_model_and_fails_on_unscored_ro
     from lance_assets.definitions import defs
     from lance_assets.defs.resources import LanceStore
     from lance_assets.embeddings import embeddings as embed
-    from lance_assets_tests.test_curation_quality_score import FeatureEmbedder
+    from lance_assets.testing.embedders import FeatureEmbedder
 
     key = dg.AssetKey("quality_score")
     checks = [c for c in defs.asset_checks

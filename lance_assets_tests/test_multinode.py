@@ -15,8 +15,7 @@ import dagster as dg
 import pytest
 
 from lance_assets.train import checkpoint
-from lance_assets_tests.test_cancel import processes_mentioning
-from lance_assets_tests.test_resume import steps_logged
+from lance_assets_tests.helpers import processes_mentioning, steps_logged
 
 STEPS = 200  # the interrupted runs' length: long enough for a cancel to land mid-run
 MORE = 10  # steps the resumed run adds after the checkpoint

@@ -30,8 +30,7 @@ from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.ingest.raw_text import ingest, ingest_lock
 from lance_assets.table import Table
 from lance_assets.train import checkpoint, data
-
-from .conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 REPO = str(Path(__file__).resolve().parents[1])  # the subprocesses import this checkout
 

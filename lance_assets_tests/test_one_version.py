@@ -25,7 +25,7 @@ from lance_assets.ingest.raw_text import StalePlan, TableState, _append, ingest,
 from lance_assets.ingest.sources import SkipCounter
 from lance_assets.table import RAW_SCHEMA, Table
 from lance_assets.table.maintenance import maintain
-from lance_assets_tests.conftest import quiet, write_fineweb_parquet
+from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lance_assets"
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "LANCE_ASSETS_EXECUTOR": "local"}
@@ -157,7 +157,7 @@ def test_quality_score_racing_an_ingest_trains_on_its_pinned_version_and_scores_
     embeddings and one more run, every row holds the stored model's score of its embedding."""
     from lance_assets.curation import quality_score as quality_model
     from lance_assets.embeddings import embeddings as embed
-    from lance_assets_tests.test_curation_quality_score import FeatureEmbedder
+    from lance_assets.testing.embedders import FeatureEmbedder
 
     a, b = _sources(tmp_path)
     root = tmp_path / "raced"
@@ -228,7 +228,7 @@ def _ingest_loop_script(root: Path, folder: Path, seconds: float) -> str:
     return f"""
 import time, random
 from lance_assets.ingest.raw_text import ingest
-from lance_assets_tests.conftest import write_fineweb_parquet
+from lance_assets_tests.helpers import write_fineweb_parquet
 end, i = time.monotonic() + {seconds}, 0
 while time.monotonic() < end:
     rng = random.Random(i)

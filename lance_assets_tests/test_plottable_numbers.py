@@ -26,7 +26,7 @@ from lance_assets.defs.metadata import null_share_metadata
 from lance_assets.defs.training.assets import MAX_CURVE_ROWS, loss_curve_records
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 
 def test_null_share_counts_rows_the_writer_has_not_reached(tmp_path):

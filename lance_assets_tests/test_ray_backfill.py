@@ -25,11 +25,11 @@ from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
 from lance_assets.embeddings.embeddings import embeddings
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table, columns, executor
+from lance_assets.testing.embedders import ClusteredEmbedder
 from lance_assets.tokens.bpe import train_bpe
 from lance_assets.tokens.token_ids import token_ids
 from lance_assets.tokens.tokenizers import BPE_PREFIX, table_tokenizer
-from lance_assets_tests.conftest import quiet
-from lance_assets_tests.test_forensics_index import ClusteredEmbedder
+from lance_assets_tests.helpers import quiet
 
 ray = pytest.importorskip("ray")
 

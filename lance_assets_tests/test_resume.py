@@ -11,6 +11,7 @@ import time
 import pytest
 
 from lance_assets.train import checkpoint
+from lance_assets_tests.helpers import steps_logged
 
 STEPS = 120
 COMMON = ["--seq-len", "32", "--steps", str(STEPS), "--warmup", "10", "--eval-every", "1000",
@@ -23,15 +24,6 @@ def torchrun(nproc, root, out, *extra, **kw):
            *COMMON, *extra]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True, **kw)
-
-
-def steps_logged(out):
-    """step -> its last metrics entry (a resumed run appends to the same file)."""
-    path = out / "metrics.jsonl"
-    if not path.exists():
-        return {}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {r["step"]: r for r in rows if "loss" in r}
 
 
 def finish(proc, timeout=300):

@@ -19,7 +19,7 @@ from lance_assets.ingest import synthetic_web as sw
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.sources import SourceError, resolve
 from lance_assets.table.columns import CommitPolicy, write_columns
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 
 def reference_first(batches):

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from lance_assets.ingest.raw_text import ingest
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,7 @@ from lance_assets.forensics import pinned
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.tokens.bpe import train_bpe
 from lance_assets.train.checkpoint import CheckpointError
-from lance_assets_tests.conftest import quiet
-from lance_assets_tests.test_checkpoint import WritesAMarker
+from lance_assets_tests.helpers import WritesAMarker, quiet
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from lance_assets.curation.predicate import PredicateError, safe_predicate
 from lance_assets.curation.quality_signals import quality_signals
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 PASSWD_RULE = ("true), false)) AS rows_removed, 0 AS share_removed FROM corpus UNION ALL SELECT "
                "content AS rule, 0, 0 FROM read_text('/etc/passwd') UNION ALL SELECT 'y' AS rule, "

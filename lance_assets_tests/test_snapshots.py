@@ -19,9 +19,7 @@ from lance_assets import paths
 from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.tokens.token_ids import token_ids
-from lance_assets_tests.conftest import quiet
-from lance_assets_tests.test_cancel import processes_mentioning
-from lance_assets_tests.test_resume import steps_logged
+from lance_assets_tests.helpers import processes_mentioning, quiet, steps_logged
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = ["--seq-len", "32", "--batch-size", "4", "--num-splits", "8", "--warmup", "2",

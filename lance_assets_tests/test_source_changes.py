@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from lance_assets import paths
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.sources import JSONL_PART_BYTES
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 
 def lines(start: int, n: int) -> str:

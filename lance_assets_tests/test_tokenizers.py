@@ -6,7 +6,7 @@ from lance_assets import paths
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
 from lance_assets.tokens.tokenizers import load_tokenizer, table_tokenizer
-from lance_assets_tests.conftest import quiet
+from lance_assets_tests.helpers import quiet
 
 EDGE_CASES = ["", "a", "héllo wörld", "日本語のテキスト", "emoji 🧪🚀 and ZWJ 👩‍👩‍👧", "tab\tnew\nline\r\n",
               "\u0000 nul and \ufeff bom", "<|endoftext|> looks special but is text", "ﬁ ligature",

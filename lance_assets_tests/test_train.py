@@ -26,7 +26,7 @@ def test_demo_training_validation_loss_falls(tmp_path):
     from lance_assets.ingest.raw_text import ingest
     from lance_assets.tokens.bpe import train_bpe
     from lance_assets.tokens.token_ids import token_ids
-    from lance_assets_tests.conftest import quiet
+    from lance_assets_tests.helpers import quiet
 
     root = tmp_path / "data"
     ingest(root, "synthetic", log=quiet)
@@ -120,7 +120,7 @@ def test_resume_auto_falls_back_past_a_corrupt_newest_checkpoint(tokenized_root,
 
 
 def test_a_hostile_checkpoint_is_refused_by_the_cli(tokenized_root, tmp_path, capsys):
-    from lance_assets_tests.test_checkpoint import WritesAMarker
+    from lance_assets_tests.helpers import WritesAMarker
 
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"

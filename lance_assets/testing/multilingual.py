@@ -1,7 +1,8 @@
 """A labelled multilingual sample for language identification, written for this project (no
 download): ten plain sentences in each of twelve languages. ``documents`` builds short
 (one sentence) and paragraph (three sentences) documents from them, each with its ISO 639-1
-code. Used by ``test_curation_language.py`` and ``benchmarks/curation_tags.py``."""
+code. Used by ``lance_assets_tests/test_curation_language.py`` and
+``benchmarks/curation_tags.py``."""
 
 from __future__ import annotations
 

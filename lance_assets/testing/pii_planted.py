@@ -1,7 +1,7 @@
 """A planted personal-data test set: documents of ordinary prose with known e-mail addresses,
 phone numbers, IP addresses and card numbers at known places, and look-alikes that are none of
 them (dates, versions, ISBNs, prices, numbers failing the Luhn check). Used by
-``test_curation_pii.py`` and ``benchmarks/curation_tags.py``."""
+``lance_assets_tests/test_curation_pii.py`` and ``benchmarks/curation_tags.py``."""
 
 from __future__ import annotations
 

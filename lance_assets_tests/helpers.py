@@ -1,0 +1,67 @@
+"""Plain helpers shared by the test modules (and the drivers they start). Test modules import
+this, never one another nor ``conftest`` (which keeps only the pytest fixtures); data and
+stand-in models that the benchmarks use too live in ``lance_assets.testing``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def quiet(_msg: str) -> None:
+    pass
+
+
+def write_fineweb_parquet(path, texts, start_id=0, extra=None):
+    """A FineWeb-Edu-shaped parquet file: text, id, url, dump, score, int_score, ..."""
+    n = len(texts)
+    cols = {
+        "text": pa.array(texts, pa.string()),
+        "id": pa.array([f"<urn:uuid:{start_id + i:08d}>" for i in range(n)]),
+        "dump": pa.array(["CC-MAIN-2024-10"] * n),
+        "url": pa.array([f"https://site{i % 7}.example/{start_id + i}" for i in range(n)]),
+        "score": pa.array([2.5 + (i % 5) / 2 for i in range(n)], pa.float64()),
+        "int_score": pa.array([2 + i % 3 for i in range(n)], pa.int64()),
+        "language": pa.array(["en"] * n),
+    }
+    cols.update(extra or {})
+    pq.write_table(pa.table(cols), path)
+    return path
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live (not zombie) processes whose command line contains ``text``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                status = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if status != "Z":
+                    found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def steps_logged(out):
+    """step -> its last metrics entry (a resumed run appends to the same file)."""
+    path = out / "metrics.jsonl"
+    if not path.exists():
+        return {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {r["step"]: r for r in rows if "loss" in r}
+
+
+class WritesAMarker:
+    """Unpickling this runs ``Path(marker).touch()``: what a malicious checkpoint would do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
