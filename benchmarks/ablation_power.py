@@ -90,21 +90,6 @@ def planted_table(work: Path, corpus: str, mb: float, share: float, seed: int) -
     return root
 
 
-def materialize(root: Path, config: dict) -> dict:
-    import dagster as dg
-
-    from lance_assets.definitions import defs
-    from lance_assets.defs.resources import LanceStore
-    from lance_assets.defs.training.torchrun import TorchrunPipesClient
-
-    res = dg.materialize(
-        [defs.get_assets_def("curation_ablation")],
-        resources={"lance_store": LanceStore(data_dir=str(root)),
-                   "pipes_subprocess_client": TorchrunPipesClient(termination_timeout_seconds=55)},
-        run_config={"ops": {"curation_ablation": {"config": config}}})
-    return res.asset_materializations_for_node("curation_ablation")[0].metadata
-
-
 def old_rule(results: dict) -> str:
     """The verdict before paired seeds: clear beyond twice the larger seed sd."""
     arms = sorted((a for a in results["arms"] if a["val_mean"] is not None),
@@ -116,6 +101,8 @@ def old_rule(results: dict) -> str:
 
 
 def main() -> None:
+    from lance_assets.defs.training.ablation import materialize_ablation  # Dagster: seconds
+
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plantings", type=int, nargs="+", default=[0, 1])
@@ -146,7 +133,7 @@ def main() -> None:
                 name = f"{label}-p{planting}"
                 config = {"name": name, "rule_sets": arms, "eval_filter": HELD_OUT, **extra}
                 t0 = time.perf_counter()
-                meta = materialize(root, config)
+                meta = materialize_ablation(root, config)
                 elapsed = time.perf_counter() - t0
                 results = json.loads((paths.ablation_dir(root, name) / "results.json").read_text())
                 lead = next(iter(results["paired"].values()), None)

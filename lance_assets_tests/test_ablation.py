@@ -16,7 +16,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import dagster as dg
 import lance
 import pyarrow as pa
 import pytest
@@ -177,18 +176,9 @@ def test_a_lead_hidden_in_the_seed_spread_is_real_when_every_seed_agrees():
 
 RUNNER = textwrap.dedent("""
     import json, sys
-    import dagster as dg
-    from lance_assets.definitions import defs
-    from lance_assets.defs.resources import LanceStore
-    from lance_assets.defs.training.torchrun import TorchrunPipesClient
+    from lance_assets.defs.training.ablation import materialize_in_process
 
-    dg.materialize(
-        [defs.get_assets_def("curation_ablation")],
-        resources={"lance_store": LanceStore(data_dir=sys.argv[1]),
-                   "pipes_subprocess_client": TorchrunPipesClient(termination_timeout_seconds=55)},
-        run_config={"ops": {"curation_ablation": {"config": json.loads(sys.argv[2])}}},
-        raise_on_error=False,
-    )
+    materialize_in_process(sys.argv[1], json.loads(sys.argv[2]), raise_on_error=False)
 """)
 
 
@@ -207,19 +197,6 @@ def loss_lines(folder: Path | None) -> int:
     if metrics is None or not metrics.is_file():
         return 0
     return sum('"loss"' in line for line in metrics.read_text().splitlines())
-
-
-def materialize(root: Path, config: dict) -> dict:
-    from lance_assets.definitions import defs
-    from lance_assets.defs.resources import LanceStore
-    from lance_assets.defs.training.torchrun import TorchrunPipesClient
-
-    res = dg.materialize(
-        [defs.get_assets_def("curation_ablation")],
-        resources={"lance_store": LanceStore(data_dir=str(root)),
-                   "pipes_subprocess_client": TorchrunPipesClient(termination_timeout_seconds=55)},
-        run_config={"ops": {"curation_ablation": {"config": config}}})
-    return res.asset_materializations_for_node("curation_ablation")[0].metadata
 
 
 def test_cancelled_ablation_resumes_and_names_the_arm_without_garbage(garbage_root, tmp_path):
@@ -248,7 +225,9 @@ def test_cancelled_ablation_resumes_and_names_the_arm_without_garbage(garbage_ro
     assert interrupted["interrupted"] and interrupted["step"] < interrupted["steps_requested"]
     first_files = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
 
-    meta = materialize(garbage_root, CONFIG)
+    from lance_assets.defs.training.ablation import materialize_ablation
+
+    meta = materialize_ablation(garbage_root, CONFIG)
 
     assert meta["runs_reused"].value == 1 and meta["runs_trained"].value == 1
     assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == first_files  # not retrained
@@ -304,17 +283,11 @@ def test_the_trainer_evaluates_on_the_eval_filter_whatever_its_training_filter(g
 
 
 def test_the_asset_refuses_a_hostile_rule_set_before_tagging_or_training(garbage_root):
-    from lance_assets.definitions import defs
-    from lance_assets.defs.resources import LanceStore
-    from lance_assets.defs.training.torchrun import TorchrunPipesClient
+    from lance_assets.defs.training.ablation import materialize_in_process
 
     config = {**CONFIG, "name": "hostile",
               "rule_sets": {"fine": {}, "evil": {"x": "1 = 1) OR (1 = 1"}}}
-    res = dg.materialize(
-        [defs.get_assets_def("curation_ablation")],
-        resources={"lance_store": LanceStore(data_dir=str(garbage_root)),
-                   "pipes_subprocess_client": TorchrunPipesClient()},
-        run_config={"ops": {"curation_ablation": {"config": config}}}, raise_on_error=False)
+    res = materialize_in_process(garbage_root, config, raise_on_error=False)
     assert not res.success
     failure = next(e for e in res.all_events if e.is_step_failure)
     message = failure.step_failure_data.error.message

@@ -9,8 +9,10 @@ SIGINT/SIGTERM finish the current step, write a checkpoint and exit; ``--resume 
 continues, on any world size that divides ``--num-splits`` (keep the global batch:
 world size x --batch-size x --grad-accum).
 
-Read top to bottom: helpers, the step, evaluation, then ``train`` (setup, data, model,
-optimizer, one loop with its once-in-a-while blocks) and ``main``.
+Read top to bottom: helpers, the step, evaluation, then ``train`` (setup) and ``_train``, a
+short sequence of named steps, each defined below it in order: the checkpoint to resume, the
+data, the model and optimizers (restored on resume), the loader, the once-in-a-while blocks
+(validate, record, checkpoint), the loop, the summary; then ``main``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from lance_assets.table import Table
 from lance_assets.train import checkpoint, data
 from lance_assets.train.collectives import Collectives, launched_by_torchrun
 from lance_assets.train.config import ConfigError, TrainConfig, data_root, parse_args
-from lance_assets.train.model import GPT, config_for
+from lance_assets.train.model import GPT, GPTConfig, config_for
 
 # Dense bf16 peak FLOP/s per device, for MFU (matched against torch.cuda.get_device_name()).
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12,
@@ -317,13 +319,56 @@ def train(cfg: TrainConfig) -> dict:
 
 def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path, out: Path,
            stop: StopFlag, report: Reporter) -> dict:
-    rank, world = comm.rank, comm.world
+    """The run, step by step: what to resume, the data, the model and its optimizers (restored
+    on resume), the loader, the loop, the summary."""
+    resume_path, ckpt = resume_checkpoint(cfg, out, report)
+    run_data = load_data(cfg, root, ckpt, comm)
+    net = build_model(cfg, device, run_data.tok["vocab_size"])
+    progress = restore(net, ckpt, resume_path, report, comm.world)
+    step_model = distribute(net.model, cfg, comm, device)
+    batches = train_batches(cfg, run_data, progress, comm)
+    run = Run(cfg, comm, device, root, out, report, run_data, net, batches, progress,
+              flops_per_token=net.model.flops_per_token(), peak=peak_flops(device),
+              commit=git_commit())
+    loop = train_loop(run, step_model, stop)
+    return finish(run, loop)
+
+
+# ---- setup: the checkpoint to resume
+
+
+def resume_checkpoint(cfg: TrainConfig, out: Path, report: Reporter) -> tuple[Path | None, dict | None]:
+    """The checkpoint ``--resume`` names, loaded (none without ``--resume``)."""
     try:
-        resume_path, ckpt = checkpoint.load_for_resume(cfg.resume, out, log=report.log)
+        return checkpoint.load_for_resume(cfg.resume, out, log=report.log)
     except FileNotFoundError as e:
         raise TrainError(str(e)) from None
 
-    # ---- data: one table version for every rank, the split, the epoch's block budget
+
+# ---- data: one table version for every rank, the split, the epoch's block budget
+
+
+@dataclass
+class RunData:
+    """What the run reads: one table version, its training and validation split, the steps,
+    and the frozen validation blocks."""
+
+    snap: data.TableSnapshot
+    table_tag: str | None
+    split: data.Splits
+    block_len: int
+    blocks_per_epoch: int
+    global_batch: int
+    steps: int
+    val: data.ValBlocks
+    val_tokens_per_byte: float | None
+
+    @property
+    def tok(self) -> dict:
+        return self.snap.tokenizer
+
+
+def load_data(cfg: TrainConfig, root: Path, ckpt: dict | None, comm: Collectives) -> RunData:
     version, table_tag = pinned_version(root, cfg, ckpt, comm)
     snap = open_table(root, cfg, version, table_tag)
     tok = snap.tokenizer
@@ -339,188 +384,304 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
             blocks_per_epoch = data.count_rows(snap, split.train.lance, cfg.num_splits)
     except data.TooLittleData as e:
         raise TrainError(str(e)) from None
-    global_batch = cfg.batch_size * cfg.grad_accum * world
+    global_batch = cfg.batch_size * cfg.grad_accum * comm.world
     steps = cfg.steps if cfg.epochs is None else max(
         1, math.ceil(cfg.epochs * blocks_per_epoch / global_batch))
     val = data.val_blocks(snap, filter=split.val.lance, block_len=block_len,
                           max_blocks=cfg.eval_blocks)
     val_tokens_per_byte = data.tokens_per_byte(snap, split.val.lance)
+    return RunData(snap, table_tag, split, block_len, blocks_per_epoch, global_batch, steps, val,
+                   val_tokens_per_byte)
 
-    # ---- model and optimizer
+
+# ---- model and optimizer
+
+
+@dataclass
+class Net:
+    """The model, its optimizers and its autocast."""
+
+    model: GPT
+    model_cfg: GPTConfig
+    optimizers: list[torch.optim.Optimizer]
+    use_bf16: bool
+    autocast: Callable
+
+
+def build_model(cfg: TrainConfig, device: torch.device, vocab_size: int) -> Net:
     torch.manual_seed(cfg.seed)
     if cfg.dtype == "auto":
         use_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     else:
         use_bf16 = cfg.dtype == "bfloat16"
     autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)  # noqa: E731
-    model_cfg = config_for(cfg.model, tok["vocab_size"], cfg.seq_len, cfg.arch)
+    model_cfg = config_for(cfg.model, vocab_size, cfg.seq_len, cfg.arch)
     model = GPT(model_cfg).to(device)
     optimizers = make_optimizers(model, cfg, device)
-    step, epoch, tokens_seen, loader_state = 0, 0, 0, None
-    if ckpt:
-        saved_cfg = {"arch": "nanogpt", **ckpt["model_config"]}  # older checkpoints: no arch
-        if saved_cfg != asdict(model_cfg):
-            raise TrainError(f"--resume: {resume_path} holds a {saved_cfg} model; this run asks "
-                             f"for {asdict(model_cfg)} (keep --model, --arch and --seq-len, or "
-                             "start a new --out)")
-        model.load_state_dict(ckpt["model"])
-        saved_opts = ckpt["optimizer"] if isinstance(ckpt["optimizer"], list) else [ckpt["optimizer"]]
-        peaks = [[g["peak_lr"] for g in opt.param_groups] for opt in optimizers]
-        for opt, saved, peak in zip(optimizers, saved_opts, peaks):
-            opt.load_state_dict(saved)
-            for group, lr in zip(opt.param_groups, peak):  # this run's LRs, not the saved ones
-                group["peak_lr"] = lr
-        step, epoch = ckpt["step"], ckpt["epoch"]
-        tokens_seen, loader_state = ckpt["tokens_seen"], ckpt["loader"]
-        report.log(f"resumed from {resume_path} at step {step} (saved at world size "
-                   f"{ckpt['world_size']}, now {world})")
+    return Net(model, model_cfg, optimizers, use_bf16, autocast)
+
+
+@dataclass
+class Progress:
+    """Where the run stands: from the checkpoint on resume, advanced by every step."""
+
+    step: int = 0
+    epoch: int = 0
+    tokens_seen: int = 0
+    loader_state: dict | None = None
+
+
+def restore(net: Net, ckpt: dict | None, resume_path: Path | None, report: Reporter,
+            world: int) -> Progress:
+    """The checkpoint's weights, optimizer states (with this run's peak LRs) and progress; a
+    fresh start without one."""
+    if not ckpt:
+        return Progress()
+    saved_cfg = {"arch": "nanogpt", **ckpt["model_config"]}  # older checkpoints: no arch
+    if saved_cfg != asdict(net.model_cfg):
+        raise TrainError(f"--resume: {resume_path} holds a {saved_cfg} model; this run asks "
+                         f"for {asdict(net.model_cfg)} (keep --model, --arch and --seq-len, or "
+                         "start a new --out)")
+    net.model.load_state_dict(ckpt["model"])
+    saved_opts = ckpt["optimizer"] if isinstance(ckpt["optimizer"], list) else [ckpt["optimizer"]]
+    peaks = [[g["peak_lr"] for g in opt.param_groups] for opt in net.optimizers]
+    for opt, saved, peak in zip(net.optimizers, saved_opts, peaks):
+        opt.load_state_dict(saved)
+        for group, lr in zip(opt.param_groups, peak):  # this run's LRs, not the saved ones
+            group["peak_lr"] = lr
+    progress = Progress(ckpt["step"], ckpt["epoch"], ckpt["tokens_seen"], ckpt["loader"])
+    report.log(f"resumed from {resume_path} at step {progress.step} (saved at world size "
+               f"{ckpt['world_size']}, now {world})")
+    return progress
+
+
+def distribute(model: GPT, cfg: TrainConfig, comm: Collectives,
+               device: torch.device) -> torch.nn.Module:
+    """The module the steps call: compiled when asked, wrapped in DDP when a process group is
+    open."""
     step_model = torch.compile(model) if cfg.compile else model
     if comm.group_open:
         step_model = DDP(step_model, device_ids=[device.index] if device.type == "cuda" else None)
-    batches = data.TrainBatches(
-        snap, epoch=epoch, state=loader_state, batch_size=cfg.batch_size,
-        num_workers=cfg.num_workers, filter=split.train.lance, block_len=block_len,
-        blocks_per_epoch=blocks_per_epoch, num_splits=cfg.num_splits, rank=rank,
-        world_size=world, seed=cfg.seed, pack=cfg.pack, read_batch_size=cfg.read_batch_size,
-        io_queue_depth=cfg.io_queue_depth, transform_parallelism=cfg.transform_parallelism,
+    return step_model
+
+
+def train_batches(cfg: TrainConfig, run_data: RunData, progress: Progress,
+                  comm: Collectives) -> data.TrainBatches:
+    """This rank's training blocks, from where the checkpoint's loader stood."""
+    return data.TrainBatches(
+        run_data.snap, epoch=progress.epoch, state=progress.loader_state,
+        batch_size=cfg.batch_size, num_workers=cfg.num_workers, filter=run_data.split.train.lance,
+        block_len=run_data.block_len, blocks_per_epoch=run_data.blocks_per_epoch,
+        num_splits=cfg.num_splits, rank=comm.rank, world_size=comm.world, seed=cfg.seed,
+        pack=cfg.pack, read_batch_size=cfg.read_batch_size, io_queue_depth=cfg.io_queue_depth,
+        transform_parallelism=cfg.transform_parallelism,
         transform_queue_depth=cfg.transform_queue_depth)
 
-    # ---- figures computed once
-    flops_per_token = model.flops_per_token()
-    peak = peak_flops(device)
-    commit = git_commit()
-    metrics_path = out / "metrics.jsonl"
 
-    def mfu(tokens: int, seconds: float) -> float | None:
-        return flops_per_token * tokens / seconds / (peak * world) if peak and seconds else None
+# ---- the once-in-a-while blocks: validate, record, checkpoint
 
-    def bpb(loss: float | None) -> float | None:
-        if loss is None or not val_tokens_per_byte:
+
+@dataclass
+class Run:
+    """One run's parts, and what the loop does once in a while with them."""
+
+    cfg: TrainConfig
+    comm: Collectives
+    device: torch.device
+    root: Path
+    out: Path
+    report: Reporter
+    run_data: RunData
+    net: Net
+    batches: data.TrainBatches
+    progress: Progress
+    # figures computed once
+    flops_per_token: float
+    peak: float | None
+    commit: str | None
+
+    def mfu(self, tokens: int, seconds: float) -> float | None:
+        if not (self.peak and seconds):
             return None
-        return loss * val_tokens_per_byte / math.log(2)
+        return self.flops_per_token * tokens / seconds / (self.peak * self.comm.world)
 
-    def validate() -> Evaluation:
-        return evaluate(model, val, tok["pad_id"], comm, cfg.batch_size, autocast, tok["eos_id"])
+    def bpb(self, loss: float | None) -> float | None:
+        if loss is None or not self.run_data.val_tokens_per_byte:
+            return None
+        return loss * self.run_data.val_tokens_per_byte / math.log(2)
 
-    def record_eval(ev: Evaluation) -> None:
-        record({"step": step, "val_loss": ev.loss, "val_bpb": bpb(ev.loss),
-                "val_loss_se": ev.loss_se, "val_bpb_se": bpb(ev.loss_se)})
+    def validate(self) -> Evaluation:
+        tok = self.run_data.tok
+        return evaluate(self.net.model, self.run_data.val, tok["pad_id"], self.comm,
+                        self.cfg.batch_size, self.net.autocast, tok["eos_id"])
 
-    def record(entry: dict) -> None:
-        if rank == 0:
-            storage.append_text(metrics_path, json.dumps(entry) + "\n")
+    def record_eval(self, ev: Evaluation) -> None:
+        self.record({"step": self.progress.step, "val_loss": ev.loss, "val_bpb": self.bpb(ev.loss),
+                     "val_loss_se": ev.loss_se, "val_bpb_se": self.bpb(ev.loss_se)})
 
-    def save() -> Path | None:
+    def record(self, entry: dict) -> None:
+        if self.comm.rank == 0:
+            storage.append_text(self.out / "metrics.jsonl", json.dumps(entry) + "\n")
+
+    def save(self) -> Path | None:
         """Every rank's loader state, merged: resumable on any world size dividing num_splits."""
-        states = comm.gather_lists([batches.state_dict()])
-        if rank != 0:
+        states = self.comm.gather_lists([self.batches.state_dict()])
+        if self.comm.rank != 0:
             return None
+        cfg, d, p = self.cfg, self.run_data, self.progress
         state = {
-            "model": model.state_dict(), "optimizer": [opt.state_dict() for opt in optimizers],
-            "step": step, "epoch": batches.epoch, "tokens_seen": tokens_seen,
-            "loader": batches.merge_state_dicts(states), "world_size": world, "steps": steps,
-            "model_config": asdict(model_cfg), "tokenizer": tok,
-            "args": {**asdict(cfg), "data": str(root)},  # the data root the run resolved
-            "table_version": snap.version, "table_tag": table_tag, "filter": split.train.lance,
-            "git_commit": commit,
+            "model": self.net.model.state_dict(),
+            "optimizer": [opt.state_dict() for opt in self.net.optimizers],
+            "step": p.step, "epoch": self.batches.epoch, "tokens_seen": p.tokens_seen,
+            "loader": self.batches.merge_state_dicts(states), "world_size": self.comm.world,
+            "steps": d.steps, "model_config": asdict(self.net.model_cfg), "tokenizer": d.tok,
+            "args": {**asdict(cfg), "data": str(self.root)},  # the data root the run resolved
+            "table_version": d.snap.version, "table_tag": d.table_tag,
+            "filter": d.split.train.lance, "git_commit": self.commit,
         }
-        return checkpoint.save_atomic(state, out, step, keep=cfg.keep_ckpts)
+        return checkpoint.save_atomic(state, self.out, p.step, keep=cfg.keep_ckpts)
 
-    # ---- the loop
-    report.log(f"model {cfg.model} ({cfg.arch}): {model.num_params() / 1e6:.2f}M params, vocab "
-               f"{model_cfg.vocab_size}, world {world}, {'bfloat16' if use_bf16 else 'float32'}, "
-               f"table v{snap.version}" + (f" (tag {table_tag})" if table_tag else "")
-               + f", {blocks_per_epoch} blocks/epoch, global batch "
-               f"{global_batch}, tokenizer {tok['name']}")
-    last_eval = validate()
-    val_loss = first_val = last_eval.loss
-    val_step = step  # the step of the newest validation pass
-    if step == 0:
-        record_eval(last_eval)
-    report.log(f"step {step}: val loss {val_loss:.4f}")
-    start_step, start_tokens = step, tokens_seen
-    t_start = time.perf_counter()
-    data_wait = step_time = 0.0
-    last_ckpt, interrupted, loss = None, False, float("nan")
-    while step < steps:
+
+# ---- the loop
+
+
+@dataclass
+class LoopResult:
+    """What the loop leaves for the summary."""
+
+    last_eval: Evaluation  # the newest validation pass
+    first_val: float  # the loss of the pass before the first step of this run
+    val_step: int  # the step of the newest validation pass
+    start_step: int
+    start_tokens: int
+    t_start: float
+    data_wait: float
+    step_time: float
+    last_ckpt: Path | None
+    interrupted: bool
+    loss: float  # the last step's training loss
+
+    @property
+    def val_loss(self) -> float:
+        return self.last_eval.loss
+
+
+def train_loop(run: Run, step_model: torch.nn.Module, stop: StopFlag) -> LoopResult:
+    """Steps until ``steps`` or a stop request, with progress lines, validation passes and
+    checkpoints once in a while, and a final checkpoint either way."""
+    cfg, comm, report, d, net, p = run.cfg, run.comm, run.report, run.run_data, run.net, run.progress
+    tok, steps = d.tok, d.steps
+    report.log(f"model {cfg.model} ({cfg.arch}): {net.model.num_params() / 1e6:.2f}M params, "
+               f"vocab {net.model_cfg.vocab_size}, world {comm.world}, "
+               f"{'bfloat16' if net.use_bf16 else 'float32'}, table v{d.snap.version}"
+               + (f" (tag {d.table_tag})" if d.table_tag else "")
+               + f", {d.blocks_per_epoch} blocks/epoch, global batch "
+               f"{d.global_batch}, tokenizer {tok['name']}")
+    last_eval = run.validate()
+    val_step = p.step
+    if p.step == 0:
+        run.record_eval(last_eval)
+    report.log(f"step {p.step}: val loss {last_eval.loss:.4f}")
+    loop = LoopResult(last_eval, last_eval.loss, val_step, p.step, p.tokens_seen,
+                      time.perf_counter(), 0.0, 0.0, None, False, float("nan"))
+    while p.step < steps:
         if stop.agreed(comm):
-            interrupted = True
+            loop.interrupted = True
             break
         t0 = time.perf_counter()
-        scale = lr_scale(step, cfg, steps)
-        result = train_step(step_model, optimizers, batches, pad_id=tok["pad_id"], device=device,
-                            grad_accum=cfg.grad_accum, lr_scale=scale, comm=comm,
-                            autocast=autocast)
-        if device.type == "cuda":
+        scale = lr_scale(p.step, cfg, steps)
+        result = train_step(step_model, net.optimizers, run.batches, pad_id=tok["pad_id"],
+                            device=run.device, grad_accum=cfg.grad_accum, lr_scale=scale,
+                            comm=comm, autocast=net.autocast)
+        if run.device.type == "cuda":
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
-        step, loss = step + 1, result.loss
-        step_time, data_wait = step_time + dt, data_wait + result.data_wait
-        tokens_seen += result.tokens
-        entry = {"step": step, "loss": loss, "lr": cfg.lr * scale, "tokens": tokens_seen,
-                 "tokens_per_s": result.tokens / dt, "data_wait_s": result.data_wait}
-        if peak:
-            entry["mfu"] = mfu(result.tokens, dt)
+        p.step, loop.loss = p.step + 1, result.loss
+        loop.step_time, loop.data_wait = loop.step_time + dt, loop.data_wait + result.data_wait
+        p.tokens_seen += result.tokens
+        entry = {"step": p.step, "loss": loop.loss, "lr": cfg.lr * scale,
+                 "tokens": p.tokens_seen, "tokens_per_s": result.tokens / dt,
+                 "data_wait_s": result.data_wait}
+        if run.peak:
+            entry["mfu"] = run.mfu(result.tokens, dt)
         if cfg.log_batch_hashes:
             entry["batch_hashes"] = sorted(comm.gather_lists(block_hashes(result.blocks)))
-        record(entry)
+        run.record(entry)
         # once in a while: progress, validation, checkpoint
-        if step % cfg.log_every == 0 or step == steps:
-            rate = (tokens_seen - start_tokens) / (time.perf_counter() - t_start)
-            report.log(f"step {step}/{steps}: loss {loss:.4f} lr {entry['lr']:.2e} "
-                       f"{rate:,.0f} tok/s" + (f" mfu {entry['mfu']:.1%}" if peak else ""))
-        if step % cfg.eval_every == 0 or step == steps:
-            last_eval, val_step = validate(), step
-            val_loss = last_eval.loss
-            record_eval(last_eval)
-            report.log(f"step {step}: val loss {val_loss:.4f}")
-        if step % cfg.ckpt_every == 0 and step < steps:
-            last_ckpt = save() or last_ckpt
-    last_ckpt = save() or last_ckpt
+        if p.step % cfg.log_every == 0 or p.step == steps:
+            rate = (p.tokens_seen - loop.start_tokens) / (time.perf_counter() - loop.t_start)
+            report.log(f"step {p.step}/{steps}: loss {loop.loss:.4f} lr {entry['lr']:.2e} "
+                       f"{rate:,.0f} tok/s" + (f" mfu {entry['mfu']:.1%}" if run.peak else ""))
+        if p.step % cfg.eval_every == 0 or p.step == steps:
+            loop.last_eval, loop.val_step = run.validate(), p.step
+            run.record_eval(loop.last_eval)
+            report.log(f"step {p.step}: val loss {loop.val_loss:.4f}")
+        if p.step % cfg.ckpt_every == 0 and p.step < steps:
+            loop.last_ckpt = run.save() or loop.last_ckpt
+    loop.last_ckpt = run.save() or loop.last_ckpt
+    return loop
 
-    # ---- summary
-    elapsed = time.perf_counter() - t_start
-    rate = (tokens_seen - start_tokens) / max(elapsed, 1e-9)
-    if interrupted:
-        report.log(f"interrupted at step {step}; checkpoint {last_ckpt}; {report.resume_hint}")
-    final_bpb = bpb(val_loss)
-    run_mfu = mfu(tokens_seen - start_tokens, step_time)
+
+# ---- summary
+
+
+def finish(run: Run, loop: LoopResult) -> dict:
+    """The run's summary: written with the held-out losses per document (rank 0), reported as
+    the Pipes materialization, returned."""
+    cfg, d, p, report = run.cfg, run.run_data, run.progress, run.report
+    elapsed = time.perf_counter() - loop.t_start
+    rate = (p.tokens_seen - loop.start_tokens) / max(elapsed, 1e-9)
+    if loop.interrupted:
+        report.log(f"interrupted at step {p.step}; checkpoint {loop.last_ckpt}; "
+                   f"{report.resume_hint}")
+    summary = summarize(run, loop, elapsed, rate)
+    last_eval = loop.last_eval
+    if run.comm.rank == 0:  # the held-out losses per document first: a summary names a finished run
+        storage.write_atomic(run.out / paths.HELD_OUT_FILE, json.dumps({
+            "step": loop.val_step, "tokens_per_byte": d.val_tokens_per_byte,
+            "doc_loss": [round(v, 6) for v in last_eval.doc_loss],
+            "doc_tokens": last_eval.doc_tokens}).encode())
+        storage.write_atomic(run.out / "summary.json", json.dumps(summary, indent=2).encode())
+    report.materialize(summary)
+    if loop.val_step > loop.start_step:
+        val_text = f"val loss {loop.first_val:.4f} -> {loop.val_loss:.4f}"
+    else:
+        val_text = (f"no evaluation ran after step {loop.start_step} (eval_every "
+                    f"{cfg.eval_every}); val loss at step {loop.start_step}: {loop.first_val:.4f}")
+    report.log(f"done: step {p.step}, {val_text}, {rate:,.0f} tok/s")
+    return summary
+
+
+def summarize(run: Run, loop: LoopResult, elapsed: float, rate: float) -> dict:
+    """``summary.json``: what was trained on what, how fast, and the held-out loss."""
+    cfg, d, p, net, bpb = run.cfg, run.run_data, run.progress, run.net, run.bpb
+    last_eval = loop.last_eval
+    final_bpb = bpb(loop.val_loss)
+    run_mfu = run.mfu(p.tokens_seen - loop.start_tokens, loop.step_time)
     summary = {
-        "checkpoint": str(last_ckpt), "step": step, "steps_requested": steps,
-        "interrupted": interrupted, "model": cfg.model, "arch": cfg.arch,
-        "params_m": round(model.num_params() / 1e6, 3), "world_size": world,
-        "global_batch": global_batch, "dtype": "bfloat16" if use_bf16 else "float32",
-        "table_version": snap.version, "table_tag": table_tag or "", "filter": split.train.lance,
-        "eval_filter": split.val.lance, "tokenizer": tok["name"], "tokenizer_sha256": tok["sha256"],
-        "tokens_seen": tokens_seen, "tokens_per_s": round(rate, 1),
+        "checkpoint": str(loop.last_ckpt), "step": p.step, "steps_requested": d.steps,
+        "interrupted": loop.interrupted, "model": cfg.model, "arch": cfg.arch,
+        "params_m": round(net.model.num_params() / 1e6, 3), "world_size": run.comm.world,
+        "global_batch": d.global_batch, "dtype": "bfloat16" if net.use_bf16 else "float32",
+        "table_version": d.snap.version, "table_tag": d.table_tag or "",
+        "filter": d.split.train.lance, "eval_filter": d.split.val.lance,
+        "tokenizer": d.tok["name"], "tokenizer_sha256": d.tok["sha256"],
+        "tokens_seen": p.tokens_seen, "tokens_per_s": round(rate, 1),
         "train_seconds": round(elapsed, 2),
-        "data_wait_share": round(data_wait / step_time, 4) if step_time else None,
-        "first_val_loss": round(first_val, 4), "val_loss": round(val_loss, 4),
-        "val_loss_step": val_step,
+        "data_wait_share": round(loop.data_wait / loop.step_time, 4) if loop.step_time else None,
+        "first_val_loss": round(loop.first_val, 4), "val_loss": round(loop.val_loss, 4),
+        "val_loss_step": loop.val_step,
         "val_bpb": round(final_bpb, 4) if final_bpb else None,
         "val_loss_se": round(last_eval.loss_se, 5) if last_eval.loss_se is not None else None,
         "val_bpb_se": round(bpb(last_eval.loss_se), 5) if bpb(last_eval.loss_se) is not None
         else None,
-        "eval_blocks": len(val), "eval_docs": len(last_eval.doc_tokens),
+        "eval_blocks": len(d.val), "eval_docs": len(last_eval.doc_tokens),
         "eval_tokens": sum(last_eval.doc_tokens),
-        "train_loss": round(loss, 4) if step > start_step else None,
-        "blocks_per_epoch": blocks_per_epoch, "git_commit": commit,
+        "train_loss": round(loop.loss, 4) if p.step > loop.start_step else None,
+        "blocks_per_epoch": d.blocks_per_epoch, "git_commit": run.commit,
     }
     if run_mfu is not None:
         summary["mfu"] = round(run_mfu, 4)
-    if rank == 0:  # the held-out losses per document first: a summary names a finished run
-        storage.write_atomic(out / paths.HELD_OUT_FILE, json.dumps({
-            "step": val_step, "tokens_per_byte": val_tokens_per_byte,
-            "doc_loss": [round(v, 6) for v in last_eval.doc_loss],
-            "doc_tokens": last_eval.doc_tokens}).encode())
-        storage.write_atomic(out / "summary.json", json.dumps(summary, indent=2).encode())
-    report.materialize(summary)
-    if val_step > start_step:
-        val_text = f"val loss {first_val:.4f} -> {val_loss:.4f}"
-    else:
-        val_text = (f"no evaluation ran after step {start_step} (eval_every {cfg.eval_every}); "
-                    f"val loss at step {start_step}: {first_val:.4f}")
-    report.log(f"done: step {step}, {val_text}, {rate:,.0f} tok/s")
     return summary
 
 

@@ -1,41 +1,39 @@
 """``curation_ablation``: proxy models per rule set on one pinned table version.
 
-The plan (arms, held-out split, equal token budget) is ``corpus.ablation``; every (arm, seed) is
-a normal trainer run launched like ``pretrained_model`` (torchrun through Dagster Pipes, the
+The comparison is the library's (``lance_assets.ablation.runner.run_ablation``: the plan, every
+(arm, seed) run reused when finished, the loss curves, the paired verdict); this asset gives it
+its config and launches each run like ``pretrained_model`` (torchrun through Dagster Pipes, the
 same launch helper), so cancel and resume work the same way. A run that finished earlier (its
 summary says it trained every step) is reused, never retrained; an interrupted one resumes
 from its newest checkpoint.
 """
 
-import json
 import math
-import time
 from pathlib import Path
 
 import dagster as dg
-import lance
 import pydantic
 
-from lance_assets import paths, storage
-from lance_assets.ablation import plan as ablation
-from lance_assets.curation.rules import curation_in_force
+from lance_assets.ablation import runner
+from lance_assets.ablation.plan import AblationError, AblationPlan, ArmPlan
+from lance_assets.ablation.runner import (  # noqa: F401 (pinned_version, plan_for, unnamed: this module's API)
+    NUM_SPLITS,
+    pinned_version,
+    plan_for,
+    unnamed,
+)
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.assets import launch
 from lance_assets.defs.training.config import TrainConfig
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
-from lance_assets.markdown import line_plot_markdown
-from lance_assets.table import Table, fingerprint, snapshots
 from lance_assets.train import config as train_config
 
-ABLATION_TAG_PREFIX = "ablation-"
 # `make demo` and the end_to_end job: the demo corpus holds ~250k tokens, fewer than the default
 # budget asks of each arm, so the demo's comparison trains a quarter of it (and says what that
 # budget can detect).
 DEMO_RUN_CONFIG = {"ops": {"curation_ablation": {"config": {"token_budget": 65_536}}}}
-NUM_SPLITS = 8  # the trainer's default loader splits
-DEFAULT_ARMS = ("curation_rules", "no_rules")
 
 
 class AblationConfig(dg.Config):
@@ -115,84 +113,15 @@ class AblationConfig(dg.Config):
         return self
 
 
-def plan_for(config: AblationConfig, ds: lance.LanceDataset,
-             rule_sets: dict[str, dict[str, str]]) -> ablation.AblationPlan:
-    """The ablation's plan on ``ds`` (one pinned version) under ``config``."""
-    return ablation.plan_ablation(
-        ds, rule_sets, token_budget=config.token_budget, seq_len=config.seq_len,
-        global_batch=config.batch_size * config.nproc_per_node, num_splits=NUM_SPLITS,
-        eval_filter=config.eval_filter, eval_pct=config.eval_pct,
-        allow_repeats=config.allow_repeats)
+def trainer_config(config: AblationConfig, plan: AblationPlan, arm: ArmPlan, seed: int,
+                   run_name: str) -> TrainConfig:
+    """One (arm, seed) run's run config (``runner.trainer_settings``)."""
+    return TrainConfig(**runner.trainer_settings(config, plan, arm, seed, run_name))
 
 
-def trainer_config(config: AblationConfig, plan: ablation.AblationPlan, arm: ablation.ArmPlan,
-                   seed: int, run_name: str) -> TrainConfig:
-    """One (arm, seed) run: the arm's rules as --filter, the held-out split as --eval-filter,
-    the plan's steps, resume auto."""
-    steps = plan.steps
-    return TrainConfig(
-        filter=arm.filter or "n_tokens > 0", eval_filter=plan.held_out, model=config.model, arch=config.arch,
-        seq_len=config.seq_len, batch_size=config.batch_size, num_splits=NUM_SPLITS, steps=steps,
-        lr=config.lr, min_lr=min(config.lr, 3e-4), warmup=max(1, steps // 10),
-        eval_every=max(1, steps // config.evals_per_run), eval_blocks=config.eval_blocks,
-        ckpt_every=max(1, steps // 4), log_every=max(1, steps // 10), seed=seed, resume="auto",
-        nproc_per_node=config.nproc_per_node, run_name=run_name)
-
-
-def run_settings(cfg: TrainConfig, plan: ablation.AblationPlan) -> dict:
-    """What decides an arm's result besides its rules and seed (the arm folder's digest)."""
-    skip = {"filter", "seed", "resume", "run_name", "launcher"}
-    return {"version": plan.version, "held_out": plan.held_out,
-            **{k: v for k, v in cfg.model_dump().items() if k not in skip}}
-
-
-def pinned_version(table: Table, name: str) -> tuple[str, int]:
-    """The ablation's tag and version: the one its tag names on a rerun, else the newest (tagged
-    by ``table.snapshots.hold`` once the plan is accepted)."""
-    tag = ABLATION_TAG_PREFIX + name
-    version = table.snapshots.version(tag)
-    return tag, table.newest().version if version is None else version
-
-
-def unnamed(table: Table) -> str:
-    """The name of an ablation without one: the data it compares on (``fingerprint.data_version``),
-    so maintenance commits (compaction, an index refresh) do not start a new comparison, and an
-    ingest, a delete or a new column does."""
-    return f"data-{fingerprint.data_version(table.newest())}"
-
-
-def val_curves_markdown(curves: dict[str, dict[int, list[tuple[int, float]]]],
-                        metric: str) -> str | None:
-    """Held-out curves per arm (one colour per arm, one line per seed) as an inline PNG."""
-    series = [(points, {"fmt": "o-", "color": f"C{i}", "alpha": 0.8, "linewidth": 1,
-                        "label": arm if j == 0 else None})
-              for i, (arm, seeds) in enumerate(curves.items())
-              for j, points in enumerate(seeds.values()) if points]
-    if not series:
-        return None
-    return line_plot_markdown(series, "val curves", "step", f"held-out {metric}")
-
-
-def paired_markdown(verdict: ablation.Verdict) -> str:
-    """The best arm's paired lead over each other arm, seed by seed."""
-    if not verdict.leads:
-        return "No paired comparison: fewer than two arms trained on a common seed."
-    lines = [f"Lead of **{verdict.best}** ({verdict.metric}, lower is better): per seed, the "
-             "other arm's metric minus the best arm's.", "",
-             "| vs arm | per-seed differences | lead | se (seeds) | se (held-out) | se | "
-             "95 % interval | real |", "|---|---|---:|---:|---:|---:|---:|---|"]
-
-    def f(x):
-        return f"{x:.4f}" if x is not None else "—"
-
-    for arm, lead in verdict.leads.items():
-        diffs = ", ".join(f"{s}: {d:+.4f}" for s, d in zip(lead.seeds, lead.diffs))
-        ci = lead.half_width
-        interval = f"{lead.lead - ci:+.4f} … {lead.lead + ci:+.4f}" if ci is not None else "—"
-        real = {True: "yes", False: "no", None: "one seed: no verdict"}[lead.real]
-        lines.append(f"| {arm} | {diffs} | {lead.lead:+.4f} | {f(lead.seed_se)} | "
-                     f"{f(lead.held_out_se)} | {f(lead.se)} | {interval} | {real} |")
-    return "\n".join(lines)
+def run_settings(cfg: TrainConfig, plan: AblationPlan) -> dict:
+    """What decides an arm's result besides its rules and seed (``runner.run_settings``)."""
+    return runner.run_settings(cfg.model_dump(), plan)
 
 
 ARMS_SCHEMA = dg.TableSchema(columns=[
@@ -239,97 +168,71 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
     with its 95 % interval), the paired differences seed by seed, the smallest detectable lead,
     their validation curves, `arm/<name>/val_bpb` per arm, and the best arm with whether its lead
     is real. Finished runs are reused on a rerun; an interrupted one resumes."""
-    root, table = lance_store.root, lance_store.table
-    start = time.perf_counter()
-    name = config.name or unnamed(table)
-    tag, version = pinned_version(table, name)
-    ds = table.open(version)
-    rule_sets = config.rule_sets or {DEFAULT_ARMS[0]: curation_in_force(ds).rules,
-                                     DEFAULT_ARMS[1]: {}}
-    try:
-        plan = plan_for(config, ds, rule_sets)
-    except ablation.AblationError as e:
-        raise dg.Failure(str(e)) from None
-    # no cleanup removes it now; an unnamed one is released once a newer one supersedes it
-    table.snapshots.hold(tag, version, owner="curation_ablation", kind=snapshots.ABLATION,
-                         named=bool(config.name))
-    context.log.info(f"ablation {name}: table version {version} (tag {tag}), "
-                     f"{len(plan.arms)} arms x {len(config.seeds)} seeds, {plan.steps} steps "
-                     f"({plan.budget_tokens:,} tokens) per run, held out: {plan.held_out_docs:,} "
-                     "documents")
-    base = paths.ablation_dir(root, name)
-    storage.write_atomic(base / "plan.json", json.dumps(
-        {"tag": tag, **{k: v for k, v in vars(plan).items() if k != "arms"},
-         "arms": [vars(a) for a in plan.arms]}, indent=2, default=str).encode())
 
-    def train(arm: ablation.ArmPlan, seed: int, out: Path) -> None:
+    def train(run: runner.Run) -> None:
         hint = (f"to continue, materialize curation_ablation again with the same config "
-                f"(name: {name}): finished runs are reused, this one resumes")
-        invocation = launch(context, pipes_subprocess_client,
-                            trainer_config(config, plan, arm, seed, out.name), root, out,
-                            (tag, version), resume_hint=hint)
-        invocation.get_materialize_result()  # the run's own report, summarized below
-
-    def folder(arm: ablation.ArmPlan) -> str:
-        return ablation.arm_folder(arm, run_settings(trainer_config(config, plan, arm, 0, "x"),
-                                                     plan))
+                f"(name: {run.ablation}): finished runs are reused, this one resumes")
+        launch(context, pipes_subprocess_client, TrainConfig(**run.settings), lance_store.root,
+               run.out, run.snapshot, resume_hint=hint).get_materialize_result()
 
     try:
-        with table.snapshots.using(tag):  # `forget` will not release it while arms train
-            outcome = ablation.run_arms(
-                plan, config.seeds, base, folder, train, log=context.log.info,
-                warn=context.log.warning, wanted_lead=config.min_lead or None,
-                stop_when_underpowered=config.stop_when_underpowered)
-    except ablation.AblationError as e:
+        report = runner.run_ablation(lance_store.root, lance_store.table, config, train,
+                                     log=context.log.info, warn=context.log.warning)
+    except AblationError as e:
         raise dg.Failure(str(e)) from None
-    results, verdict = outcome.results, outcome.verdict
-    rows = ablation.summary_rows(results, verdict)
-    estimate = outcome.power[-1] if outcome.power else None
-    detectable = round(estimate.detectable, 4) if estimate and estimate.detectable else None
-    storage.write_atomic(base / "results.json", json.dumps(
-        {"tag": tag, "version": version, "arms": rows, "best_arm": verdict.best,
-         "lead_real": verdict.real, "verdict": verdict.text,
-         "paired": {arm: lead.as_dict() for arm, lead in verdict.leads.items()},
-         "smallest_detectable_lead": detectable,
-         "power": [e.text(verdict.metric) for e in outcome.power],
-         "stopped_early": outcome.stopped_early}, indent=2).encode())
+    return dg.MaterializeResult(metadata=ablation_metadata(report))
+
+
+def ablation_metadata(report: runner.AblationReport) -> dict:
+    """The asset's metadata: the arms' table, the verdict and paired leads, the power, the
+    pinned version and the plan, the curves, and ``arm/<name>/...`` per arm."""
+    verdict, outcome, plan, detectable = (report.verdict, report.outcome, report.plan,
+                                          report.detectable)
     metadata = {
         "arms": dg.MetadataValue.table(
             records=[dg.TableRecord({k: (v if not (isinstance(v, float) and math.isinf(v))
-                                         else None) for k, v in r.items()}) for r in rows],
+                                         else None) for k, v in r.items()}) for r in report.rows],
             schema=ARMS_SCHEMA),
         "best_arm": verdict.best or "",
         "verdict": dg.MetadataValue.text(verdict.text),
         "lead_is_real": verdict.real if verdict.real is not None else "unknown",
-        "paired_leads": dg.MetadataValue.md(paired_markdown(verdict)),
+        "paired_leads": dg.MetadataValue.md(report.paired_markdown()),
         "smallest_detectable_lead": detectable if detectable is not None else "unknown",
-        "power": dg.MetadataValue.text("\n".join(e.text(verdict.metric) for e in outcome.power)
-                                       or "no paired runs"),
-        "lance/snapshot_tag": tag,
-        "lance/table_version": version,
+        "power": dg.MetadataValue.text("\n".join(report.power_lines()) or "no paired runs"),
+        "lance/snapshot_tag": report.tag,
+        "lance/table_version": report.version,
         "held_out_filter": dg.MetadataValue.text(plan.held_out),
         "held_out_docs": plan.held_out_docs,
         "steps_per_run": plan.steps,
         "tokens_per_arm": plan.budget_tokens,
         "runs_trained": outcome.trained,
         "runs_reused": outcome.reused,
-        "ablation_dir": dg.MetadataValue.path(str(base)),
-        "duration_s": round(time.perf_counter() - start, 2),
+        "ablation_dir": dg.MetadataValue.path(str(report.base)),
+        "duration_s": report.duration_s,
     }
     if outcome.stopped_early:
         metadata["stopped_early"] = dg.MetadataValue.text(outcome.stopped_early)
-    curves = outcome.curves
-    metric = next((r.metric for r in results if r.summaries), "val_bpb")
-    curve = val_curves_markdown(curves, metric)
+    curve = report.val_curves_markdown()
     if curve:
         metadata["val_curves"] = dg.MetadataValue.md(curve)
-    for r in results:
-        mean, sd = r.mean_sd()
-        metadata[f"arm/{r.name}/tokens_kept"] = r.plan.tokens
-        if mean is not None:
-            metadata[f"arm/{r.name}/{r.metric}"] = round(mean, 4)
-        if sd is not None:
-            metadata[f"arm/{r.name}/{r.metric}_sd"] = round(sd, 4)
-        if r.held_out_se() is not None:
-            metadata[f"arm/{r.name}/{r.metric}_se"] = round(r.held_out_se(), 5)
-    return dg.MaterializeResult(metadata=metadata)
+    metadata.update(report.arm_values())
+    return metadata
+
+
+def materialize_in_process(root: Path, config: dict, *,
+                           raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+    """``curation_ablation`` alone, in this process, on the data root ``root`` with the run
+    config ``config`` (for tests and benchmarks; the trainer still runs under torchrun through
+    Pipes, with the code location's termination timeout)."""
+    return dg.materialize(
+        [curation_ablation],
+        resources={"lance_store": LanceStore(data_dir=str(root)),
+                   "pipes_subprocess_client": TorchrunPipesClient(termination_timeout_seconds=55)},
+        run_config={"ops": {"curation_ablation": {"config": config}}},
+        raise_on_error=raise_on_error)
+
+
+def materialize_ablation(root: Path, config: dict) -> dict:
+    """``materialize_in_process``'s materialization metadata (raises if the run fails)."""
+    result = materialize_in_process(root, config)
+    return result.asset_materializations_for_node("curation_ablation")[0].metadata
