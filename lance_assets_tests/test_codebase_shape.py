@@ -92,3 +92,11 @@ def test_no_two_config_classes_are_the_same():
             continue
         assert shape(cls) not in seen, f"{name} is the same class as {seen[shape(cls)]}"
         seen[shape(cls)] = name
+
+
+def test_every_definition_is_found_once():
+    """A defs module refers to another domain's asset by its key (``defs/common.py``), never by
+    importing the object: the folder loader would find that object twice."""
+    for kind in ("assets", "asset_checks", "jobs", "schedules", "sensors"):
+        objects = list(getattr(defs, kind) or [])
+        assert len(objects) == len({id(o) for o in objects}), kind

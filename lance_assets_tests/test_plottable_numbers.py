@@ -48,7 +48,7 @@ def test_null_share_counts_rows_the_writer_has_not_reached(tmp_path):
 def test_curation_numbers_equal_sums_over_the_rows_each_rule_keeps(tokenized_root):
     ds = lance.dataset(paths.table_uri(tokenized_root))
     rules = {"exact_dup": "NOT is_dup", "long": "word_count >= 60", "broken": "no_such_column > 1"}
-    numbers = curation_numbers(ds, rules_lib.evaluate(ds, rules), rules)
+    numbers = curation_numbers(rules_lib.evaluate(ds, rules), rules_lib.token_hits(ds, rules))
 
     table = ds.to_table(columns=["is_dup", "word_count", "n_tokens"])
     tokens = table["n_tokens"].fill_null(0)
@@ -64,7 +64,7 @@ def test_curation_numbers_equal_sums_over_the_rows_each_rule_keeps(tokenized_roo
     assert "removed_rows/broken" not in numbers and "kept_tokens" not in numbers
 
     usable = {k: v for k, v in rules.items() if k != "broken"}
-    numbers = curation_numbers(ds, rules_lib.evaluate(ds, usable), usable)
+    numbers = curation_numbers(rules_lib.evaluate(ds, usable), rules_lib.token_hits(ds, usable))
     both = pc.and_(*(k.fill_null(False) for k in keeps.values()))
     assert numbers["kept_tokens"] == pc.sum(pc.if_else(both, tokens, 0)).as_py()
     assert numbers["kept_token_share"] == round(numbers["kept_tokens"] / numbers["total_tokens"], 4)

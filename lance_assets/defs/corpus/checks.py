@@ -3,8 +3,8 @@ instance (a fresh instance has none: the check passes and says so)."""
 
 import dagster as dg
 
+from lance_assets.defs.common import TOKENIZER
 from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE
-from lance_assets.defs.corpus.assets import tokenizer
 from lance_assets.defs.metadata import materialization_history
 
 # A new BPE may compress the held-out text at most this much worse (relative) than the one
@@ -50,12 +50,12 @@ def compare_tokenizers(history: list[dict], max_drop: float = MAX_BYTES_PER_TOKE
                   "max_drop": max_drop})
 
 
-@dg.asset_check(asset=tokenizer, blocking=False, automation_condition=CHECK_ON_ASSET_UPDATE,
+@dg.asset_check(asset=TOKENIZER, blocking=False, automation_condition=CHECK_ON_ASSET_UPDATE,
                 description="Held-out bytes/token of the newest BPE is at most "
                             f"{MAX_BYTES_PER_TOKEN_DROP:.0%} below the previous BPE's (same "
                             "vocab_size requested); warns, never blocks.")
 def bytes_per_token_not_worse(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    return compare_tokenizers(materialization_history(context.instance, tokenizer.key))
+    return compare_tokenizers(materialization_history(context.instance, TOKENIZER))
 
 
 CHECKS = [bytes_per_token_not_worse]

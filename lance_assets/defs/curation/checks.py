@@ -7,8 +7,8 @@ import dagster as dg
 import lance
 
 from lance_assets.curation import guards
+from lance_assets.defs.common import CURATION_RULES
 from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE
-from lance_assets.defs.curation.assets import curation_rules
 from lance_assets.defs.resources import LanceStore
 
 
@@ -26,7 +26,7 @@ def blocking_check(guard: Callable[[lance.LanceDataset], guards.Verdict],
                    description: str) -> dg.AssetChecksDefinition:
     """A blocking check on ``curation_rules`` named after ``guard``, run on the newest table."""
 
-    @dg.asset_check(asset=curation_rules, name=guard.__name__, blocking=True,
+    @dg.asset_check(asset=CURATION_RULES, name=guard.__name__, blocking=True,
                     description=description, automation_condition=CHECK_ON_ASSET_UPDATE)
     def check(lance_store: LanceStore) -> dg.AssetCheckResult:
         return _result(guard(lance_store.table.newest()))

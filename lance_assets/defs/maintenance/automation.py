@@ -4,13 +4,13 @@ import os
 
 import dagster as dg
 
-from lance_assets.defs.maintenance.assets import table_maintenance
+from lance_assets.defs.common import TABLE_MAINTENANCE
 
 CRON_ENV = "LANCE_ASSETS_MAINTENANCE_CRON"
 DEFAULT_CRON = "30 4 * * *"
 
 table_maintenance_job = dg.define_asset_job(
-    "table_maintenance_job", selection=dg.AssetSelection.assets(table_maintenance),
+    "table_maintenance_job", selection=dg.AssetSelection.assets(TABLE_MAINTENANCE),
     description="table_maintenance alone: compaction, cleanup of untagged old versions, index "
                 "refresh.")
 

@@ -3,9 +3,9 @@
 
 import dagster as dg
 
+from lance_assets.defs.common import PRETRAINED_MODEL
 from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE
 from lance_assets.defs.metadata import materialization_history
-from lance_assets.defs.training.assets import pretrained_model
 
 # Validation bits per byte may be at most this much higher (relative) than the previous run with
 # the same settings: the corpus and its validation split grow between runs.
@@ -42,13 +42,13 @@ def compare_runs(history: list[dict], max_rise: float = MAX_VAL_BPB_RISE) -> dg.
                   "max_rise": max_rise})
 
 
-@dg.asset_check(asset=pretrained_model, blocking=False,
+@dg.asset_check(asset=PRETRAINED_MODEL, blocking=False,
                 automation_condition=CHECK_ON_ASSET_UPDATE,
                 description="Validation bits/byte is at most "
                             f"{MAX_VAL_BPB_RISE:.0%} above the previous run with the same "
                             "settings; warns, never blocks.")
 def val_bpb_not_worse(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    return compare_runs(materialization_history(context.instance, pretrained_model.key))
+    return compare_runs(materialization_history(context.instance, PRETRAINED_MODEL))
 
 
 CHECKS = [val_bpb_not_worse]
