@@ -100,3 +100,15 @@ def test_every_definition_is_found_once():
     for kind in ("assets", "asset_checks", "jobs", "schedules", "sensors"):
         objects = list(getattr(defs, kind) or [])
         assert len(objects) == len({id(o) for o in objects}), kind
+
+
+def test_the_package_and_the_project_name_the_same_defs_folder():
+    """``lance_assets/dg.toml`` (what an installed package loads its definitions with) says
+    what ``pyproject.toml``'s ``[tool.dg]`` (what the ``dg`` CLI reads in the repository) says."""
+    import tomllib
+
+    package = tomllib.loads((PACKAGE / "dg.toml").read_text())
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["dg"]
+    assert package["directory_type"] == project["directory_type"] == "project"
+    assert package["project"] == project["project"]
+    assert package["project"]["defs_module"] == lance_assets.defs.__name__
