@@ -128,7 +128,7 @@ def test_readme_sections_come_in_the_order_a_newcomer_reads_them():
                  for name in order]
     assert None not in positions, f"README lacks one of {order}: it has {headings}"
     assert positions == sorted(positions), f"README sections out of order: {headings}"
-    for needed in ("Troubleshooting", "Add a column asset in four steps", "Hardware and disk",
+    for needed in ("Troubleshooting", "Add a column asset: one file", "Hardware and disk",
                    "Credits"):
         assert any(h.startswith(needed) for h in headings), f"README lacks '## {needed}'"
     code_map = text.split("## Code map", 1)[1].split("\n## ", 1)[0]
