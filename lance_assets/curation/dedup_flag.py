@@ -112,7 +112,7 @@ def dedup_flag(
     ids come from that version's rows, and only its fragments are written (rows ingested
     meanwhile wait for the next run, which sees them next to every earlier row)."""
     return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
-                   log=log).write
+                   log=log, summarize=False).write
 
 
 def pinned_duplicate_ids(table: Table, ds: lance.LanceDataset, settings,

@@ -80,7 +80,7 @@ def language_id(table: Union[Table, str, os.PathLike], *, fragments_per_commit: 
     """Write ``lang`` and ``lang_score`` for every fragment of the newest version that lacks
     them (``table``: a ``Table`` or a data root)."""
     return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
-                   log=log).write
+                   log=log, summarize=False).write
 
 
 def language_shares(ds) -> list[dict]:

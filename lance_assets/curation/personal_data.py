@@ -181,7 +181,7 @@ def pii(table: Union[Table, str, os.PathLike], *, fragments_per_commit: int | No
     """Write the PII counts and spans for every fragment that lacks them (``table``: a ``Table``
     or a data root)."""
     return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
-                   log=log).write
+                   log=log, summarize=False).write
 
 
 def redact(texts: pa.Array, spans: pa.Array) -> pa.Array:

@@ -261,7 +261,7 @@ def quality_signals(
     """Write every quality signal column for each fragment that lacks them (``table``: a
     ``Table`` or a data root)."""
     return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
-                   log=log).write
+                   log=log, summarize=False).write
 
 
 def signal_summary(table: Union[Table, str, os.PathLike]) -> list[dict]:

@@ -189,9 +189,11 @@ class ColumnProducer:
 
 def produce(producer: ColumnProducer, table: Table | str, settings: Any = None, *,
             executor: str | None = None, fragments_per_commit: int | None = None,
-            log: Log = print) -> Produced:
+            log: Log = print, summarize: bool = True) -> Produced:
     """Run ``producer`` on ``table`` (a ``Table`` or a data root): pin the newest version, build
-    its state there, and write its columns for that version's fragments that lack them."""
+    its state there, and write its columns for that version's fragments that lack them.
+    ``summarize``: add the producer's summary (numbers for the asset's metadata, read from the
+    newest version after the write); the library's own entry points leave it out."""
     table = Table.of(table)
     settings = producer.settings() if settings is None else settings
     if fragments_per_commit is None:
@@ -208,7 +210,7 @@ def produce(producer: ColumnProducer, table: Table | str, settings: Any = None, 
                              executor=executor, log=log)
 
     report = table.pinned(run, what=producer.name, log=log)
-    summary = producer.summary(table, report, settings) if producer.summary else {}
+    summary = producer.summary(table, report, settings) if producer.summary and summarize else {}
     return Produced(write=report, summary=summary)
 
 
