@@ -17,6 +17,7 @@ QUALITY_MODEL_KEY = "lance_assets.quality_model"  # the model file `quality_scor
 TOKEN_REDACTION_KEY = "lance_assets.token_redaction"  # whether input_ids were redacted (PII)
 CHUNK_EMBEDDING_KEY = "lance_assets.chunk_embedding"  # the model and chunking of `chunk_embeddings`
 CHUNK_INDEX_KEY = "lance_assets.chunk_index"  # the ANN index on `chunk_embeddings`, its recall
+LANGUAGE_ID_KEY = "lance_assets.language_id"  # the detector `lang` / `lang_score` hold
 
 # Columns read across layers (the trainer, forensics and the benchmarks read what the corpus
 # assets write).

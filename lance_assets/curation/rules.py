@@ -69,17 +69,30 @@ DEFAULT_MAIN_LANGUAGE_MIN_SHARE = 0.1
 
 def tagger_rules(ds: lance.LanceDataset, *, keep_languages: list[str] | tuple[str, ...] = ("auto",),
                  main_language_min_share: float = DEFAULT_MAIN_LANGUAGE_MIN_SHARE,
+                 main_language_min_score: float = 0.0,
                  drop_contaminated: bool = True) -> tuple[dict[str, str], list[str]]:
     """Rules the curation taggers imply, and a note per decision:
 
     - ``main_language``: ``lang IN (...)``. ``keep_languages=["auto"]`` keeps the corpus's main
-      languages: each language CLD2 detected (``lang``, not ``und``) on at least
+      languages: each language detected (``lang``, not ``und``) on at least
       ``main_language_min_share`` of the rows; explicit codes keep those; ``[]`` adds no rule.
+      With ``main_language_min_score`` above 0 the rule also asks ``lang_score >= `` it
+      (FineWeb keeps English at fastText's ``lang_score >= 0.65``).
     - ``not_contaminated``: ``NOT contaminated`` when ``drop_contaminated``.
 
     A rule is added only once its column exists (the tagger has run); the note says so."""
-    from lance_assets.curation.detected_language import LANG, main_languages
+    from lance_assets.curation.detected_language import (
+        FASTTEXT,
+        LANG,
+        main_languages,
+        table_detector,
+    )
 
+    score = main_language_min_score
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
+        raise RuleError(f"main_language_min_score {score!r}: not a score between 0 and 1; give "
+                        "the least `lang_score` a kept document needs (FineWeb keeps English at "
+                        "0.65), or 0 for no score bound")
     rules, notes = {}, []
     names = set(ds.schema.names)
     wanted = list(keep_languages)
@@ -95,13 +108,24 @@ def tagger_rules(ds: lance.LanceDataset, *, keep_languages: list[str] | tuple[st
             bad = [c for c in wanted if not isinstance(c, str) or not LANGUAGE_CODE_RE.match(c)]
             if bad:
                 raise RuleError(f"keep_languages {bad}: not language codes; give ISO 639 codes as "
-                                "CLD2 writes them in `lang` ('en', 'fr', 'zh-Hant'), ['auto'] for "
-                                "the corpus's main languages, or [] for no language rule")
+                                "the detector writes them in `lang` ('en', 'fr', 'ceb'), ['auto'] "
+                                "for the corpus's main languages, or [] for no language rule")
             if wanted:
-                rules[LANGUAGE_RULE] = f"lang IN ({', '.join(repr(c) for c in sorted(wanted))})"
+                rule = f"lang IN ({', '.join(repr(c) for c in sorted(wanted))})"
+                if score > 0:
+                    rule += f" AND lang_score >= {float(score)!r}"
+                    held = table_detector(ds)
+                    if held is not None and held["detector"] != FASTTEXT:
+                        notes.append(f"{LANGUAGE_RULE}: `lang_score` holds {held['detector']}'s "
+                                     "score, not fastText's probability: FineWeb's thresholds "
+                                     "do not carry over")
+                rules[LANGUAGE_RULE] = rule
             else:
                 notes.append(f"{LANGUAGE_RULE}: no language holds {main_language_min_share:.0%} "
                              "of the rows; no rule")
+    elif score > 0:
+        notes.append(f"{LANGUAGE_RULE}: keep_languages is [], so main_language_min_score "
+                     f"{score} bounds nothing")
     if drop_contaminated:
         if "contaminated" in names:
             rules[CONTAMINATION_RULE] = "NOT contaminated"
@@ -382,6 +406,7 @@ class RulesRefused(RuleError):
 def put_in_force(table: Union[Table, str, os.PathLike], rules: dict[str, str], *,
                  keep_languages: list[str] | tuple[str, ...] = ("auto",),
                  main_language_min_share: float = DEFAULT_MAIN_LANGUAGE_MIN_SHARE,
+                 main_language_min_score: float = 0.0,
                  drop_contaminated: bool = True, min_duplicate_rate: float = 0.0,
                  max_duplicate_rate: float = 0.5, min_kept_rows: int = 1) -> InForce:
     """Record ``rules`` and the taggers' rules (the corpus's main languages, ``NOT
@@ -391,6 +416,7 @@ def put_in_force(table: Union[Table, str, os.PathLike], rules: dict[str, str], *
     table = Table.of(table)
     added, notes = tagger_rules(table.newest(), keep_languages=keep_languages,
                                 main_language_min_share=main_language_min_share,
+                                main_language_min_score=main_language_min_score,
                                 drop_contaminated=drop_contaminated)
     curation = Curation(rules={**dict(rules), **{k: v for k, v in added.items() if k not in rules}},
                         min_duplicate_rate=min_duplicate_rate,

@@ -86,6 +86,9 @@ class CurationConfig(dg.Config):
     (`["en", "fr"]`) keeps those, `[]` adds no language rule."""
     main_language_min_share: float = rules_lib.DEFAULT_MAIN_LANGUAGE_MIN_SHARE
     """With `keep_languages: ["auto"]`: the share of rows a language needs to count as main."""
+    main_language_min_score: float = 0.0
+    """Least `lang_score` (fastText lid.176's probability of `lang`) a document needs to pass
+    `main_language`; 0: no bound. FineWeb keeps English at lang_score >= 0.65."""
     drop_contaminated: bool = True
     """Adds the rule `not_contaminated: NOT contaminated` (benchmark contamination)."""
 
@@ -112,6 +115,7 @@ def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
         done = rules_lib.put_in_force(
             lance_store.table, dict(config.rules), keep_languages=config.keep_languages,
             main_language_min_share=config.main_language_min_share,
+            main_language_min_score=config.main_language_min_score,
             drop_contaminated=config.drop_contaminated,
             min_duplicate_rate=config.min_duplicate_rate,
             max_duplicate_rate=config.max_duplicate_rate, min_kept_rows=config.min_kept_rows)
