@@ -14,6 +14,7 @@ from lance_assets import paths, storage
 from lance_assets.curation import minhash, profile
 from lance_assets.curation import near_dup as near_dup_lib
 from lance_assets.curation import rules as rules_lib
+from lance_assets.curation import sweeps as sweeps_lib
 from lance_assets.defs.common import CURATION_GROUP as GROUP
 from lance_assets.defs.common import (
     DEDUP_FLAG,
@@ -143,6 +144,9 @@ def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
         "tagger_rules": dg.MetadataValue.json(done.added),
         "tagger_rule_notes": dg.MetadataValue.json(done.notes),
         **curation_numbers(ev, done.tokens),
+        # each numeric threshold swept on the version the rules were recorded at (one read)
+        **{k: dg.MetadataValue.md(v) for k, v in sweeps_lib.markdown(sweeps_lib.sweeps(
+            lance_store.table.open(done.version), done.curation.rules)).items()},
     })
 
 
