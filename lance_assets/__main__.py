@@ -1,9 +1,16 @@
 """``python -m lance_assets``: table tools that are not assets.
 
     python -m lance_assets forget --where "<predicate>" [--force] [--json] [--data DIR]
+    python -m lance_assets explain --id N [--version V|TAG] [--json] [--data DIR]
 
 ``forget`` removes the documents the predicate selects from every version on disk
-(``corpus.forget``); the predicate goes through the curation rules' parser.
+(``table.forget``); the predicate goes through the curation rules' parser.
+
+``explain`` tells one document's story (``forensics.explain``): every signal, each rule in force
+and its verdict, its exact, near and semantic duplicate clusters and the member kept,
+contamination, every tagged snapshot, training run and ablation arm that read it (evaluated at
+their tagged versions), and the generated samples attributed to it. Exit status 1 when the
+document is not in the version read.
 """
 
 from __future__ import annotations
@@ -28,7 +35,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="release snapshots even while a training run reads them")
     f.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
     f.add_argument("--json", action="store_true", help="print the report as JSON")
+    e = sub.add_parser("explain", help="why a document is in or out, and what trained on it")
+    e.add_argument("--id", type=int, required=True, help="the document's `id` (the table's row id)")
+    e.add_argument("--version", default=None,
+                   help="table version number or snapshot tag to read the signals and rules at "
+                        "(default: the newest)")
+    e.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
+    e.add_argument("--json", action="store_true", help="print the story as JSON")
     args = parser.parse_args(argv)
+    if args.command == "explain":
+        return _explain(args)
     log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
     try:
         report = forget(Table.of(args.data), args.where, force=args.force, log=log)
@@ -40,6 +56,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(report.markdown())
     return 0 if report.still_readable == 0 else 1
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from lance_assets.forensics.explain import ExplainError, explain
+
+    ref = args.version
+    if ref is not None and ref.isdigit():
+        ref = int(ref)
+    try:
+        story = explain(Table.of(args.data), args.id, ref=ref)
+    except (ExplainError, TableMissingError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(story.to_dict(), indent=2, default=str) if args.json else story.markdown())
+    return 0 if story.present else 1
 
 
 if __name__ == "__main__":

@@ -90,3 +90,16 @@ def test_materialize_whole_graph(tmp_path):
     assert mats["tokenizer"]["nothing_to_do"].value is True
     assert mats["token_ids"]["nothing_to_do"].value is True
     assert lance.dataset(paths.table_uri(root)).version == ds.version
+
+    # every document's story: the run `pretrained_model` recorded, judged at its tagged version
+    summary = next(json.loads(p.read_text()) for p in paths.train_dir(root).glob("*/summary.json"))
+    run_filter = summary["filter"]
+    trained = ds.to_table(columns=["id"], filter=run_filter).column("id").to_pylist()[0]
+    removed = ds.to_table(columns=["id"], filter="is_dup").column("id").to_pylist()[0]
+    stories = dg.materialize([defs.get_assets_def("document_stories")], resources=resources,
+                             run_config={"ops": {"document_stories": {"config": {
+                                 "ids": [trained, removed]}}}})
+    assert stories.success
+    meta = stories.asset_materializations_for_node("document_stories")[0].metadata
+    assert f"(tag {summary['table_tag']})" in meta[f"document_{trained}"].value.split("\n")[2]
+    assert "exact_dup" in meta[f"document_{removed}"].value

@@ -43,6 +43,7 @@ TABLE_MAINTENANCE = dg.AssetKey("table_maintenance")
 TEXT_INDEX = dg.AssetKey("text_index")
 SAMPLES = dg.AssetKey("samples")
 FORENSICS = dg.AssetKey("forensics")
+CURATION_ABLATION = dg.AssetKey("curation_ablation")
 # Column producers (declared in the library, made into assets by defs/columns.py).
 DETECTED_LANGUAGE = dg.AssetKey("detected_language")
 PERSONAL_DATA = dg.AssetKey("personal_data")

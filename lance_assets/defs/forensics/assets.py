@@ -1,6 +1,6 @@
 """Forensics assets: ``embeddings`` -> ``vector_index`` and ``embeddings`` ->
 ``chunk_embeddings`` -> ``chunk_index``, then ``forensics`` (with ``samples`` and
-``text_index``).
+``text_index``), then ``document_stories`` (one document's whole story per looked-up id).
 
 The column and index assets write the corpus table and take the ``lance_corpus`` pool;
 ``forensics`` only reads (the rows of the table version the newest model trained on).
@@ -10,7 +10,16 @@ The column and index assets write the corpus table and take the ``lance_corpus``
 import dagster as dg
 
 from lance_assets import paths
-from lance_assets.defs.common import CHUNK_EMBEDDINGS, EMBEDDINGS, POOL, SAMPLES, TABLE_TAGS, TEXT_INDEX
+from lance_assets.defs.common import (
+    CHUNK_EMBEDDINGS,
+    CURATION_ABLATION,
+    CURATION_RULES,
+    EMBEDDINGS,
+    POOL,
+    SAMPLES,
+    TABLE_TAGS,
+    TEXT_INDEX,
+)
 from lance_assets.defs.common import FORENSICS_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA, on_new_data
 from lance_assets.defs.metadata import (
@@ -135,4 +144,56 @@ def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
         "near_dup_pair_rate": nd.pair_rate if nd else -1.0,
         "near_dup_rows_share": nd.rows_with_neighbour_share if nd else -1.0,
         "duration_s": round(report.duration_s, 3),
+    })
+
+
+MAX_STORIES = 50
+
+
+class StoriesConfig(dg.Config):
+    ids: list[int] = []
+    """Documents to explain, by `id`. Empty: the top source of each forensics sample and the
+    first document the curation rules remove."""
+    version: str = ""
+    """Table version number or snapshot tag to read the signals and rule verdicts at (empty:
+    the newest). Runs and ablation arms are always judged at their own tagged versions."""
+
+
+@dg.asset(deps=[forensics, CURATION_RULES, CURATION_ABLATION], group_name=GROUP,
+          kinds={"lance", "python"}, code_version="1")
+def document_stories(context: dg.AssetExecutionContext, config: StoriesConfig,
+                     lance_store: LanceStore):
+    """Why is this document in, or out? For each looked-up document (`ids` in the run config):
+    every signal, each rule in force with its verdict and the ones that removed it, its exact,
+    near and semantic duplicate clusters and the member kept, contamination, every tagged
+    snapshot, training run and ablation arm that read it (judged at their tagged versions) and
+    the generated samples attributed to it; one metadata entry per document, also
+    DATA/reports/stories/<id>.md and .json. The CLI twin: python -m lance_assets explain --id N."""
+    from lance_assets.forensics import explain as ex
+
+    if len(config.ids) > MAX_STORIES:
+        raise dg.Failure(f"ids: {len(config.ids)} documents; explain at most {MAX_STORIES} per "
+                         "run (the rest in another run, or with python -m lance_assets explain)")
+    ref = config.version.strip() or None
+    if ref is not None and ref.isdigit():
+        ref = int(ref)
+    ids = list(dict.fromkeys(config.ids)) or ex.example_ids(lance_store.table)
+    metadata, rows = {}, []
+    for doc_id in ids:
+        try:
+            story = ex.explain(lance_store.table, doc_id, ref=ref)
+        except ex.ExplainError as err:
+            raise dg.Failure(str(err)) from None
+        md_path, _ = ex.save(lance_store.table, story)
+        context.log.info(story.headline())
+        metadata[f"document_{doc_id}"] = dg.MetadataValue.md(story.markdown())
+        rows.append({"id": doc_id, "in version": story.present,
+                     "removed by": ", ".join(story.removed_by) or "",
+                     "trained on by": ", ".join(s.name for s in story.trained_by),
+                     "samples attributed": len(story.samples), "story": md_path})
+    return dg.MaterializeResult(metadata={
+        "dagster/uri": lance_store.table.uri,
+        "documents": dg.MetadataValue.md(markdown_table(rows)),
+        "ids": dg.MetadataValue.json(ids),
+        **metadata,
     })
