@@ -16,7 +16,7 @@ def test_asset_graph_shape():
                     "quality_signals", "near_dup", "text_index", "curation_rules", "corpus_profile",
                     "embeddings", "vector_index", "chunk_embeddings", "chunk_index", "forensics",
                     "detected_language", "personal_data", "paragraph_dups", "contamination",
-                    "quality_score", "table_maintenance", "curation_ablation"}
+                    "quality_score", "table_maintenance", "curation_ablation", "document_stories"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
@@ -37,7 +37,8 @@ def test_asset_graph_shape():
                        "chunk_embeddings": {"raw_text", "embeddings"},
                        "chunk_index": {"chunk_embeddings"},
                        "forensics": {"samples", "vector_index", "chunk_index", "text_index"},
-                       "table_maintenance": {"raw_text"}}
+                       "table_maintenance": {"raw_text"},
+                       "document_stories": {"forensics", "curation_rules", "curation_ablation"}}
     for key in ("raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup", "text_index",
                 "curation_rules", "embeddings", "vector_index", "chunk_embeddings", "chunk_index",
                 "table_maintenance", *TAGGERS):
