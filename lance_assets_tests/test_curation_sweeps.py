@@ -127,6 +127,8 @@ def test_sweep_at_the_rules_in_force_equals_evaluate(root):
     notes = "\n".join(report.skipped)
     assert "starts_late" in notes and "column_vs_column" in notes and "long_or_dup" in notes
     assert "exact_dup" not in notes
+    nothing = sw.sweeps(ds, NOT_SWEPT)  # no numeric threshold at all: no sweep, no plot
+    assert nothing.sweeps == [] and sw.markdown(nothing)["threshold_sweeps"].startswith("_no ")
 
 
 def test_other_grid_points_equal_lance_counts_of_the_rewritten_rule(root):

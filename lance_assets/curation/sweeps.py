@@ -199,6 +199,12 @@ def _compare(values: np.ndarray, bound: str, value) -> np.ndarray:
     return hit | np.isnan(values) if values.dtype.kind == "f" else hit
 
 
+def _cast(value, dtype: np.dtype) -> np.ndarray:
+    """``value`` in the column's type, as Lance casts a literal (1e40 is inf in float32)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(value).astype(dtype)
+
+
 def _kept(sorted_values: np.ndarray, token_cumsum: np.ndarray | None, bound: str, grid: np.ndarray
           ) -> tuple[np.ndarray, np.ndarray | None]:
     """Rows (and their tokens) whose value passes ``bound g`` for each ``g`` of ``grid``: an
@@ -216,9 +222,9 @@ def _kept(sorted_values: np.ndarray, token_cumsum: np.ndarray | None, bound: str
     return hi - lo, tokens
 
 
-def _read(ds: lance.LanceDataset, columns: dict[str, str], max_rows: int, seed: int
+def _read(ds: lance.LanceDataset, columns: dict[str, str], total: int, max_rows: int, seed: int
           ) -> pa.Table:
-    total = ds.count_rows()
+    """The projected columns of every row, or of a seeded uniform sample of ``max_rows``."""
     if total <= max_rows:
         return ds.to_table(columns=columns)
     rows = np.unique(np.random.default_rng(seed).integers(0, total, max_rows))
@@ -243,6 +249,10 @@ def sweeps(ds: lance.LanceDataset, rules: dict[str, str], *, points: int = POINT
         found[name], notes = thresholds(name, usable[name], schema)
         skipped += notes
     swept_columns = sorted({t.column for ts in found.values() for t in ts})
+    table_rows = ds.count_rows()
+    if not swept_columns:  # nothing to sweep: no need to read the table
+        return SweepReport(version=ds.version, table_rows=table_rows, rows_read=table_rows,
+                           sweeps=[], skipped=skipped)
     projection = {f"rule_{i}": usable[n].lance for i, n in enumerate(names)}
     for i, name in enumerate(names):
         held = [t for j, t in enumerate(_terms(usable[name].tree))
@@ -255,8 +265,7 @@ def sweeps(ds: lance.LanceDataset, rules: dict[str, str], *, points: int = POINT
     has_tokens = token_column in schema.names
     if has_tokens:
         projection["tokens"] = f"`{token_column}`"
-    table_rows = ds.count_rows()
-    data = _read(ds, projection, max_rows, seed) if projection else pa.table({})
+    data = _read(ds, projection, table_rows, max_rows, seed)
     rows = data.num_rows
 
     tokens = data["tokens"].fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) \
@@ -264,11 +273,11 @@ def sweeps(ds: lance.LanceDataset, rules: dict[str, str], *, points: int = POINT
     passes = {n: _as_bool(data[f"rule_{i}"]) for i, n in enumerate(names)}
     values = {c: data[f"value_{c}"] for c in swept_columns}
 
-    def term_mask(t: Threshold, value) -> np.ndarray:
+    def term_mask(t: Threshold) -> np.ndarray:
         col = values[t.column]
         arr = col.to_numpy(zero_copy_only=False) if col.null_count == 0 else \
             col.fill_null(0).to_numpy(zero_copy_only=False)
-        hit = _compare(arr, t.bound, np.asarray(value).astype(arr.dtype))
+        hit = _compare(arr, t.bound, _cast(t.value, arr.dtype))
         return hit & ~_as_bool(col.is_null()) if col.null_count else hit
 
     out = []
@@ -280,7 +289,7 @@ def sweeps(ds: lance.LanceDataset, rules: dict[str, str], *, points: int = POINT
             continue
         held = _as_bool(data[f"held_{i}"]) if f"held_{i}" in data.column_names else \
             np.ones(rows, bool)
-        masks = [term_mask(t, t.value) for t in found[name]]
+        masks = [term_mask(t) for t in found[name]]
         if not np.array_equal(np.logical_and.reduce([held, *masks]), passes[name]):
             skipped.append(f"{name}: its thresholds compare differently here than in Lance "
                            "(an unusual column type?); not swept")
@@ -301,7 +310,7 @@ def _sweep(t: Threshold, column: pa.ChunkedArray, keep: np.ndarray, tokens: np.n
     valid = ~_as_bool(column.is_null())
     arr = column.fill_null(0).to_numpy(zero_copy_only=False)
     dtype = arr.dtype
-    current = np.asarray(t.value).astype(dtype)
+    current = _cast(t.value, dtype)
     numbers = arr[valid & ~np.isnan(arr)] if dtype.kind == "f" else arr[valid]
     levels = np.linspace(0.0, 1.0, max(points, 2))
     at_levels = np.quantile(numbers, levels, method="inverted_cdf").astype(dtype) \
