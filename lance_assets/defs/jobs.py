@@ -8,9 +8,11 @@ end_to_end_job = dg.define_asset_job(
     "end_to_end", selection=dg.AssetSelection.all(),
     description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
                 "near_dup, text_index, curation_rules, corpus_profile; the taggers detected_language, "
-                "personal_data, paragraph_dups, contamination, quality_score); tokenizer and "
+                "personal_data, paragraph_dups, contamination, quality_score, semantic_dup); "
+                "tokenizer and "
                 "token_ids; embeddings and vector_index; chunk_embeddings and chunk_index; "
-                "training (pretrained_model, samples, curation_ablation); the forensics report; "
+                "training (pretrained_model, samples, curation_ablation); the forensics report "
+                "and document_stories; "
                 "table_maintenance.",
     config=DEMO_RUN_CONFIG,
 )
