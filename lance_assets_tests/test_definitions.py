@@ -2,7 +2,8 @@ import dagster as dg
 
 from lance_assets.definitions import defs
 
-TAGGERS = ("detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score")
+TAGGERS = ("detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score",
+           "semantic_dup")
 
 
 def test_definitions_load():
@@ -16,7 +17,8 @@ def test_asset_graph_shape():
                     "quality_signals", "near_dup", "text_index", "curation_rules", "corpus_profile",
                     "embeddings", "vector_index", "chunk_embeddings", "chunk_index", "forensics",
                     "detected_language", "personal_data", "paragraph_dups", "contamination",
-                    "quality_score", "table_maintenance", "curation_ablation", "document_stories"}
+                    "quality_score", "table_maintenance", "curation_ablation", "document_stories",
+                    "semantic_dup"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
@@ -36,6 +38,7 @@ def test_asset_graph_shape():
                        "embeddings": {"raw_text"}, "vector_index": {"embeddings"},
                        "chunk_embeddings": {"raw_text", "embeddings"},
                        "chunk_index": {"chunk_embeddings"},
+                       "semantic_dup": {"raw_text", "chunk_embeddings"},
                        "forensics": {"samples", "vector_index", "chunk_index", "text_index"},
                        "table_maintenance": {"raw_text"},
                        "document_stories": {"forensics", "curation_rules", "curation_ablation"}}
