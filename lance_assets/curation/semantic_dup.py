@@ -52,7 +52,6 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys
-from lance_assets.embeddings.chunk_embeddings import CHUNK_EMBEDDINGS
 from lance_assets.embeddings.embeddings import DIM
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, Staged, fragments_missing, write_columns
@@ -270,22 +269,46 @@ def compare(new_ids: np.ndarray, new_vecs: np.ndarray, new_cluster: np.ndarray,
                 else:
                     rep[pos] = rep[ni[-at - 2]]
         # cosine with the representative (an old row or an earlier new row of the cluster)
-        where = {int(i): v for i, v in zip(o_ids, ov)}
-        where.update({int(i): v for i, v in zip(ids, nv)})
-        for pos in ni[dup[ni]]:
-            cos[pos] = float(new_vecs[pos] @ where[int(rep[pos])])
+        flagged = ni[dup[ni]]
+        if len(flagged):
+            wanted = rep[flagged]
+            where = {int(i): ov[k] for k in np.flatnonzero(np.isin(o_ids, wanted))
+                     for i in (o_ids[k],)}
+            where.update({int(i): nv[k] for k in np.flatnonzero(np.isin(ids, wanted))
+                          for i in (ids[k],)})
+            for pos in flagged:
+                cos[pos] = float(new_vecs[pos] @ where[int(rep[pos])])
     stats.flagged += int(dup.sum())
     return Compared(new_cluster.astype(np.int64), rep, cos, dup)
 
 
 # ---------------------------------------------------------------------------- the write
 
-def _read(ds: lance.LanceDataset, frags: list, columns: list[str], where: str | None = None
-          ) -> pa.Table:
-    if not frags:
-        types = {f.name: f.type for f in [*FIELDS, CHUNK_EMBEDDINGS, pa.field("id", pa.int64())]}
-        return pa.table({c: pa.array([], types[c]) for c in columns})
-    return ds.scanner(columns=columns, fragments=frags, filter=where).to_table()
+def read_earlier(ds: lance.LanceDataset, frags: list, stats: SemanticDupStats
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows written before (ids, document vectors, clusters, representatives), read batch
+    by batch: only the vectors stay (1.5 kB a row), not the chunks."""
+    parts = []
+    if frags:
+        scanner = ds.scanner(columns=["id", SEMANTIC_CLUSTER.name, SEMANTIC_REP.name,
+                                      SEMANTIC_DUP.name, keys.CHUNK_EMBEDDINGS],
+                             filter=f"{SEMANTIC_CLUSTER.name} IS NOT NULL", fragments=frags,
+                             batch_size=4096)
+        for b in scanner.to_batches():
+            if not b.num_rows:
+                continue
+            vecs, _ = document_vectors(b.column(keys.CHUNK_EMBEDDINGS))
+            parts.append((b.column("id").to_numpy(), vecs,
+                          b.column(SEMANTIC_CLUSTER.name).to_numpy(),
+                          b.column(SEMANTIC_REP.name).to_numpy()))
+            stats.earlier_flagged += int(np.sum(b.column(SEMANTIC_DUP.name).to_numpy(
+                zero_copy_only=False)))
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return empty, np.zeros((0, DIM), np.float32), empty, empty
+    ids, vecs, cluster, rep = (np.concatenate(x) for x in zip(*parts))
+    stats.earlier_rows = len(ids)
+    return ids, vecs, cluster, rep
 
 
 @dataclass
@@ -325,6 +348,11 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
         todo = fragments_missing(ds, COLUMNS) if have else ds.get_fragments()
         todo = [f for f in todo if f.metadata.deletion_file is None]
         written = have and len(fragments_missing(ds, COLUMNS)) < len(ds.get_fragments())
+        if stored is None and written:
+            raise SettingsMismatchError(
+                f"{table.uri}: semantic-duplicate columns are written but the table's config has "
+                f"no record of their clusters ({keys.SEMANTIC_DUP_KEY}); drop the columns first "
+                f"(Table.of(DATA).newest().drop_columns({COLUMNS})) to compute them again.")
         if stored is not None and written:
             if stored["settings"] != settings.to_dict() or stored.get("chunking") != chunking:
                 raise SettingsMismatchError(
@@ -345,17 +373,8 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
         t0 = time.perf_counter()
         todo_ids = {f.fragment_id for f in todo}
         done = [f for f in ds.get_fragments() if f.fragment_id not in todo_ids]
-        old = _read(ds, done if written else [],
-                    ["id", SEMANTIC_CLUSTER.name, SEMANTIC_REP.name, SEMANTIC_DUP.name,
-                     keys.CHUNK_EMBEDDINGS], where=f"{SEMANTIC_CLUSTER.name} IS NOT NULL")
-        old_vecs, _ = document_vectors(old.column(keys.CHUNK_EMBEDDINGS))
-        old_ids = old.column("id").to_numpy()
-        old_cluster = old.column(SEMANTIC_CLUSTER.name).to_numpy()
-        old_rep = old.column(SEMANTIC_REP.name).to_numpy()
-        stats.earlier_rows = len(old_ids)
-        stats.earlier_flagged = int(np.sum(old.column(SEMANTIC_DUP.name).to_numpy(
-            zero_copy_only=False)))
-        del old
+        old_ids, old_vecs, old_cluster, old_rep = read_earlier(ds, done if written else [],
+                                                               stats)
         parts = []
         for f in todo:
             t = f.to_table(columns=["id", keys.CHUNK_EMBEDDINGS])
