@@ -109,7 +109,8 @@ def test_column_write_is_incremental_and_leaves_text_alone(tmp_path):
 def test_one_column_holds_one_detectors_values(tmp_path):
     """CLD2's values are not topped up with fastText's (nor the other way): the run is refused,
     naming the fix, and nothing changes; after the documented drop, fastText writes every row.
-    A table written before the detector was recorded holds CLD2's values."""
+    A table written before the detector was recorded holds CLD2's values, and the default
+    (`auto`) keeps the detector the columns hold, so automation on an old table goes on."""
     paragraphs = documents("paragraph")
     root = ingested(tmp_path, [t for t, _ in paragraphs[:60]], rows_per_fragment=30)
     language.language_id(root, detector="cld2", log=quiet)
@@ -119,7 +120,7 @@ def test_one_column_holds_one_detectors_values(tmp_path):
     table = Table.of(root)
     before = table.newest().version
     with pytest.raises(language.DetectorMismatchError, match=r"detector: 'cld2'.*drop_columns"):
-        language.language_id(root, log=quiet)
+        language.language_id(root, detector="fasttext", log=quiet)
     assert table.newest().version == before
     with pytest.raises(language.DetectorError, match="use one of"):
         language.language_id(root, detector="cld3", log=quiet)
@@ -127,8 +128,12 @@ def test_one_column_holds_one_detectors_values(tmp_path):
     table.newest().delete_config_keys([keys.LANGUAGE_ID_KEY])  # as written before the record
     assert language.table_detector(table.newest()) == language.RECORDS["cld2"]
     with pytest.raises(language.DetectorMismatchError):
-        language.language_id(root, log=quiet)
-    assert language.language_id(root, detector="cld2", log=quiet).rows_written == 60
+        language.language_id(root, detector="fasttext", log=quiet)
+    assert language.language_id(root, log=quiet).rows_written == 60  # auto: CLD2, as held
+    assert get_json_config(table.newest(), keys.LANGUAGE_ID_KEY) == language.RECORDS["cld2"]
+    cld2 = language.detect(pa.array([t for t, _ in paragraphs[60:]]), "cld2")
+    assert table.newest().to_table(columns=["lang_score"], filter="id >= 60").column(0) \
+        .to_pylist() == cld2.column(1).to_pylist()
 
     Table.of(root).newest().drop_columns(["lang", "lang_score"])  # the fix the error names
     assert language.language_id(root, log=quiet).rows_written == len(paragraphs)

@@ -60,7 +60,7 @@ DESCRIPTIONS = {
                      "Not the source's own confidence (that is `language_score`).",
 }
 BATCH_ROWS = 2048
-FASTTEXT, CLD2 = "fasttext", "cld2"
+FASTTEXT, CLD2, AUTO = "fasttext", "cld2", "auto"
 DETECTORS = (FASTTEXT, CLD2)
 MAX_CHARS = 100_000
 """Characters of a document the detector reads (its prefix): bounds the time of a huge one."""
@@ -88,10 +88,13 @@ class DetectorMismatchError(DetectorError):
 
 @dataclass(frozen=True)
 class LanguageSettings:
-    detector: str = setting(FASTTEXT, "Which detector writes `lang` / `lang_score`: 'fasttext' "
-                                      "(lid.176, FineWeb's; `lang_score` is its probability) or "
-                                      "'cld2' (`lang_score` is the share of the text). A table "
-                                      "holds one detector's values: to switch, drop the columns.")
+    detector: str = setting(AUTO, "Which detector writes `lang` / `lang_score`: 'fasttext' "
+                                  "(lid.176, FineWeb's; `lang_score` is its probability) or "
+                                  "'cld2' (`lang_score` is the share of the text); 'auto': the "
+                                  "one the table's columns already hold (CLD2 for a table "
+                                  "written before the detector was recorded), fastText on a "
+                                  "table without them. A table holds one detector's values: to "
+                                  "switch, drop the columns.")
 
 
 _MODEL_LOCK = threading.Lock()
@@ -170,7 +173,7 @@ def detect(texts: pa.Array, detector: str = FASTTEXT) -> pa.RecordBatch:
 def check_detector(detector: str) -> str:
     if detector not in DETECTORS:
         raise DetectorError(f"detector {detector!r}: not a language detector; use one of "
-                         f"{list(DETECTORS)}")
+                            f"{list(DETECTORS)} or 'auto'")
     return detector
 
 
@@ -185,8 +188,10 @@ class FragmentLanguage:
             yield detect(batch.column("text"), self.detector)
 
 
-def compute(settings: LanguageSettings, state) -> FragmentLanguage:
-    return FragmentLanguage(settings.detector)
+def compute(settings: LanguageSettings, detector: str) -> FragmentLanguage:
+    """``detector``: the state, the detector ``record_detector`` resolved on the pinned
+    version."""
+    return FragmentLanguage(detector)
 
 
 def table_detector(ds: lance.LanceDataset) -> dict | None:
@@ -201,29 +206,38 @@ def table_detector(ds: lance.LanceDataset) -> dict | None:
 
 
 def record_detector(table: Table, pinned: lance.LanceDataset, settings: LanguageSettings,
-                    log) -> None:
-    """The ``state`` step, on the pinned version: refuse to add another detector's values to
-    the columns, and record this run's detector before the first value is written."""
-    want = RECORDS[check_detector(settings.detector)]
+                    log) -> str:
+    """The ``state`` step, on the pinned version: resolve ``auto`` (the detector the columns
+    hold, else fastText), refuse to add another detector's values to the columns, and record
+    this run's detector before the first value is written. Returns the detector."""
     held = table_detector(pinned)
+    if settings.detector == AUTO:
+        detector = held["detector"] if held and held.get("detector") in DETECTORS else FASTTEXT
+    else:
+        detector = check_detector(settings.detector)
+    want = RECORDS[detector]
     if held is not None and held != want:
         raise DetectorMismatchError(
             f"{table.uri}: `lang` / `lang_score` hold values from {held['detector']} ({held}), "
-            f"not {settings.detector}; one column holds one detector's values. Run "
+            f"not {detector}; one column holds one detector's values. Run "
             f"detected_language with detector: {held['detector']!r} to keep them, or drop the "
             "columns first to detect every row again with "
-            f"{settings.detector} (Table.of(DATA).newest().drop_columns(['lang', 'lang_score']))."
+            f"{detector} (Table.of(DATA).newest().drop_columns(['lang', 'lang_score'])), or "
+            "leave detector at 'auto'."
         )
     if get_json_config(pinned, LANGUAGE_ID_KEY) != want:
         table.set_config(LANGUAGE_ID_KEY, want, log=log)
+    return detector
 
 
-def language_id(table: Union[Table, str, os.PathLike], *, detector: str = FASTTEXT,
+def language_id(table: Union[Table, str, os.PathLike], *, detector: str = AUTO,
                 fragments_per_commit: int | None = None, executor: str | None = None,
                 log: Callable[[str], None] = print) -> ColumnWriteReport:
     """Write ``lang`` and ``lang_score`` for every fragment of the newest version that lacks
     them (``table``: a ``Table`` or a data root), with ``detector`` (``fasttext`` or ``cld2``)."""
-    return produce(PRODUCER, table, LanguageSettings(detector=check_detector(detector)),
+    if detector != AUTO:
+        check_detector(detector)
+    return produce(PRODUCER, table, LanguageSettings(detector=detector),
                    executor=executor, fragments_per_commit=fragments_per_commit, log=log,
                    summarize=False).write
 
@@ -252,7 +266,7 @@ def main_languages(ds, min_share: float) -> list[str]:
 def summary(table: Table, report: ColumnWriteReport, settings: LanguageSettings) -> dict:
     shares = language_shares(table.newest())
     return {"languages": Markdown(markdown_table(shares[:15])), "distinct_languages": len(shares),
-            "detector": settings.detector}
+            "detector": (table_detector(table.newest()) or {}).get("detector", settings.detector)}
 
 
 PRODUCER = ColumnProducer(

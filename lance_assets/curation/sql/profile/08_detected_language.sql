@@ -1,5 +1,5 @@
 -- requires: lang, lang_score
--- Languages detected by CLD2 (`lang`, the `detected_language` asset) next to the source's own
+-- Languages detected by fastText lid.176 or CLD2 (`lang`, the `detected_language` asset) next to the source's own
 -- label (`language`, FineWeb only), and what curation keeps of each.
 SELECT
     lang                                            AS detected,
