@@ -3,7 +3,7 @@ all-MiniLM-L6-v2 model on planted rewordings, against ``near_dup`` on the same t
 cost per document at two sizes against ``near_dup``'s in the same run.
 
     LANCE_LOG=error python -m benchmarks.semantic_dup
-    python -m benchmarks.semantic_dup --quality-only / --cost-only
+    python -m benchmarks.semantic_dup --quality-only / --cost-only / --demo-only
 
 - Quality: ``lance_assets/testing/semantic_planted.py`` sets (``--originals`` originals with
   ``--copies`` reworded copies each, as many distractors on the same topics), at two rewording
@@ -19,6 +19,8 @@ cost per document at two sizes against ``near_dup``'s in the same run.
   compare, write four columns) and of ``near_dup`` on the same table; then 10% new rows against
   the rest. The model's own cost is measured in the quality part (``chunk_embeddings`` and
   ``embeddings`` µs/document on CPU).
+- Demo: the demo corpus (``synthetic:2000``) with the real model: the write's time and what it
+  flags next to ``is_dup`` and ``near_dup``.
 """
 
 from __future__ import annotations
@@ -175,6 +177,33 @@ def cost(work: Path, sizes: list[int]) -> None:
               f"{sd_s / nd_s:.2f} | {sd_inc / new * 1e6:,.0f} | {nd_inc / new * 1e6:,.0f} |")
 
 
+def demo(work: Path, rows: int) -> None:
+    """The demo corpus (``synthetic:ROWS``, what ``make demo`` ingests) with the real model: what
+    ``semantic_dup`` costs there and what it flags, next to ``is_dup`` and ``near_dup``."""
+    from lance_assets.curation.dedup_flag import PRODUCER as DEDUP
+    from lance_assets.table.producer import produce
+
+    print(f"\n## The demo corpus (synthetic:{rows}), real model (CPU)")
+    root = work / "demo"
+    ingest(root, f"synthetic:{rows}", log=quiet)
+    produce(DEDUP, root, log=quiet)
+    embed.embeddings(root, log=quiet)
+    chunks.chunk_embeddings(root, log=quiet)
+    nd.near_dup(root, log=quiet)
+    t = time.perf_counter()
+    _, stats = sd.semantic_dup(root, log=quiet)
+    sd_s = time.perf_counter() - t
+    ds = lance.dataset(paths.table_uri(root))
+    n = ds.count_rows()
+    flagged = {c: ds.count_rows(filter=c) for c in ("is_dup", "near_dup", "semantic_dup")}
+    either = ds.count_rows(filter="is_dup OR near_dup")
+    only = ds.count_rows(filter="semantic_dup AND NOT is_dup AND NOT near_dup")
+    print(f"semantic_dup write: {sd_s:.2f} s for {n} documents ({sd_s / n * 1e6:,.0f} µs/doc, "
+          f"{stats.clusters} cluster(s)); flagged: is_dup {flagged['is_dup']}, near_dup "
+          f"{flagged['near_dup']} (either {either}), semantic_dup {flagged['semantic_dup']}, of "
+          f"which {only} by semantic_dup alone")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--originals", type=int, default=48)
@@ -182,16 +211,23 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")],
                     default=[5000, 50000])
+    ap.add_argument("--demo-rows", type=int, default=2000)
     ap.add_argument("--quality-only", action="store_true")
+    ap.add_argument("--demo-only", action="store_true")
     ap.add_argument("--cost-only", action="store_true")
     args = ap.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     work = Path(tempfile.mkdtemp(prefix="semantic-dup-bench-"))
     try:
+        if args.demo_only:
+            demo(work, args.demo_rows)
+            return
         if not args.cost_only:
             quality(work, args.originals, args.copies, args.seed)
         if not args.quality_only:
             cost(work, args.sizes)
+        if not (args.quality_only or args.cost_only):
+            demo(work, args.demo_rows)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

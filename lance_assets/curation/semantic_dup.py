@@ -177,8 +177,10 @@ def spherical_kmeans(x: np.ndarray, k: int, seed: int,
         if labels is not None and np.array_equal(new, labels):
             break
         labels = new
+        order = np.argsort(labels, kind="stable")
+        present, starts = np.unique(labels[order], return_index=True)
         sums = np.zeros_like(centroids, dtype=np.float64)
-        np.add.at(sums, labels, x)
+        sums[present] = np.add.reduceat(x[order], starts, axis=0)
         norms = np.linalg.norm(sums, axis=1)
         empty = norms == 0
         if empty.any():  # an empty cluster restarts at the rows worst served
