@@ -33,6 +33,7 @@ SEMANTIC_CLUSTER = "semantic_cluster"
 SEMANTIC_REP = "semantic_rep"
 SEMANTIC_COS = "semantic_cos"
 SEMANTIC_DUP = "semantic_dup"
+TEXT_HASH = "text_hash"  # md5 of the whitespace-normalised text, kept by dedup_flag
 
 # Prompts the sampler continues when none are given (the `samples` asset and the CLI).
 DEFAULT_PROMPTS = ("An introduction to the", "The bright star", "Students often ask why", "")

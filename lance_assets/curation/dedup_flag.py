@@ -1,14 +1,26 @@
-"""Exact duplicates on whitespace-normalised text: the ``is_dup`` column.
+"""Exact duplicates on whitespace-normalised text: the ``text_hash`` and ``is_dup`` columns.
 
 A document is a duplicate when an earlier document (smaller ``id``) has the same text after
 runs of whitespace are collapsed to one space and the ends trimmed. First occurrences keep
 ``is_dup = false``; because ids only grow, values already written never change.
 
-Linear in the corpus: one pass hashes every text once (md5 of the normalised text), one sort
-by (hash, id) finds each hash's first id, and each fragment then only looks its ids up among
-the duplicates. (Before, every fragment joined against a table of every distinct document and
-hashed its text a second time: O(documents x fragments).) ``NORMALISED_HASH_SQL`` is the same
-hash in SQL, for DuckDB queries over the table.
+Two phases on one pinned version, both fanned out per fragment (Ray tasks under
+``executor: ray``):
+
+1. ``text_hash`` (16 bytes: md5 of the normalised text) is written for the fragments that lack
+   it. It is the only step that reads text, once per row ever: a later run reads the kept
+   hashes of old fragments, never their text. A table whose ``is_dup`` predates the column gets
+   it on its next run (one read of its text).
+2. ``is_dup`` for the fragments that lack it, by a partitioned group-by: the hash space is cut
+   into ``buckets`` by the hash's leading bits; a map task per fragment sends each bucket its
+   (hash, id) pairs, a reduce task per bucket sorts them by (hash, id) and returns the ids of
+   the *new* rows whose hash came at a smaller id. The driver holds object references and those
+   ids only (O(fragments x buckets + new duplicates)), never the hashes; then per-fragment tasks
+   (``DupFlags``) look their ids up and write the flag. Locally the same map and reduce run in
+   this process.
+
+``NORMALISED_HASH_SQL`` is the same hash in SQL (``md5`` returns it as hex: ``lower(hex(
+text_hash))``), for DuckDB queries over the table.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import lance
@@ -23,16 +36,27 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys
-from lance_assets.progress import progress
 from lance_assets.table import Table
-from lance_assets.table.columns import ColumnWriteReport, fragments_missing
-from lance_assets.table.producer import ColumnProducer, produce
+from lance_assets.table import executor as executors
+from lance_assets.table.columns import (
+    ColumnWriteReport,
+    fragments_missing,
+    pinned_rows_end,
+    write_columns,
+)
+from lance_assets.table.producer import ColumnProducer, Produced, WriteOptions, setting
 
 IS_DUP = pa.field(keys.IS_DUP, pa.bool_())
-DESCRIPTIONS = {IS_DUP.name: "True when the whitespace-normalised text appeared at a smaller id."}
+TEXT_HASH = pa.field(keys.TEXT_HASH, pa.binary(16))
+DESCRIPTIONS = {
+    IS_DUP.name: "True when the whitespace-normalised text appeared at a smaller id.",
+    TEXT_HASH.name: "md5 of the whitespace-normalised text (16 bytes; lower(hex(text_hash)) "
+                    "equals DuckDB's md5 of it), kept so later runs never hash old text again.",
+}
 # RE2 (DuckDB) and Python agree on this explicit class; `\s` differs between them.
 WHITESPACE_RUN = r"[ \t\n\r\f\v]+"
 NORMALISED_HASH_SQL = f"md5(trim(regexp_replace(text, '{WHITESPACE_RUN}', ' ', 'g')))"
+BATCH_ROWS = 4096
 
 
 def normalise(text: str) -> str:
@@ -42,57 +66,190 @@ def normalise(text: str) -> str:
     return re.sub(WHITESPACE_RUN, " ", text).strip(" ")
 
 
-def text_hashes(texts: pa.Array) -> np.ndarray:
-    """md5 of each whitespace-normalised text, as ``[n, 2]`` uint64.
+def digests(texts: pa.Array) -> bytes:
+    """The 16-byte md5 of each whitespace-normalised text, concatenated (zeros for a null).
 
     ``bytes.split()`` splits on exactly ``[ \t\n\r\f\v]`` (ASCII whitespace), and no byte of
     a multi-byte UTF-8 character is one of those, so joining the pieces with one space is
     ``NORMALISED_HASH_SQL``'s normalisation, byte for byte, at ~10x the speed of the regex."""
     md5, space = hashlib.md5, b" "
-    digests = b"".join(md5(space.join(t.encode().split())).digest() if t is not None
-                       else bytes(16) for t in texts.to_pylist())
-    return np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
+    return b"".join(md5(space.join(t.encode().split())).digest() if t is not None
+                    else bytes(16) for t in texts.to_pylist())
 
 
-def fragment_hashes(frag) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, normalised-text hashes) of one fragment's rows."""
-    ids, hashes = [], []
-    for batch in frag.to_batches(columns=["id", "text"], batch_size=1024):
-        ids.append(batch.column("id").to_numpy(zero_copy_only=False))
-        hashes.append(text_hashes(batch.column("text")))
-    if not ids:
-        return np.zeros(0, np.int64), np.zeros((0, 2), np.uint64)
-    return np.concatenate(ids), np.concatenate(hashes)
+def text_hashes(texts: pa.Array) -> np.ndarray:
+    """md5 of each whitespace-normalised text, as ``[n, 2]`` uint64 (little-endian words)."""
+    return np.frombuffer(digests(texts), dtype="<u8").reshape(-1, 2)
 
 
-def duplicate_ids(ds: lance.LanceDataset, log: Callable[[str], None] = print) -> np.ndarray:
-    """The ids (sorted) whose normalised text appeared at a smaller id, over the whole table.
+def hash_words(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A ``text_hash`` column as ``[n, 2]`` uint64, big-endian words: the first word holds the
+    leading bits, so its order is the bytes' order."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    raw = np.frombuffer(column.buffers()[1], dtype=np.uint8)
+    raw = raw[column.offset * 16:(column.offset + len(column)) * 16]
+    return raw.view(">u8").reshape(-1, 2).astype(np.uint64)
 
-    Every text is hashed once, here in the driver (~40 us per document per core, against
-    ~200 us for DuckDB's regex + md5), then one sort by (hash, id) finds each hash's first id,
-    like ``min(id) OVER (PARTITION BY hash)``. Holds 24 bytes per document (id and 128-bit
-    hash), never the text."""
-    frags = ds.get_fragments()
-    parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    with progress(total=len(frags), desc="is_dup: hashing", unit="fragment", log=log) as bar:
-        for frag in frags:
-            parts[frag.fragment_id] = fragment_hashes(frag)
-            bar.update(1, rows=len(parts[frag.fragment_id][0]))
-    if not parts:
+
+# ---------------------------------------------------------------------------- phase 1: text_hash
+
+@dataclass(frozen=True)
+class TextHashes:
+    """``text_hash`` of one fragment: its text read and hashed, once per row ever."""
+
+    def __call__(self, frag) -> Iterator[pa.RecordBatch]:
+        for batch in frag.to_batches(columns=["text"], batch_size=BATCH_ROWS):
+            n = batch.num_rows
+            values = pa.FixedSizeBinaryArray.from_buffers(
+                TEXT_HASH.type, n, [None, pa.py_buffer(digests(batch.column("text")))])
+            yield pa.RecordBatch.from_arrays([values], names=[TEXT_HASH.name])
+
+
+# ---------------------------------------------------------------------------- phase 2: duplicates
+
+@dataclass(frozen=True)
+class HashScan:
+    """What every map task shares: the table at the version holding the hashes, the end of the
+    pinned version's rows (rows from there on wait for the next run) and the bucket count."""
+
+    table: Table
+    version: int
+    rows_end: int
+    buckets: int
+
+
+@dataclass(frozen=True)
+class FragmentPart:
+    """One map task's fragment: ``new`` when it lacks ``is_dup`` (its duplicates are wanted),
+    ``from_text`` when it lacks ``text_hash`` (rows that arrived after the pin, or compacted
+    with them: hashed from their text, never the case for the pinned version's fragments)."""
+
+    fragment_id: int
+    new: bool
+    from_text: bool = False
+
+
+# A bucket's share of one fragment: (hash words [n, 2], ids [n], new)
+Part = tuple[np.ndarray, np.ndarray, bool]
+
+
+@lru_cache(maxsize=4)
+def _open(table: Table, version: int) -> lance.LanceDataset:
+    return table.open(version)
+
+
+def bucket_of(words: np.ndarray, buckets: int) -> np.ndarray:
+    """The bucket of each hash: its leading 32 bits scaled to ``[0, buckets)``, so bucket b
+    holds a contiguous range of the hash order."""
+    return ((words[:, 0] >> np.uint64(32)) * np.uint64(buckets)) >> np.uint64(32)
+
+
+def bucket_parts(scan: HashScan, part: FragmentPart) -> list[Part]:
+    """The map side: one fragment's (hash, id) pairs of the pinned version's rows, split by
+    bucket. Reads ``id`` and ``text_hash`` (24 bytes a row), or ``text`` for ``from_text``."""
+    frag = _open(scan.table, scan.version).get_fragment(part.fragment_id)
+    ids, words = [], []
+    if part.from_text:
+        if frag.count_rows(f"id < {int(scan.rows_end)}") == 0:
+            return [(np.zeros((0, 2), np.uint64), np.zeros(0, np.int64), part.new)] * scan.buckets
+        for batch in frag.to_batches(columns=["id", "text"], batch_size=BATCH_ROWS):
+            ids.append(batch.column("id").to_numpy(zero_copy_only=False))
+            words.append(np.frombuffer(digests(batch.column("text")), ">u8")
+                         .reshape(-1, 2).astype(np.uint64))
+    else:
+        for batch in frag.to_batches(columns=["id", TEXT_HASH.name], batch_size=1 << 16):
+            ids.append(batch.column("id").to_numpy(zero_copy_only=False))
+            words.append(hash_words(batch.column(TEXT_HASH.name)))
+    id_arr = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    w = np.concatenate(words) if words else np.zeros((0, 2), np.uint64)
+    keep = id_arr < scan.rows_end
+    id_arr, w = id_arr[keep], w[keep]
+    if scan.buckets == 1:
+        return [(w, id_arr, part.new)]
+    b = bucket_of(w, scan.buckets)
+    order = np.argsort(b, kind="stable")
+    bounds = np.searchsorted(b[order], np.arange(scan.buckets + 1))
+    return [(w[order[lo:hi]], id_arr[order[lo:hi]], part.new)
+            for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def bucket_duplicates(*parts: Part) -> np.ndarray:
+    """The reduce side: of one bucket's pairs, the ids (sorted) of the new rows whose hash came
+    at a smaller id, like ``min(id) OVER (PARTITION BY hash) < id``."""
+    parts = tuple(p for p in parts if len(p[1]))
+    if not any(p[2] for p in parts):
         return np.zeros(0, np.int64)
-    ids = np.concatenate([p[0] for p in parts.values()])
-    hashes = np.concatenate([p[1] for p in parts.values()])
-    order = np.lexsort((ids, hashes[:, 1], hashes[:, 0]))
-    h = hashes[order]
-    first_of_hash = np.r_[True, (h[1:] != h[:-1]).any(axis=1)]
-    return np.sort(ids[order][~first_of_hash])
+    w = np.concatenate([p[0] for p in parts])
+    ids = np.concatenate([p[1] for p in parts])
+    new = np.concatenate([np.full(len(p[1]), p[2]) for p in parts])
+    order = np.lexsort((ids, w[:, 1], w[:, 0]))
+    w = w[order]
+    first_of_hash = np.r_[True, (w[1:] != w[:-1]).any(axis=1)]
+    return np.sort(ids[order][~first_of_hash & new[order]])
+
+
+@dataclass(frozen=True)
+class DupPlan:
+    """One search for duplicates: the map tasks' fragments and where they run."""
+
+    scan: HashScan
+    parts: tuple[FragmentPart, ...]
+    executor: str
+
+
+def _map_task(fn: Callable[[HashScan, FragmentPart], list[Part]], scan: HashScan,
+              part: FragmentPart):
+    parts = fn(scan, part)
+    return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+def duplicate_ids(plan: DupPlan, log: Callable[[str], None] = print) -> np.ndarray:
+    """The ids (sorted) of the new rows (those of ``new`` fragments) whose normalised text
+    appeared at a smaller id anywhere in the pinned version."""
+    scan = plan.scan
+    if not any(p.new for p in plan.parts):
+        return np.zeros(0, np.int64)
+    if plan.executor != "ray":
+        by_bucket: list[list[Part]] = [[] for _ in range(scan.buckets)]
+        for part in plan.parts:
+            for b, piece in enumerate(bucket_parts(scan, part)):
+                by_bucket[b].append(piece)
+        found = [bucket_duplicates(*pieces) for pieces in by_bucket]
+    else:
+        found = _ray_duplicates(plan, log)
+    return np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
+
+
+def _ray_duplicates(plan: DupPlan, log: Callable[[str], None]) -> list[np.ndarray]:
+    """Map tasks per fragment, reduce tasks per bucket; only references pass the driver."""
+    import ray
+
+    executors.ensure_ray(log)
+    scan, retries = plan.scan, executors.SYSTEM_RETRIES
+    # a worker that dies is retried (a task writes nothing); an exception in a task is not
+    mapper = ray.remote(_map_task).options(num_returns=scan.buckets, max_retries=retries,
+                                           retry_exceptions=False)
+    reducer = ray.remote(bucket_duplicates).options(max_retries=retries, retry_exceptions=False)
+    scan_ref, fn = ray.put(scan), bucket_parts
+    outs = [mapper.remote(fn, scan_ref, part) for part in plan.parts]
+    if scan.buckets == 1:
+        outs = [[ref] for ref in outs]
+    reduces = [reducer.remote(*[out[b] for out in outs]) for b in range(scan.buckets)]
+    try:
+        return ray.get(reduces)
+    except Exception as exc:
+        cause = getattr(exc, "cause", None) or exc  # the task's own exception, when Ray kept it
+        raise RuntimeError(f"is_dup of {scan.table.uri}: a hash map or reduce task failed "
+                           f"({type(cause).__name__}: {cause}); nothing of is_dup was written "
+                           "by this run; run again (committed text_hash values are kept).") from exc
 
 
 @dataclass(frozen=True)
 class DupFlags:
-    """``is_dup`` of one fragment: its ids looked up among the duplicate ids of the whole
-    table (no text is read here). Picklable and small (8 bytes per duplicate), so a Ray task
-    can run it; shared through the object store."""
+    """``is_dup`` of one fragment: its ids looked up among the new duplicate ids (no text or
+    hash is read here). Picklable and small (8 bytes per new duplicate), so a Ray task can run
+    it; shared through the object store."""
 
     dup_ids: np.ndarray
 
@@ -104,41 +261,98 @@ class DupFlags:
             yield pa.RecordBatch.from_arrays([pa.array(flags)], names=[IS_DUP.name])
 
 
+# ---------------------------------------------------------------------------- the run
+
+@dataclass(frozen=True)
+class DedupSettings:
+    buckets: int = setting(
+        0, "Partitions of the hash space (by the hash's leading bits) for finding duplicates: "
+        "one reduce task each under Ray, one sort each locally. 0: one per CPU of the Ray "
+        "cluster under executor ray, 1 locally.")
+
+
+@dataclass
+class DedupStats:
+    hash_write: ColumnWriteReport
+    rows_hashed_from_text: int
+    new_duplicates: int
+    buckets: int
+
+
+def resolve_buckets(buckets: int, executor: str) -> int:
+    if not isinstance(buckets, int) or buckets < 0:
+        raise ValueError(f"dedup_flag setting buckets={buckets!r}: give a whole number >= 1 "
+                         "(or 0 for one per CPU of the Ray cluster, 1 locally)")
+    if buckets:
+        return buckets
+    if executor != "ray":
+        return 1
+    import ray
+
+    executors.ensure_ray()
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def run(table: Table | str | Path, settings: DedupSettings = DedupSettings(),  # noqa: B008
+        options: WriteOptions = WriteOptions()) -> tuple[ColumnWriteReport, DedupStats]:  # noqa: B008
+    """Both phases on one pinned version; the ``is_dup`` write's report and the run's numbers."""
+    table = Table.of(table)
+    where = executors.executor_name(options.executor)
+    buckets = resolve_buckets(settings.buckets, where)
+    log = options.log
+
+    def pinned(pin: lance.LanceDataset) -> tuple[ColumnWriteReport, DedupStats]:
+        rows_end = pinned_rows_end(table, pin)
+        # committed by time, not per `fragments_per_commit` (that is is_dup's checkpoint)
+        hashed = write_columns(table, [TEXT_HASH], TextHashes(), pinned=pin, executor=where,
+                               log=log)
+        view = table.newest()
+        names = view.schema.names
+        new = {f.fragment_id for f in (fragments_missing(view, [IS_DUP.name])
+                                       if IS_DUP.name in names else view.get_fragments())}
+        unhashed = {f.fragment_id for f in fragments_missing(view, [TEXT_HASH.name])}
+        parts = tuple(FragmentPart(f.fragment_id, f.fragment_id in new, f.fragment_id in unhashed)
+                      for f in view.get_fragments())
+        plan = DupPlan(HashScan(table, view.version, rows_end, buckets), parts, where)
+        dup_ids = duplicate_ids(plan, log) if new else np.zeros(0, np.int64)
+        report = write_columns(table, [IS_DUP], DupFlags(dup_ids), pinned=pin, executor=where,
+                               fragments_per_commit=options.fragments_per_commit, log=log)
+        return report, DedupStats(hashed, hashed.rows_written, len(dup_ids), buckets)
+
+    return table.pinned(pinned, what="dedup_flag", log=log)
+
+
 def dedup_flag(
     table: Table | str | Path, *, fragments_per_commit: int | None = None,
-    executor: str | None = None, log: Callable[[str], None] = print,
+    executor: str | None = None, buckets: int = 0, log: Callable[[str], None] = print,
 ) -> ColumnWriteReport:
-    """Write ``is_dup`` for every fragment that lacks it, on one pinned version: the duplicate
-    ids come from that version's rows, and only its fragments are written (rows ingested
-    meanwhile wait for the next run, which sees them next to every earlier row)."""
-    return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
-                   log=log, summarize=False).write
+    """Write ``text_hash`` and ``is_dup`` for every fragment that lacks them, on one pinned
+    version: the duplicates come from that version's rows, and only its fragments are written
+    (rows ingested meanwhile wait for the next run, which sees them next to every earlier row).
+    Returns the ``is_dup`` write's report."""
+    options = WriteOptions(executor=executor, fragments_per_commit=fragments_per_commit, log=log)
+    return run(table, DedupSettings(buckets=buckets), options)[0]
 
 
-def pinned_duplicate_ids(table: Table, ds: lance.LanceDataset, settings,
-                         log: Callable[[str], None]) -> np.ndarray:
-    """The state of one run: the duplicate ids of the pinned version (none to look for when
-    every fragment already holds ``is_dup``: the corpus is not hashed for nothing)."""
-    if IS_DUP.name in ds.schema.names and not fragments_missing(ds, [IS_DUP.name]):
-        return np.zeros(0, np.int64)
-    return duplicate_ids(ds, log)
-
-
-def flags(settings, dup_ids: np.ndarray) -> DupFlags:
-    return DupFlags(dup_ids)
-
-
-def summary(table: Table, report: ColumnWriteReport, settings) -> dict:
+def write(table: Table, settings: DedupSettings, options: WriteOptions) -> Produced:
     from lance_assets.curation.profile import flag_rate
 
-    return {"duplicate_rate": round(flag_rate(table, IS_DUP.name), 4)}
+    report, stats = run(table, settings, options)
+    return Produced(write=report, summary={
+        "duplicate_rate": round(flag_rate(table, IS_DUP.name), 4),
+        "rows_hashed_from_text": stats.rows_hashed_from_text,
+        "new_duplicates": stats.new_duplicates,
+        "buckets": stats.buckets,
+    })
 
 
 PRODUCER = ColumnProducer(
     name="dedup_flag",
     doc="`is_dup` (bool): true for a document whose whitespace-normalised text appeared at a "
-        "smaller `id`. Every text hashed once on the pinned version, duplicates found by one "
-        "sort, written per fragment.",
-    fields=[IS_DUP], descriptions=DESCRIPTIONS, state=pinned_duplicate_ids, compute=flags,
-    summary=summary, reads={IS_DUP.name: [("raw_text", "text"), ("raw_text", "id")]},
-    group="corpus", kinds=("lance", "duckdb"))
+        "smaller `id`; `text_hash` (16 bytes): md5 of that text, kept so each text is hashed "
+        "once ever. Duplicates found by a group-by partitioned on the hash (map per fragment, "
+        "reduce per bucket), written per fragment; old values never change.",
+    fields=[IS_DUP, TEXT_HASH], descriptions=DESCRIPTIONS, write=write, settings=DedupSettings,
+    reads={IS_DUP.name: [("raw_text", "text"), ("raw_text", "id")],
+           TEXT_HASH.name: [("raw_text", "text")]},
+    group="corpus", kinds=("lance", "duckdb"), version="2")
