@@ -149,3 +149,34 @@ def test_blocked_comparison_equals_brute_force(monkeypatch):
         assert got.dup[k] == dup and got.rep[k] == rep
         flagged += dup
     assert flagged > 5
+
+
+def test_rows_without_chunks_get_nulls_and_are_counted(tmp_path):
+    from lance_assets.embeddings.chunk_embeddings import CHUNK_EMBEDDINGS, to_arrow
+    from lance_assets.table.columns import write_columns
+
+    planted = planted_set(4, 1, 2, seed=7, **REWORD)
+    root = tmp_path / "data"
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n"
+                                              for t in planted.texts))
+    ingest(root, str(tmp_path / "a.jsonl"), log=quiet)
+    no_chunks = {0: None, 1: []}  # a null list and an empty one
+
+    def one_chunk_each(frag):
+        t = frag.to_table(columns=["id", "text"])
+        ids, texts = t.column("id").to_pylist(), t.column("text").to_pylist()
+        vecs = SynonymBagEmbedder().encode(texts)
+        counts = np.array([0 if i in no_chunks else 1 for i in ids])
+        col = to_arrow(vecs[counts == 1], counts)
+        col = pa.ListArray.from_arrays(col.offsets, col.values,
+                                       mask=pa.array([no_chunks.get(i, 0) is None for i in ids]))
+        return [pa.RecordBatch.from_arrays([col], schema=pa.schema([CHUNK_EMBEDDINGS]))]
+
+    write_columns(root, [CHUNK_EMBEDDINGS], one_chunk_each, log=quiet)
+    got = produce(sd.PRODUCER, root, sd.SemanticDupSettings(threshold=THRESHOLD), log=quiet)
+    assert got.summary["not_computed"] == 2 and got.write.rows_written == len(planted.texts)
+    for r in rows(root):
+        if r["id"] in no_chunks:
+            assert all(r[c] is None for c in sd.COLUMNS), r
+        else:
+            assert r["semantic_cluster"] is not None and r["semantic_rep"] is not None
