@@ -352,7 +352,7 @@ PRODUCER = ColumnProducer(
         "smaller `id`; `text_hash` (16 bytes): md5 of that text, kept so each text is hashed "
         "once ever. Duplicates found by a group-by partitioned on the hash (map per fragment, "
         "reduce per bucket), written per fragment; old values never change.",
-    fields=[IS_DUP, TEXT_HASH], descriptions=DESCRIPTIONS, write=write, settings=DedupSettings,
+    fields=[TEXT_HASH, IS_DUP], descriptions=DESCRIPTIONS, write=write, settings=DedupSettings,
     reads={IS_DUP.name: [("raw_text", "text"), ("raw_text", "id")],
            TEXT_HASH.name: [("raw_text", "text")]},
     group="corpus", kinds=("lance", "duckdb"), version="2")
