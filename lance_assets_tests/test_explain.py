@@ -195,3 +195,30 @@ def test_document_stories_asset_shows_each_story(corpus):
                             resources={"lance_store": LanceStore(data_dir=str(root))})
     ids = result.asset_materializations_for_node("document_stories")[0].metadata["ids"].value
     assert ids[0] == corpus["trained"] and len(ids) == 2
+
+
+def test_a_semantic_copy_names_its_cluster_and_the_original_kept(tmp_path):
+    from lance_assets.curation import semantic_dup as sd
+    from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
+    from lance_assets.table.producer import produce
+    from lance_assets.testing.semantic_planted import SynonymBagEmbedder, planted_set
+
+    planted = planted_set(6, 1, 12, seed=3, drop=0.1, synonyms=0.4, shuffle=0.5)
+    root = tmp_path / "data"
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in planted.texts))
+    ingest(root, str(src), rows_per_fragment=10, log=quiet)
+    chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8, embedder=SynonymBagEmbedder(),
+                     log=quiet)
+    produce(sd.PRODUCER, root, sd.SemanticDupSettings(threshold=0.75), log=quiet)
+    rules.put_in_force(root, {"semantic_dup": "NOT semantic_dup"}, keep_languages=[],
+                       drop_contaminated=False)
+    copy, original = next(iter(planted.copy_of.items()))  # ids are positions here
+    story = explain(root, copy)
+    semantic = next(c for c in story.duplicates if c.kind == "semantic")
+    assert semantic.kept == original and not semantic.this_kept
+    assert {copy, original} <= set(semantic.members)
+    assert story.removed_by == ["semantic_dup"]
+    kept = explain(root, original)
+    assert kept.kept_by_rules and next(c for c in kept.duplicates
+                                       if c.kind == "semantic").this_kept
