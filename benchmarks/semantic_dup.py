@@ -20,7 +20,7 @@ cost per document at two sizes against ``near_dup``'s in the same run.
   the rest. The model's own cost is measured in the quality part (``chunk_embeddings`` and
   ``embeddings`` µs/document on CPU).
 - Demo: the demo corpus (``synthetic:2000``) with the real model: the write's time and what it
-  flags next to ``is_dup`` and ``near_dup``.
+  flags next to ``near_dup``.
 """
 
 from __future__ import annotations
@@ -179,14 +179,10 @@ def cost(work: Path, sizes: list[int]) -> None:
 
 def demo(work: Path, rows: int) -> None:
     """The demo corpus (``synthetic:ROWS``, what ``make demo`` ingests) with the real model: what
-    ``semantic_dup`` costs there and what it flags, next to ``is_dup`` and ``near_dup``."""
-    from lance_assets.curation.dedup_flag import PRODUCER as DEDUP
-    from lance_assets.table.producer import produce
-
+    ``semantic_dup`` costs there and what it flags, next to ``near_dup``."""
     print(f"\n## The demo corpus (synthetic:{rows}), real model (CPU)")
     root = work / "demo"
     ingest(root, f"synthetic:{rows}", log=quiet)
-    produce(DEDUP, root, log=quiet)
     embed.embeddings(root, log=quiet)
     chunks.chunk_embeddings(root, log=quiet)
     nd.near_dup(root, log=quiet)
@@ -195,13 +191,22 @@ def demo(work: Path, rows: int) -> None:
     sd_s = time.perf_counter() - t
     ds = lance.dataset(paths.table_uri(root))
     n = ds.count_rows()
-    flagged = {c: ds.count_rows(filter=c) for c in ("is_dup", "near_dup", "semantic_dup")}
-    either = ds.count_rows(filter="is_dup OR near_dup")
-    only = ds.count_rows(filter="semantic_dup AND NOT is_dup AND NOT near_dup")
+    flagged = {c: ds.count_rows(filter=c) for c in ("near_dup", "semantic_dup")}
+    only = ds.count_rows(filter="semantic_dup AND NOT near_dup")
     print(f"semantic_dup write: {sd_s:.2f} s for {n} documents ({sd_s / n * 1e6:,.0f} µs/doc, "
-          f"{stats.clusters} cluster(s)); flagged: is_dup {flagged['is_dup']}, near_dup "
-          f"{flagged['near_dup']} (either {either}), semantic_dup {flagged['semantic_dup']}, of "
-          f"which {only} by semantic_dup alone")
+          f"{stats.clusters} cluster(s)); flagged: near_dup {flagged['near_dup']}, semantic_dup "
+          f"{flagged['semantic_dup']}, of which {only} not by near_dup")
+    tbl = ds.to_table(columns=["id", keys.CHUNK_EMBEDDINGS, sd.SEMANTIC_CLUSTER.name]).sort_by("id")
+    vecs, _ = sd.document_vectors(tbl.column(keys.CHUNK_EMBEDDINGS))
+    empty = np.zeros(0, np.int64)
+    shares = []
+    for th in THRESHOLDS:
+        r = sd.compare(tbl.column("id").to_numpy(), vecs,
+                       np.asarray(tbl.column(sd.SEMANTIC_CLUSTER.name).to_pylist()), empty,
+                       np.zeros((0, vecs.shape[1]), np.float32), empty, empty, th,
+                       sd.SemanticDupStats())
+        shares.append(f"{th:.2f}: {r.dup.mean():.1%}")
+    print("share flagged by threshold: " + ", ".join(shares))
 
 
 def main() -> None:
