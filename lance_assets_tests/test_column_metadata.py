@@ -23,7 +23,7 @@ COLUMN_ASSETS = {"raw_text", *(p.name for p in producers())}
 ORDER = ["raw_text", "dedup_flag", "quality_signals", "near_dup", "detected_language",
          "personal_data", "paragraph_dups", "contamination", "token_ids", "text_index",
          "curation_rules", "embeddings", "vector_index", "quality_score", "chunk_embeddings",
-         "chunk_index"]
+         "chunk_index", "semantic_dup"]
 RUN_CONFIG = {
     "raw_text": {"rows_per_fragment": 120},
     "token_ids": {"tokenizer": "byte"},
