@@ -303,9 +303,8 @@ def run(table: Table | str | Path, settings: DedupSettings = DedupSettings(),  #
 
     def pinned(pin: lance.LanceDataset) -> tuple[ColumnWriteReport, DedupStats]:
         rows_end = pinned_rows_end(table, pin)
-        # committed by time, not per `fragments_per_commit` (that is is_dup's checkpoint)
         hashed = write_columns(table, [TEXT_HASH], TextHashes(), pinned=pin, executor=where,
-                               log=log)
+                               fragments_per_commit=options.fragments_per_commit, log=log)
         view = table.newest()
         names = view.schema.names
         new = {f.fragment_id for f in (fragments_missing(view, [IS_DUP.name])
