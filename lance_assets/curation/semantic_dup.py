@@ -424,10 +424,9 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
         results = Results()
         schema = pa.schema(FIELDS)
         for i, (frag_id, _, _, frag_ok) in enumerate(parts):
-            at = np.flatnonzero(frag_of == i)
-            mask = pa.array(~frag_ok)
+            at = np.flatnonzero(frag_of == i)  # this fragment's rows, in its row order
             results.by_fragment[frag_id] = pa.RecordBatch.from_arrays(
-                [pa.array(cluster[at], pa.int64(), mask=mask.to_numpy(zero_copy_only=False)),
+                [pa.array(cluster[at], pa.int64(), mask=~frag_ok),
                  pa.array(rep[at], pa.int64(), mask=~frag_ok),
                  pa.array(cos[at], pa.float32(), mask=~frag_ok),
                  pa.array(dup[at], pa.bool_(), mask=~frag_ok)], schema=schema)
