@@ -56,7 +56,7 @@ DESCRIPTIONS = {
 # RE2 (DuckDB) and Python agree on this explicit class; `\s` differs between them.
 WHITESPACE_RUN = r"[ \t\n\r\f\v]+"
 NORMALISED_HASH_SQL = f"md5(trim(regexp_replace(text, '{WHITESPACE_RUN}', ' ', 'g')))"
-BATCH_ROWS = 4096
+BATCH_ROWS = 1024  # texts per batch: ~5 MB of Python strings at 4.6 KB a document
 
 
 def normalise(text: str) -> str:
