@@ -114,7 +114,7 @@ def test_column_writer_killed_then_rerun_equals_uninterrupted(world, tmp_path, w
 # Each writer's first column group, and the commit after which a kill leaves it part-written
 # with at least two adjacent fragments written (token_ids records its redaction setting in the
 # table config before its first fragment).
-FIRST_GROUP = {"dedup_flag": ["is_dup"], "token_ids": ["n_bytes"], "quality_signals": ["word_count"],
+FIRST_GROUP = {"dedup_flag": ["text_hash"], "token_ids": ["n_bytes"], "quality_signals": ["word_count"],
                "near_dup": ["near_dup_cluster", "near_dup"], "embeddings": ["embedding"],
                "detected_language": ["lang", "lang_score"], "personal_data": ["pii_email_count"],
                "paragraph_dups": ["dup_paragraph_frac"], "quality_score": ["quality_score"],

@@ -115,9 +115,9 @@ def test_every_column_writer_on_ray_equals_the_local_one(ray_address, raw, tmp_p
 
     monkeypatch.setattr(executor, "ray_map", counting_map)
     backfill_all(on_ray, "ray", bpe)
-    # dedup, quality, near_dup (signatures), n_bytes, token_ids, embeddings, chunk_embeddings:
-    # all seven column groups went to Ray tasks, every fragment each
-    assert [n for _, n in fanned_out] == [FRAGMENTS] * 7
+    # text_hash, is_dup, quality, near_dup (signatures), n_bytes, token_ids, embeddings,
+    # chunk_embeddings: all eight column groups went to Ray tasks, every fragment each
+    assert [n for _, n in fanned_out] == [FRAGMENTS] * 8
     assert ("_payload_task", FRAGMENTS) in fanned_out  # near_dup's signatures
 
     got, want = content(on_ray), content(local)
