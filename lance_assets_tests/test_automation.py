@@ -25,7 +25,7 @@ from lance_assets.ingest.synthetic import SyntheticSpec, generate
 COLUMN_CHAIN = {"dedup_flag", "tokenizer", "token_ids", "quality_signals", "near_dup",
                 "text_index", "curation_rules", "corpus_profile", "embeddings", "vector_index",
                 "detected_language", "personal_data", "paragraph_dups", "contamination",
-                "quality_score", "chunk_embeddings", "chunk_index"}
+                "quality_score", "chunk_embeddings", "chunk_index", "semantic_dup"}
 CHAIN_CHECKS = {"rules_valid", "filter_keeps_rows", "input_ids_present", "n_tokens_consistent",
                 "duplicate_rate_in_bounds", "contamination_not_kept", "bytes_per_token_not_worse",
                 "columns_written"}
