@@ -117,6 +117,11 @@ def test_whole_graph_on_s3_keeps_everything_in_the_bucket_and_no_secret_anywhere
     assert latest == f"s3://{bucket}/prefix/train/s3run/ckpt_0000010.pt"
     assert checkpoint.load(latest)["step"] == 10  # weights-only, through fsspec
     assert not (tmp_path / "data").exists() and not any(tmp_path.iterdir())
+    # every document's story reads the run records and reports from the bucket too
+    story = next(m.materialization.metadata for m in result.get_asset_materialization_events()
+                 if m.asset_key == dg.AssetKey("document_stories"))
+    assert "s3run" in story["documents"].value
+    assert any(k.startswith("prefix/reports/stories/") for k in keys(client, bucket))
 
     # no credential in any stored object (table files, manifests, checkpoints, reports) ...
     for key in stored:
