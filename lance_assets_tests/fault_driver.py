@@ -28,7 +28,7 @@ import lance.fragment
 
 WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
            "detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score",
-           "chunk_embeddings")
+           "chunk_embeddings", "semantic_dup")
 # The evaluation set the contamination writer checks against: a file under the data root (the
 # test copies the root, set and all; the set's fingerprint, not its path, names its column).
 EVAL_SET = "evalsets/planted.jsonl"
@@ -124,6 +124,11 @@ def run(writer: str, root: str, source: str | None) -> None:
         from lance_assets.testing.embedders import ClusteredEmbedder
         chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8, embedder=ClusteredEmbedder(),
                          fragments_per_commit=1, log=quiet)
+    elif writer == "semantic_dup":  # on a table that already has `chunk_embeddings`
+        from lance_assets.curation import semantic_dup as sd
+        from lance_assets.table.producer import produce
+        produce(sd.PRODUCER, root, sd.SemanticDupSettings(clusters=3), fragments_per_commit=1,
+                log=quiet)
     else:
         raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}")
 

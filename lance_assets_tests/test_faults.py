@@ -34,7 +34,7 @@ COLUMN_FAULTS = [("before-commit", 1), ("after-commit", 1), ("files-written", 2)
                  ("during-commit", 4), ("after-commit", 4)]
 COLUMN_WRITERS = ["dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
                   "detected_language", "personal_data", "paragraph_dups", "contamination",
-                  "quality_score", "chunk_embeddings"]
+                  "quality_score", "chunk_embeddings", "semantic_dup"]
 INGEST_FAULTS = [("before-commit", 1), ("during-commit", 1), ("after-commit", 1),
                  ("files-written", 1), ("during-commit", 3), ("after-commit", 3),
                  ("files-written", 4)]
@@ -72,22 +72,32 @@ def world(tmp_path_factory):
     embedded = base / "embedded"
     shutil.copytree(raw, embedded)
     run_writer("embeddings", str(embedded), None)
+    # `semantic_dup` reads `chunk_embeddings`
+    chunked = base / "chunked"
+    shutil.copytree(raw, chunked)
+    run_writer("chunk_embeddings", str(chunked), None)
     reference = {}
     ref_ingest = base / "ref-ingest"
     run_writer("ingest", str(ref_ingest), str(src))
     reference["ingest"] = table_content(ref_ingest)
     for writer in COLUMN_WRITERS:
         ref = base / f"ref-{writer}"
-        shutil.copytree(embedded if writer == "quality_score" else raw, ref)
+        shutil.copytree(start_of(writer, embedded, chunked, raw), ref)
         run_writer(writer, str(ref), None)
         reference[writer] = table_content(ref)
-    return {"src": src, "raw": raw, "embedded": embedded, "reference": reference}
+    return {"src": src, "raw": raw, "embedded": embedded, "chunked": chunked,
+            "reference": reference}
+
+
+def start_of(writer, embedded, chunked, raw):
+    """The table a writer starts from: one holding the columns it reads."""
+    return {"quality_score": embedded, "semantic_dup": chunked}.get(writer, raw)
 
 
 def kill_then_rerun(world, tmp_path, writer: str, point: str, n: int) -> None:
     root = tmp_path / "data"
     if writer != "ingest":
-        shutil.copytree(world["embedded" if writer == "quality_score" else "raw"], root)
+        shutil.copytree(start_of(writer, world["embedded"], world["chunked"], world["raw"]), root)
     cmd = [sys.executable, "-m", "lance_assets_tests.fault_driver", writer, str(root), point,
            str(n), str(world["src"])]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -119,6 +129,7 @@ FIRST_GROUP = {"dedup_flag": ["text_hash"], "token_ids": ["n_bytes"], "quality_s
                "detected_language": ["lang", "lang_score"], "personal_data": ["pii_email_count"],
                "paragraph_dups": ["dup_paragraph_frac"], "quality_score": ["quality_score"],
                "chunk_embeddings": ["chunk_embeddings"],
+               "semantic_dup": ["semantic_cluster", "semantic_rep", "semantic_cos", "semantic_dup"],
                "contamination": ["contam_"]}  # the set's column: its name ends in a fingerprint
 KILL_AFTER_COMMIT = {"token_ids": 5}
 
@@ -135,7 +146,7 @@ def test_column_writer_killed_then_compacted_then_rerun_equals_uninterrupted(
     from lance_assets.table.maintenance import maintain
 
     root = tmp_path / "data"
-    shutil.copytree(world["embedded" if writer == "quality_score" else "raw"], root)
+    shutil.copytree(start_of(writer, world["embedded"], world["chunked"], world["raw"]), root)
     cmd = [sys.executable, "-m", "lance_assets_tests.fault_driver", writer, str(root),
            "after-commit", str(KILL_AFTER_COMMIT.get(writer, 4))]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
