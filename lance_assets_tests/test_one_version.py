@@ -33,7 +33,7 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "LANCE_ASSETS_EXECUTOR": "local"}
 WRITERS = {
     # writer: (call in a child process, the columns it writes)
     "dedup_flag": ("from lance_assets.curation.dedup_flag import dedup_flag as w; "
-                   "w(ROOT, fragments_per_commit=1, log=print)", ["is_dup"]),
+                   "w(ROOT, fragments_per_commit=1, log=print)", ["text_hash", "is_dup"]),
     "near_dup": ("from lance_assets.curation.near_dup import near_dup as w; "
                  "w(ROOT, fragments_per_commit=1, log=print)",
                  ["near_dup", "near_dup_cluster", "minhash_bands"]),
@@ -45,6 +45,15 @@ WRITERS = {
                       "c.contamination(ROOT, [c.EvalSetSpec('ev', EVAL, 'question')], "
                       "fragments_per_commit=1, log=print)",
                       ["contaminated", "contaminated_with"]),
+    # its input column first (a stand-in embedder), then the semantic duplicates, one cluster
+    "semantic_dup": ("from lance_assets.embeddings.chunk_embeddings import chunk_embeddings as c; "
+                     "from lance_assets.testing.embedders import ClusteredEmbedder as E; "
+                     "from lance_assets.curation import semantic_dup as sd; "
+                     "from lance_assets.table.producer import produce; "
+                     "c(ROOT, chunk_tokens=32, overlap_tokens=8, embedder=E(), "
+                     "fragments_per_commit=1, log=print); "
+                     "produce(sd.PRODUCER, ROOT, fragments_per_commit=1, log=print)",
+                     ["semantic_cluster", "semantic_rep", "semantic_cos", "semantic_dup"]),
 }
 
 

@@ -368,7 +368,13 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
                                  log=log), stats
         lacking = {f.fragment_id for f in fragments_missing(ds, [keys.CHUNK_EMBEDDINGS],
                                                             among=[f.fragment_id for f in todo])}
-        if lacking:
+        ready = [f.fragment_id for f in todo if f.fragment_id not in lacking]
+        if lacking and ready and min(lacking) > max(ready):
+            # rows ingested after `chunk_embeddings` ran: they wait for it, and for the next run
+            log(f"semantic_dup: fragments {sorted(lacking)} have no `chunk_embeddings` yet; "
+                "they wait for the next run")
+            todo = [f for f in todo if f.fragment_id not in lacking]
+        elif lacking:
             raise MissingChunkEmbeddingsError(
                 f"{table.uri}: fragments {sorted(lacking)} have no `chunk_embeddings` yet; "
                 "materialize `chunk_embeddings` first, then semantic_dup")
@@ -434,7 +440,7 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
             f"{stats.clusters} cluster(s): {stats.flagged} flagged")
         report = write_columns(table, FIELDS, Staged(_nothing, results), pinned=ds,
                                fragments_per_commit=fragments_per_commit, executor=executor,
-                               log=log)
+                               log=log, waiting=lacking)
         return report, stats
 
     return table.pinned(run, what="semantic_dup", log=log)

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -398,9 +398,11 @@ def write_columns(
     executor: str | None = None,
     gpu: bool = False,
     log: Callable[[str], None] = print,
+    waiting: Collection[int] = (),
 ) -> ColumnWriteReport:
     """Compute ``fields`` for every fragment of the ``pinned`` version (default: the newest now)
-    that lacks them, and commit in groups.
+    that lacks them, and commit in groups. Fragments in ``waiting`` (ids) are left for the next
+    run, counted as pending (a producer whose input column does not cover them yet).
 
     One version per step: a compute with table-wide state (duplicate hashes, a band index, a
     model's training rows) builds it from ``pinned``, and only ``pinned``'s fragments are
@@ -422,7 +424,8 @@ def write_columns(
     group = [*columns, written_marker(fields).name]  # what each new data file holds
     schema = pa.schema([ds.schema.field(c) for c in group])
     missing = fragments_missing(ds, columns)
-    pinned_here = [f for f in missing if pin_rows.get(f.fragment_id) == f.physical_rows]
+    pinned_here = [f for f in missing if pin_rows.get(f.fragment_id) == f.physical_rows
+                   and f.fragment_id not in waiting]
     # column writes need whole fragments: one with deleted rows waits for a compaction
     todo = [f for f in pinned_here if f.metadata.deletion_file is None]
     report = ColumnWriteReport(columns=columns, pinned_version=pin.version,
@@ -432,7 +435,8 @@ def write_columns(
     report.fragments_already_done = len(ds.get_fragments()) - len(missing)
     if report.fragments_pending:
         log(f"{'+'.join(columns)}: {report.fragments_pending} fragment(s) arrived after version "
-            f"{pin.version}, which this run pinned; the next run writes them")
+            f"{pin.version}, which this run pinned, or wait for an input column; the next run "
+            "writes them")
     if report.fragments_awaiting_compaction:
         log(f"{'+'.join(columns)}: {report.fragments_awaiting_compaction} fragment(s) have "
             "deleted rows; they are written after `table_maintenance` compacts them")
