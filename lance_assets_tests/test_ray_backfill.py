@@ -15,7 +15,6 @@ import pytest
 
 import lance_assets_tests
 from lance_assets import paths
-from lance_assets.curation import minhash
 from lance_assets.curation import near_dup as nd
 from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.curation.near_dup import near_dup
@@ -24,7 +23,7 @@ from lance_assets.curation.quality_signals import fragment_signals, quality_sign
 from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
 from lance_assets.embeddings.embeddings import embeddings
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import Table, columns, executor
+from lance_assets.table import columns, executor
 from lance_assets.testing.embedders import ClusteredEmbedder
 from lance_assets.tokens.bpe import train_bpe
 from lance_assets.tokens.token_ids import token_ids
@@ -114,11 +113,22 @@ def test_every_column_writer_on_ray_equals_the_local_one(ray_address, raw, tmp_p
         return real_map(fn, shared, keys, **kw)
 
     monkeypatch.setattr(executor, "ray_map", counting_map)
+    steps = []
+    real_call = nd.Tasks.__call__
+
+    def counting_call(self, fn, *args, **kw):
+        if self.ray:
+            steps.append(fn.__name__)
+        return real_call(self, fn, *args, **kw)
+
+    monkeypatch.setattr(nd.Tasks, "__call__", counting_call)
     backfill_all(on_ray, "ray", bpe)
-    # text_hash, is_dup, quality, near_dup (signatures), n_bytes, token_ids, embeddings,
-    # chunk_embeddings: all eight column groups went to Ray tasks, every fragment each
+    # text_hash, is_dup, quality, near_dup, n_bytes, token_ids, embeddings, chunk_embeddings:
+    # all eight column groups were written by Ray tasks, every fragment each
     assert [n for _, n in fanned_out] == [FRAGMENTS] * 8
-    assert ("_payload_task", FRAGMENTS) in fanned_out  # near_dup's signatures
+    # and near_dup's keys, candidates, confirmation and components were Ray tasks too
+    assert steps.count("new_keys") == FRAGMENTS
+    assert {"partition_pairs", "confirm_group", "first_round", "tally"} <= set(steps)
 
     got, want = content(on_ray), content(local)
     assert len(got) == 600 and got == want
@@ -146,27 +156,29 @@ def test_a_failed_task_leaves_the_other_fragments_committed_and_the_rerun_redoes
 
 
 def test_near_dup_on_ray_stops_at_a_failed_fragment_and_the_rerun_finishes_the_rest(
-        ray_address, raw, tmp_path):
-    """Each fragment's clusters depend on every fragment before it: after a failed signature
-    task, the fragments before it are committed and none after it."""
+        ray_address, raw, tmp_path, monkeypatch):
+    """Clusters link a fragment to those before it: after a failed write, the fragments before
+    it are committed and none after it, and the rerun writes what a clean run writes."""
     root = copy(raw, tmp_path, "near-dup-fail")
     uri = paths.table_uri(root)
-    settings = minhash.MinHashSettings()
-    table = Table.of(root)
-    failing = columns.Staged(FailOn(2, nd.MinHashes(settings)),
-                             nd.Clusterer(table, settings, nd.NearDupStats(),
-                                          rows_end=table.next_row_id()))
+    real = nd.clusters
+    monkeypatch.setattr(nd, "clusters", lambda *a, **k: FailOnInOrder(2, real(*a, **k)))
     with pytest.raises(columns.FragmentsFailedError, match="fragment 2: ValueError"):
-        columns.write_columns(uri, nd.fields(settings), failing, fragments_per_commit=1,
-                              executor="ray", log=quiet)
+        near_dup(root, fragments_per_commit=1, executor="ray", log=quiet)
     ds = lance.dataset(uri)
     assert [f.fragment_id for f in columns.fragments_missing(ds, ["near_dup"])] == [2, 3, 4, 5]
+    monkeypatch.setattr(nd, "clusters", real)
     report, _ = near_dup(root, executor="ray", log=quiet)
     assert report.fragments_written == [2, 3, 4, 5]
 
     reference = copy(raw, tmp_path, "near-dup-reference")
     near_dup(reference, executor="local", log=quiet)
     assert content(root) == content(reference)
+
+
+@dataclass(frozen=True)
+class FailOnInOrder(FailOn):
+    in_order = True
 
 
 def test_the_failure_ran_in_a_ray_worker_not_in_the_driver(ray_address, raw, tmp_path):

@@ -1,6 +1,5 @@
-"""The linear paths behind the seed's real workload: the band index (a hash table, no re-sort),
-exact dedup by one hash per text, commits batched by time and size, and the FineWeb-shaped
-generator with its planted ground truth."""
+"""The linear paths behind the seed's real workload: exact dedup by one hash per text, commits
+batched by time and size, and the FineWeb-shaped generator with its planted ground truth."""
 
 import re
 
@@ -12,72 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lance_assets import paths
-from lance_assets.curation import band_index, minhash
 from lance_assets.curation import dedup_flag as dedup
+from lance_assets.curation import minhash
 from lance_assets.curation import near_dup as nd
 from lance_assets.ingest import synthetic_web as sw
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.sources import SourceError, resolve
 from lance_assets.table.columns import CommitPolicy, write_columns
 from lance_assets_tests.helpers import quiet
-
-
-def reference_first(batches):
-    """The index's contract, the slow way: key -> (first id, its cluster)."""
-    first = {}
-    for ids, clusters, keys in batches:
-        for i, c, row in zip(ids.tolist(), clusters.tolist(), keys.tolist()):
-            for k in row:
-                first.setdefault(k, (i, c))
-    return first
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(1, 60), min_size=1, max_size=8), st.integers(0, 2**32 - 1),
-       st.integers(2, 40))
-def test_band_index_keeps_the_first_document_of_every_key(batch_sizes, seed, key_space):
-    """Against a dict, over batches with repeated keys within and across batches, and with a
-    table sized far too small (so it grows while adding)."""
-    rng = np.random.default_rng(seed)
-    index = band_index.BandIndex(expected_docs=1, bands=3)
-    batches, next_id = [], 0
-    for size in batch_sizes:
-        ids = np.arange(next_id, next_id + size, dtype=np.int64) * 3 + 7
-        next_id += size
-        clusters = ids - rng.integers(0, 5, size)
-        keys = rng.integers(-key_space, key_space, (size, 3)).astype(np.int64)
-        keys[keys == 0] = np.iinfo(np.int64).min  # extreme values are keys like any other
-        index.add(ids, clusters, keys)
-        batches.append((ids, clusters, keys))
-    first = reference_first(batches)
-    probe = np.array(sorted(first) + [key_space + 1, -key_space - 1], dtype=np.int64)
-    found, hit_id, hit_cluster = index.lookup(probe.reshape(-1, 1))
-    for k, f, i, c in zip(probe.tolist(), found[:, 0], hit_id[:, 0], hit_cluster[:, 0]):
-        assert f == (k in first)
-        if f:
-            assert (i, c) == first[k]
-
-
-def test_band_index_adding_costs_the_batch_not_the_index():
-    """Adding the same batch to a large index touches about as much memory as to a small one
-    (the old index re-sorted every key it held on every batch)."""
-    rng = np.random.default_rng(0)
-    index = band_index.BandIndex(expected_docs=300_000, bands=14)
-    batch = rng.integers(-2**62, 2**62, (2048, 14)).astype(np.int64)
-    ids = np.arange(2048, dtype=np.int64)
-    index.add(ids, ids, batch)
-    before = index._keys.copy()
-    for start in range(2048, 200_000, 2048):
-        index.add(ids + start, ids + start,
-                  rng.integers(-2**62, 2**62, (2048, 14)).astype(np.int64))
-    after = index._keys
-    # the table never moved (no resize, no rebuild): the first batch's entries sit where they did
-    assert after.shape == before.shape
-    kept = before != 0
-    assert np.array_equal(after[kept], before[kept])
-    found, hit, _ = index.lookup(batch)
-    assert found.all() and np.array_equal(hit, np.repeat(ids[:, None], 14, axis=1))
-
 
 WHITESPACE = " \t\n\r\f\v"
 

@@ -279,26 +279,12 @@ class DedupStats:
     buckets: int
 
 
-def resolve_buckets(buckets: int, executor: str) -> int:
-    if not isinstance(buckets, int) or buckets < 0:
-        raise ValueError(f"dedup_flag setting buckets={buckets!r}: give a whole number >= 1 "
-                         "(or 0 for one per CPU of the Ray cluster, 1 locally)")
-    if buckets:
-        return buckets
-    if executor != "ray":
-        return 1
-    import ray
-
-    executors.ensure_ray()
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
-
-
 def run(table: Table | str | Path, settings: DedupSettings = DedupSettings(),  # noqa: B008
         options: WriteOptions = WriteOptions()) -> tuple[ColumnWriteReport, DedupStats]:  # noqa: B008
     """Both phases on one pinned version; the ``is_dup`` write's report and the run's numbers."""
     table = Table.of(table)
     where = executors.executor_name(options.executor)
-    buckets = resolve_buckets(settings.buckets, where)
+    buckets = executors.resolve_partitions(settings.buckets, where, "dedup_flag setting buckets")
     log = options.log
 
     def pinned(pin: lance.LanceDataset) -> tuple[ColumnWriteReport, DedupStats]:

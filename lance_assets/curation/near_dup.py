@@ -2,10 +2,10 @@
 columns.
 
 Candidates come from :mod:`lance_assets.curation.minhash` (FineWeb's settings: word 5-grams,
-112 MinHash values in 14 bands of 8; documents sharing a band are candidates, confirmed when the
-exact Jaccard similarity of their 5-gram sets is at least ``min_jaccard``); the band keys of
-every earlier document are looked up in a :class:`~lance_assets.curation.band_index.BandIndex`.
-Confirmed pairs are joined into clusters.
+112 MinHash values in 14 bands of 8). For each band key, every new document holding it is a
+candidate with the key's *first holder*, the document with the smallest id that holds it in the
+pinned version; a candidate is confirmed when the exact Jaccard similarity of the two 5-gram sets
+is at least ``min_jaccard``. Confirmed pairs are joined into clusters.
 
 - ``near_dup_cluster`` (int64): equal values form a cluster; the value is the smallest ``id``
   in the cluster when the document was written (a document with no near-duplicate is its own
@@ -17,46 +17,75 @@ Confirmed pairs are joined into clusters.
   documents against these keys (and reads the candidates' text to confirm) instead of
   recomputing every old signature. Null for a document with no words.
 
-Incremental like ``is_dup``: fragments lacking the columns are computed in id order, each
-against every document written before it. Invariant: values already written never change, so a
-run costs its new rows (plus reading the stored keys), never a rewrite of old fragments. A new
-document that bridges two older clusters therefore joins the smaller one; the older clusters are
-not merged (that would rewrite old values). The settings are stored in the table's config, and
-mixing settings in one column is refused.
+No process holds the corpus. Every step is a task over a part of it (:mod:`.lsh_shuffle` holds
+their code); under ``executor: ray`` they are Ray tasks and the driver holds object references
+and counts, O(fragments x partitions); locally the same functions run in this process, one
+partition and one group, and give the same columns:
+
+1. **Keys** per fragment: a new fragment's text is read and hashed (its keys kept for the
+   write), a written fragment's ``minhash_bands`` are read; each sends every key partition its
+   (key, id, cluster) triples.
+2. **Candidates** per key partition: each new holder of a key paired with its first holder.
+3. **Confirmation** per group of new documents (contiguous id ranges): the two texts of each
+   pair are read by id and their exact Jaccard computed.
+4. **Components** per group: label propagation of the smallest id and the smallest older
+   cluster, a group's own edges settled at once (scipy), labels that change sent to the groups
+   across an edge, until no group sends any.
+5. **Write** per fragment: its ids looked up in its group's labels.
+
+Incremental like ``is_dup``: only fragments lacking the columns are written, against every
+document written before. Invariant: values already written never change, so a run costs its
+new rows (plus reading the stored keys), never a rewrite of old fragments. A new document that
+bridges two older clusters therefore joins the smaller one; the older clusters are not merged.
+Because candidates depend only on which documents hold each key, a run interrupted between
+commits and run again writes what an uninterrupted run writes. The settings are stored in the
+table's config, and mixing settings in one column is refused; a table keeps the MinHash
+version its keys were written with.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets.curation.band_index import BandIndex
-from lance_assets.curation.minhash import (
-    MinHashSettings,
-    band_keys,
-    jaccard,
-    per_doc_sets,
-    shingle_stream,
-    shingles,
-    signatures,
-)
+from lance_assets.curation import lsh_shuffle as lsh
+from lance_assets.curation import minhash as _mh
+from lance_assets.curation.minhash import MinHashSettings, jaccard, per_doc_sets
 from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
 from lance_assets.keys import NEAR_DUP_KEY
 from lance_assets.table import Table, get_json_config
+from lance_assets.table import executor as executors
 from lance_assets.table.columns import (
     ColumnWriteReport,
-    Staged,
     fragments_missing,
     pinned_rows_end,
     write_columns,
 )
 from lance_assets.table.producer import ColumnProducer, Json, Produced, WriteOptions, setting
+
+
+def minhash_batch(texts, settings):  # TEMPORARY until minhash.minhash_batch lands
+    if hasattr(_mh, "minhash_batch"):
+        return _mh.minhash_batch(texts, settings)
+    doc, sh = _mh.shingle_stream(texts, settings.ngram)
+    keys = _mh.band_keys(_mh.signatures(doc, sh, len(texts), settings), settings)
+    return keys, np.bincount(doc, minlength=len(texts)) > 0
+
+
+def shingles(texts, ngram, version=1):  # TEMPORARY
+    try:
+        return _mh.shingles(texts, ngram, version=version)
+    except TypeError:
+        return _mh.shingles(texts, ngram)
+
 
 NEAR_DUP_CLUSTER = pa.field("near_dup_cluster", pa.int64())
 NEAR_DUP = pa.field(NEAR_DUP_COLUMN, pa.bool_())
@@ -68,6 +97,7 @@ DESCRIPTIONS = {
                      "against them.",
 }
 BATCH_ROWS = 2048
+TAKE_ROWS = 4096  # texts read per take when confirming
 
 
 def bands_field(settings: MinHashSettings) -> pa.Field:
@@ -82,38 +112,6 @@ class SettingsMismatchError(ValueError):
     pass
 
 
-# ---------------------------------------------------------------------------- the keys already written
-
-def load_index(ds: lance.LanceDataset, done_fragments: list, expected_new: int = 0,
-               bands: int = 14, rows_end: int | None = None) -> BandIndex:
-    """The keys already written, in id order, in an index sized for ``expected_new`` more;
-    only rows with ids below ``rows_end`` (the pinned version's) when given."""
-    done_rows = sum(f.count_rows() for f in done_fragments)
-    index = BandIndex(done_rows + expected_new, bands)
-    if not done_fragments:
-        return index
-    where = "minhash_bands IS NOT NULL" + (f" AND id < {int(rows_end)}" if rows_end is not None
-                                           else "")
-    scanner = ds.scanner(columns=["id", "near_dup_cluster", "minhash_bands"],
-                         filter=where, fragments=done_fragments)
-    parts = [(b.column("id").to_numpy(), b.column("near_dup_cluster").to_numpy(),
-              b.column("minhash_bands").values.to_numpy().reshape(b.num_rows, bands))
-             for b in scanner.to_batches() if b.num_rows]
-    if not parts:
-        return index
-    ids = np.concatenate([p[0] for p in parts])
-    order = np.argsort(ids, kind="stable")
-    clusters = np.concatenate([p[1] for p in parts])[order]
-    keys = np.concatenate([p[2] for p in parts])[order]
-    ids = ids[order]
-    step = 1 << 16
-    for lo in range(0, len(ids), step):  # in id order, so the first document keeps each key
-        index.add(ids[lo:lo + step], clusters[lo:lo + step], keys[lo:lo + step])
-    return index
-
-
-# ---------------------------------------------------------------------------- clustering a batch
-
 @dataclass
 class NearDupStats:
     documents: int = 0
@@ -121,90 +119,305 @@ class NearDupStats:
     confirmed_pairs: int = 0
     flagged: int = 0
     joined_old_clusters: int = 0
+    partitions: int = 1
+    groups: int = 1
+    rounds: int = 0
 
 
-def _find(parent: np.ndarray, i: int) -> int:
-    while parent[i] != i:
-        parent[i] = parent[parent[i]]
-        i = parent[i]
-    return i
+# ---------------------------------------------------------------------------- the tasks
+
+@dataclass(frozen=True)
+class Scan:
+    """What every task shares: the table at the version planned on, where the pinned version's
+    rows end (later rows wait for the next run), the settings and the partition count."""
+
+    table: Table
+    version: int
+    rows_end: int
+    settings: MinHashSettings
+    partitions: int
 
 
-SetsOf = Callable[[np.ndarray], dict[int, np.ndarray]]
+@lru_cache(maxsize=4)
+def _open(table: Table, version: int) -> lance.LanceDataset:
+    return table.open(version)
 
 
-def assign(
-    ids: np.ndarray, keys: np.ndarray, has_words: np.ndarray, index: BandIndex,
-    new_sets: SetsOf, old_sets: SetsOf, settings: MinHashSettings, stats: NearDupStats,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Clusters and flags for a batch of new documents (ids ascending, larger than every id in
-    ``index``). Shingle sets are fetched only for the documents of candidate pairs, and only
-    when pairs are confirmed: ``new_sets(positions)`` for documents of the batch,
-    ``old_sets(ids)`` for earlier ones."""
-    n = len(ids)
-    pairs_old: list[tuple[int, int, int]] = []  # (new position, old id, old cluster)
-    pairs_new: set[tuple[int, int]] = set()  # (new position, earlier new position)
-    rows = np.flatnonzero(has_words)
-    k = keys[rows]
-    found, hit_id, hit_cluster = index.lookup(k)
-    for r, b in zip(*np.nonzero(found)):
-        pairs_old.append((int(rows[r]), int(hit_id[r, b]), int(hit_cluster[r, b])))
-    # within the batch: each document against the first earlier document with the same key
-    flat = k.reshape(-1)
-    pos = np.repeat(rows, keys.shape[1])
-    order = np.lexsort((pos, flat))
-    fk, fp = flat[order], pos[order]
-    head = np.r_[True, fk[1:] != fk[:-1]]
-    first_pos = fp[np.flatnonzero(head)[np.cumsum(head) - 1]]
-    for i, j in zip(fp[~head], first_pos[~head]):
-        if i != j:
-            pairs_new.add((int(i), int(j)))
-    pairs_old = sorted(set(pairs_old))
-    stats.candidate_pairs += len(pairs_old) + len(pairs_new)
+Payload = tuple[np.ndarray, np.ndarray, np.ndarray]  # a new fragment's (ids, keys, has words)
 
-    sets: dict[int, np.ndarray] = {}
-    old: dict[int, np.ndarray] = {}
-    if settings.min_jaccard > 0:
-        need_new = {i for pair in pairs_new for i in pair} | {p[0] for p in pairs_old}
-        if need_new:
-            sets = new_sets(np.array(sorted(need_new), dtype=np.int64))
-        need = np.unique(np.array([p[1] for p in pairs_old], dtype=np.int64))
-        if len(need):
-            old = old_sets(need)
 
-    def confirmed(a: np.ndarray | None, b: np.ndarray | None) -> bool:
-        return settings.min_jaccard <= 0 or jaccard(a, b) >= settings.min_jaccard
+def new_keys(scan: Scan, fragment_id: int) -> tuple:
+    """A new fragment: its text hashed into band keys. Returns its (first id, last id, rows),
+    its payload for the write (~121 bytes a row; no text or shingle leaves the task) and one
+    holders piece per key partition."""
+    frag = _open(scan.table, scan.version).get_fragment(fragment_id)
+    ids, keys, has_words = [], [], []
+    for batch in frag.to_batches(columns=["id", "text"], batch_size=BATCH_ROWS):
+        k, w = minhash_batch(batch.column("text"), scan.settings)
+        ids.append(batch.column("id").to_numpy(zero_copy_only=False))
+        keys.append(k)
+        has_words.append(w)
+    bands = scan.settings.bands
+    i = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    k = np.concatenate(keys) if keys else np.zeros((0, bands), np.int64)
+    w = np.concatenate(has_words) if has_words else np.zeros(0, bool)
+    if len(i) > 1 and not np.all(np.diff(i) > 0):
+        raise RuntimeError(f"fragment {fragment_id}: ids are not ascending")
+    span = np.array([i[0], i[-1], len(i)] if len(i) else [0, -1, 0], dtype=np.int64)
+    return (span, (i, k, w), *lsh.holders(i, k, w, None, scan.partitions))
 
-    # union-find over the batch, only along confirmed pairs (few); the root of a component is
-    # its smallest position, i.e. its smallest id
-    parent = np.arange(n)
-    for i, j in sorted(pairs_new):
-        if confirmed(sets.get(i), sets.get(j)):
-            ri, rj = _find(parent, i), _find(parent, j)
-            parent[max(ri, rj)] = min(ri, rj)
-            stats.confirmed_pairs += 1
-    while True:  # pointer jumping: every position points at its root
-        nxt = parent[parent]
-        if np.array_equal(nxt, parent):
-            break
-        parent = nxt
-    roots = parent
-    # a component attached to an older cluster joins it (the smallest, if several)
-    no_old = np.iinfo(np.int64).max
-    old_cluster = np.full(n, no_old, dtype=np.int64)
-    attach = [(i, oc) for i, oid, oc in pairs_old
-              if confirmed(sets.get(i), old.get(oid, sets.get(i)))]
-    stats.confirmed_pairs += len(attach)
-    if attach:
-        at = np.array(attach, dtype=np.int64)
-        np.minimum.at(old_cluster, roots[at[:, 0]], at[:, 1])
-    joined = old_cluster[roots] != no_old
-    cluster = np.where(joined, old_cluster[roots], ids[roots])
-    flag = joined | (roots != np.arange(n))
-    stats.documents += n
-    stats.flagged += int(flag.sum())
-    stats.joined_old_clusters += int(joined.sum())
-    return cluster, flag
+
+def old_keys(scan: Scan, fragment_id: int) -> tuple:
+    """A written fragment: the first holder of each of its stored keys, per key partition
+    (rows of the pinned version only)."""
+    frag = _open(scan.table, scan.version).get_fragment(fragment_id)
+    bands = scan.settings.bands
+    where = f"minhash_bands IS NOT NULL AND id < {int(scan.rows_end)}"
+    parts = [(b.column("id").to_numpy(), b.column("near_dup_cluster").to_numpy(),
+              b.column("minhash_bands").values.to_numpy().reshape(b.num_rows, bands))
+             for b in frag.to_batches(columns=["id", "near_dup_cluster", "minhash_bands"],
+                                      filter=where, batch_size=1 << 16) if b.num_rows]
+    if not parts:
+        return tuple(lsh.empty_holders() for _ in range(scan.partitions))
+    ids = np.concatenate([p[0] for p in parts])
+    clusters = np.concatenate([p[1] for p in parts])
+    keys = np.concatenate([p[2] for p in parts])
+    return tuple(lsh.holders(ids, keys, np.ones(len(ids), bool), clusters, scan.partitions,
+                             first_only=True))
+
+
+def partition_pairs(starts: np.ndarray, *pieces: lsh.Holders) -> tuple:
+    """One key partition: its candidate pairs, one piece per group of new documents."""
+    return tuple(lsh.route_pairs(lsh.candidates(*pieces), starts))
+
+
+def _texts(scan: Scan, wanted: np.ndarray) -> pa.Table:
+    """``id`` and ``text`` of ``wanted`` (sorted ids), read by row id (the table's stable row
+    ids equal ``id``), or with an ``id IN (...)`` filter on a table where they do not."""
+    ds = _open(scan.table, scan.version)
+    parts = []
+    for lo in range(0, len(wanted), TAKE_ROWS):
+        chunk = wanted[lo:lo + TAKE_ROWS]
+        got = None
+        try:
+            got = ds._take_rows(chunk.tolist(), columns=["id", "text"])
+            if not np.array_equal(got.column("id").to_numpy(), chunk):
+                got = None
+        except Exception:  # noqa: BLE001 - a table without stable row ids: filter instead
+            got = None
+        if got is None:
+            got = ds.to_table(columns=["id", "text"],
+                              filter=f"id IN ({','.join(map(str, chunk.tolist()))})").sort_by("id")
+        parts.append(got)
+    return pa.concat_tables(parts) if parts else pa.table({"id": pa.array([], pa.int64()),
+                                                          "text": pa.array([], pa.string())})
+
+
+def confirm_group(scan: Scan, starts: np.ndarray, *pieces: lsh.Pairs) -> tuple:
+    """One group of new documents: its candidate pairs confirmed by exact Jaccard of the two
+    texts' shingle sets (read here, for the candidates alone). Returns its own edges and
+    attachments, the counts (candidates, confirmed) and the reverse edges for every group."""
+    d, f, fc = lsh.merge_pairs(*pieces)
+    settings = scan.settings
+    ok = np.ones(len(d), bool)
+    if settings.min_jaccard > 0 and len(d):
+        wanted = np.unique(np.concatenate([d, f]))
+        t = _texts(scan, wanted)
+        doc, sh = shingles(t.column("text"), settings.ngram, version=settings.version)
+        sets = per_doc_sets(doc, sh, t.num_rows)
+        got = t.column("id").to_numpy()
+        if not np.array_equal(got, wanted):
+            raise RuntimeError(f"{scan.table.uri}: {len(wanted) - len(got)} candidate row(s) "
+                               f"could not be read at version {scan.version}")
+        pd, pf = np.searchsorted(wanted, d), np.searchsorted(wanted, f)
+        ok = np.array([jaccard(sets[a], sets[b]) >= settings.min_jaccard
+                       for a, b in zip(pd.tolist(), pf.tolist())], dtype=bool)
+    own, reverse = lsh.confirmed_edges(d, f, fc, ok, starts)
+    return (own, np.array([len(d), int(ok.sum())], np.int64), *reverse)
+
+
+def first_round(starts: np.ndarray, own: tuple, *reverse) -> tuple:
+    state, sent, messages = lsh.step(lsh.init_group(own, *reverse), starts, True)
+    return (state, sent, *messages)
+
+
+def next_round(starts: np.ndarray, state: lsh.GroupState, *incoming) -> tuple:
+    state, sent, messages = lsh.step(state, starts, False, *incoming)
+    return (state, sent, *messages)
+
+
+def tally(state: lsh.GroupState) -> np.ndarray:
+    """(flagged, joined an older cluster) among a group's new documents."""
+    _, flag = lsh.assign(state.nodes, state)
+    return np.array([int(flag.sum()), int((state.oldc != lsh.NONE).sum())], np.int64)
+
+
+def _run(fn: Callable, returns: int, *args: Any) -> Any:
+    out = fn(*args)
+    if returns == 1:
+        return out[0] if isinstance(out, tuple) else out
+    if len(out) != returns:
+        raise RuntimeError(f"{fn.__name__}: {len(out)} results, {returns} expected")
+    return out
+
+
+class Tasks:
+    """Calls a step here or as a Ray task (arguments that are object references reach the task
+    as their values), always returning a list of results (values, or references)."""
+
+    def __init__(self, ray_tasks: bool) -> None:
+        self.ray = ray_tasks
+        self._remote = None
+
+    def __call__(self, fn: Callable, *args: Any, returns: int = 1) -> list:
+        if not self.ray:
+            out = _run(fn, returns, *args)
+            return [out] if returns == 1 else list(out)
+        import ray
+
+        if self._remote is None:
+            self._remote = ray.remote(_run)
+        # a worker that dies is retried (a task writes nothing); an exception is not
+        refs = self._remote.options(num_returns=returns, max_retries=executors.SYSTEM_RETRIES,
+                                    retry_exceptions=False).remote(fn, returns, *args)
+        return [refs] if returns == 1 else list(refs)
+
+    def get(self, values: list) -> list:
+        if not self.ray:
+            return values
+        import ray
+
+        return ray.get(values)
+
+    def put(self, value: Any) -> Any:
+        if not self.ray:
+            return value
+        import ray
+
+        return ray.put(value)
+
+
+def _value(x: Any) -> Any:
+    if type(x).__name__ == "ObjectRef":
+        import ray
+
+        return ray.get(x)
+    return x
+
+
+@dataclass(frozen=True)
+class NearDupColumns:
+    """The write: a fragment's ids looked up in its groups' settled labels, its keys from its
+    payload. Small and picklable (references under Ray), so a Ray task can run it."""
+
+    settings: MinHashSettings
+    payloads: dict  # fragment id -> Payload (or its reference)
+    states: tuple  # group -> GroupState (or its reference)
+    starts: np.ndarray
+    # committed in fragment order, stopping at a failure: a rerun then sees a prefix of this
+    # run's values as written, and writes what this run would have
+    in_order = True
+
+    def __call__(self, frag) -> Iterator[pa.RecordBatch]:
+        if frag.fragment_id not in self.payloads:
+            raise RuntimeError(f"fragment {frag.fragment_id} was not planned by this near_dup "
+                               "run (the table changed meanwhile); run again")
+        ids, keys, has_words = _value(self.payloads[frag.fragment_id])
+        n = len(ids)
+        if n != frag.physical_rows:
+            raise RuntimeError(f"fragment {frag.fragment_id} changed since its keys were made")
+        cluster, flag = ids.copy(), np.zeros(n, bool)
+        groups = lsh.group_of(ids, self.starts)
+        for g in np.unique(groups):
+            sel = groups == g
+            cluster[sel], flag[sel] = lsh.assign(ids[sel], _value(self.states[g]))
+        bands = pa.FixedSizeListArray.from_arrays(pa.array(keys.reshape(-1)), self.settings.bands)
+        bands = pc.if_else(pa.array(has_words), bands, pa.nulls(n, bands.type))
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(cluster, pa.int64()), pa.array(flag), bands],
+            schema=pa.schema(fields(self.settings)))
+
+
+# ---------------------------------------------------------------------------- the run
+
+def _groups(spans: dict[int, np.ndarray], groups: int) -> np.ndarray:
+    """``starts`` for ``groups`` contiguous id ranges of about equal rows over the new
+    fragments (their (first id, last id, rows) spans)."""
+    live = sorted((s[0], s[2]) for s in spans.values() if s[2] > 0)
+    if groups <= 1 or len(live) <= 1:
+        return np.zeros(0, np.int64)
+    total = sum(n for _, n in live)
+    starts, seen = [], 0
+    for first, n in live:
+        if seen and seen >= total * (len(starts) + 1) / groups and len(starts) < groups - 1:
+            starts.append(first)
+        seen += n
+    return np.array(starts, np.int64)
+
+
+def clusters(scan: Scan, new: list[int], old: list[int], tasks: Tasks,
+             log: Callable[[str], None], stats: NearDupStats) -> NearDupColumns:
+    """Steps 1-4 (keys, candidates, confirmation, components) over the fragments; the write's
+    compute. The driver holds references and counts only (under Ray)."""
+    parts = scan.partitions
+    scan_ref = tasks.put(scan)
+    new_out = {f: tasks(new_keys, scan_ref, f, returns=2 + parts) for f in new}
+    old_out = [tasks(old_keys, scan_ref, f, returns=parts) for f in old]
+    spans = dict(zip(new, tasks.get([o[0] for o in new_out.values()])))
+    stats.documents = int(sum(s[2] for s in spans.values()))
+    starts = _groups(spans, parts)
+    n_groups = len(starts) + 1
+    stats.groups = n_groups
+    log(f"near_dup: band keys of {len(new)} new fragment(s) ({stats.documents} rows) and "
+        f"{len(old)} written one(s), in {parts} key partition(s) and {n_groups} group(s)")
+    holders = [o[2:] for o in new_out.values()] + old_out
+    reduced = [tasks(partition_pairs, starts, *[h[p] for h in holders], returns=n_groups)
+               for p in range(parts)]
+    del holders, old_out
+    confirmed = [tasks(confirm_group, scan_ref, starts, *[r[g] for r in reduced],
+                       returns=2 + n_groups) for g in range(n_groups)]
+    del reduced
+    counts = np.sum(tasks.get([c[1] for c in confirmed]), axis=0)
+    stats.candidate_pairs, stats.confirmed_pairs = int(counts[0]), int(counts[1])
+    log(f"near_dup: {stats.candidate_pairs} candidate pair(s), {stats.confirmed_pairs} "
+        "confirmed")
+    rounds = [tasks(first_round, starts, confirmed[g][0], *[c[2 + g] for c in confirmed],
+                    returns=2 + n_groups) for g in range(n_groups)]
+    del confirmed
+    stats.rounds = 1
+    while sum(int(s) for s in tasks.get([r[1] for r in rounds])):
+        rounds = [tasks(next_round, starts, rounds[g][0], *[r[2 + g] for r in rounds],
+                        returns=2 + n_groups) for g in range(n_groups)]
+        stats.rounds += 1
+    states = tuple(r[0] for r in rounds)
+    tallies = np.sum(tasks.get([tasks(tally, s)[0] for s in states]), axis=0)
+    stats.flagged, stats.joined_old_clusters = int(tallies[0]), int(tallies[1])
+    log(f"near_dup: components settled in {stats.rounds} round(s); {stats.flagged} new "
+        f"row(s) flagged, {stats.joined_old_clusters} joining older clusters")
+    return NearDupColumns(scan.settings, {f: o[1] for f, o in new_out.items()}, states, starts)
+
+
+def _settings_for(table: Table, ds: lance.LanceDataset,
+                  settings: MinHashSettings, log: Callable[[str], None]) -> MinHashSettings:
+    """``settings``, or the stored MinHash version when the columns were written with another
+    one and nothing else differs (old keys only match keys made the same way); anything else
+    that differs on written columns is refused."""
+    current = get_json_config(ds, NEAR_DUP_KEY)
+    cols = [f.name for f in fields(settings)]
+    written = current is not None and all(c in ds.schema.names for c in cols) and \
+        len(fragments_missing(ds, cols)) < len(ds.get_fragments())
+    if written and current != settings.to_dict():
+        stored_version = current.get("version", 1)
+        if {**current, "version": settings.version} == settings.to_dict():
+            log(f"near_dup: {table.uri} holds MinHash version {stored_version} keys; new rows "
+                "are hashed the same way")
+            return replace(settings, version=stored_version)
+        raise SettingsMismatchError(
+            f"{table.uri}: near-duplicate columns were written with {current}, not "
+            f"{settings.to_dict()}. Keep the stored settings, or drop the columns first "
+            "(lance.dataset(uri).drop_columns(['near_dup_cluster', 'near_dup', "
+            "'minhash_bands'])).")
+    return settings
 
 
 def near_dup(
@@ -212,131 +425,51 @@ def near_dup(
     settings: MinHashSettings = MinHashSettings(),  # noqa: B008 - a frozen dataclass
     *,
     fragments_per_commit: int | None = None, executor: str | None = None,
-    log: Callable[[str], None] = print,
+    partitions: int = 0, log: Callable[[str], None] = print,
 ) -> tuple[ColumnWriteReport, NearDupStats]:
     """Write the near-duplicate columns for every fragment of one pinned version that lacks
     them: its new rows against every earlier row of that version (rows ingested meanwhile wait
-    for the next run). Under the ``ray`` executor the MinHash signatures are Ray tasks and the
-    clustering runs here, in id order."""
+    for the next run). ``partitions``: key partitions and groups (0: one per CPU of the Ray
+    cluster under ``executor: ray``, 1 locally)."""
     table = Table.of(table)
+    where = executors.executor_name(executor)
+    parts = executors.resolve_partitions(partitions, where, "near_dup setting partitions")
 
-    def run(ds: lance.LanceDataset) -> tuple[ColumnWriteReport, NearDupStats]:
-        current = get_json_config(ds, NEAR_DUP_KEY)
-        cols = [f.name for f in fields(settings)]
-        if current is not None and current != settings.to_dict():
-            written = all(c in ds.schema.names for c in cols) and \
-                len(fragments_missing(ds, cols)) < len(ds.get_fragments())
-            if written:
-                raise SettingsMismatchError(
-                    f"{table.uri}: near-duplicate columns were written with {current}, not "
-                    f"{settings.to_dict()}. Keep the stored settings, or drop the columns first "
-                    "(lance.dataset(uri).drop_columns(['near_dup_cluster', 'near_dup', "
-                    "'minhash_bands'])).")
-        if current != settings.to_dict():
-            table.set_config(NEAR_DUP_KEY, settings.to_dict())
-        stats = NearDupStats()
-        compute = Staged(MinHashes(settings),
-                         Clusterer(table, settings, stats, pinned_rows_end(table, ds)))
-        report = write_columns(table, fields(settings), compute, pinned=ds,
-                               fragments_per_commit=fragments_per_commit, executor=executor,
+    def run(pin: lance.LanceDataset) -> tuple[ColumnWriteReport, NearDupStats]:
+        used = _settings_for(table, pin, settings, log)
+        if get_json_config(pin, NEAR_DUP_KEY) != used.to_dict():
+            table.set_config(NEAR_DUP_KEY, used.to_dict())
+        cols = [f.name for f in fields(used)]
+        view = table.newest()
+        have = all(c in view.schema.names for c in cols)
+        missing = {f.fragment_id: f for f in
+                   (fragments_missing(view, cols) if have else view.get_fragments())}
+        pin_rows = {f.fragment_id: f.physical_rows for f in pin.get_fragments()}
+        new = sorted(i for i, f in missing.items() if pin_rows.get(i) == f.physical_rows
+                     and f.metadata.deletion_file is None)
+        old = [f.fragment_id for f in view.get_fragments() if f.fragment_id not in missing]
+        stats = NearDupStats(partitions=parts)
+        if new:
+            if where == "ray":
+                executors.ensure_ray(log)
+            scan = Scan(table, view.version, pinned_rows_end(table, pin), used, parts)
+            compute = clusters(scan, new, old, Tasks(where == "ray"), log, stats)
+        else:
+            compute = NearDupColumns(used, {}, (), np.zeros(0, np.int64))
+        report = write_columns(table, fields(used), compute, pinned=pin,
+                               fragments_per_commit=fragments_per_commit, executor=where,
                                log=log)
         return report, stats
 
-    return table.pinned(run, what="near_dup", log=log)
-
-
-@dataclass(frozen=True)
-class MinHashes:
-    """The per-fragment part (shingles, signatures, band keys), independent of every other
-    fragment: a Ray task under the ``ray`` executor. One entry per batch of ``BATCH_ROWS``:
-    (ids, band keys, has words), ~130 bytes per document; no shingles or text leave the task."""
-
-    settings: MinHashSettings
-
-    def __call__(self, frag) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        out = []
-        for batch in frag.to_batches(columns=["id", "text"], batch_size=BATCH_ROWS):
-            ids = batch.column("id").to_numpy()
-            if len(ids) > 1 and not np.all(np.diff(ids) > 0):
-                raise RuntimeError(f"fragment {frag.fragment_id}: ids are not ascending")
-            doc, sh = shingle_stream(batch.column("text"), self.settings.ngram)
-            keys = band_keys(signatures(doc, sh, len(ids), self.settings), self.settings)
-            has_words = np.bincount(doc, minlength=len(ids)) > 0
-            out.append((ids, keys, has_words))
-        return out
-
-
-def _sets_by_position(texts: pa.Array, keys, ngram: int) -> dict[int, np.ndarray]:
-    doc, sh = shingles(texts, ngram)
-    return dict(zip(keys, per_doc_sets(doc, sh, len(texts))))
-
-
-class Clusterer:
-    """The order-dependent part: each batch against every document before it (the band index
-    of the table as it was before this run, plus the batches done since). Runs in the driver.
-
-    The shingle sets that confirmation needs are made again from the text of the candidates
-    alone: earlier documents are read by id (the table's stable row ids equal ``id``; a table
-    where they do not is read with an ``id IN (...)`` filter instead)."""
-
-    def __init__(self, table: Table, settings: MinHashSettings, stats: NearDupStats,
-                 rows_end: int) -> None:
-        self.table, self.settings, self.stats = table, settings, stats
-        self.rows_end = rows_end  # the pinned version's rows: ids below this
-        self.text_ds: lance.LanceDataset | None = None
-        self.index: BandIndex | None = None
-        self.rows_by_id = True
-
-    def old_sets(self, wanted: np.ndarray) -> dict[int, np.ndarray]:
-        texts = None
-        if self.rows_by_id:
-            try:
-                t = self.text_ds._take_rows(wanted.tolist(), columns=["id", "text"])
-                if t.column("id").to_numpy().tolist() == wanted.tolist():
-                    texts = t
-            except Exception:  # noqa: BLE001 - a table without stable row ids: filter instead
-                pass
-            self.rows_by_id = texts is not None
-        if texts is None:
-            parts = []
-            for i in range(0, len(wanted), 4096):
-                chunk = wanted[i:i + 4096]
-                parts.append(self.text_ds.to_table(
-                    columns=["id", "text"],
-                    filter=f"id IN ({','.join(map(str, chunk.tolist()))})"))
-            texts = pa.concat_tables(parts)
-        return _sets_by_position(texts.column("text"), texts.column("id").to_pylist(),
-                                 self.settings.ngram)
-
-    def __call__(self, frag, minhashes) -> Iterator[pa.RecordBatch]:
-        settings = self.settings
-        if self.index is None:
-            # the pinned version's rows: every text, and the keys already written
-            ds0 = self.table.newest()
-            missing = {f.fragment_id: f for f in fragments_missing(
-                ds0, [f.name for f in fields(settings)])}
-            self.text_ds = ds0
-            self.index = load_index(ds0, [f for f in ds0.get_fragments()
-                                          if f.fragment_id not in missing],
-                                    expected_new=sum(f.count_rows() for f in missing.values()),
-                                    bands=settings.bands, rows_end=self.rows_end)
-        offset = 0
-        for ids, keys, has_words in minhashes:
-            n = len(ids)
-
-            def new_sets(positions: np.ndarray, first: int = offset) -> dict[int, np.ndarray]:
-                t = frag.take((positions + first).tolist(), columns=["text"])
-                return _sets_by_position(t.column("text"), positions.tolist(), settings.ngram)
-
-            cluster, flag = assign(ids, keys, has_words, self.index, new_sets, self.old_sets,
-                                   settings, self.stats)
-            self.index.add(ids[has_words], cluster[has_words], keys[has_words])
-            offset += n
-            bands = pa.FixedSizeListArray.from_arrays(pa.array(keys.reshape(-1)), settings.bands)
-            bands = pc.if_else(pa.array(has_words), bands, pa.nulls(n, bands.type))
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(cluster, pa.int64()), pa.array(flag), bands],
-                schema=pa.schema(fields(settings)))
+    try:
+        return table.pinned(run, what="near_dup", log=log)
+    except Exception as exc:
+        cause = getattr(exc, "cause", None)
+        if type(exc).__module__.startswith("ray") and isinstance(cause, BaseException):
+            raise RuntimeError(f"near_dup of {table.uri}: a task failed ({type(cause).__name__}: "
+                               f"{cause}); nothing of this step was written; run again "
+                               "(committed fragments are kept).") from exc
+        raise
 
 
 @dataclass(frozen=True)
@@ -344,6 +477,10 @@ class NearDupSettings:
     min_jaccard: float = setting(
         0.8, "A candidate pair (a shared LSH band) is confirmed when the exact Jaccard similarity "
         "of its word 5-gram sets reaches this; 0 confirms every candidate (FineWeb's behaviour).")
+    partitions: int = setting(
+        0, "Partitions of the band keys (one candidate task each) and groups of new rows (one "
+        "confirmation and components task each): 0 means one per CPU of the Ray cluster under "
+        "executor ray, 1 locally. The columns do not depend on it.")
 
 
 def write(table: Table, settings: NearDupSettings, options: WriteOptions) -> Produced:
@@ -351,13 +488,17 @@ def write(table: Table, settings: NearDupSettings, options: WriteOptions) -> Pro
 
     minhash = MinHashSettings(min_jaccard=settings.min_jaccard)
     report, stats = near_dup(table, minhash, fragments_per_commit=options.fragments_per_commit,
-                             executor=options.executor, log=options.log)
+                             executor=options.executor, partitions=settings.partitions,
+                             log=options.log)
     return Produced(write=report, fields=fields(minhash), summary={
         "candidate_pairs": stats.candidate_pairs,
         "confirmed_pairs": stats.confirmed_pairs,
         "new_rows_flagged": stats.flagged,
         "new_rows_joining_old_clusters": stats.joined_old_clusters,
         "near_dup_rate": round(flag_rate(table, NEAR_DUP.name), 4),
+        "partitions": stats.partitions,
+        "groups": stats.groups,
+        "component_rounds": stats.rounds,
         "settings": Json(minhash.to_dict()),
     })
 
@@ -367,10 +508,12 @@ PRODUCER = ColumnProducer(
     doc="`near_dup_cluster` (int64: equal ids form a cluster), `near_dup` (bool: true for all but "
         "the first document of a cluster) and `minhash_bands` (the LSH keys later runs match new "
         "documents against). MinHash LSH with FineWeb's settings: word 5-grams, 14 bands x 8 "
-        "hashes; candidates confirmed by exact Jaccard. New documents are matched against old "
-        "ones; old values are never rewritten.",
+        "hashes; candidates confirmed by exact Jaccard. Keys shuffled by partition, pairs "
+        "confirmed and components settled per group (Ray tasks under executor ray, no corpus "
+        "in the driver). New documents are matched against old ones; old values are never "
+        "rewritten.",
     fields=fields(MinHashSettings()), descriptions=DESCRIPTIONS, write=write,
-    settings=NearDupSettings, kinds=("lance", "numpy"),
+    settings=NearDupSettings, kinds=("lance", "numpy"), version="2",
     reads={NEAR_DUP_CLUSTER.name: [("raw_text", "text"), ("raw_text", "id")],
            NEAR_DUP.name: [("raw_text", "text"), ("raw_text", "id")],
            "minhash_bands": [("raw_text", "text")]})

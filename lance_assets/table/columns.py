@@ -545,18 +545,21 @@ def _ray_results(table: Table, version: int, todo: list[LanceFragment], schema: 
 
     A ``Staged`` compute: its parallel part as tasks, its ordered part here in fragment order;
     after a failed fragment, the fragments behind it are left for the next run (their values
-    depend on it)."""
+    depend on it). A compute with ``in_order = True`` runs whole as tasks but is committed in
+    fragment order, stopping at the first failure the same way (what is committed is always a
+    prefix)."""
     executors.ensure_ray(log)
     num_gpus = 1 if gpu and executors.cluster_gpus() else 0
     by_id = {f.fragment_id: f for f in todo}
     staged = isinstance(compute, Staged)
+    in_order = staged or getattr(compute, "in_order", False)
     job = _FragmentJob(table, version, schema, columns, compute.parallel if staged else compute)
     tasks = executors.ray_map(_payload_task if staged else _fragment_task, job, list(by_id),
-                              ordered=staged, num_gpus=num_gpus)
+                              ordered=in_order, num_gpus=num_gpus)
     for result in tasks:
         if result.error is not None:
             yield result.key, None, result.error
-            if staged:
+            if in_order:
                 tasks.close()  # cancels the tasks behind it
                 return
             continue

@@ -69,6 +69,22 @@ def ensure_ray(log: Callable[[str], None] | None = None) -> None:
             f"{ray.cluster_resources().get('GPU', 0):.0f} GPUs)")
 
 
+def resolve_partitions(value: int, executor: str, what: str) -> int:
+    """A partition count setting: ``value`` itself, or for 0 one per CPU of the Ray cluster
+    under the ``ray`` executor and 1 locally. ``what`` names the setting in the error."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{what}={value!r}: give a whole number >= 1 (or 0 for one per CPU "
+                         "of the Ray cluster, 1 locally)")
+    if value:
+        return value
+    if executor != "ray":
+        return 1
+    import ray
+
+    ensure_ray()
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
 def cluster_gpus() -> float:
     import ray
 
