@@ -25,7 +25,8 @@ from lance_assets.curation import lsh_shuffle as lsh
 from lance_assets.curation import near_dup as nd
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
-from lance_assets.table import Table, data_files_by_field, executor
+from lance_assets.keys import NEAR_DUP_KEY
+from lance_assets.table import Table, data_files_by_field, executor, get_json_config
 from lance_assets.table.columns import fragments_missing
 from lance_assets.testing.curation_reference import plant_near_duplicates
 from lance_assets_tests.helpers import quiet
@@ -325,3 +326,21 @@ def test_the_driver_holds_references_not_the_corpus(ray_cluster, tmp_path, monke
         assert all(type(v).__name__ == "ObjectRef" for v in kept["c"].payloads.values())
         shutil.rmtree(root)
     assert sizes[6000] < 1.2 * sizes[1500] + 512, sizes
+
+
+def test_a_table_keeps_the_minhash_version_its_keys_were_written_with(sources, tmp_path):
+    """Keys made by version 1 only match keys made by version 1: a table written before the
+    compiled version keeps hashing new rows the old way (and says so), equal to a table run
+    with version 1 throughout; a fresh table gets the current version."""
+    old = nd.MinHashSettings(version=1)
+    assert nd.MinHashSettings().version != old.version
+    kept, pinned = tmp_path / "kept", tmp_path / "v1"
+    said: list[str] = []
+    for i, source in enumerate(sources):
+        _ingest(kept, source)
+        _ingest(pinned, source)
+        nd.near_dup(kept, old if i == 0 else nd.MinHashSettings(), log=said.append)
+        nd.near_dup(pinned, old, log=quiet)
+    assert any("holds MinHash version 1" in m for m in said)
+    assert_same(_columns(kept), _columns(pinned))
+    assert get_json_config(lance.dataset(paths.table_uri(kept)), NEAR_DUP_KEY)["version"] == 1

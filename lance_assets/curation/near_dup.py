@@ -57,8 +57,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets.curation import lsh_shuffle as lsh
-from lance_assets.curation import minhash as _mh
-from lance_assets.curation.minhash import MinHashSettings, jaccard, per_doc_sets
+from lance_assets.curation.minhash import (
+    MinHashSettings,
+    jaccard,
+    minhash_batch,
+    per_doc_sets,
+    shingles,
+)
 from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
 from lance_assets.keys import NEAR_DUP_KEY
 from lance_assets.table import Table, get_json_config
@@ -70,22 +75,6 @@ from lance_assets.table.columns import (
     write_columns,
 )
 from lance_assets.table.producer import ColumnProducer, Json, Produced, WriteOptions, setting
-
-
-def minhash_batch(texts, settings):  # TEMPORARY until minhash.minhash_batch lands
-    if hasattr(_mh, "minhash_batch"):
-        return _mh.minhash_batch(texts, settings)
-    doc, sh = _mh.shingle_stream(texts, settings.ngram)
-    keys = _mh.band_keys(_mh.signatures(doc, sh, len(texts), settings), settings)
-    return keys, np.bincount(doc, minlength=len(texts)) > 0
-
-
-def shingles(texts, ngram, version=1):  # TEMPORARY
-    try:
-        return _mh.shingles(texts, ngram, version=version)
-    except TypeError:
-        return _mh.shingles(texts, ngram)
-
 
 NEAR_DUP_CLUSTER = pa.field("near_dup_cluster", pa.int64())
 NEAR_DUP = pa.field(NEAR_DUP_COLUMN, pa.bool_())
