@@ -249,8 +249,8 @@ class ExitOnce:
         if part.fragment_id == self.fragment_id and not os.path.exists(self.marker):
             Path(self.marker).touch()
             os._exit(1)
-        from lance_assets.curation.dedup_flag import bucket_parts
-        return bucket_parts(scan, part)
+        from lance_assets.curation.dedup_flag import map_part
+        return map_part(scan, part)
 
 
 def test_a_failed_text_hash_task_costs_its_fragment_only(ray_cluster, sources, local_run,
@@ -279,7 +279,7 @@ def test_a_map_worker_killed_mid_run_is_retried_and_the_result_is_unchanged(
     _ingest(root, sources[1])
     _ingest(root, sources[2])
     marker = tmp_path / "exited-once"
-    monkeypatch.setattr(dedup, "bucket_parts", ExitOnce(str(marker), 1))
+    monkeypatch.setattr(dedup, "map_part", ExitOnce(str(marker), 1))
     dedup.dedup_flag(root, executor="ray", buckets=2, log=quiet)
     assert marker.exists()  # the worker did die
     assert _columns(root).equals(local_run)

@@ -114,14 +114,14 @@ def test_every_column_writer_on_ray_equals_the_local_one(ray_address, raw, tmp_p
 
     monkeypatch.setattr(executor, "ray_map", counting_map)
     steps = []
-    real_call = nd.Tasks.__call__
+    real_call = executor.Tasks.__call__
 
     def counting_call(self, fn, *args, **kw):
         if self.ray:
             steps.append(fn.__name__)
         return real_call(self, fn, *args, **kw)
 
-    monkeypatch.setattr(nd.Tasks, "__call__", counting_call)
+    monkeypatch.setattr(executor.Tasks, "__call__", counting_call)
     backfill_all(on_ray, "ray", bpe)
     # text_hash, is_dup, quality, near_dup, n_bytes, token_ids, embeddings, chunk_embeddings:
     # all eight column groups were written by Ray tasks, every fragment each

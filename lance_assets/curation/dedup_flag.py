@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -198,66 +198,88 @@ class DupPlan:
     executor: str
 
 
-def _map_task(fn: Callable[[HashScan, FragmentPart], list[Part]], scan: HashScan,
-              part: FragmentPart):
-    parts = fn(scan, part)
-    return parts[0] if len(parts) == 1 else tuple(parts)
+def map_part(scan: HashScan, part: FragmentPart) -> tuple:
+    """A map task: the fragment's ``(first id, last id, rows)`` span, then its bucket parts."""
+    parts = bucket_parts(scan, part)
+    ids = [p[1] for p in parts if len(p[1])]
+    lo = min(int(i.min()) for i in ids) if ids else 0
+    hi = max(int(i.max()) for i in ids) if ids else -1
+    return (np.array([lo, hi, sum(len(i) for i in ids)], np.int64), *parts)
 
 
-def duplicate_ids(plan: DupPlan, log: Callable[[str], None] = print) -> np.ndarray:
-    """The ids (sorted) of the new rows (those of ``new`` fragments) whose normalised text
-    appeared at a smaller id anywhere in the pinned version."""
+def reduce_bucket(starts: np.ndarray, *parts: Part) -> tuple:
+    """A reduce task: how many new duplicates one bucket holds, then their ids split by group
+    of new rows."""
+    found = bucket_duplicates(*parts)
+    groups = executors.group_of(found, starts)
+    bounds = np.searchsorted(groups, np.arange(len(starts) + 2))
+    return (len(found), *(found[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])))
+
+
+def duplicate_ids(plan: DupPlan, log: Callable[[str], None] = print) -> DupFlags:
+    """The new rows (those of ``new`` fragments) whose normalised text appeared at a smaller id
+    anywhere in the pinned version, as the ``is_dup`` write's compute: their ids per bucket and
+    per group of new rows (contiguous id ranges, one per bucket), values locally and object
+    references under Ray. The driver holds the references, spans and counts only."""
     scan = plan.scan
     if not any(p.new for p in plan.parts):
-        return np.zeros(0, np.int64)
-    if plan.executor != "ray":
-        by_bucket: list[list[Part]] = [[] for _ in range(scan.buckets)]
-        for part in plan.parts:
-            for b, piece in enumerate(bucket_parts(scan, part)):
-                by_bucket[b].append(piece)
-        found = [bucket_duplicates(*pieces) for pieces in by_bucket]
-    else:
-        found = _ray_duplicates(plan, log)
-    return np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
-
-
-def _ray_duplicates(plan: DupPlan, log: Callable[[str], None]) -> list[np.ndarray]:
-    """Map tasks per fragment, reduce tasks per bucket; only references pass the driver."""
-    import ray
-
-    executors.ensure_ray(log)
-    scan, retries = plan.scan, executors.SYSTEM_RETRIES
-    # a worker that dies is retried (a task writes nothing); an exception in a task is not
-    mapper = ray.remote(_map_task).options(num_returns=scan.buckets, max_retries=retries,
-                                           retry_exceptions=False)
-    reducer = ray.remote(bucket_duplicates).options(max_retries=retries, retry_exceptions=False)
-    scan_ref, fn = ray.put(scan), bucket_parts
-    outs = [mapper.remote(fn, scan_ref, part) for part in plan.parts]
-    if scan.buckets == 1:
-        outs = [[ref] for ref in outs]
-    reduces = [reducer.remote(*[out[b] for out in outs]) for b in range(scan.buckets)]
+        return DupFlags(np.zeros(0, np.int64))
+    tasks = executors.Tasks(plan.executor == "ray")
+    if tasks.ray:
+        executors.ensure_ray(log)
     try:
-        return ray.get(reduces)
+        scan_ref = tasks.put(scan)
+        maps = [tasks(map_part, scan_ref, part, returns=1 + scan.buckets) for part in plan.parts]
+        spans = {p.fragment_id: s for p, s in zip(
+            plan.parts, tasks.get([m[0] for m, p in zip(maps, plan.parts)])) if p.new}
+        starts = executors.contiguous_groups(spans, scan.buckets)
+        n_groups = len(starts) + 1
+        reduces = [tasks(reduce_bucket, starts, *[m[1 + b] for m in maps],
+                         returns=1 + n_groups) for b in range(scan.buckets)]
+        del maps
+        groups = tuple(tuple(r[1 + g] for r in reduces) for g in range(n_groups))
+        count = sum(int(c) for c in tasks.get([r[0] for r in reduces]))
     except Exception as exc:
+        if not tasks.ray:
+            raise
         cause = getattr(exc, "cause", None) or exc  # the task's own exception, when Ray kept it
         raise RuntimeError(f"is_dup of {scan.table.uri}: a hash map or reduce task failed "
                            f"({type(cause).__name__}: {cause}); nothing of is_dup was written "
                            "by this run; run again (committed text_hash values are kept).") from exc
+    return DupFlags(None, groups, starts, count)
 
 
 @dataclass(frozen=True)
 class DupFlags:
     """``is_dup`` of one fragment: its ids looked up among the new duplicate ids (no text or
-    hash is read here). Picklable and small (8 bytes per new duplicate), so a Ray task can run
-    it; shared through the object store."""
+    hash is read here). Either ``dup_ids`` (sorted), or per group of new rows the buckets' ids
+    (values, or object references under Ray: a task fetches its own group's only). Small and
+    picklable, so a Ray task can run it."""
 
-    dup_ids: np.ndarray
+    dup_ids: np.ndarray | None
+    groups: tuple = ()
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    count: int = -1
+
+    @property
+    def new_duplicates(self) -> int:
+        return len(self.dup_ids) if self.dup_ids is not None else self.count
+
+    def _dups_for(self, ids: np.ndarray) -> np.ndarray:
+        if self.dup_ids is not None:
+            return self.dup_ids
+        touched = np.unique(executors.group_of(ids[[0, -1]], self.starts)) if len(ids) else []
+        pieces = [executors.value_of(p) for g in range(min(touched, default=0),
+                                                        max(touched, default=-1) + 1)
+                  for p in self.groups[g]]
+        return np.sort(np.concatenate(pieces)) if pieces else np.zeros(0, np.int64)
 
     def __call__(self, frag) -> Iterator[pa.RecordBatch]:
         for batch in frag.to_batches(columns=["id"]):
             ids = batch.column("id").to_numpy(zero_copy_only=False)
-            pos = np.minimum(np.searchsorted(self.dup_ids, ids), max(len(self.dup_ids) - 1, 0))
-            flags = self.dup_ids[pos] == ids if len(self.dup_ids) else np.zeros(len(ids), bool)
+            dups = self._dups_for(ids)
+            pos = np.minimum(np.searchsorted(dups, ids), max(len(dups) - 1, 0))
+            flags = dups[pos] == ids if len(dups) else np.zeros(len(ids), bool)
             yield pa.RecordBatch.from_arrays([pa.array(flags)], names=[IS_DUP.name])
 
 
@@ -299,10 +321,10 @@ def run(table: Table | str | Path, settings: DedupSettings = DedupSettings(),  #
         parts = tuple(FragmentPart(f.fragment_id, f.fragment_id in new, f.fragment_id in unhashed)
                       for f in view.get_fragments())
         plan = DupPlan(HashScan(table, view.version, rows_end, buckets), parts, where)
-        dup_ids = duplicate_ids(plan, log) if new else np.zeros(0, np.int64)
-        report = write_columns(table, [IS_DUP], DupFlags(dup_ids), pinned=pin, executor=where,
+        flags = duplicate_ids(plan, log) if new else DupFlags(np.zeros(0, np.int64))
+        report = write_columns(table, [IS_DUP], flags, pinned=pin, executor=where,
                                fragments_per_commit=options.fragments_per_commit, log=log)
-        return report, DedupStats(hashed, hashed.rows_written, len(dup_ids), buckets)
+        return report, DedupStats(hashed, hashed.rows_written, flags.new_duplicates, buckets)
 
     return table.pinned(pinned, what="dedup_flag", log=log)
 

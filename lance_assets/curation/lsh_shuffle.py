@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from lance_assets.table.executor import group_of
+
 NO_CLUSTER = np.int64(-1)  # a new document's cluster before this run: none yet
 NONE = np.iinfo(np.int64).max  # no attachment to an older cluster
 
@@ -90,12 +92,6 @@ def candidates(*pieces: Holders) -> Pairs:
     d, f, fc = d[order], f[order], fc[order]
     keep = np.r_[True, (d[1:] != d[:-1]) | (f[1:] != f[:-1])]
     return d[keep], f[keep], fc[keep]
-
-
-def group_of(ids: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The group of each new id: groups are contiguous id ranges; ``starts`` holds the first id
-    of every group but the first."""
-    return np.searchsorted(starts, ids, side="right").astype(np.int64)
 
 
 def route_pairs(pairs: Pairs, starts: np.ndarray) -> list[Pairs]:

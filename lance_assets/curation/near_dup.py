@@ -49,7 +49,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import lance
 import numpy as np
@@ -241,59 +240,6 @@ def tally(state: lsh.GroupState) -> np.ndarray:
     return np.array([int(flag.sum()), int((state.oldc != lsh.NONE).sum())], np.int64)
 
 
-def _run(fn: Callable, returns: int, *args: Any) -> Any:
-    out = fn(*args)
-    if returns == 1:
-        return out[0] if isinstance(out, tuple) else out
-    if len(out) != returns:
-        raise RuntimeError(f"{fn.__name__}: {len(out)} results, {returns} expected")
-    return out
-
-
-class Tasks:
-    """Calls a step here or as a Ray task (arguments that are object references reach the task
-    as their values), always returning a list of results (values, or references)."""
-
-    def __init__(self, ray_tasks: bool) -> None:
-        self.ray = ray_tasks
-        self._remote = None
-
-    def __call__(self, fn: Callable, *args: Any, returns: int = 1) -> list:
-        if not self.ray:
-            out = _run(fn, returns, *args)
-            return [out] if returns == 1 else list(out)
-        import ray
-
-        if self._remote is None:
-            self._remote = ray.remote(_run)
-        # a worker that dies is retried (a task writes nothing); an exception is not
-        refs = self._remote.options(num_returns=returns, max_retries=executors.SYSTEM_RETRIES,
-                                    retry_exceptions=False).remote(fn, returns, *args)
-        return [refs] if returns == 1 else list(refs)
-
-    def get(self, values: list) -> list:
-        if not self.ray:
-            return values
-        import ray
-
-        return ray.get(values)
-
-    def put(self, value: Any) -> Any:
-        if not self.ray:
-            return value
-        import ray
-
-        return ray.put(value)
-
-
-def _value(x: Any) -> Any:
-    if type(x).__name__ == "ObjectRef":
-        import ray
-
-        return ray.get(x)
-    return x
-
-
 @dataclass(frozen=True)
 class NearDupColumns:
     """The write: a fragment's ids looked up in its groups' settled labels, its keys from its
@@ -311,7 +257,7 @@ class NearDupColumns:
         if frag.fragment_id not in self.payloads:
             raise RuntimeError(f"fragment {frag.fragment_id} was not planned by this near_dup "
                                "run (the table changed meanwhile); run again")
-        ids, keys, has_words = _value(self.payloads[frag.fragment_id])
+        ids, keys, has_words = executors.value_of(self.payloads[frag.fragment_id])
         n = len(ids)
         if n != frag.physical_rows:
             raise RuntimeError(f"fragment {frag.fragment_id} changed since its keys were made")
@@ -319,7 +265,7 @@ class NearDupColumns:
         groups = lsh.group_of(ids, self.starts)
         for g in np.unique(groups):
             sel = groups == g
-            cluster[sel], flag[sel] = lsh.assign(ids[sel], _value(self.states[g]))
+            cluster[sel], flag[sel] = lsh.assign(ids[sel], executors.value_of(self.states[g]))
         bands = pa.FixedSizeListArray.from_arrays(pa.array(keys.reshape(-1)), self.settings.bands)
         bands = pc.if_else(pa.array(has_words), bands, pa.nulls(n, bands.type))
         yield pa.RecordBatch.from_arrays(
@@ -329,22 +275,7 @@ class NearDupColumns:
 
 # ---------------------------------------------------------------------------- the run
 
-def _groups(spans: dict[int, np.ndarray], groups: int) -> np.ndarray:
-    """``starts`` for ``groups`` contiguous id ranges of about equal rows over the new
-    fragments (their (first id, last id, rows) spans)."""
-    live = sorted((s[0], s[2]) for s in spans.values() if s[2] > 0)
-    if groups <= 1 or len(live) <= 1:
-        return np.zeros(0, np.int64)
-    total = sum(n for _, n in live)
-    starts, seen = [], 0
-    for first, n in live:
-        if seen and seen >= total * (len(starts) + 1) / groups and len(starts) < groups - 1:
-            starts.append(first)
-        seen += n
-    return np.array(starts, np.int64)
-
-
-def clusters(scan: Scan, new: list[int], old: list[int], tasks: Tasks,
+def clusters(scan: Scan, new: list[int], old: list[int], tasks: executors.Tasks,
              log: Callable[[str], None], stats: NearDupStats) -> NearDupColumns:
     """Steps 1-4 (keys, candidates, confirmation, components) over the fragments; the write's
     compute. The driver holds references and counts only (under Ray)."""
@@ -354,7 +285,7 @@ def clusters(scan: Scan, new: list[int], old: list[int], tasks: Tasks,
     old_out = [tasks(old_keys, scan_ref, f, returns=parts) for f in old]
     spans = dict(zip(new, tasks.get([o[0] for o in new_out.values()])))
     stats.documents = int(sum(s[2] for s in spans.values()))
-    starts = _groups(spans, parts)
+    starts = executors.contiguous_groups(spans, parts)
     n_groups = len(starts) + 1
     stats.groups = n_groups
     log(f"near_dup: band keys of {len(new)} new fragment(s) ({stats.documents} rows) and "
@@ -442,7 +373,7 @@ def near_dup(
             if where == "ray":
                 executors.ensure_ray(log)
             scan = Scan(table, view.version, pinned_rows_end(table, pin), used, parts)
-            compute = clusters(scan, new, old, Tasks(where == "ray"), log, stats)
+            compute = clusters(scan, new, old, executors.Tasks(where == "ray"), log, stats)
         else:
             compute = NearDupColumns(used, {}, (), np.zeros(0, np.int64))
         report = write_columns(table, fields(used), compute, pinned=pin,

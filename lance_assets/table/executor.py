@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 EXECUTOR_ENV = "LANCE_ASSETS_EXECUTOR"
 EXECUTORS = ("local", "ray")
 # Tasks in flight per CPU of the cluster: enough to keep every core busy while the driver
@@ -161,3 +163,81 @@ def _cause(exc: BaseException) -> BaseException:
     """The task's own exception rather than Ray's wrapper, when Ray kept it."""
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
+
+
+# ---------------------------------------------------------------------------- map/reduce steps
+
+def contiguous_groups(spans: dict[int, np.ndarray], groups: int) -> np.ndarray:
+    """Cut fragments into ``groups`` contiguous id ranges of about equal rows, from their
+    ``(first id, last id, rows)`` spans: the first id of every group but the first (what
+    :func:`group_of` takes)."""
+    live = sorted((s[0], s[2]) for s in spans.values() if s[2] > 0)
+    if groups <= 1 or len(live) <= 1:
+        return np.zeros(0, np.int64)
+    total = sum(n for _, n in live)
+    starts, seen = [], 0
+    for first, n in live:
+        if seen and seen >= total * (len(starts) + 1) / groups and len(starts) < groups - 1:
+            starts.append(first)
+        seen += n
+    return np.array(starts, np.int64)
+
+
+def group_of(ids: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The group of each id, for groups that are contiguous id ranges (``starts``: the first
+    id of every group but the first)."""
+    return np.searchsorted(starts, ids, side="right").astype(np.int64)
+
+
+def _run(fn: Callable, returns: int, *args: Any) -> Any:
+    out = fn(*args)
+    if returns == 1:
+        return out[0] if isinstance(out, tuple) else out
+    if len(out) != returns:
+        raise RuntimeError(f"{getattr(fn, '__name__', fn)!s}: {len(out)} results, {returns} expected")
+    return out
+
+
+class Tasks:
+    """Calls a step here or as a Ray task (arguments that are object references reach the task
+    as their values), always returning a list of results (values, or references)."""
+
+    def __init__(self, ray_tasks: bool) -> None:
+        self.ray = ray_tasks
+        self._remote = None
+
+    def __call__(self, fn: Callable, *args: Any, returns: int = 1) -> list:
+        if not self.ray:
+            out = _run(fn, returns, *args)
+            return [out] if returns == 1 else list(out)
+        import ray
+
+        if self._remote is None:
+            self._remote = ray.remote(_run)
+        # a worker that dies is retried (a task writes nothing); an exception is not
+        refs = self._remote.options(num_returns=returns, max_retries=SYSTEM_RETRIES,
+                                    retry_exceptions=False).remote(fn, returns, *args)
+        return [refs] if returns == 1 else list(refs)
+
+    def get(self, values: list) -> list:
+        if not self.ray:
+            return values
+        import ray
+
+        return ray.get(values)
+
+    def put(self, value: Any) -> Any:
+        if not self.ray:
+            return value
+        import ray
+
+        return ray.put(value)
+
+
+def value_of(x: Any) -> Any:
+    """``x``, or its value when it is a Ray object reference (inside a task or the driver)."""
+    if type(x).__name__ == "ObjectRef":
+        import ray
+
+        return ray.get(x)
+    return x
