@@ -189,8 +189,7 @@ def _words_v2(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     kept |= data >= 0x80
     # 1. drop ASCII punctuation and symbols, and every digit right after a digit of the same
     # document once those are gone ("3.14" is one digit): one compaction of the bytes
-    first = np.zeros(len(data), dtype=bool)
-    first[offsets[:-1][offsets[:-1] < offsets[1:]]] = True
+    doc_starts = offsets[:-1][offsets[:-1] < offsets[1:]]
     punct = ~(kept | sep)
     fold = np.zeros(len(data), dtype=bool)
     fold[1:] = digit[1:] & digit[:-1]
@@ -204,7 +203,7 @@ def _words_v2(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
                 break
             back[more] -= 1
         fold[after_punct] = digit[back] & (back >= doc_start) & ~punct[back]
-    fold &= ~first
+    fold[doc_starts] = False  # a document's first digit never folds into the one before
     removed = np.flatnonzero(punct | fold)
     if len(removed):
         offsets = offsets - np.searchsorted(removed, offsets)
@@ -219,8 +218,9 @@ def _words_v2(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     bound = np.zeros(len(data) + 1, dtype=bool)  # a word cannot run across these positions
     bound[offsets] = True
     bound[1:-1] |= sep[:-1] != sep[1:]
-    edges = np.flatnonzero(bound[:-1] & ~sep)  # first byte of each word
-    ends = np.flatnonzero(bound[1:] & ~sep)  # last byte of each word
+    inside = ~sep
+    edges = np.flatnonzero(bound[:-1] & inside)  # first byte of each word
+    ends = np.flatnonzero(bound[1:] & inside)  # last byte of each word
     per_doc = np.diff(np.searchsorted(edges, offsets))
     word_doc = np.repeat(np.arange(len(per_doc), dtype=np.int64), per_doc)
     data |= (((data - np.uint8(0x41)) < 26) * np.uint8(0x20)).astype(np.uint8)
@@ -250,7 +250,7 @@ def _hash_words(data: np.ndarray, start_at: np.ndarray, lengths: np.ndarray) -> 
     while True:
         at = start_at if idx is None else start_at[idx]
         rest = (lengths if idx is None else lengths[idx]) - 8 * k
-        chunk = windows[at + 8 * k] & _TAIL_MASKS[np.minimum(rest, 8)]
+        chunk = windows[at + 8 * k] & np.take(_TAIL_MASKS, rest, mode="clip")  # rest >= 1
         cur = h if idx is None else h[idx]
         cur ^= chunk
         cur *= WORD_MUL
