@@ -40,12 +40,30 @@ def simplify_by_hand(text: str) -> str:
     return "".join(out)
 
 
-def v1_shingles_by_hand(text: str, n: int = 5) -> list[int]:
+def v1_word_hash(word: str) -> int:
+    return int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+
+
+def v2_word_hash(word: str) -> int:
+    """Version 2's word hash as documented: the length, then per 8-byte little-endian chunk
+    (zero-padded) h = (h ^ chunk) * M; h ^= h >> 32; then MurmurHash3's 64-bit finaliser."""
+    data = word.encode()
+    h = len(data)
+    for k in range(0, len(data), 8):
+        chunk = int.from_bytes(data[k:k + 8].ljust(8, b"\0"), "little")
+        h = ((h ^ chunk) * 0x9FB21C651E98DF25) & M64
+        h ^= h >> 32
+    for mul in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53):
+        h ^= h >> 33
+        h = (h * mul) & M64
+    return h ^ (h >> 33)
+
+
+def v1_shingles_by_hand(text: str, n: int = 5, word_hash=v1_word_hash) -> list[int]:
     words = simplify_by_hand(text).split()
     if not words:
         return []
-    hashes = [int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
-              for w in words]
+    hashes = [word_hash(w) for w in words]
     out = []
     for i in range(max(1, len(hashes) - n + 1)):
         key = 0
@@ -138,6 +156,16 @@ def test_version_2_words_are_version_1_words():
     for i in range(len(texts)):
         for j in range(i):
             assert minhash.jaccard(sets1[i], sets1[j]) == minhash.jaccard(sets2[i], sets2[j])
+
+
+def test_version_2_shingles_follow_their_definition():
+    """Version 2's shingles equal its definition computed word by word (the same words and
+    5-gram rolling as version 1, the documented 8-byte-chunk word hash): a change to the
+    vectorised code that would change stored keys fails here."""
+    texts = TEXTS + corpus(20, 6) + ["x" * 23 + " " + "y" * 8 + " " + "z" * 9, "ab\u3000cd"]
+    doc, sh = minhash.shingle_stream(pa.array(texts), 5, version=2)
+    for i, text in enumerate(texts):
+        assert sh[doc == i].tolist() == v1_shingles_by_hand(text, word_hash=v2_word_hash), text
 
 
 def test_version_2_text_rules():
