@@ -86,6 +86,7 @@ DESCRIPTIONS = {
 }
 BATCH_ROWS = 2048
 TAKE_ROWS = 4096  # texts read per take when confirming
+CONFIRM_PAIRS = 2048  # candidate pairs confirmed per block
 
 
 def bands_field(settings: MinHashSettings) -> pa.Field:
@@ -208,18 +209,22 @@ def confirm_group(scan: Scan, starts: np.ndarray, *pieces: lsh.Pairs) -> tuple:
     d, f, fc = lsh.merge_pairs(*pieces)
     settings = scan.settings
     ok = np.ones(len(d), bool)
-    if settings.min_jaccard > 0 and len(d):
-        wanted = np.unique(np.concatenate([d, f]))
-        t = _texts(scan, wanted)
-        doc, sh = shingles(t.column("text"), settings.ngram, version=settings.version)
-        sets = per_doc_sets(doc, sh, t.num_rows)
-        got = t.column("id").to_numpy()
-        if not np.array_equal(got, wanted):
-            raise RuntimeError(f"{scan.table.uri}: {len(wanted) - len(got)} candidate row(s) "
-                               f"could not be read at version {scan.version}")
-        pd, pf = np.searchsorted(wanted, d), np.searchsorted(wanted, f)
-        ok = np.array([jaccard(sets[a], sets[b]) >= settings.min_jaccard
-                       for a, b in zip(pd.tolist(), pf.tolist())], dtype=bool)
+    if settings.min_jaccard > 0:
+        # a block of pairs at a time: the texts and shingle sets of ~2 x CONFIRM_PAIRS
+        # documents in memory, whatever the group's size
+        for lo in range(0, len(d), CONFIRM_PAIRS):
+            bd, bf = d[lo:lo + CONFIRM_PAIRS], f[lo:lo + CONFIRM_PAIRS]
+            wanted = np.unique(np.concatenate([bd, bf]))
+            t = _texts(scan, wanted)
+            got = t.column("id").to_numpy()
+            if not np.array_equal(got, wanted):
+                raise RuntimeError(f"{scan.table.uri}: {len(wanted) - len(got)} candidate "
+                                   f"row(s) could not be read at version {scan.version}")
+            doc, sh = shingles(t.column("text"), settings.ngram, version=settings.version)
+            sets = per_doc_sets(doc, sh, t.num_rows)
+            pd, pf = np.searchsorted(wanted, bd), np.searchsorted(wanted, bf)
+            ok[lo:lo + len(bd)] = [jaccard(sets[a], sets[b]) >= settings.min_jaccard
+                                   for a, b in zip(pd.tolist(), pf.tolist())]
     own, reverse = lsh.confirmed_edges(d, f, fc, ok, starts)
     return (own, np.array([len(d), int(ok.sum())], np.int64), *reverse)
 
@@ -293,7 +298,9 @@ def clusters(scan: Scan, new: list[int], old: list[int], tasks: executors.Tasks,
     holders = [o[2:] for o in new_out.values()] + old_out
     reduced = [tasks(partition_pairs, starts, *[h[p] for h in holders], returns=n_groups)
                for p in range(parts)]
-    del holders, old_out
+    # keep only the payloads: the holders' objects are freed once the reduces have read them
+    payloads = {f: o[1] for f, o in new_out.items()}
+    del holders, old_out, new_out
     confirmed = [tasks(confirm_group, scan_ref, starts, *[r[g] for r in reduced],
                        returns=2 + n_groups) for g in range(n_groups)]
     del reduced
@@ -314,7 +321,7 @@ def clusters(scan: Scan, new: list[int], old: list[int], tasks: executors.Tasks,
     stats.flagged, stats.joined_old_clusters = int(tallies[0]), int(tallies[1])
     log(f"near_dup: components settled in {stats.rounds} round(s); {stats.flagged} new "
         f"row(s) flagged, {stats.joined_old_clusters} joining older clusters")
-    return NearDupColumns(scan.settings, {f: o[1] for f, o in new_out.items()}, states, starts)
+    return NearDupColumns(scan.settings, payloads, states, starts)
 
 
 def _settings_for(table: Table, ds: lance.LanceDataset,
