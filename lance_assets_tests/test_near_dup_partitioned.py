@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 
 import lance_assets_tests
 from lance_assets import paths
-from lance_assets.curation import lsh_shuffle as lsh
 from lance_assets.curation import near_dup as nd
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.keys import NEAR_DUP_KEY
+from lance_assets.lsh import shuffle as lsh
 from lance_assets.table import Table, data_files_by_field, executor, get_json_config
 from lance_assets.table.columns import fragments_missing
 from lance_assets.testing.curation_reference import plant_near_duplicates

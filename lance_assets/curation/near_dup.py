@@ -17,7 +17,7 @@ is at least ``min_jaccard``. Confirmed pairs are joined into clusters.
   documents against these keys (and reads the candidates' text to confirm) instead of
   recomputing every old signature. Null for a document with no words.
 
-No process holds the corpus. Every step is a task over a part of it (:mod:`.lsh_shuffle` holds
+No process holds the corpus. Every step is a task over a part of it (:mod:`lance_assets.lsh.shuffle` holds
 their code); under ``executor: ray`` they are Ray tasks and the driver holds object references
 and counts, O(fragments x partitions); locally the same functions run in this process, one
 partition and one group, and give the same columns:
@@ -55,7 +55,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets.curation import lsh_shuffle as lsh
 from lance_assets.curation.minhash import (
     MinHashSettings,
     jaccard,
@@ -65,6 +64,7 @@ from lance_assets.curation.minhash import (
 )
 from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
 from lance_assets.keys import NEAR_DUP_KEY
+from lance_assets.lsh import shuffle as lsh
 from lance_assets.table import Table, get_json_config
 from lance_assets.table import executor as executors
 from lance_assets.table.columns import (

@@ -1,0 +1,2 @@
+"""Locality-sensitive hashing for near-duplicate detection, with no table access: the
+partitioned steps ``near_dup`` runs as tasks (:mod:`.shuffle`)."""
