@@ -8,19 +8,31 @@ frozen slice of ids (``id % val_mod = 0``), packed in storage order, identical e
 The split is the trainer's own: the user's ``--filter`` is parsed and checked against the
 table's columns (``lance_assets.curation.predicate``), then joined to the split's predicate as a
 parsed tree, never by pasting text, so no filter can reach the other side of the split.
+
+The shuffle permutation (which document goes to which split, in which order) is built once per
+run and epoch and stored under the run's folder; every rank reads from it only the rows of its
+own splits, a batch at a time, so a rank's memory for the shuffle does not grow with the corpus
+(``SharedPermutationDataset``). The order is the one ``StreamingDataset`` would build itself.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets
+import time
+import types
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Union
 
 import lancedb
+import numpy as np
+import pyarrow as pa
 import torch
-from lancedb.streaming import StreamingDataLoader, StreamingDataset
+from lancedb.permutation import Transforms, permutation_builder
+from lancedb.streaming import _EPOCH_PRIME, StreamingDataLoader, StreamingDataset
 
 from lance_assets import paths, storage
 from lance_assets.curation.predicate import Predicate, PredicateError, safe_predicate
@@ -166,22 +178,332 @@ class TruncateOrPad:
         return out
 
 
+# ---- one shuffle permutation per run and epoch, stored once, read by every rank
+
+PERMUTATION_FORMAT = 1
+PERMUTATION_WAIT_S = 3600.0
+"""How long a rank waits for rank 0 to store the epoch's permutation before giving up."""
+
+
+class PermutationError(RuntimeError):
+    """A stored permutation that must not be used (damaged, or built for another run)."""
+
+
+@dataclass(frozen=True)
+class PermutationKey:
+    """Everything that decides a permutation: the same key gives the same order."""
+
+    table_version: int
+    filter: str
+    seed: int  # the run's shuffle seed; the epoch is mixed in as StreamingDataset does
+    epoch: int
+    num_splits: int
+
+    def folder(self, root: storage.Location) -> storage.Location:
+        """``root/<digest of version, filter, seed, splits>/epoch-<n>``: another filter or seed
+        in the same run folder gets a folder of its own instead of a refusal."""
+        run = {k: v for k, v in asdict(self).items() if k != "epoch"}
+        digest = hashlib.sha256(json.dumps([PERMUTATION_FORMAT, run], sort_keys=True).encode())
+        return storage.location(root) / digest.hexdigest()[:16] / f"epoch-{self.epoch}"
+
+
+class StoredPermutation:
+    """A permutation stored as a Lance dataset (``row_id``, ``split_id``; rows sorted by split,
+    each split in its shuffled order). Pickles as its location and split sizes; each process
+    opens the dataset itself and reads only the positions it asks for."""
+
+    name = "permutation"
+
+    def __init__(self, uri: str, key: PermutationKey, split_sizes: list[int]):
+        self.uri, self.key, self.split_sizes = uri, key, list(split_sizes)
+        self.split_starts = np.concatenate([[0], np.cumsum(self.split_sizes)[:-1]]).tolist()
+        self._rows, self._pid = None, None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_rows": None, "_pid": None}
+
+    def rows(self):
+        """The stored dataset, opened once per process."""
+        import lance
+
+        if self._rows is None or self._pid != os.getpid():
+            self._rows = lance.dataset(self.uri, storage_options=storage.storage_options_for(self.uri))
+            self._pid = os.getpid()
+        return self._rows
+
+    def row_ids(self, split: int, positions: list[int]) -> pa.Array:
+        """The base table's row ids at ``positions`` of ``split``, in that order."""
+        start = self.split_starts[split]
+        return self.rows().take([start + p for p in positions], columns=["row_id"]).column(0)
+
+
+class _StoredSplit:
+    """One split of a ``StoredPermutation``, with the few methods of ``lancedb.permutation.
+    Permutation`` that ``StreamingDataset`` calls (``from_tables``, ``select_columns``,
+    ``with_transform``, ``with_skip``, ``num_rows``, ``__getitems__``)."""
+
+    def __init__(self, base, stored: StoredPermutation, split: int, columns=None, skip: int = 0):
+        self.base, self.stored, self.split, self.columns, self.skip = base, stored, split, columns, skip
+        self._data = None
+
+    @classmethod
+    def from_tables(cls, base_table, permutation_table=None, split=None) -> _StoredSplit:
+        if not isinstance(permutation_table, StoredPermutation) or not isinstance(split, int):
+            raise TypeError("SharedPermutationDataset reads only its StoredPermutation's splits")
+        return cls(base_table, permutation_table, split)
+
+    def _copy(self, **changes) -> _StoredSplit:
+        kw = dict(columns=self.columns, skip=self.skip) | changes
+        return _StoredSplit(self.base, self.stored, self.split, **kw)
+
+    def select_columns(self, columns: list[str]) -> _StoredSplit:
+        return self._copy(columns=list(columns))
+
+    def with_transform(self, transform) -> _StoredSplit:
+        if transform is not Transforms.arrow2arrow:
+            raise NotImplementedError("a stored permutation split hands out Arrow batches only")
+        return self
+
+    def with_skip(self, skip: int) -> _StoredSplit:
+        return self._copy(skip=self.skip + skip)
+
+    @property
+    def num_rows(self) -> int:
+        return self.stored.split_sizes[self.split] - self.skip
+
+    def __getitems__(self, indices: list[int]) -> pa.RecordBatch:
+        if any(i < 0 or i >= self.num_rows for i in indices):
+            raise IndexError(f"split {self.split}: positions {indices[0]}..{indices[-1]} outside "
+                             f"its {self.num_rows} rows")
+        if self._data is None:  # the base table at the version the permutation was built on
+            data = self.base.to_lance()
+            if data.version != self.stored.key.table_version:
+                data = data.checkout_version(self.stored.key.table_version)
+            self._data = data
+        row_ids = self.stored.row_ids(self.split, [self.skip + i for i in indices])
+        table = self._data._take_rows(row_ids, columns=self.columns)  # in row_ids' order
+        return table.combine_chunks().to_batches(max_chunksize=len(indices))[0]
+
+
+def _with_globals(fn, **names):
+    """``fn`` with some of its module's global names bound to other objects."""
+    g = dict(fn.__globals__, **names)
+    new = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__, new.__qualname__, new.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
+    return new
+
+
+class _ReplayBuilder:
+    """Stands in for ``permutation_builder(table)`` in ``StreamingDataset.__init__``: records
+    what the dataset asks for and, instead of building, hands back the stored permutation after
+    checking that it is exactly that permutation."""
+
+    def __init__(self, stored: StoredPermutation):
+        self.stored, self.asked = stored, {}
+
+    def __call__(self, table) -> _ReplayBuilder:
+        return self
+
+    def filter(self, filter: str) -> _ReplayBuilder:
+        self.asked["filter"] = filter
+        return self
+
+    def split_random(self, *, fixed=None, seed=None, clump_size=None, **other) -> _ReplayBuilder:
+        self.asked.update(fixed=fixed, seed=seed, clump_size=clump_size, **other)
+        return self
+
+    def split_sequential(self, **kw) -> _ReplayBuilder:
+        raise PermutationError("a stored permutation is a shuffle; build unshuffled datasets "
+                               "with StreamingDataset itself")
+
+    def execute(self) -> StoredPermutation:
+        key = self.stored.key
+        wanted = dict(filter=key.filter, fixed=key.num_splits, clump_size=None,
+                      seed=key.seed + key.epoch * _EPOCH_PRIME)
+        if self.asked != wanted:
+            raise PermutationError(f"{self.stored.uri}: built for {wanted}, the dataset asks for "
+                                   f"{self.asked}")
+        return self.stored
+
+
+class SharedPermutationDataset(StreamingDataset):
+    """``StreamingDataset`` over a permutation built once and stored (``shared_permutation``)
+    instead of one built in every rank.
+
+    ``StreamingDataset`` has no parameter for an outside permutation, so its own ``__init__``
+    and readers run unchanged with two names of their module rebound, for this class only:
+    ``permutation_builder`` (which returns the stored permutation after checking it is the one
+    the arguments ask for) and ``Permutation`` (which reads one split's positions from the
+    stored dataset, a batch at a time). Everything else (splits per rank and worker, packing,
+    state dicts, elastic merges) is StreamingDataset's own code; ``test_shared_permutation.py``
+    pins that the blocks are the same as a StreamingDataset that builds its own permutation."""
+
+    _iter_owned = _with_globals(StreamingDataset._iter_owned, Permutation=_StoredSplit)
+    _estimate_blocks_per_epoch = _with_globals(StreamingDataset._estimate_blocks_per_epoch,
+                                               Permutation=_StoredSplit)
+
+    def __init__(self, table, *, permutation: StoredPermutation, **kw):
+        init = _with_globals(StreamingDataset.__init__, permutation_builder=_ReplayBuilder(permutation))
+        init(self, table, **kw)
+
+    def __getstate__(self):
+        stored = self._perm_table
+        self._perm_table = _NoRows  # StreamingDataset pickles its permutation's rows: none here
+        try:
+            state = super().__getstate__()
+        finally:
+            self._perm_table = stored
+        state["_stored_permutation"] = stored
+        return state
+
+    def __setstate__(self, state):
+        stored = state.pop("_stored_permutation")
+        super().__setstate__(state)
+        self._perm_table = stored
+
+
+class _NoRows:
+    name = "permutation"
+
+    @staticmethod
+    def to_arrow() -> pa.Table:
+        return pa.table({"row_id": pa.array([], pa.uint64()), "split_id": pa.array([], pa.uint64())})
+
+
+_PERMUTATION_SCHEMA = pa.schema([("row_id", pa.uint64()), ("split_id", pa.uint64())])
+
+
+def _manifest(folder: storage.Location) -> storage.Location:
+    return folder / "permutation.json"
+
+
+def open_permutation(snap: TableSnapshot, key: PermutationKey,
+                     root: storage.Location) -> StoredPermutation | None:
+    """The stored permutation for ``key`` under ``root``, checked; None when none was stored.
+
+    The manifest is written last, atomically, after the rows: a build killed at any point
+    leaves no manifest (and a ``rows-*.lance`` folder nothing reads), so it is never used."""
+    import lance
+
+    folder = key.folder(root)
+    manifest = _manifest(folder)
+    try:
+        raw = storage.read_bytes(manifest)
+    except FileNotFoundError:
+        return None
+    fix = f"delete {folder} and rerun: rank 0 rebuilds it"
+    try:
+        m = json.loads(raw)
+        recorded = PermutationKey(**m["key"])
+        sizes, rows_name = [int(n) for n in m["split_sizes"]], str(m["rows"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise PermutationError(f"{manifest}: unreadable permutation manifest ({e}); {fix}") from None
+    if m.get("format") != PERMUTATION_FORMAT or recorded != key:
+        raise PermutationError(f"{manifest}: built for {recorded} (format {m.get('format')}), this "
+                               f"run reads {key} (format {PERMUTATION_FORMAT}); {fix}")
+    uri = storage.uri_of(folder / rows_name)
+    try:
+        rows = lance.dataset(uri, storage_options=storage.storage_options_for(uri))
+    except Exception as e:  # noqa: BLE001 - any failure to open is a damaged permutation
+        raise PermutationError(f"{uri}: cannot open the stored permutation ({e}); {fix}") from None
+    schema = pa.schema([rows.schema.field(n) for n in rows.schema.names])
+    if not schema.remove_metadata().equals(_PERMUTATION_SCHEMA, check_metadata=False):
+        raise PermutationError(f"{uri}: schema {schema} is not (row_id uint64, split_id uint64); {fix}")
+    counts = np.zeros(key.num_splits, dtype=np.int64)
+    last = 0
+    for batch in rows.to_batches(columns=["split_id"], scan_in_order=True):
+        ids = batch.column(0).to_numpy()
+        if len(ids) and (ids.max() >= key.num_splits or ids[0] < last or np.any(np.diff(ids) < 0)):
+            raise PermutationError(f"{uri}: split ids out of range 0..{key.num_splits - 1} or out "
+                                   f"of order; {fix}")
+        if len(ids):
+            last = int(ids[-1])
+        counts += np.bincount(ids.astype(np.int64), minlength=key.num_splits)
+    expected = snap.table.to_lance().count_rows(filter=key.filter)
+    expected -= expected % key.num_splits
+    if counts.tolist() != sizes or int(counts.sum()) != expected:
+        raise PermutationError(f"{uri}: {int(counts.sum())} rows in splits {counts.tolist()}, the "
+                               f"manifest says {sizes} and the filter leaves {expected} on table "
+                               f"version {key.table_version}; {fix}")
+    return StoredPermutation(uri, key, sizes)
+
+
+def build_permutation(snap: TableSnapshot, key: PermutationKey,
+                      root: storage.Location) -> StoredPermutation:
+    """Build ``key``'s permutation exactly as ``StreamingDataset`` would (same builder calls)
+    and store it under ``root``: the rows under a fresh name, then the manifest that names
+    them (the commit point). Rebuilding is safe: the same key gives the same rows."""
+    import lance
+
+    if snap.version != key.table_version:
+        raise ValueError(f"snapshot at version {snap.version}, key for {key.table_version}")
+    perm = permutation_builder(snap.table).filter(key.filter).split_random(
+        fixed=key.num_splits, seed=key.seed + key.epoch * _EPOCH_PRIME, clump_size=None).execute()
+    table = perm.to_arrow().select(["row_id", "split_id"]).cast(_PERMUTATION_SCHEMA)
+    del perm
+    split = table.column("split_id").to_numpy()
+    if np.any(np.diff(split.astype(np.int64)) < 0):  # readers need each split contiguous
+        table = table.take(np.argsort(split, kind="stable"))
+    sizes = np.bincount(split.astype(np.int64), minlength=key.num_splits).tolist()
+    folder = key.folder(root)
+    rows_name = f"rows-{secrets.token_hex(8)}.lance"
+    uri = storage.uri_of(folder / rows_name)
+    lance.write_dataset(table, uri, storage_options=storage.storage_options_for(uri))
+    del table
+    manifest = {"format": PERMUTATION_FORMAT, "key": asdict(key), "rows": rows_name,
+                "split_sizes": sizes, "lancedb": lancedb.__version__}
+    storage.write_atomic(_manifest(folder), json.dumps(manifest, indent=1).encode())
+    stored = open_permutation(snap, key, root)
+    assert stored is not None
+    return stored
+
+
+def shared_permutation(snap: TableSnapshot, key: PermutationKey, root: storage.Location, *,
+                       build: bool, wait_s: float = PERMUTATION_WAIT_S) -> StoredPermutation:
+    """The run's permutation for ``key``: opened when stored, else built by the one process
+    with ``build`` (rank 0) while the others wait for its manifest."""
+    stored = open_permutation(snap, key, root)
+    if stored is not None:
+        return stored
+    if build:
+        return build_permutation(snap, key, root)
+    deadline, pause = time.monotonic() + wait_s, 0.05
+    while time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(1.0, pause * 2)
+        stored = open_permutation(snap, key, root)
+        if stored is not None:
+            return stored
+    raise PermutationError(f"no permutation at {_manifest(key.folder(root))} after {wait_s:.0f} s: "
+                           "rank 0 stores it; check that rank 0 is alive and that every rank sees "
+                           "the same run folder (--out on shared storage)")
+
+
 def train_dataset(snap: TableSnapshot, *, filter: str, block_len: int, blocks_per_epoch: int,
                   num_splits: int, rank: int, world_size: int, seed: int, epoch: int,
                   pack: bool = True, read_batch_size: int = 64, io_queue_depth: int = 4,
                   transform_parallelism: int | None = None,
-                  transform_queue_depth: int | None = None) -> StreamingDataset:
+                  transform_queue_depth: int | None = None,
+                  permutations: storage.Location | None = None) -> StreamingDataset:
+    """This rank's training dataset. With ``permutations`` (a folder of the run) the epoch's
+    shuffle permutation is the one stored there (rank 0 builds it once, see
+    ``shared_permutation``); without, the dataset builds its own in this process."""
     common = dict(
         columns=["input_ids"], filter=filter, shuffle=True, shuffle_seed=seed, epoch=epoch,
         num_splits=num_splits, rank=rank, world_size=world_size, read_batch_size=read_batch_size,
         io_queue_depth=io_queue_depth, transform_parallelism=transform_parallelism,
         transform_queue_depth=transform_queue_depth,
     )
+    make = StreamingDataset
+    if permutations is not None:
+        key = PermutationKey(snap.version, filter, seed, epoch, num_splits)
+        stored = shared_permutation(snap, key, permutations, build=rank == 0)
+        make = lambda table, **kw: SharedPermutationDataset(table, permutation=stored, **kw)  # noqa: E731
     eos, pad = snap.tokenizer["eos_id"], snap.tokenizer["pad_id"]
     if pack:
-        return StreamingDataset(snap.table, pack_sequences=block_len, eos_id=eos, pad_id=pad,
-                                blocks_per_epoch=blocks_per_epoch, **common)
-    return StreamingDataset(snap.table, transform=TruncateOrPad(block_len, eos, pad), **common)
+        return make(snap.table, pack_sequences=block_len, eos_id=eos, pad_id=pad,
+                    blocks_per_epoch=blocks_per_epoch, **common)
+    return make(snap.table, transform=TruncateOrPad(block_len, eos, pad), **common)
 
 
 def tokens_per_byte(snap: TableSnapshot, filter: str) -> float | None:

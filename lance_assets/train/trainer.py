@@ -326,7 +326,7 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     net = build_model(cfg, device, run_data.tok["vocab_size"])
     progress = restore(net, ckpt, resume_path, report, comm.world)
     step_model = distribute(net.model, cfg, comm, device)
-    batches = train_batches(cfg, run_data, progress, comm)
+    batches = train_batches(cfg, run_data, progress, comm, out)
     run = Run(cfg, comm, device, root, out, report, run_data, net, batches, progress,
               flops_per_token=net.model.flops_per_token(), peak=peak_flops(device),
               commit=git_commit())
@@ -466,8 +466,10 @@ def distribute(model: GPT, cfg: TrainConfig, comm: Collectives,
 
 
 def train_batches(cfg: TrainConfig, run_data: RunData, progress: Progress,
-                  comm: Collectives) -> data.TrainBatches:
-    """This rank's training blocks, from where the checkpoint's loader stood."""
+                  comm: Collectives, out: Path) -> data.TrainBatches:
+    """This rank's training blocks, from where the checkpoint's loader stood. Each epoch's
+    shuffle permutation is built once, by rank 0, under ``OUT/permutations`` and read from
+    there by every rank (and by a resume on any world size)."""
     return data.TrainBatches(
         run_data.snap, epoch=progress.epoch, state=progress.loader_state,
         batch_size=cfg.batch_size, num_workers=cfg.num_workers, filter=run_data.split.train.lance,
@@ -475,7 +477,7 @@ def train_batches(cfg: TrainConfig, run_data: RunData, progress: Progress,
         num_splits=cfg.num_splits, rank=comm.rank, world_size=comm.world, seed=cfg.seed,
         pack=cfg.pack, read_batch_size=cfg.read_batch_size, io_queue_depth=cfg.io_queue_depth,
         transform_parallelism=cfg.transform_parallelism,
-        transform_queue_depth=cfg.transform_queue_depth)
+        transform_queue_depth=cfg.transform_queue_depth, permutations=out / "permutations")
 
 
 # ---- the once-in-a-while blocks: validate, record, checkpoint

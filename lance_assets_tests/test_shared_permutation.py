@@ -1,0 +1,232 @@
+"""One shuffle permutation per run, stored once and read by every rank: the same blocks as a
+StreamingDataset that builds its own, disjoint splits covering the filtered rows on every world
+size, and a stored permutation that is half-written or built for something else is never used."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from lancedb.streaming import StreamingDataLoader, StreamingDataset
+
+from lance_assets.train import data
+
+FILTER = "NOT is_dup AND n_tokens > 0 AND id % 10 != 0"
+NUM_SPLITS = 4
+BLOCK_LEN = 17
+
+
+def _rows(lo: int, n: int, rng) -> pa.Table:
+    ids = np.arange(lo, lo + n)
+    lengths = rng.integers(0, 30, n)
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "n_tokens": pa.array(lengths, pa.int32()),
+        "is_dup": pa.array(rng.random(n) < 0.1),
+        "input_ids": pa.array([[int(2 + (i * 7 + k) % 250) for k in range(n_)]
+                               for i, n_ in zip(ids, lengths)], pa.list_(pa.int32())),
+    })
+
+
+def make_table(folder: Path):
+    """A table of three fragments with deletions (row ids are not positions)."""
+    rng = np.random.default_rng(0)
+    table = lancedb.connect(folder).create_table("corpus", _rows(0, 200, rng))
+    table.add(_rows(200, 150, rng))
+    table.add(_rows(350, 90, rng))
+    table.delete("id % 13 = 5")
+    return table
+
+
+def snapshot(table) -> data.TableSnapshot:
+    return data.TableSnapshot(table=table, version=table.version,
+                              tokenizer={"name": "test", "eos_id": 0, "pad_id": 1})
+
+
+@pytest.fixture
+def snap(tmp_path):
+    return snapshot(make_table(tmp_path / "db"))
+
+
+def key(snap, **changes) -> data.PermutationKey:
+    kw = dict(table_version=snap.version, filter=FILTER, seed=7, epoch=0, num_splits=NUM_SPLITS)
+    return data.PermutationKey(**(kw | changes))
+
+
+def blocks(snap, permutations, *, world, rank, pack=True, epoch=0, state=None, take=None):
+    bpe = (data.count_blocks(snap, FILTER, BLOCK_LEN, NUM_SPLITS) if pack
+           else data.count_rows(snap, FILTER, NUM_SPLITS))
+    ds = data.train_dataset(snap, filter=FILTER, block_len=BLOCK_LEN, blocks_per_epoch=bpe,
+                            num_splits=NUM_SPLITS, rank=rank, world_size=world, seed=7,
+                            epoch=epoch, pack=pack, read_batch_size=5, permutations=permutations)
+    if state is not None:
+        ds.load_state_dict(state)
+    out = []
+    for item in ds:
+        out.append(item["input_ids"])
+        if take is not None and len(out) == take:
+            return out, ds.state_dict()
+    return out, ds.state_dict()
+
+
+@pytest.mark.parametrize("pack", [True, False])
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_stored_permutation_gives_the_blocks_of_a_per_rank_build(snap, tmp_path, world, pack):
+    stored_root = tmp_path / "run" / "permutations"
+    for epoch in (0, 1):
+        for rank in range(world):
+            own, _ = blocks(snap, None, world=world, rank=rank, pack=pack, epoch=epoch)
+            shared, _ = blocks(snap, stored_root, world=world, rank=rank, pack=pack, epoch=epoch)
+            assert own and len(shared) == len(own)
+            assert all(torch.equal(a, b) for a, b in zip(own, shared))
+    assert len(list(stored_root.glob("*/epoch-*/permutation.json"))) == 2  # one per epoch
+
+
+def test_resume_from_a_state_on_another_world_size_matches_the_per_rank_build(snap, tmp_path):
+    stored_root = tmp_path / "permutations"
+    states, own_states = [], []
+    for rank in range(2):
+        _, state = blocks(snap, stored_root, world=2, rank=rank, take=6)
+        _, own_state = blocks(snap, None, world=2, rank=rank, take=6)
+        states.append(state)
+        own_states.append(own_state)
+    merged = StreamingDataset.merge_state_dicts(states)
+    own_merged = StreamingDataset.merge_state_dicts(own_states)
+    for rank in range(4):
+        shared, _ = blocks(snap, stored_root, world=4, rank=rank, state=merged)
+        own, _ = blocks(snap, None, world=4, rank=rank, state=own_merged)
+        assert own and all(torch.equal(a, b) for a, b in zip(own, shared, strict=True))
+
+
+def test_dataloader_workers_read_the_stored_permutation(snap, tmp_path):
+    """Spawned workers get the dataset pickled: the stored permutation travels as its location,
+    not its rows, and each worker reads its own splits from it."""
+    stored_root = tmp_path / "permutations"
+    bpe = data.count_blocks(snap, FILTER, BLOCK_LEN, NUM_SPLITS)
+    kw = dict(filter=FILTER, block_len=BLOCK_LEN, blocks_per_epoch=bpe, num_splits=NUM_SPLITS,
+              rank=0, world_size=1, seed=7, epoch=0)
+
+    def read(ds):
+        loader = StreamingDataLoader(ds, batch_size=2, num_workers=2,
+                                     multiprocessing_context="spawn")
+        return [b for batch in loader for b in batch["input_ids"]]
+
+    own = read(data.train_dataset(snap, **kw))
+    ds = data.train_dataset(snap, permutations=stored_root, **kw)
+    assert isinstance(ds, data.SharedPermutationDataset)
+    state = ds.__getstate__()
+    assert isinstance(state["_stored_permutation"], data.StoredPermutation)
+    assert state["_perm_table"][1].num_rows == 0  # no permutation rows in the pickle
+    shared = read(ds)
+    assert own and all(torch.equal(a, b) for a, b in zip(own, shared, strict=True))
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_ranks_read_disjoint_splits_covering_every_filtered_row(snap, tmp_path, world):
+    stored = data.shared_permutation(snap, key(snap), tmp_path / "p", build=True)
+    seen = []
+    for rank in range(world):
+        ds = data.SharedPermutationDataset(
+            snap.table, permutation=stored, columns=["id"], filter=FILTER, shuffle=True,
+            shuffle_seed=7, epoch=0, num_splits=NUM_SPLITS, rank=rank, world_size=world)
+        seen += [row["id"] for row in ds]
+    wanted = snap.table.to_lance().to_table(columns=["id"], filter=FILTER).column(0).to_pylist()
+    assert len(seen) == len(set(seen)) == len(wanted) - len(wanted) % NUM_SPLITS
+    assert set(seen) <= set(wanted)
+    assert seen != sorted(seen)  # shuffled
+
+
+def test_a_dataset_asking_for_another_permutation_is_refused(snap, tmp_path):
+    stored = data.shared_permutation(snap, key(snap), tmp_path / "p", build=True)
+    with pytest.raises(data.PermutationError, match="asks for"):
+        data.SharedPermutationDataset(snap.table, permutation=stored, columns=["id"],
+                                      filter=FILTER, shuffle=True, shuffle_seed=8, epoch=0,
+                                      num_splits=NUM_SPLITS, rank=0, world_size=1)
+
+
+KILL_DURING_BUILD = """
+import os, signal, sys
+import lancedb
+from lance_assets import storage
+from lance_assets.train import data
+from lance_assets_tests.test_shared_permutation import key, snapshot
+table = lancedb.connect(sys.argv[1]).open_table("corpus")
+snap = snapshot(table)
+storage.write_atomic = lambda path, raw: os.kill(os.getpid(), signal.SIGKILL)
+data.build_permutation(snap, key(snap), sys.argv[2])
+"""
+
+
+def test_a_build_killed_before_its_manifest_is_never_used_and_is_rebuilt(tmp_path):
+    table = make_table(tmp_path / "db")
+    snap, root = snapshot(table), tmp_path / "p"
+    proc = subprocess.run([sys.executable, "-c", KILL_DURING_BUILD, str(tmp_path / "db"),
+                           str(root)], capture_output=True, cwd=Path(__file__).parents[1])
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    folder = key(snap).folder(root)
+    assert list(folder.glob("rows-*.lance")) and not (folder / "permutation.json").exists()
+    assert data.open_permutation(snap, key(snap), root) is None
+    with pytest.raises(data.PermutationError, match="rank 0 stores it"):
+        data.shared_permutation(snap, key(snap), root, build=False, wait_s=0.2)
+    killed = {p.name for p in folder.glob("rows-*.lance")}
+    stored = data.shared_permutation(snap, key(snap), root, build=True)
+    assert Path(stored.uri).name not in killed  # rebuilt under a fresh name, the orphan unread
+    own, _ = blocks(snap, None, world=1, rank=0)
+    shared, _ = blocks(snap, root, world=1, rank=0)
+    assert all(torch.equal(a, b) for a, b in zip(own, shared, strict=True))
+
+
+def test_a_damaged_stored_permutation_is_refused(snap, tmp_path):
+    root = tmp_path / "p"
+    stored = data.shared_permutation(snap, key(snap), root, build=True)
+    manifest = key(snap).folder(root) / "permutation.json"
+    m = json.loads(manifest.read_text())
+    m["split_sizes"][0] += 1
+    manifest.write_text(json.dumps(m))
+    with pytest.raises(data.PermutationError, match="permutation.json|rows in splits"):
+        data.shared_permutation(snap, key(snap), root, build=True)
+    shutil.rmtree(stored.uri)
+    with pytest.raises(data.PermutationError, match="delete"):
+        data.open_permutation(snap, key(snap), root)
+    manifest.write_text("{")
+    with pytest.raises(data.PermutationError, match="unreadable"):
+        data.open_permutation(snap, key(snap), root)
+
+
+def test_rows_that_are_not_a_permutation_of_the_filter_are_refused(snap, tmp_path):
+    import lance
+
+    root = tmp_path / "p"
+    stored = data.shared_permutation(snap, key(snap), root, build=True)
+    rows = lance.dataset(stored.uri).to_table()
+    split = rows.column("split_id").to_numpy().copy()
+    split[-1] = NUM_SPLITS  # a split id out of range
+    lance.write_dataset(rows.set_column(1, "split_id", pa.array(split, pa.uint64())), stored.uri,
+                        mode="overwrite")
+    with pytest.raises(data.PermutationError, match="out of range"):
+        data.open_permutation(snap, key(snap), root)
+
+
+@pytest.mark.parametrize("change", ["filter", "seed", "version", "num_splits"])
+def test_a_permutation_built_for_another_run_is_refused(snap, tmp_path, change):
+    root = tmp_path / "p"
+    built = key(snap)
+    data.shared_permutation(snap, built, root, build=True)
+    if change == "version":  # new rows land: the run now reads another version
+        snap.table.add(_rows(1000, 40, np.random.default_rng(1)))
+        snap = snapshot(snap.table)
+    wanted = key(snap, **{"filter": dict(filter=FILTER + " AND n_tokens > 3"),
+                          "seed": dict(seed=8), "version": {},
+                          "num_splits": dict(num_splits=2)}[change])
+    assert wanted != built and wanted.folder(root) != built.folder(root)
+    # a copied or misplaced folder: the manifest still says what it was built for
+    shutil.copytree(built.folder(root), wanted.folder(root))
+    with pytest.raises(data.PermutationError, match="built for") as e:
+        data.shared_permutation(snap, wanted, root, build=True)
+    assert str(wanted.folder(root) / "permutation.json") in str(e.value)
