@@ -2,20 +2,20 @@
 does the driver stay flat, does each worker stay within its partition, what does a document
 cost in CPU?
 
-    python -m benchmarks.dedup_cluster --rows 400000 1600000 [--workers 2] [--docs-per-partition 200000]
+    python -m benchmarks.dedup_cluster --rows 400000 1600000 [--workers 2] [--keep]
 
 For each size: ingest ``synthetic-web:N`` (FineWeb-shaped documents, ~4.6 KB mean), then for each
 stage, in child processes (one per arm, so each measures only itself):
 
 - **single process**: the stage with ``executor: local`` (one partition), the whole stage in the
-  child; its peak RSS (``ru_maxrss``) and CPU seconds (``os.wait4``);
+  child; its peak RSS (``VmHWM``) and CPU seconds (``os.wait4``);
 - **Ray**: the stage's columns dropped, then the stage with ``executor: ray`` on a local Ray of
   ``--workers`` CPUs started by the child, in ``max(workers, N / docs-per-partition)``
   partitions (so a partition holds about the same documents at every size). The driver's peak
-  RSS is its own ``ru_maxrss``; each Ray worker's peak RSS is sampled every 0.1 s; CPU seconds
+  RSS is its own ``VmHWM``; each Ray worker's peak RSS is sampled every 0.1 s; CPU seconds
   are what the stage added to the driver and every process of the Ray cluster (workers,
-  raylet, GCS; the cluster's own start-up is left out). The columns must equal the
-  single-process ones.
+  raylet, GCS; the cluster's own start-up, and its workers' first import of the stage's
+  modules, are left out and printed apart). The columns must equal the single-process ones.
 
 Printed: seconds, CPU seconds, documents per CPU-second (and Ray / single process), the driver's
 peak RSS and the largest worker's, and their growth from the smallest size to the largest
@@ -71,6 +71,23 @@ def _ray_tree_sampler(stop: threading.Event, peaks: dict) -> None:
         stop.wait(0.1)
 
 
+def _warm(stage: str) -> int:
+    import importlib
+
+    importlib.import_module(f"lance_assets.curation.{stage}")
+    time.sleep(0.2)  # long enough for every worker to take one
+    return os.getpid()
+
+
+def _peak_rss_mb() -> float:
+    """This process's own peak RSS (``VmHWM``). Not ``ru_maxrss``: Linux carries it over
+    ``execve`` from the forked image, so a child would report at least its parent's RSS."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _tree_cpu() -> dict[int, float]:
     """CPU seconds (user + system) of this process and every descendant, by pid."""
     import psutil
@@ -97,6 +114,10 @@ def child_main(stage: str, root: str, executor: str, partitions: int, workers: i
 
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
                  runtime_env=runtime_env())
+        # warm the workers (start them, import the stage's modules): a running cluster's
+        # workers are warm; their start-up is reported apart, like the cluster's own
+        warm = ray.remote(_warm)
+        ray.get([warm.remote(stage) for _ in range(4 * workers)])
         peaks: dict = {}
         stop = threading.Event()
         sampler = threading.Thread(target=_ray_tree_sampler, args=(stop, peaks), daemon=True)
@@ -110,7 +131,7 @@ def child_main(stage: str, root: str, executor: str, partitions: int, workers: i
         sampler.join()
         # the stage's CPU in every process of the cluster (workers it started count whole)
         result["cpu_s"] = sum(t - before.get(pid, 0.0) for pid, t in after.items())
-        result["ray_startup_cpu_s"] = sum(before.values())
+        result["ray_startup_cpu_s"] = sum(before.values())  # cluster + warm workers
         result["worker_peak_rss_mb"] = max(peaks.values(), default=0) / 2**20
         result["workers_seen"] = len(peaks)
         ray.shutdown()
@@ -118,7 +139,7 @@ def child_main(stage: str, root: str, executor: str, partitions: int, workers: i
         start = time.perf_counter()
         _stage(stage, root, executor, partitions)
         result["wall_s"] = time.perf_counter() - start
-    result["driver_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["driver_peak_rss_mb"] = _peak_rss_mb()
     Path(out).write_text(json.dumps(result))
 
 
@@ -130,12 +151,23 @@ def _columns_digest(root: Path, columns: list[str]) -> str:
     t = lance.dataset(paths.table_uri(root)).to_table(columns=["id", *columns]).sort_by("id")
     h = hashlib.sha256()
     for c in t.columns:
+        h.update(str(c.type).encode())
         for chunk in c.chunks:
-            h.update(repr(chunk.to_pylist()[:0]).encode())
             for buf in chunk.buffers():
                 if buf is not None:
                     h.update(buf)
     return h.hexdigest()
+
+
+def _rows(root: Path) -> int:
+    import lance
+
+    from lance_assets import paths
+
+    try:
+        return lance.dataset(paths.table_uri(root)).count_rows()
+    except Exception:  # noqa: BLE001 - no table there
+        return -1
 
 
 def _drop(root: Path, columns: list[str]) -> None:
@@ -145,7 +177,8 @@ def _drop(root: Path, columns: list[str]) -> None:
 
     ds = lance.dataset(paths.table_uri(root))
     drop = [c for c in ds.schema.names if c in columns or c in {f"_written_{x}" for x in columns}]
-    ds.drop_columns(drop)
+    if drop:
+        ds.drop_columns(drop)
 
 
 def arm(stage: str, root: Path, executor: str, partitions: int, workers: int,
@@ -174,6 +207,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     p.add_argument("--docs-per-partition", type=int, default=200_000)
     p.add_argument("--stages", nargs="*", default=list(STAGES))
     p.add_argument("--work", default=None)
+    p.add_argument("--keep", action="store_true",
+                   help="keep each size's table in --work, and reuse one already there")
     p.add_argument("--child", default=None)
     p.add_argument("--root", default=None)
     p.add_argument("--executor", default="local")
@@ -192,12 +227,14 @@ def main(argv: list[str] | None = None) -> dict | None:
           f"{'docs/CPU-s':>10} {'driver MB':>9} {'worker MB':>9}", flush=True)
     for n in args.rows:
         root = work / f"n{n}"
-        shutil.rmtree(root, ignore_errors=True)
-        m = scale_child("ingest", root, n)
-        if m.returncode:
-            raise SystemExit("ingest failed")
+        if not (args.keep and _rows(root) == n):
+            shutil.rmtree(root, ignore_errors=True)
+            m = scale_child("ingest", root, n)
+            if m.returncode:
+                raise SystemExit("ingest failed")
         parts = max(args.workers, n // args.docs_per_partition)
         for stage in args.stages:
+            _drop(root, STAGES[stage])  # a kept table: as ingested
             local = arm(stage, root, "local", 1, args.workers, work)
             want = _columns_digest(root, STAGES[stage])
             _drop(root, STAGES[stage])
@@ -214,7 +251,8 @@ def main(argv: list[str] | None = None) -> dict | None:
                   f"{on_ray['ray_over_single_per_cpu_s']:.2f}; columns equal: "
                   f"{on_ray['equal_to_single_process']}", flush=True)
             results.setdefault(stage, {})[n] = {"single": local, "ray": on_ray}
-        shutil.rmtree(root, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     lo, hi = min(args.rows), max(args.rows)
     if lo != hi:
         print(f"\ngrowth from {lo:,} to {hi:,} documents ({hi / lo:.0f}x the corpus):")

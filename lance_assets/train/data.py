@@ -38,6 +38,7 @@ from lance_assets import paths, storage
 from lance_assets.curation.predicate import Predicate, PredicateError, safe_predicate
 from lance_assets.keys import TOKENIZER_KEY
 from lance_assets.table import Table
+from lance_assets.table.side import open_side_dataset, write_side_dataset
 
 
 @dataclass(frozen=True)
@@ -224,10 +225,8 @@ class StoredPermutation:
 
     def rows(self):
         """The stored dataset, opened once per process."""
-        import lance
-
         if self._rows is None or self._pid != os.getpid():
-            self._rows = lance.dataset(self.uri, storage_options=storage.storage_options_for(self.uri))
+            self._rows = open_side_dataset(self.uri)
             self._pid = os.getpid()
         return self._rows
 
@@ -383,8 +382,6 @@ def open_permutation(snap: TableSnapshot, key: PermutationKey,
 
     The manifest is written last, atomically, after the rows: a build killed at any point
     leaves no manifest (and a ``rows-*.lance`` folder nothing reads), so it is never used."""
-    import lance
-
     folder = key.folder(root)
     manifest = _manifest(folder)
     try:
@@ -403,7 +400,7 @@ def open_permutation(snap: TableSnapshot, key: PermutationKey,
                                f"run reads {key} (format {PERMUTATION_FORMAT}); {fix}")
     uri = storage.uri_of(folder / rows_name)
     try:
-        rows = lance.dataset(uri, storage_options=storage.storage_options_for(uri))
+        rows = open_side_dataset(uri)
     except Exception as e:  # noqa: BLE001 - any failure to open is a damaged permutation
         raise PermutationError(f"{uri}: cannot open the stored permutation ({e}); {fix}") from None
     schema = pa.schema([rows.schema.field(n) for n in rows.schema.names])
@@ -433,8 +430,6 @@ def build_permutation(snap: TableSnapshot, key: PermutationKey,
     """Build ``key``'s permutation exactly as ``StreamingDataset`` would (same builder calls)
     and store it under ``root``: the rows under a fresh name, then the manifest that names
     them (the commit point). Rebuilding is safe: the same key gives the same rows."""
-    import lance
-
     if snap.version != key.table_version:
         raise ValueError(f"snapshot at version {snap.version}, key for {key.table_version}")
     perm = permutation_builder(snap.table).filter(key.filter).split_random(
@@ -448,7 +443,7 @@ def build_permutation(snap: TableSnapshot, key: PermutationKey,
     folder = key.folder(root)
     rows_name = f"rows-{secrets.token_hex(8)}.lance"
     uri = storage.uri_of(folder / rows_name)
-    lance.write_dataset(table, uri, storage_options=storage.storage_options_for(uri))
+    write_side_dataset(table, uri)
     del table
     manifest = {"format": PERMUTATION_FORMAT, "key": asdict(key), "rows": rows_name,
                 "split_sizes": sizes, "lancedb": lancedb.__version__}
