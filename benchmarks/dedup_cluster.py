@@ -12,7 +12,8 @@ stage, in child processes (one per arm, so each measures only itself):
 - **Ray**: the stage's columns dropped, then the stage with ``executor: ray`` on a local Ray of
   ``--workers`` CPUs started by the child, in ``max(workers, N / docs-per-partition)``
   partitions (so a partition holds about the same documents at every size). The driver's peak
-  RSS is its own ``VmHWM``; each Ray worker's peak RSS is sampled every 0.1 s; CPU seconds
+  RSS is its own ``VmHWM``; each Ray worker's peak RSS (and private ``RssAnon``, without the
+  object store's shared pages it read) is sampled every 0.1 s; CPU seconds
   are what the stage added to the driver and every process of the Ray cluster (workers,
   raylet, GCS; the cluster's own start-up, and its workers' first import of the stage's
   modules, are left out and printed apart). The columns must equal the single-process ones.
@@ -56,8 +57,18 @@ def _stage(stage: str, root: str, executor: str, partitions: int) -> None:
         near_dup(root, executor=executor, partitions=partitions, log=quiet)
 
 
-def _ray_tree_sampler(stop: threading.Event, peaks: dict) -> None:
-    """Peak RSS of every Ray worker process of this driver's cluster, sampled."""
+def _anon_rss(pid: int) -> int:
+    """A process's private resident memory (``RssAnon``): its heap, not the object store's
+    shared pages it has read (which ``rss`` counts too)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _ray_tree_sampler(stop: threading.Event, peaks: dict, private: dict) -> None:
+    """Peak RSS, and peak private RSS, of every Ray worker process of this driver's cluster,
+    sampled."""
     import psutil
 
     me = psutil.Process()
@@ -66,7 +77,8 @@ def _ray_tree_sampler(stop: threading.Event, peaks: dict) -> None:
             try:
                 if "default_worker" in " ".join(p.cmdline()) or p.name().startswith("ray::"):
                     peaks[p.pid] = max(peaks.get(p.pid, 0), p.memory_info().rss)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    private[p.pid] = max(private.get(p.pid, 0), _anon_rss(p.pid))
+            except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError):
                 pass
         stop.wait(0.1)
 
@@ -119,8 +131,10 @@ def child_main(stage: str, root: str, executor: str, partitions: int, workers: i
         warm = ray.remote(_warm)
         ray.get([warm.remote(stage) for _ in range(4 * workers)])
         peaks: dict = {}
+        private: dict = {}
         stop = threading.Event()
-        sampler = threading.Thread(target=_ray_tree_sampler, args=(stop, peaks), daemon=True)
+        sampler = threading.Thread(target=_ray_tree_sampler, args=(stop, peaks, private),
+                                   daemon=True)
         sampler.start()
         before = _tree_cpu()
         start = time.perf_counter()
@@ -133,6 +147,7 @@ def child_main(stage: str, root: str, executor: str, partitions: int, workers: i
         result["cpu_s"] = sum(t - before.get(pid, 0.0) for pid, t in after.items())
         result["ray_startup_cpu_s"] = sum(before.values())  # cluster + warm workers
         result["worker_peak_rss_mb"] = max(peaks.values(), default=0) / 2**20
+        result["worker_peak_private_mb"] = max(private.values(), default=0) / 2**20
         result["workers_seen"] = len(peaks)
         ray.shutdown()
     else:
@@ -259,7 +274,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         for stage in args.stages:
             r = results[stage]
             for key, label in (("driver_peak_rss_mb", "Ray driver peak RSS"),
-                               ("worker_peak_rss_mb", "largest Ray worker peak RSS")):
+                               ("worker_peak_rss_mb", "largest Ray worker peak RSS"),
+                               ("worker_peak_private_mb", "largest Ray worker private peak")):
                 g = r[hi]["ray"][key] / r[lo]["ray"][key]
                 r[f"growth_{key}"] = g
                 print(f"{stage:>10}: {label} {r[lo]['ray'][key]:.0f} -> "

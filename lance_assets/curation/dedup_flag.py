@@ -246,7 +246,7 @@ def duplicate_ids(plan: DupPlan, log: Callable[[str], None] = print) -> DupFlags
         raise RuntimeError(f"is_dup of {scan.table.uri}: a hash map or reduce task failed "
                            f"({type(cause).__name__}: {cause}); nothing of is_dup was written "
                            "by this run; run again (committed text_hash values are kept).") from exc
-    return DupFlags(None, groups, starts, count)
+    return DupFlags(None, groups, starts, count, spans)
 
 
 @dataclass(frozen=True)
@@ -260,6 +260,17 @@ class DupFlags:
     groups: tuple = ()
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     count: int = -1
+
+    spans: dict = field(default_factory=dict)  # fragment id -> (first id, last id, rows)
+
+    def bind(self, fragment_id: int) -> DupFlags:
+        """The compute of one fragment: its groups' references only."""
+        span = self.spans.get(fragment_id)
+        if self.dup_ids is not None or span is None:
+            return self
+        touched = set(executors.group_of(span[:2], self.starts).tolist()) if span[2] else set()
+        groups = tuple(p if g in touched else () for g, p in enumerate(self.groups))
+        return DupFlags(None, groups, self.starts, self.count)
 
     @property
     def new_duplicates(self) -> int:

@@ -46,7 +46,7 @@ version its keys were written with.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -254,9 +254,21 @@ class NearDupColumns:
     payloads: dict  # fragment id -> Payload (or its reference)
     states: tuple  # group -> GroupState (or its reference)
     starts: np.ndarray
+    spans: dict = field(default_factory=dict)  # fragment id -> (first id, last id, rows)
     # committed in fragment order, stopping at a failure: a rerun then sees a prefix of this
     # run's values as written, and writes what this run would have
     in_order = True
+
+    def bind(self, fragment_id: int) -> NearDupColumns:
+        """The compute of one fragment: its payload and its groups' states only (a Ray task
+        then borrows a few references, not every fragment's)."""
+        span = self.spans.get(fragment_id)
+        touched = (set(executors.group_of(span[:2], self.starts).tolist())
+                   if span is not None and span[2] else set())
+        states = tuple(s if g in touched else None for g, s in enumerate(self.states))
+        payload = {fragment_id: self.payloads[fragment_id]} if fragment_id in self.payloads \
+            else {}
+        return NearDupColumns(self.settings, payload, states, self.starts)
 
     def __call__(self, frag) -> Iterator[pa.RecordBatch]:
         if frag.fragment_id not in self.payloads:
@@ -321,7 +333,7 @@ def clusters(scan: Scan, new: list[int], old: list[int], tasks: executors.Tasks,
     stats.flagged, stats.joined_old_clusters = int(tallies[0]), int(tallies[1])
     log(f"near_dup: components settled in {stats.rounds} round(s); {stats.flagged} new "
         f"row(s) flagged, {stats.joined_old_clusters} joining older clusters")
-    return NearDupColumns(scan.settings, payloads, states, starts)
+    return NearDupColumns(scan.settings, payloads, states, starts, spans)
 
 
 def _settings_for(table: Table, ds: lance.LanceDataset,

@@ -533,6 +533,22 @@ def _fragment_task(job: _FragmentJob, frag_id: int) -> tuple[lance.fragment.Data
     return data_file, frag.physical_rows
 
 
+@dataclass(frozen=True)
+class BoundFragment:
+    """A fragment id with the compute bound to it (``compute.bind(fragment_id)``)."""
+
+    fragment_id: int
+    compute: Any
+
+
+def _bound_fragment_task(job: _FragmentJob, key: BoundFragment) -> tuple[lance.fragment.DataFile,
+                                                                          int]:
+    """Runs in a Ray worker: ``_fragment_task`` with the fragment's own bound compute."""
+    frag = _open(job.table, job.version).get_fragment(key.fragment_id)
+    data_file = _write_fragment_columns(job.table, frag, job.schema, job.columns, key.compute)
+    return data_file, frag.physical_rows
+
+
 def _payload_task(job: _FragmentJob, frag_id: int) -> Any:
     """Runs in a Ray worker: the parallel part of a ``Staged`` compute for ``frag_id``."""
     return job.compute(_open(job.table, job.version).get_fragment(frag_id))
@@ -547,16 +563,27 @@ def _ray_results(table: Table, version: int, todo: list[LanceFragment], schema: 
     after a failed fragment, the fragments behind it are left for the next run (their values
     depend on it). A compute with ``in_order = True`` runs whole as tasks but is committed in
     fragment order, stopping at the first failure the same way (what is committed is always a
-    prefix)."""
+    prefix). A compute with ``bind(fragment_id)`` gives each task that fragment's compute only."""
     executors.ensure_ray(log)
     num_gpus = 1 if gpu and executors.cluster_gpus() else 0
     by_id = {f.fragment_id: f for f in todo}
     staged = isinstance(compute, Staged)
     in_order = staged or getattr(compute, "in_order", False)
-    job = _FragmentJob(table, version, schema, columns, compute.parallel if staged else compute)
-    tasks = executors.ray_map(_payload_task if staged else _fragment_task, job, list(by_id),
-                              ordered=in_order, num_gpus=num_gpus)
+    bind = None if staged else getattr(compute, "bind", None)
+    if bind is not None:
+        # each task gets its own fragment's compute (e.g. only its object references: a task
+        # that received every fragment's would borrow them all, fragments x tasks in all)
+        job = _FragmentJob(table, version, schema, columns, None)
+        keys: list = [BoundFragment(f, bind(f)) for f in by_id]
+        fn: Callable = _bound_fragment_task
+    else:
+        job = _FragmentJob(table, version, schema, columns,
+                           compute.parallel if staged else compute)
+        keys, fn = list(by_id), _payload_task if staged else _fragment_task
+    tasks = executors.ray_map(fn, job, keys, ordered=in_order, num_gpus=num_gpus)
     for result in tasks:
+        if isinstance(result.key, BoundFragment):
+            result.key = result.key.fragment_id
         if result.error is not None:
             yield result.key, None, result.error
             if in_order:
