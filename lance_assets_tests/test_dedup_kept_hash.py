@@ -245,12 +245,13 @@ class ExitOnce:
     marker: str
     fragment_id: int
 
-    def __call__(self, scan, part):
-        if part.fragment_id == self.fragment_id and not os.path.exists(self.marker):
+    def __call__(self, scan, chunk):
+        if any(p.fragment_id == self.fragment_id for p in chunk) and \
+                not os.path.exists(self.marker):
             Path(self.marker).touch()
             os._exit(1)
         from lance_assets.curation.dedup_flag import map_part
-        return map_part(scan, part)
+        return map_part(scan, chunk)
 
 
 def test_a_failed_text_hash_task_costs_its_fragment_only(ray_cluster, sources, local_run,
@@ -291,3 +292,18 @@ def test_a_bad_bucket_count_is_refused_with_the_fix(sources, tmp_path):
     with pytest.raises(ValueError, match="buckets=-1.*whole number"):
         dedup.dedup_flag(root, buckets=-1, log=quiet)
     shutil.rmtree(root)
+
+
+def test_map_tasks_pass_rays_inline_limit_and_never_mix_new_and_old_fragments():
+    """Each map task's per-bucket result must pass Ray's 100 KiB inline limit (smaller results
+    stay in the driver's memory, a few bytes per document): fragments are grouped in order,
+    new and old apart, until a bucket's share passes ``MAP_PART_BYTES``."""
+    parts = tuple(dedup.FragmentPart(i, i >= 20, rows=4096 if i % 3 else 1000)
+                  for i in range(30))
+    for buckets in (1, 8, 64):
+        chunks = dedup.map_chunks(parts, buckets)
+        assert [p.fragment_id for c in chunks for p in c] == list(range(30))
+        assert all(len({p.new for p in c}) == 1 for c in chunks)
+        for c, after in zip(chunks, chunks[1:]):
+            if after[0].new == c[0].new:  # not the last of its kind: big enough
+                assert sum(p.rows for p in c) * dedup.PAIR_BYTES / buckets >= 100 << 10

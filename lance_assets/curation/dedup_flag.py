@@ -128,6 +128,7 @@ class FragmentPart:
     fragment_id: int
     new: bool
     from_text: bool = False
+    rows: int = 0  # physical rows: how map tasks are sized
 
 
 # A bucket's share of one fragment: (hash words [n, 2], ids [n], new)
@@ -198,13 +199,42 @@ class DupPlan:
     executor: str
 
 
-def map_part(scan: HashScan, part: FragmentPart) -> tuple:
-    """A map task: the fragment's ``(first id, last id, rows)`` span, then its bucket parts."""
-    parts = bucket_parts(scan, part)
-    ids = [p[1] for p in parts if len(p[1])]
+# A map task covers fragments enough for each of its bucket parts to pass Ray's inline limit
+# (100 KiB): smaller task results are kept in the owner's (the driver's) memory, larger ones in
+# the object store.
+MAP_PART_BYTES = 128 << 10
+PAIR_BYTES = 24  # a (hash, id) pair
+
+
+def map_chunks(parts: tuple[FragmentPart, ...], buckets: int) -> list[tuple[FragmentPart, ...]]:
+    """Consecutive fragments of the same kind (new or not) grouped into map tasks of at least
+    ``MAP_PART_BYTES`` per bucket (a fragment alone when it is larger)."""
+    want = MAP_PART_BYTES * buckets // PAIR_BYTES
+    chunks: list[list[FragmentPart]] = []
+    rows = 0
+    for part in parts:
+        if not chunks or chunks[-1][0].new != part.new or rows >= want:
+            chunks.append([])
+            rows = 0
+        chunks[-1].append(part)
+        rows += part.rows
+    return [tuple(c) for c in chunks]
+
+
+def map_part(scan: HashScan, chunk: tuple[FragmentPart, ...]) -> tuple:
+    """A map task over fragments of one kind: the ``(first id, last id, rows)`` span of their
+    rows, then their (hash, id) pairs split by bucket."""
+    by_bucket: list[list[Part]] = [[] for _ in range(scan.buckets)]
+    for part in chunk:
+        for b, piece in enumerate(bucket_parts(scan, part)):
+            by_bucket[b].append(piece)
+    new = chunk[0].new
+    pieces = [(np.concatenate([p[0] for p in ps]), np.concatenate([p[1] for p in ps]), new)
+              for ps in by_bucket]
+    ids = [p[1] for p in pieces if len(p[1])]
     lo = min(int(i.min()) for i in ids) if ids else 0
     hi = max(int(i.max()) for i in ids) if ids else -1
-    return (np.array([lo, hi, sum(len(i) for i in ids)], np.int64), *parts)
+    return (np.array([lo, hi, sum(len(i) for i in ids)], np.int64), *pieces)
 
 
 def reduce_bucket(starts: np.ndarray, *parts: Part) -> tuple:
@@ -229,10 +259,14 @@ def duplicate_ids(plan: DupPlan, log: Callable[[str], None] = print) -> DupFlags
         executors.ensure_ray(log)
     try:
         scan_ref = tasks.put(scan)
-        maps = [tasks(map_part, scan_ref, part, returns=1 + scan.buckets) for part in plan.parts]
-        spans = {p.fragment_id: s for p, s in zip(
-            plan.parts, tasks.get([m[0] for m, p in zip(maps, plan.parts)])) if p.new}
-        starts = executors.contiguous_groups(spans, scan.buckets)
+        chunks = map_chunks(plan.parts, scan.buckets)
+        maps = [tasks(map_part, scan_ref, chunk, returns=1 + scan.buckets) for chunk in chunks]
+        chunk_spans = dict(enumerate(tasks.get([m[0] for m in maps])))
+        starts = executors.contiguous_groups(
+            {i: s for i, s in chunk_spans.items() if chunks[i][0].new}, scan.buckets)
+        # a write task looks its fragment up in the groups its chunk's ids span
+        spans = {p.fragment_id: chunk_spans[i] for i, chunk in enumerate(chunks) for p in chunk
+                 if p.new}
         n_groups = len(starts) + 1
         reduces = [tasks(reduce_bucket, starts, *[m[1 + b] for m in maps],
                          returns=1 + n_groups) for b in range(scan.buckets)]
@@ -329,7 +363,8 @@ def run(table: Table | str | Path, settings: DedupSettings = DedupSettings(),  #
         new = {f.fragment_id for f in (fragments_missing(view, [IS_DUP.name])
                                        if IS_DUP.name in names else view.get_fragments())}
         unhashed = {f.fragment_id for f in fragments_missing(view, [TEXT_HASH.name])}
-        parts = tuple(FragmentPart(f.fragment_id, f.fragment_id in new, f.fragment_id in unhashed)
+        parts = tuple(FragmentPart(f.fragment_id, f.fragment_id in new, f.fragment_id in unhashed,
+                                   f.physical_rows)
                       for f in view.get_fragments())
         plan = DupPlan(HashScan(table, view.version, rows_end, buckets), parts, where)
         flags = duplicate_ids(plan, log) if new else DupFlags(np.zeros(0, np.int64))
