@@ -44,10 +44,12 @@ lint: setup
 
 ## The linter, Dagster's check of the code location (`dg check defs`: loads
 ## lance_assets.definitions:defs as `dagster dev` would; [tool.dg] in pyproject.toml), then the
-## test suite.
+## test suite on every core (pytest-xdist: a module or a named group per unit of work, the most
+## expensive first; docs/testing.md). `make test PYTEST_ARGS='-k resume'` runs a part of it.
+PYTEST_WORKERS ?= auto
 test: lint
 	$(BIN)/dg check defs
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## The web UI on http://127.0.0.1:3000, on the same instance as `make demo`.
 dev: setup

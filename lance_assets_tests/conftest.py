@@ -1,3 +1,23 @@
+"""Fixtures shared by the test modules, and how the suite spreads over the cores.
+
+``make test`` runs the suite with pytest-xdist on every core (``-n auto --dist loadgroup``). Each
+worker is one pytest process: session fixtures here are built once per worker, in the worker's
+own temporary folder. How the work is split (docs/testing.md):
+
+- **A module is one unit of work** (its module fixtures are built once), unless it names a group
+  of its own with ``pytestmark = pytest.mark.xdist_group(...)``: ``ray`` (the modules that share
+  the worker's one Ray cluster) and ``timing`` (timing-sensitive races, the browser: never beside
+  each other).
+- **The most expensive units start first** (``UNIT_SECONDS``, measured), so no long test starts
+  last and keeps one core busy while the other idles.
+- **Each worker gets its share of the cores** for torch's OpenMP pool, whose threads spin while
+  they wait: two workers with a pool the size of the machine each ran one test for over ten
+  minutes instead of one. A test that pins more threads (``test_ablation_power``) finds them
+  waiting passively.
+"""
+
+from __future__ import annotations
+
 import os
 
 import pytest
@@ -5,6 +25,44 @@ import pytest
 from lance_assets_tests.helpers import quiet
 
 os.environ.setdefault("LANCE_LOG", "error")
+
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:  # before torch is imported anywhere in this worker
+    _share = str(max(1, len(os.sched_getaffinity(0)) // WORKERS))
+    for _var, _value in (("OMP_NUM_THREADS", _share), ("MKL_NUM_THREADS", _share),
+                         ("OMP_WAIT_POLICY", "PASSIVE")):
+        os.environ.setdefault(_var, _value)
+
+# Seconds a unit of work (a module, or a named group) took in one process on the 2-core machine
+# (docs/testing.md). Only the order matters: units not named here cost little and run after these.
+UNIT_SECONDS = {
+    "timing": 120, "test_one_version": 140, "test_ablation_power": 100, "test_multinode": 85,
+    "ray": 60, "test_faults": 60, "test_lock": 31, "test_snapshots": 30, "test_automation": 26,
+    "test_ablation": 26, "test_train": 24, "test_shared_permutation": 14,
+    "test_security_forensics_cli": 12, "test_curation_rules": 11, "test_graph": 10,
+    "test_column_metadata": 9, "test_curation_assets": 9, "test_forensics_reformatted": 8,
+    "test_scale_paths": 8,
+}
+
+
+def _unit(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    if marker is not None:
+        return marker.args[0] if marker.args else marker.kwargs["name"]
+    return item.module.__name__.rsplit(".", 1)[-1]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test joins its unit's group; the units go out most expensive first (pytest-xdist
+    keeps this order with ``--no-loadscope-reorder``). A test's own module order is kept."""
+    position = {}
+    for item in items:
+        unit = _unit(item)
+        position.setdefault(unit, len(position))
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(unit))
+    items.sort(key=lambda item: (-UNIT_SECONDS.get(_unit(item), 0), position[_unit(item)]))
 
 
 @pytest.fixture
@@ -45,3 +103,20 @@ def bpe_root(tmp_path_factory):
     dedup_flag(root, log=quiet)
     train_bpe(root, log=quiet)
     return root
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """The worker's one local Ray, sized to its share of the machine, for every module of the
+    ``ray`` group; its workers import this package and the tests'. Yields the GCS address."""
+    ray = pytest.importorskip("ray")
+    import lance_assets_tests
+    from lance_assets.table import executor
+
+    cpus = max(2, len(os.sched_getaffinity(0)) // WORKERS)
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+             runtime_env=executor.runtime_env([lance_assets_tests]))
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()

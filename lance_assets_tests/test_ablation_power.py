@@ -37,6 +37,21 @@ NULL = {"drop_junk": {"quality": "score >= 3"},
 TEST_SETTINGS = {"token_budget": 65_536, "seq_len": 32}
 
 
+@pytest.fixture(autouse=True)
+def reference_threads():
+    """A proxy's losses depend on torch's thread count (the order in which a matrix product
+    adds up): with one thread planting 1's third seed leads by 0.042 instead, and the budget's
+    detectable lead (0.098) is above the mean lead (0.079). The figures tested are those of two
+    threads, the default on the 2-core reference machine, whatever the cores or the test
+    workers beside this one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
 def planted_root(base: Path, seed: int) -> Path:
     from lance_assets.curation.dedup_flag import dedup_flag
     from lance_assets.ingest.raw_text import ingest

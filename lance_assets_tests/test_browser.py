@@ -38,6 +38,9 @@ from playwright.sync_api import expect, sync_playwright
 
 from lance_assets.definitions import defs
 
+# a server under start and page timeouts: never beside another timing test (conftest)
+pytestmark = pytest.mark.xdist_group("timing")
+
 REPO = Path(__file__).resolve().parents[1]
 DAGSTER = Path(sys.executable).with_name("dagster")
 # Materialized before the server starts: the first column assets of the corpus, in lineage order.

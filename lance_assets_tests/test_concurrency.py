@@ -168,6 +168,7 @@ def cli(args: list[str], home: Path | None, data: Path, source: str, **kw):
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
 
 
+@pytest.mark.xdist_group("timing")  # a freeze timed by sleeps
 def test_an_ingest_frozen_before_its_commit_adds_nothing_twice_with_no_lock_at_all(
         tmp_path, monkeypatch):
     """Exactly-once rests on the commit, not on the lock: with no lock, an ingest frozen

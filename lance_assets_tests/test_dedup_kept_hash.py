@@ -19,15 +19,17 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import lance_assets_tests
 from lance_assets import paths
 from lance_assets.curation import dedup_flag as dedup
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import Table, data_files_by_field, executor
+from lance_assets.table import Table, data_files_by_field
 from lance_assets.table.columns import FragmentsFailedError, fragments_missing, write_columns
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 ray = pytest.importorskip("ray")
+
+# the worker's one Ray cluster (conftest.ray_cluster), shared with the other Ray modules
+pytestmark = pytest.mark.xdist_group("ray")
 
 ROWS = 240  # per increment; 80 rows per fragment: 3 fragments each
 COLUMNS = ["id", "is_dup", "text_hash", "_written_is_dup", "_written_text_hash"]
@@ -60,16 +62,6 @@ def _increments(seed: int = 5) -> list[list[str]]:
         seen += texts
         out.append(texts)
     return out
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env=executor.runtime_env([lance_assets_tests]))
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -19,17 +19,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import lance_assets_tests
 from lance_assets import paths
 from lance_assets.curation import near_dup as nd
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.keys import NEAR_DUP_KEY
 from lance_assets.lsh import shuffle as lsh
-from lance_assets.table import Table, data_files_by_field, executor, get_json_config
+from lance_assets.table import Table, data_files_by_field, get_json_config
 from lance_assets.table.columns import fragments_missing
 from lance_assets.testing.curation_reference import plant_near_duplicates
 from lance_assets_tests.helpers import quiet
+
+# the worker's one Ray cluster (conftest.ray_cluster), shared with the other Ray modules
+pytestmark = pytest.mark.xdist_group("ray")
 
 COLUMNS = ["id", "near_dup_cluster", "near_dup", "minhash_bands"]
 
@@ -221,17 +223,6 @@ def test_local_partitions_write_the_single_process_columns(sources, single_proce
         _ingest(root, source)
         nd.near_dup(root, partitions=parts, log=quiet)
     assert_same(_columns(root), single_process)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env=executor.runtime_env([lance_assets_tests]))
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4])

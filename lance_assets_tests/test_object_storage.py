@@ -35,8 +35,10 @@ from lance_assets_tests.helpers import quiet
 REPO = str(Path(__file__).resolve().parents[1])  # the subprocesses import this checkout
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def s3_endpoint():
+    """One S3 server per test process: fsspec keeps one filesystem per process, which keeps the
+    endpoint it was made with (the timing group's tests run apart from the module's others)."""
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -210,6 +212,7 @@ def test_concurrent_ingests_into_s3_add_each_row_exactly_once(s3):
     assert sorted(ds.to_table(columns=["id"])["id"].to_pylist()) == list(range(400))
 
 
+@pytest.mark.xdist_group("timing")  # 2 s TTLs: not beside another timing test
 def test_lease_waits_for_its_holder_and_takes_over_an_expired_one(s3):
     bucket, _, _ = s3
     folder = f"s3://{bucket}/lease/corpus.ingest.lock"
@@ -239,6 +242,7 @@ def test_lease_waits_for_its_holder_and_takes_over_an_expired_one(s3):
     c.release()
 
 
+@pytest.mark.xdist_group("timing")  # 2 s TTLs: not beside another timing test
 def test_an_ingest_frozen_past_its_lease_adds_nothing_twice(s3, tmp_path, monkeypatch):
     """The clock-based lease cannot stop a holder frozen (SIGSTOP) between its lease check and
     its commit: a second ingest takes the lease over after the TTL and completes. Thawed, the
@@ -280,6 +284,7 @@ lease.release()
 """
 
 
+@pytest.mark.xdist_group("timing")  # 4 s TTLs: not beside another timing test
 def test_lease_contenders_under_the_generation_reuse_interleaving_never_both_hold(s3):
     """Contender B looks at the lease (generation 1, released) and freezes. Meanwhile A takes
     and releases generation 2, and D takes generation 3 and holds it. Thawed, B tries to create

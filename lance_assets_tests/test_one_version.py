@@ -176,19 +176,26 @@ def test_quality_score_racing_an_ingest_trains_on_its_pinned_version_and_scores_
     pinned_at = table.newest().version
     call = ("from lance_assets.curation.quality_score import quality_score as w; "
             f"w({str(root)!r}, fragments_per_commit=1, log=print)")
-    proc = subprocess.Popen([sys.executable, "-c", call], env=ENV, stdout=subprocess.PIPE,
+    # the first run says when it has pinned its version (as it starts training), and is frozen
+    # there while the ingest lands: however slow the machine, the ingest comes after the pin
+    racing = ("import lance_assets.curation.quality_score as q; real = q.train_head\n"
+              "def train_head(table, **kw):\n"
+              "    print('pinned', kw['pinned'].version, flush=True)\n"
+              "    return real(table, **kw)\n"
+              "q.train_head = train_head\n" + call)
+    proc = subprocess.Popen([sys.executable, "-c", racing], env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    time.sleep(random.Random(7).uniform(1.0, 3.0))
-    stopped = proc.poll() is None
-    if stopped:
-        proc.send_signal(signal.SIGSTOP)
+    said = [proc.stdout.readline()]
+    while said[-1] and not said[-1].startswith("pinned"):
+        said.append(proc.stdout.readline())
+    assert said[-1] == f"pinned {pinned_at}\n", "".join(said)
+    proc.send_signal(signal.SIGSTOP)
     try:
         _ingest(root, b)
     finally:
-        if stopped:
-            proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGCONT)
     out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out
+    assert proc.returncode == 0, "".join(said) + out
     embed.embeddings(root, embedder=FeatureEmbedder(), fragments_per_commit=4, log=quiet)
     subprocess.run([sys.executable, "-c", call], env=ENV, check=True, capture_output=True)
     stored = table.get_config(quality_model.QUALITY_MODEL_KEY)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import lance
 import pytest
 
-import lance_assets_tests
 from lance_assets import paths
 from lance_assets.curation import near_dup as nd
 from lance_assets.curation.dedup_flag import dedup_flag
@@ -32,19 +31,11 @@ from lance_assets_tests.helpers import quiet
 
 ray = pytest.importorskip("ray")
 
+# the worker's one Ray cluster (conftest.ray_cluster), shared with the other Ray modules
+pytestmark = pytest.mark.xdist_group("ray")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRAGMENTS = 6
-
-
-@pytest.fixture(scope="module")
-def ray_address():
-    """One local Ray (2 CPUs) for the module; workers import this package and the tests'."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env=executor.runtime_env([lance_assets_tests]))
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +87,7 @@ class FailOn:
         return self.inner(frag)
 
 
-def test_every_column_writer_on_ray_equals_the_local_one(ray_address, raw, tmp_path,
+def test_every_column_writer_on_ray_equals_the_local_one(ray_cluster, raw, tmp_path,
                                                          monkeypatch):
     local, on_ray = copy(raw, tmp_path, "local"), copy(raw, tmp_path, "ray")
     bpe, tokenizers = trained_bpe(raw, tmp_path)
@@ -137,7 +128,7 @@ def test_every_column_writer_on_ray_equals_the_local_one(ray_address, raw, tmp_p
 
 
 def test_a_failed_task_leaves_the_other_fragments_committed_and_the_rerun_redoes_it(
-        ray_address, raw, tmp_path):
+        ray_cluster, raw, tmp_path):
     root = copy(raw, tmp_path, "fail")
     uri = paths.table_uri(root)
     with pytest.raises(columns.FragmentsFailedError, match=r"fragment 3: ValueError: injected"):
@@ -156,7 +147,7 @@ def test_a_failed_task_leaves_the_other_fragments_committed_and_the_rerun_redoes
 
 
 def test_near_dup_on_ray_stops_at_a_failed_fragment_and_the_rerun_finishes_the_rest(
-        ray_address, raw, tmp_path, monkeypatch):
+        ray_cluster, raw, tmp_path, monkeypatch):
     """Clusters link a fragment to those before it: after a failed write, the fragments before
     it are committed and none after it, and the rerun writes what a clean run writes."""
     root = copy(raw, tmp_path, "near-dup-fail")
@@ -181,7 +172,7 @@ class FailOnInOrder(FailOn):
     in_order = True
 
 
-def test_the_failure_ran_in_a_ray_worker_not_in_the_driver(ray_address, raw, tmp_path):
+def test_the_failure_ran_in_a_ray_worker_not_in_the_driver(ray_cluster, raw, tmp_path):
     root = copy(raw, tmp_path, "pid")
     with pytest.raises(columns.FragmentsFailedError) as failed:
         columns.write_columns(paths.table_uri(root), SIGNAL_FIELDS, FailOn(0, fragment_signals),
@@ -190,11 +181,11 @@ def test_the_failure_ran_in_a_ray_worker_not_in_the_driver(ray_address, raw, tmp
     assert "(pid " in str(failed.value)
 
 
-def test_a_killed_driver_resumes_and_ends_equal_to_an_uninterrupted_run(ray_address, raw,
+def test_a_killed_driver_resumes_and_ends_equal_to_an_uninterrupted_run(ray_cluster, raw,
                                                                           tmp_path):
     root = copy(raw, tmp_path, "killed")
     env = {**os.environ, "PYTHONPATH": REPO, "LANCE_ASSETS_EXECUTOR": "ray",
-           "RAY_ADDRESS": ray_address, "LANCE_LOG": "error"}
+           "RAY_ADDRESS": ray_cluster, "LANCE_LOG": "error"}
     # token_ids commits: tokenizer config, add n_bytes, 6 n_bytes fragments, add input_ids,
     # then 6 token fragments: the 11th is the second token fragment
     proc = subprocess.run(
@@ -240,9 +231,9 @@ print("after ray: ray initialized =", ray.is_initialized())
 """
 
 
-def test_dagster_assets_start_ray_only_for_executor_ray(ray_address, raw, tmp_path):
+def test_dagster_assets_start_ray_only_for_executor_ray(ray_cluster, raw, tmp_path):
     root = copy(raw, tmp_path, "dagster")
-    env = {**os.environ, "PYTHONPATH": REPO, "RAY_ADDRESS": ray_address, "LANCE_LOG": "error",
+    env = {**os.environ, "PYTHONPATH": REPO, "RAY_ADDRESS": ray_cluster, "LANCE_LOG": "error",
            "DAGSTER_HOME": str(tmp_path)}
     env.pop(executor.EXECUTOR_ENV, None)
     proc = subprocess.run([sys.executable, "-c", DAGSTER_RUN, str(root)], env=env, cwd=REPO,
@@ -258,7 +249,7 @@ def test_dagster_assets_start_ray_only_for_executor_ray(ray_address, raw, tmp_pa
     assert content(root) == content(reference)
 
 
-def test_the_curation_taggers_on_ray_equal_the_local_ones(ray_address, raw, tmp_path):
+def test_the_curation_taggers_on_ray_equal_the_local_ones(ray_cluster, raw, tmp_path):
     """Language, personal data, paragraph duplicates (a Staged compute), contamination (per-set
     columns, then the union) and the quality score, as Ray tasks: the same table as locally."""
     import json

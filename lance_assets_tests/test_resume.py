@@ -69,6 +69,7 @@ def test_sigint_then_resume_on_another_world_size_sees_the_same_batches(tokenize
         assert same[step]["loss"] == pytest.approx(reference[step]["loss"], rel=1e-6, abs=1e-6), step
 
 
+@pytest.mark.xdist_group("timing")  # a kill aimed at a write window
 def test_sigkill_during_checkpoint_write_keeps_the_previous_one(tokenized_root, tmp_path):
     """`small` writes a ~1.5 GB checkpoint: long enough to be killed in the middle of it."""
     out = tmp_path / "run"

@@ -146,9 +146,15 @@ class Table:
         raise AssertionError("unreachable")
 
     def _still_there(self, ds: lance.LanceDataset) -> bool:
-        """True when every data file of ``ds`` still exists: a 'not found' then is the user's
-        (a missing column, a bad path), not a cleanup's."""
+        """True when ``ds``'s manifest and every data file still exist: a 'not found' then is
+        the user's (a missing column, a bad path), not a cleanup's. The manifest is checked
+        first: a cleanup removes an old version's manifest even where a newer version keeps all
+        of its data files, and a task that opens the pinned version by number then fails."""
         if storage.is_object_store(self.uri):
+            return False
+        try:
+            lance.dataset(self.uri, version=ds.version, storage_options=self.storage_options)
+        except Exception:  # noqa: BLE001 - the manifest is gone (or unreadable): plan again
             return False
         try:
             base = storage.location(self.uri) / "data"
