@@ -4,10 +4,9 @@
 worker is one pytest process: session fixtures here are built once per worker, in the worker's
 own temporary folder. How the work is split (docs/testing.md):
 
-- **A module is one unit of work** (its module fixtures are built once), unless it names a group
-  of its own with ``pytestmark = pytest.mark.xdist_group(...)``: ``ray`` (the modules that share
-  the worker's one Ray cluster) and ``timing`` (timing-sensitive races, the browser: never beside
-  each other).
+- **A module is one unit of work** (its module fixtures are built once), but for tests marked
+  ``pytest.mark.xdist_group(...)``: ``ray`` (the modules that share the worker's one Ray cluster)
+  and ``timing`` (timing-sensitive races, the browser: never beside each other).
 - **The most expensive units start first** (``UNIT_SECONDS``, measured), so no long test starts
   last and keeps one core busy while the other idles.
 - **Each worker gets its share of the cores** for torch's OpenMP pool, whose threads spin while
@@ -36,7 +35,7 @@ if WORKERS > 1:  # before torch is imported anywhere in this worker
 # Seconds a unit of work (a module, or a named group) took in one process on the 2-core machine
 # (docs/testing.md). Only the order matters: units not named here cost little and run after these.
 UNIT_SECONDS = {
-    "timing": 120, "test_one_version": 140, "test_ablation_power": 100, "test_multinode": 85,
+    "timing": 150, "test_one_version": 140, "test_ablation_power": 100, "test_multinode": 85,
     "ray": 60, "test_faults": 60, "test_lock": 31, "test_snapshots": 30, "test_automation": 26,
     "test_ablation": 26, "test_train": 24, "test_shared_permutation": 14,
     "test_security_forensics_cli": 12, "test_curation_rules": 11, "test_graph": 10,
@@ -52,17 +51,40 @@ def _unit(item: pytest.Item) -> str:
     return item.module.__name__.rsplit(".", 1)[-1]
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Every test joins its unit's group; the units go out most expensive first (pytest-xdist
-    keeps this order with ``--no-loadscope-reorder``). A test's own module order is kept."""
-    position = {}
+    """The units go out most expensive first (pytest-xdist keeps this order with
+    ``--no-loadscope-reorder``); a module's own order is kept."""
+    position: dict[str, int] = {}
     for item in items:
-        unit = _unit(item)
-        position.setdefault(unit, len(position))
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(unit))
+        position.setdefault(_unit(item), len(position))
     items.sort(key=lambda item: (-UNIT_SECONDS.get(_unit(item), 0), position[_unit(item)]))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with a module as the unit of work of every test outside a named group
+    (pytest-xdist's own makes each such test a unit, building module fixtures once per worker)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModuleOrGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return scope if scope != nodeid else nodeid.split("::", 1)[0]
+
+    return ModuleOrGroupScheduling(config, log)
+
+
+def pytest_collection_finish(session):
+    """pytest-xdist tags a grouped test's id with ``@group`` (then the scheduler keeps the group on
+    one worker); when it cannot (a pytest it does not know), say so instead of running groups
+    side by side."""
+    grouped = [i for i in session.items if i.get_closest_marker("xdist_group") is not None]
+    if getattr(session.config.option, "loadgroup", False) and grouped and "@" not in grouped[0].nodeid:
+        raise pytest.UsageError(
+            f"pytest-xdist did not tag {grouped[0].nodeid} with its group: this pytest "
+            f"({pytest.__version__}) and pytest-xdist do not work together for --dist loadgroup; "
+            "keep pytest to the versions pyproject.toml's dev extra allows (make setup)")
 
 
 @pytest.fixture

@@ -62,12 +62,18 @@ def heldout_mask(ids: np.ndarray) -> np.ndarray:
 
 
 def fit_ridge(x: np.ndarray, y: np.ndarray, ridge: float) -> tuple[np.ndarray, float]:
-    """Weights and bias minimising ||x w + b - y||^2 + ridge ||w||^2 (closed form, float64)."""
+    """Weights and bias minimising ||x w + b - y||^2 + ridge ||w||^2 (closed form, float64).
+
+    On one BLAS thread: with several, OpenBLAS splits ``xc.T @ y``'s sums between them, so the
+    weights' last bits (and the model file's sha256, its name) followed the machine's cores."""
+    from threadpoolctl import threadpool_limits
+
     x, y = x.astype(np.float64), y.astype(np.float64)
-    mx, my = x.mean(axis=0), y.mean()
-    xc = x - mx
-    w = np.linalg.solve(xc.T @ xc + ridge * np.eye(x.shape[1]), xc.T @ (y - my))
-    return w, float(my - mx @ w)
+    with threadpool_limits(limits=1, user_api="blas"):
+        mx, my = x.mean(axis=0), y.mean()
+        xc = x - mx
+        w = np.linalg.solve(xc.T @ xc + ridge * np.eye(x.shape[1]), xc.T @ (y - my))
+        return w, float(my - mx @ w)
 
 
 def metrics(y: np.ndarray, pred: np.ndarray, threshold: float, baseline: float) -> dict:
