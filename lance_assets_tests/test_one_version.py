@@ -240,13 +240,15 @@ def test_an_ingest_planned_before_an_append_that_was_deleted_again_plans_anew(tm
     assert ids.max() == 1200 + 600 + 120 - 1  # B's 600 ids are never reused
 
 
-def _ingest_loop_script(root: Path, folder: Path, seconds: float) -> str:
+def _ingest_loop_script(root: Path, folder: Path, seconds: float, stop: Path) -> str:
+    """Ingests back to back for ``seconds``, or until the file ``stop`` exists (the test has
+    seen what it waited for)."""
     return f"""
-import time, random
+import os, time, random
 from lance_assets.ingest.raw_text import ingest
 from lance_assets_tests.helpers import write_fineweb_parquet
 end, i = time.monotonic() + {seconds}, 0
-while time.monotonic() < end:
+while time.monotonic() < end and not os.path.exists({str(stop)!r}):
     rng = random.Random(i)
     texts = [' '.join(f'x{{rng.randrange(5000)}}' for _ in range(60)) for _ in range(300)]
     path = '{folder}/part-%05d.parquet' % i
@@ -274,17 +276,21 @@ def test_maintenance_lands_while_ingests_run_back_to_back_and_leaves_no_garbage(
     a, _ = _sources(tmp_path)
     _ingest(root, a)
     table = Table.of(root)
-    proc = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 60)],
+    stop = tmp_path / "stop"
+    proc = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 60, stop)],
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     reports = []
     try:
         time.sleep(3)
-        while proc.poll() is None and len(reports) < 3:
+        # maintenance over and over while ingests land, until three ran and thirty ingests did
+        while proc.poll() is None and (len(reports) < 3 or len(list(folder.glob("*"))) <= 30):
             reports.append(maintain(table, keep_versions_for=timedelta(0),
                                     target_rows_per_fragment=1000, log=quiet))
     finally:
+        stop.touch()
         out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
+    assert int(out.split()[-1]) >= 30, out  # ingests landed back to back
     assert reports, "maintenance never ran while the ingests did"
     first = reports[0]
     assert first.fragments_removed > 0 and first.compaction_rounds <= 3, first
@@ -302,16 +308,17 @@ def test_zero_retention_next_to_ingests_and_column_writers_fails_no_run(tmp_path
     folder.mkdir()
     a, _ = _sources(tmp_path)
     _ingest(root, a)
+    stop = tmp_path / "stop"
     maint = subprocess.Popen([sys.executable, "-c", f"""
-import time
+import os, time
 from datetime import timedelta
 from lance_assets.table.maintenance import maintain
 end = time.monotonic() + 40
-while time.monotonic() < end:
+while time.monotonic() < end and not os.path.exists({str(stop)!r}):
     maintain({str(root)!r}, keep_versions_for=timedelta(0), target_rows_per_fragment=400,
              log=lambda m: None)
 """], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    ingests = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 35)],
+    ingests = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 35, stop)],
                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         from lance_assets.curation.dedup_flag import dedup_flag
@@ -322,6 +329,7 @@ while time.monotonic() < end:
             dedup_flag(root, log=quiet)
             near_dup(root, log=quiet)
     finally:
+        stop.touch()  # the writers are done: maintenance and ingests need not go on alone
         m_out, _ = maint.communicate(timeout=300)
         i_out, _ = ingests.communicate(timeout=300)
     assert ingests.returncode == 0, i_out
