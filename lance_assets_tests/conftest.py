@@ -32,15 +32,18 @@ if WORKERS > 1:  # before torch is imported anywhere in this worker
                          ("OMP_WAIT_POLICY", "PASSIVE")):
         os.environ.setdefault(_var, _value)
 
-# Seconds a unit of work (a module, or a named group) took in one process on the 2-core machine
-# (docs/testing.md). Only the order matters: units not named here cost little and run after these.
+# Seconds a unit of work (a module, or a named group) took on one of three workers on the 2-core
+# machine (docs/testing.md). Only the order matters: units not named here cost little and run
+# after these.
 UNIT_SECONDS = {
-    "timing": 150, "test_one_version": 140, "test_ablation_power": 100, "test_multinode": 85,
-    "ray": 60, "test_faults": 60, "test_lock": 31, "test_snapshots": 30, "test_automation": 26,
-    "test_ablation": 26, "test_train": 24, "test_shared_permutation": 14,
-    "test_security_forensics_cli": 12, "test_curation_rules": 11, "test_graph": 10,
-    "test_column_metadata": 9, "test_curation_assets": 9, "test_forensics_reformatted": 8,
-    "test_scale_paths": 8,
+    "test_ablation_power": 250, "timing": 200, "test_concurrency": 200, "test_object_storage": 130,
+    "ray": 125, "test_multinode": 110, "test_resume": 90, "test_one_version": 90,
+    "test_snapshots": 75, "test_train": 65, "test_automation": 65, "test_ablation": 50,
+    "test_cancel": 45, "test_faults": 30, "test_shared_permutation": 30,
+    "test_column_metadata": 25, "test_forensics_reformatted": 25,
+    "test_security_forensics_cli": 20, "test_collectives": 20, "test_curation_rules": 18,
+    "test_data_versions": 18, "test_graph": 16, "test_curation_assets": 16, "test_scale_paths": 14,
+    "test_incremental": 12, "test_readme_commands": 9, "test_forensics_attribution": 9,
 }
 
 

@@ -121,7 +121,7 @@ def make_optimizers(model: GPT, cfg: TrainConfig, device: torch.device) -> list[
     """nanogpt: AdamW on everything (decay on matrices only). modern: Muon on the blocks' hidden
     matrices, AdamW on the embedding, the head and any vector. Every group records its
     ``peak_lr``; the schedule scales it."""
-    fused = device.type == "cuda"
+    fused = device.type in ("cuda", "cpu")  # one kernel per step instead of a loop over tensors
     named = list(model.named_parameters())
     if cfg.arch == "modern":
         hidden = [p for n, p in named if n.startswith("blocks.") and p.dim() == 2]
