@@ -57,7 +57,11 @@ def test_curation_assets_report_what_a_person_needs(curated, store):
     assert near["rows_written"] == 800 and 0 < near["near_dup_rate"] < 0.2
     assert near["settings"]["bands"] == 14 and near["settings"]["rows_per_band"] == 8
     assert index["action"] == "created" and index["indexed_rows"] == 800
-    assert "telescope" in index["example_results"].lower()
+    # the best matches by id and score, never a document's text (forget cannot erase metadata)
+    best = ds.to_table(full_text_query="telescope", columns=["id", "text"], limit=5)
+    assert best.num_rows and all(f"| {i} |" in index["example_results"]
+                                 for i in best.column("id").to_pylist())
+    assert not any(t[:40] in index["example_results"] for t in best.column("text").to_pylist())
 
     cur = meta(curated, "curation_rules")
     assert cur["broken_rules"] == [] and 0 < cur["kept_rows"] < 800

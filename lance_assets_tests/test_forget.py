@@ -144,3 +144,107 @@ def test_forget_rejects_a_bad_predicate_and_changes_nothing(tmp_path, where):
     with pytest.raises(ForgetError):
         forget(table, where, log=quiet)
     assert table.newest().version == version
+
+
+WORD = "zorblax"
+
+
+def _files_holding(base: Path, needle: bytes) -> list[str]:
+    return sorted(str(p.relative_to(base)) for p in base.rglob("*")
+                  if p.is_file() and needle in p.read_bytes())
+
+
+def test_forget_reaches_the_indexes_reports_samples_and_log(tmp_path):
+    """A document with a word no other has, through the full-text and vector indexes, a corpus
+    BPE, its story, a forensics report and a sample that reproduces it; then a forget whose
+    predicate quotes it. Afterwards no file under the data root holds the word but the tokenizer,
+    which the report names with the command that rebuilds it; every index in force was rebuilt
+    over the remaining rows; the log keeps the predicate's digest, not its text."""
+    from lance_assets.embeddings.embeddings import embeddings
+    from lance_assets.embeddings.vector_index import vector_index
+    from lance_assets.forensics import explain as ex
+    from lance_assets.forensics.text_index import search, text_index
+    from lance_assets.testing.embedders import ClusteredEmbedder
+    from lance_assets.tokens.bpe import train_bpe
+
+    root = tmp_path / "data"
+    planted = " ".join(f"{WORD} stands beside common word{i} here" for i in range(12))
+    texts = [f"document {i}: " + " ".join(f"w{(i * 7 + j) % 300}" for j in range(60))
+             for i in range(1200)]
+    src = tmp_path / "src" / "a.parquet"
+    src.parent.mkdir()
+    write_fineweb_parquet(src, texts[:700] + [planted] + texts[700:])
+    ingest(root, str(src), rows_per_fragment=200, log=quiet)
+    table = Table.of(root)
+    doc = int(table.newest().to_table(columns=["id"], filter=f"text LIKE '%{WORD}%'")
+              .column("id")[0].as_py())
+    dedup_flag(root, log=quiet)
+    text_index(root)
+    embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
+    vector_index(root, flat_below=0, index_type="IVF_PQ", recall_queries=5)
+    train_bpe(root, log=quiet)
+    ex.save(table, ex.explain(table, doc))
+    reports, samples = root / "reports", root / "samples"
+    (reports / "forensics.json").write_text(json.dumps({"sources": [{"id": doc,
+                                                                     "excerpt": planted[:200]}]}))
+    (reports / "forensics.md").write_text("> " + planted[40:400] + "\n")
+    samples.mkdir()
+    (samples / "samples.json").write_text(json.dumps({"samples": [
+        {"prompt": "The", "completion": planted[17:300]}, {"prompt": "", "completion": "x y"}]}))
+    (samples / "other.json").write_text(json.dumps({"samples": [{"completion": texts[3]}]}))
+    assert len(search(root, WORD, columns=("id",))) == 1
+    assert "reports/forensics.md" in _files_holding(root, WORD.encode())
+    uuids = {name: {i["uuid"] for i in table.newest().list_indices() if i["name"] == name}
+             for name in ("text_fts", "embedding_ann")}
+    assert all(uuids.values())
+
+    where = f"text LIKE '%{WORD}%'"
+    report = forget(table, where, log=quiet)
+    assert report.ids == 1 and report.still_readable == 0
+
+    # no file outside the table (whose files are checked like any version) quotes it, but the
+    # tokenizer, named with its rebuild command
+    left = _files_holding(root, WORD.encode())
+    assert all(p.startswith("tokenizers/") for p in left), left
+    tokenizer = (root / "tokenizers" / "LATEST").read_text().strip()
+    assert [(a["path"], a["rebuild"].split()[-1]) for a in report.artifacts] == \
+        [(str(root / "tokenizers" / f"{tokenizer}.json"), "tokenizer")]
+    removed = {Path(f["path"]).relative_to(root).as_posix(): f["rebuild"]
+               for f in report.files_removed}
+    assert set(removed) == {f"reports/stories/{doc}.md", f"reports/stories/{doc}.json",
+                            "reports/forensics.json", "reports/forensics.md",
+                            "samples/samples.json"}
+    assert removed["samples/samples.json"].endswith("--select samples")
+    assert removed[f"reports/stories/{doc}.md"].endswith("--select document_stories")
+    assert (samples / "other.json").is_file()  # it quotes another document only
+    indexes = {i["name"]: i for i in report.indexes}
+    assert set(indexes) == {"text_fts", "embedding_ann"}, indexes
+    rows = table.newest().count_rows()
+    assert all(i["rows"] == rows == i["indexed_rows_now"] for i in report.indexes)
+    after = table.newest()
+    for name, before in uuids.items():  # built again, not remapped
+        assert not before & {i["uuid"] for i in after.list_indices() if i["name"] == name}
+    # the BM25 dictionary holds exactly the words of the remaining rows: as a fresh index's
+    fresh = lance.write_dataset(after.to_table(columns=["text"]), tmp_path / "fresh.lance")
+    fresh.create_scalar_index("text", "INVERTED")
+    tokens = [lance.dataset(u).stats.index_stats(n)["indices"][0]["num_tokens"]
+              for u, n in ((after.uri, "text_fts"), (fresh.uri, "text_idx"))]
+    assert tokens[0] == tokens[1], tokens
+    assert len(search(root, WORD, columns=("id",))) == 0
+    assert len(search(root, "common", columns=("id",))) == 0  # its other words went too
+    assert len(search(root, "w5", columns=("id",))) > 0  # the index still serves the rest
+    log = (root / "forget.log.jsonl").read_text()
+    assert WORD not in log and json.loads(log.splitlines()[-1])["predicate_sha256"].startswith(
+        "sha256:")
+
+
+def test_a_forget_that_matches_nothing_changes_nothing(tmp_path):
+    root = tmp_path / "data"
+    table = _table(root, 300)
+    ingest(root, "synthetic:400", rows_per_fragment=100, log=quiet)  # a second version or more
+    versions = [v["version"] for v in table.newest().versions()]
+    assert len(versions) > 1
+    report = forget(table, "id = 123456", log=quiet)
+    assert report.ids == 0 and report.rows_deleted == 0 and report.versions_removed == 0
+    assert [v["version"] for v in table.newest().versions()] == versions
+    assert "nothing was deleted" in report.markdown()

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys
+from lance_assets.curation.kept import elect
 from lance_assets.table import Table
 from lance_assets.table import executor as executors
 from lance_assets.table.columns import (
@@ -344,6 +345,7 @@ class DedupStats:
     rows_hashed_from_text: int
     new_duplicates: int
     buckets: int
+    kept_after_deletes: int = 0  # copies unflagged: their cluster's kept member was deleted
 
 
 def run(table: Table | str | Path, settings: DedupSettings = DedupSettings(),  # noqa: B008
@@ -370,7 +372,8 @@ def run(table: Table | str | Path, settings: DedupSettings = DedupSettings(),  #
         flags = duplicate_ids(plan, log) if new else DupFlags(np.zeros(0, np.int64))
         report = write_columns(table, [IS_DUP], flags, pinned=pin, executor=where,
                                fragments_per_commit=options.fragments_per_commit, log=log)
-        return report, DedupStats(hashed, hashed.rows_written, flags.new_duplicates, buckets)
+        kept = elect(table, flag=IS_DUP.name, cluster=TEXT_HASH.name, rows_end=rows_end, log=log)
+        return report, DedupStats(hashed, hashed.rows_written, flags.new_duplicates, buckets, kept)
 
     return table.pinned(pinned, what="dedup_flag", log=log)
 
@@ -396,15 +399,17 @@ def write(table: Table, settings: DedupSettings, options: WriteOptions) -> Produ
         "rows_hashed_from_text": stats.rows_hashed_from_text,
         "new_duplicates": stats.new_duplicates,
         "buckets": stats.buckets,
+        "kept_after_deletes": stats.kept_after_deletes,
     })
 
 
 PRODUCER = ColumnProducer(
     name="dedup_flag",
     doc="`is_dup` (bool): true for a document whose whitespace-normalised text appeared at a "
-        "smaller `id`; `text_hash` (16 bytes): md5 of that text, kept so each text is hashed "
-        "once ever. Duplicates found by a group-by partitioned on the hash (map per fragment, "
-        "reduce per bucket), written per fragment; old values never change.",
+        "smaller `id` that is still in the table; `text_hash` (16 bytes): md5 of that text, kept "
+        "so each text is hashed once ever. Duplicates found by a group-by partitioned on the hash "
+        "(map per fragment, reduce per bucket), written per fragment; old values never change, "
+        "except that a copy whose kept member was deleted is kept instead (curation/kept.py).",
     fields=[TEXT_HASH, IS_DUP], descriptions=DESCRIPTIONS, write=write, settings=DedupSettings,
     reads={IS_DUP.name: [("raw_text", "text"), ("raw_text", "id")],
            TEXT_HASH.name: [("raw_text", "text")]},

@@ -34,7 +34,9 @@ partition and one group, and give the same columns:
 5. **Write** per fragment: its ids looked up in its group's labels.
 
 Incremental like ``is_dup``: only fragments lacking the columns are written, against every
-document written before. Invariant: values already written never change, so a run costs its
+document written before. Invariant: values already written never change (but one: when a
+delete removed a cluster's kept member, the run unflags its smallest remaining id;
+:mod:`lance_assets.curation.kept`), so a run costs its
 new rows (plus reading the stored keys), never a rewrite of old fragments. A new document that
 bridges two older clusters therefore joins the smaller one; the older clusters are not merged.
 Because candidates depend only on which documents hold each key, a run interrupted between
@@ -55,6 +57,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_assets.curation.kept import elect
 from lance_assets.curation.minhash import (
     MinHashSettings,
     jaccard,
@@ -71,6 +74,7 @@ from lance_assets.table.columns import (
     ColumnWriteReport,
     fragments_missing,
     pinned_rows_end,
+    rows_still_live,
     write_columns,
 )
 from lance_assets.table.producer import ColumnProducer, Json, Produced, WriteOptions, setting
@@ -111,6 +115,7 @@ class NearDupStats:
     partitions: int = 1
     groups: int = 1
     rounds: int = 0
+    kept_after_deletes: int = 0  # unflagged: their cluster's kept member was deleted
 
 
 # ---------------------------------------------------------------------------- the tasks
@@ -275,9 +280,10 @@ class NearDupColumns:
             raise RuntimeError(f"fragment {frag.fragment_id} was not planned by this near_dup "
                                "run (the table changed meanwhile); run again")
         ids, keys, has_words = executors.value_of(self.payloads[frag.fragment_id])
+        at = rows_still_live(frag, ids)  # rows deleted since the keys were made are dropped
+        if at is not None:
+            ids, keys, has_words = ids[at], keys[at], has_words[at]
         n = len(ids)
-        if n != frag.physical_rows:
-            raise RuntimeError(f"fragment {frag.fragment_id} changed since its keys were made")
         cluster, flag = ids.copy(), np.zeros(n, bool)
         groups = lsh.group_of(ids, self.starts)
         for g in np.unique(groups):
@@ -384,8 +390,7 @@ def near_dup(
         missing = {f.fragment_id: f for f in
                    (fragments_missing(view, cols) if have else view.get_fragments())}
         pin_rows = {f.fragment_id: f.physical_rows for f in pin.get_fragments()}
-        new = sorted(i for i, f in missing.items() if pin_rows.get(i) == f.physical_rows
-                     and f.metadata.deletion_file is None)
+        new = sorted(i for i, f in missing.items() if pin_rows.get(i) == f.physical_rows)
         old = [f.fragment_id for f in view.get_fragments() if f.fragment_id not in missing]
         stats = NearDupStats(partitions=parts)
         if new:
@@ -398,6 +403,8 @@ def near_dup(
         report = write_columns(table, fields(used), compute, pinned=pin,
                                fragments_per_commit=fragments_per_commit, executor=where,
                                log=log)
+        stats.kept_after_deletes = elect(table, flag=NEAR_DUP.name, cluster=NEAR_DUP_CLUSTER.name,
+                                         rows_end=pinned_rows_end(table, pin), log=log)
         return report, stats
 
     try:
@@ -434,6 +441,7 @@ def write(table: Table, settings: NearDupSettings, options: WriteOptions) -> Pro
         "confirmed_pairs": stats.confirmed_pairs,
         "new_rows_flagged": stats.flagged,
         "new_rows_joining_old_clusters": stats.joined_old_clusters,
+        "kept_after_deletes": stats.kept_after_deletes,
         "near_dup_rate": round(flag_rate(table, NEAR_DUP.name), 4),
         "partitions": stats.partitions,
         "groups": stats.groups,

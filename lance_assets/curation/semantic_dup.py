@@ -54,7 +54,13 @@ import pyarrow as pa
 from lance_assets import keys
 from lance_assets.embeddings.embeddings import DIM
 from lance_assets.table import Table, get_json_config
-from lance_assets.table.columns import ColumnWriteReport, Staged, fragments_missing, write_columns
+from lance_assets.table.columns import (
+    ColumnWriteReport,
+    Staged,
+    fragments_missing,
+    rows_still_live,
+    write_columns,
+)
 from lance_assets.table.producer import ColumnProducer, Json, Produced, WriteOptions, setting
 
 SEMANTIC_CLUSTER = pa.field(keys.SEMANTIC_CLUSTER, pa.int64())
@@ -318,12 +324,15 @@ class Results:
     """The computed rows of each fragment, in its row order, handed to ``write_columns``."""
 
     by_fragment: dict[int, pa.RecordBatch] = field(default_factory=dict)
+    ids: dict[int, np.ndarray] = field(default_factory=dict)  # the rows each batch is for
 
     def __call__(self, frag, _payload) -> Iterator[pa.RecordBatch]:
         if frag.fragment_id not in self.by_fragment:
             raise RuntimeError(f"fragment {frag.fragment_id} was not in the version this run "
                                "pinned; the next run writes it")
-        yield self.by_fragment[frag.fragment_id]
+        batch = self.by_fragment[frag.fragment_id]
+        at = rows_still_live(frag, self.ids[frag.fragment_id])  # rows deleted since the plan
+        yield batch if at is None else batch.take(pa.array(at))
 
 
 def _nothing(frag) -> None:
@@ -348,7 +357,6 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
         stored = get_json_config(ds, keys.SEMANTIC_DUP_KEY)
         have = all(c in ds.schema.names for c in COLUMNS)
         todo = fragments_missing(ds, COLUMNS) if have else ds.get_fragments()
-        todo = [f for f in todo if f.metadata.deletion_file is None]
         written = have and len(fragments_missing(ds, COLUMNS)) < len(ds.get_fragments())
         if stored is None and written:
             raise SettingsMismatchError(
@@ -431,6 +439,7 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
         schema = pa.schema(FIELDS)
         for i, (frag_id, _, _, frag_ok) in enumerate(parts):
             at = np.flatnonzero(frag_of == i)  # this fragment's rows, in its row order
+            results.ids[frag_id] = ids[at]
             results.by_fragment[frag_id] = pa.RecordBatch.from_arrays(
                 [pa.array(cluster[at], pa.int64(), mask=~frag_ok),
                  pa.array(rep[at], pa.int64(), mask=~frag_ok),

@@ -91,7 +91,7 @@ def column_write_metadata(table: TableLike, report: ColumnWriteReport, columns: 
         PINNED_VERSION: report.pinned_version,
         PINNED_ROWS_END: report.pinned_rows_end,
         "fragments_pending": report.fragments_pending,
-        "fragments_awaiting_compaction": report.fragments_awaiting_compaction,
+        "fragments_with_deletions": report.fragments_with_deletions,
         **null_share_metadata(table, [c.name for c in columns.columns]),
     }
 

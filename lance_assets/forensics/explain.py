@@ -32,6 +32,7 @@ from typing import Any, Union
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lance_assets import keys, paths
 from lance_assets.curation.predicate import PredicateError, safe_predicate
@@ -115,7 +116,9 @@ class Story:
         runs = ", ".join(f"{s.name} (tag {s.tag})" for s in self.trained_by) or "none"
         return f"document {self.id}: {verdict}; trained on by: {runs}"
 
-    def markdown(self) -> str:
+    def markdown(self, quote: bool = True) -> str:
+        """The story; ``quote=False`` leaves the document's excerpt out (for records that
+        ``forget`` cannot reach, such as a run's metadata)."""
         out = [f"## Document {self.id}", "", self.headline(), "",
                f"Read at table version {self.version}"
                + (f" (tag `{self.tag}`)" if self.tag else "") + "."]
@@ -123,7 +126,7 @@ class Story:
             d = self.document
             out += ["", "**Document**: " + ", ".join(f"{k} `{v}`" for k, v in d.items()
                                                      if k != "excerpt"),
-                    "", "> " + d.get("excerpt", "").replace("\n", " ")]
+                    *(["", "> " + d.get("excerpt", "").replace("\n", " ")] if quote else [])]
         if self.rules:
             out += ["", "### Rules in force", "",
                     markdown_table([{"rule": r.rule, "keep when": f"`{_cell(r.predicate)}`",
@@ -288,13 +291,24 @@ def _cluster(kind: str, key, ids: list[int], doc_id: int, kept: int | None, deta
 def _exact_cluster(ds: lance.LanceDataset, doc_id: int, row: dict, text: str | None,
                    candidates: list[int] | None) -> Cluster:
     """The documents whose whitespace-normalised text equals this one's (``is_dup``'s rule):
-    looked for among ``candidates`` (its near-duplicate cluster, which holds every exact copy
-    of a document with words), or the whole version when there are none to narrow it."""
+    by the stored ``text_hash`` where ``dedup_flag`` wrote it, the text hashed here for rows it
+    has not written yet. Without the column, looked for among ``candidates`` (its
+    near-duplicate cluster, which holds every exact copy of a document with words) or the
+    whole version."""
     from lance_assets.curation.dedup_flag import text_hashes
 
     mine = text_hashes(pa.array([text], pa.string()))[0]
-    where = f"id IN ({', '.join(str(int(i)) for i in candidates)})" if candidates else None
     same = []
+    hashed = keys.TEXT_HASH in ds.schema.names
+    if hashed:
+        stored = pa.scalar(mine.tobytes(), ds.schema.field(keys.TEXT_HASH).type)
+        for batch in ds.to_batches(columns=["id", keys.TEXT_HASH],
+                                   filter=f"{keys.TEXT_HASH} IS NOT NULL"):
+            hit = pc.equal(batch.column(keys.TEXT_HASH), stored)
+            same += pc.filter(batch.column("id"), hit).to_pylist()
+        where = f"{keys.TEXT_HASH} IS NULL"
+    else:
+        where = f"id IN ({', '.join(str(int(i)) for i in candidates)})" if candidates else None
     for batch in ds.to_batches(columns=["id", "text"], filter=where):
         h = text_hashes(batch.column("text"))
         ids = batch.column("id").to_pylist()
@@ -452,6 +466,9 @@ def explain(table: Union[Table, str, os.PathLike], doc_id: int, *,
     root."""
     if isinstance(doc_id, bool) or not isinstance(doc_id, int):
         raise ExplainError(f"document id {doc_id!r}: give an integer `id` of the table")
+    if not -2**63 <= doc_id < 2**63:
+        raise ExplainError(f"document id {doc_id}: ids are 64-bit signed integers (0 to "
+                           f"{2**63 - 1}); give an `id` of the table")
     table = Table.of(table)
     try:
         ds = table.open(ref)

@@ -46,7 +46,9 @@ class ForensicsReport:
                 "duration_s": round(self.duration_s, 3), "notes": self.notes,
                 "verdicts": self.verdicts}
 
-    def markdown(self) -> str:
+    def markdown(self, quote: bool = True) -> str:
+        """The report; ``quote=False`` leaves out every text (the samples, the documents of
+        the closest pairs), for records that ``forget`` cannot reach."""
         lines = [f"**Pinned rows:** {self.pin.source}.", ""]
         if self.pin.train_filter:
             # a fenced block: the filter quotes columns with backticks
@@ -56,7 +58,7 @@ class ForensicsReport:
             att = a["attribution"]
             prompt = a["prompt"] or "(unconditional)"
             lines += [f"### Sample {i}: {_cell(prompt)} — **{att['verdict']}**", "",
-                      "> " + _cell(a["text"][:300]), "",
+                      *(["> " + _cell(a["text"][:300]), ""] if quote else []),
                       f"{att['reason']}. {att['text_words']} words; "
                       f"{att['covered_share']:.0%} inside shared spans of >= "
                       f"{att['min_span_words']} words; meaning from {att['meaning']}.", ""]
@@ -79,7 +81,8 @@ class ForensicsReport:
                       f"neighbour. {nd.pairs_above - nd.pairs_above_unflagged} of those pairs "
                       f"involve a document already flagged by {' or '.join(nd.flags) or 'no flag'}; "
                       f"{nd.pairs_above_unflagged} do not. The closest pairs dedup did not flag:", "",
-                      markdown_table([{k: _cell(str(v)) for k, v in r.items()}
+                      markdown_table([{k: _cell(str(v)) for k, v in r.items()
+                                       if quote or not isinstance(v, str)}
                                       for r in nd.closest]), ""]
         lines += [f"_{n}_" for n in self.notes]
         return "\n".join(lines)

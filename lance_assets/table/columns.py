@@ -90,7 +90,7 @@ class ColumnWriteReport:
     pinned_version: int = 0  # the version whose rows (and table-wide state) this write used
     pinned_rows_end: int = 0  # rows with ids from here on arrived after the pin: pending
     fragments_pending: int = 0  # fragments without the group that are not the pinned version's
-    fragments_awaiting_compaction: int = 0  # with deleted rows: written once compacted
+    fragments_with_deletions: int = 0  # written like the others: deleted rows hold nulls
 
     @property
     def nothing_to_do(self) -> bool:
@@ -277,10 +277,8 @@ def fragments_missing(ds: lance.LanceDataset, columns: list[str],
 
 
 def incomplete_fragments(ds: lance.LanceDataset) -> set[int]:
-    """Fragments where a column group is unwritten on some row (a write marker is null),
-    except fragments with deleted rows: column writes cannot fill those until compacted."""
-    frags = [f for f in ds.get_fragments() if f.metadata.deletion_file is None]
-    return set(_fragments_with_null(ds, frags, list(marker_groups(ds))))
+    """Fragments where a column group is unwritten on some row (a write marker is null)."""
+    return set(_fragments_with_null(ds, ds.get_fragments(), list(marker_groups(ds))))
 
 
 @dataclass
@@ -426,20 +424,19 @@ def write_columns(
     missing = fragments_missing(ds, columns)
     pinned_here = [f for f in missing if pin_rows.get(f.fragment_id) == f.physical_rows
                    and f.fragment_id not in waiting]
-    # column writes need whole fragments: one with deleted rows waits for a compaction
-    todo = [f for f in pinned_here if f.metadata.deletion_file is None]
+    # a fragment with deleted rows is written whole: its live rows' values, nulls at the
+    # deleted positions (a delete never holds a column back, nor waits for a compaction)
+    todo = pinned_here
     report = ColumnWriteReport(columns=columns, pinned_version=pin.version,
                                pinned_rows_end=pinned_rows_end(table, pin),
                                fragments_pending=len(missing) - len(pinned_here),
-                               fragments_awaiting_compaction=len(pinned_here) - len(todo))
+                               fragments_with_deletions=sum(
+                                   f.metadata.deletion_file is not None for f in todo))
     report.fragments_already_done = len(ds.get_fragments()) - len(missing)
     if report.fragments_pending:
         log(f"{'+'.join(columns)}: {report.fragments_pending} fragment(s) arrived after version "
             f"{pin.version}, which this run pinned, or wait for an input column; the next run "
             "writes them")
-    if report.fragments_awaiting_compaction:
-        log(f"{'+'.join(columns)}: {report.fragments_awaiting_compaction} fragment(s) have "
-            "deleted rows; they are written after `table_maintenance` compacts them")
     if where == "ray" and todo:
         results = _ray_results(table, ds.version, todo, schema, group, compute, gpu, log)
     else:
@@ -608,20 +605,20 @@ def _ray_results(table: Table, version: int, todo: list[LanceFragment], schema: 
 def _write_fragment_columns(table: Table, frag: LanceFragment, schema: pa.Schema,
                             columns: list[str], compute: ComputeFn) -> lance.fragment.DataFile:
     """Compute the group for ``frag`` into one new (uncommitted) data file; its write marker
-    (``columns`` holds it last) is true on every row."""
-    if frag.metadata.deletion_file is not None:
-        raise ValueError(
-            f"Fragment {frag.fragment_id} of {table.uri} has deleted rows; column writes need "
-            "whole fragments. Materialize `table_maintenance` first (it compacts the table; "
-            "dagster asset materialize -m lance_assets.definitions --select table_maintenance)."
-        )
+    (``columns`` holds it last) is true on every row.
+
+    A data file covers every physical row of its fragment. Computes read the fragment, and so
+    see its live rows only: on a fragment with deleted rows their values are placed at the
+    live rows' offsets and the deleted offsets hold nulls (rows no version shows)."""
     n_rows = frag.physical_rows
     batches = list(compute(frag))
     got = sum(b.num_rows for b in batches)
     if got != n_rows:
-        raise RuntimeError(
-            f"computing {columns} for fragment {frag.fragment_id}: {got} values for {n_rows} rows"
-        )
+        live = live_offsets(frag) if frag.metadata.deletion_file is not None else None
+        if live is None or got != len(live):
+            raise RuntimeError(f"computing {columns} for fragment {frag.fragment_id}: {got} "
+                               f"values for {n_rows if live is None else len(live)} rows")
+        batches = spread(batches, live, n_rows, schema)
 
     def with_markers(b: pa.RecordBatch) -> pa.RecordBatch:
         marked = pa.array(np.ones(b.num_rows, dtype=bool))
@@ -635,6 +632,41 @@ def _write_fragment_columns(table: Table, frag: LanceFragment, schema: pa.Schema
     if len(files) != 1:
         raise RuntimeError(f"expected one data file for fragment {frag.fragment_id}")
     return files[0]
+
+
+def live_offsets(frag: LanceFragment) -> np.ndarray:
+    """The offsets (in the fragment's data files) of ``frag``'s rows that are not deleted."""
+    addr = frag.to_table(columns=[], with_row_address=True).column("_rowaddr")
+    return (addr.to_numpy(zero_copy_only=False) & 0xFFFFFFFF).astype(np.int64)
+
+
+def spread(batches: list[pa.RecordBatch], offsets: np.ndarray, n_rows: int,
+           schema: pa.Schema) -> list[pa.RecordBatch]:
+    """The values of ``batches`` (one per live row, in order) at ``offsets`` of ``n_rows``
+    rows, nulls elsewhere (``schema``: the group, for a fragment with no live row)."""
+    if batches:
+        values = pa.Table.from_batches(batches).combine_chunks()
+    else:
+        values = pa.table({f.name: pa.nulls(0, f.type) for f in schema
+                           if not is_written_marker(f.name)})
+    index = np.full(n_rows, -1, dtype=np.int64)
+    index[offsets] = np.arange(len(offsets))
+    return values.take(pa.array(index, mask=index < 0)).to_batches()
+
+
+def rows_still_live(frag: LanceFragment, ids: np.ndarray) -> np.ndarray | None:
+    """For a compute planned on an earlier view of ``frag`` (its rows' ``ids`` then): the
+    positions in ``ids`` of the rows ``frag`` shows now, or None when it shows them all. A
+    delete since the plan only removes rows; anything else is an error."""
+    if frag.count_rows() == len(ids):
+        return None
+    live = frag.to_table(columns=["id"]).column("id").to_numpy(zero_copy_only=False)
+    order = np.argsort(ids, kind="stable")
+    at = order[np.minimum(np.searchsorted(ids, live, sorter=order), max(len(ids) - 1, 0))]
+    if len(ids) == 0 or not np.array_equal(ids[at], live):
+        raise RuntimeError(f"fragment {frag.fragment_id} holds rows its plan did not see; run "
+                           "the asset again")
+    return at
 
 
 def _commit_group(table: Table, columns: list[str], schema: pa.Schema, compute: ComputeFn,
@@ -653,7 +685,7 @@ def _commit_group(table: Table, columns: list[str], schema: pa.Schema, compute: 
             frag = live.get(frag_id)
             if frag is None or frag_id not in still_missing:
                 continue  # gone, or filled meanwhile by a concurrent writer
-            if frag.physical_rows != n_rows or frag.metadata.deletion_file is not None:
+            if frag.physical_rows != n_rows:  # rows deleted meanwhile stay deleted
                 raise RuntimeError(f"fragment {frag_id} of {table.uri} changed while {columns} "
                                    "were computed for it; run the asset again")
             if sorted(data_file.fields) != want_ids:

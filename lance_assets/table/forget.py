@@ -17,14 +17,17 @@ until a compaction rewrites them. ``forget`` goes all the way:
 5. **Verify**: no version left on disk holds any of the ids, and say so.
 
 The report goes to the run's metadata and to an append-only log (``<data>/forget.log.jsonl``).
-It names the documents by id and count, never by text.
+It names the documents by id count and range, never by text, and the predicate by its sha256
+(a predicate such as ``text LIKE '%…%'`` quotes the document). A predicate that matches nothing
+changes nothing: no delete, no release, no compaction, no cleanup of old versions.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -67,9 +70,14 @@ class Holder:
     in_use: bool = False
 
 
+def predicate_digest(predicate: str) -> str:
+    """What the log and the run's metadata keep of a predicate: it may quote the documents."""
+    return "sha256:" + hashlib.sha256(predicate.encode()).hexdigest()
+
+
 @dataclass
 class ForgetReport:
-    predicate: str
+    predicate: str  # the caller's own text: never written anywhere (``predicate_sha256`` is)
     ids: int = 0
     id_range: list[int] = field(default_factory=list)  # [smallest, largest]
     rows_deleted: int = 0
@@ -80,6 +88,9 @@ class ForgetReport:
     bytes_reclaimed: int = 0
     versions_checked: int = 0
     still_readable: int = 0  # forgotten ids readable from some version after the cleanup
+    indexes: list[dict] = field(default_factory=list)  # every index in force, rebuilt
+    files_removed: list[dict] = field(default_factory=list)  # {path, rebuild}: quoted them
+    artifacts: list[dict] = field(default_factory=list)  # {path, rebuild}: may hold them
     version_after: int = 0
     duration_s: float = 0.0
 
@@ -87,17 +98,38 @@ class ForgetReport:
     def runs(self) -> list[str]:
         return [h.name for h in self.holders if h.kind == "run"]
 
+    @property
+    def predicate_sha256(self) -> str:
+        return predicate_digest(self.predicate)
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "runs": self.runs}
+        """What is recorded (the log, the run's metadata): the predicate as its digest."""
+        out = {**asdict(self), "runs": self.runs, "predicate_sha256": self.predicate_sha256}
+        del out["predicate"]
+        return out
 
     def markdown(self) -> str:
-        lines = [f"Forgot **{self.ids:,} document(s)** matching `{self.predicate}` "
+        if not self.ids:
+            return (f"No document matches the predicate ({self.predicate_sha256[:19]}…): nothing "
+                    f"was deleted, released or cleaned up; version {self.version_after} and every "
+                    "version before it are as they were.")
+        lines = [f"Forgot **{self.ids:,} document(s)** matching the predicate "
+                 f"({self.predicate_sha256[:19]}…) "
                  f"({self.rows_deleted:,} deleted from the newest version). "
                  f"{len(self.released)} snapshot(s) released; cleanup removed "
                  f"{self.versions_removed} version(s), {self.bytes_reclaimed / 1e6:,.1f} MB. "
                  f"Checked {self.versions_checked} version(s) left on disk: "
                  + ("none holds a forgotten document." if not self.still_readable else
                     f"**{self.still_readable} forgotten document(s) still readable**.")]
+        for i in self.indexes:
+            lines.append(f"- index `{i['name']}` ({i['type']} on `{i['column']}`): rebuilt over "
+                         f"{i['rows']:,} rows, none of them forgotten")
+        for f in self.files_removed:
+            lines.append(f"- removed `{f['path']}` (it quoted a forgotten document); "
+                         f"rebuild: `{f['rebuild']}`")
+        for a in self.artifacts:
+            lines.append(f"- `{a['path']}` was made from documents including forgotten ones and "
+                         f"cannot be edited; rebuild: `{a['rebuild']}`")
         if self.holders:
             lines.append("\n| snapshot | version | held | kind | name | trained on | "
                          "checkpoints |\n|---|---|---|---|---|---|---|")
@@ -146,7 +178,10 @@ def _holder(table: Table, tag: str, version: int, rows: int) -> Holder:
                 h.in_use = True  # no lock there: a run without its summary may still train
     elif tag.startswith(ABLATION_PREFIX):
         h.kind, h.name = "ablation", tag[len(ABLATION_PREFIX):]
-        h.folder = str(paths.ablation_dir(root, h.name))
+        folder = paths.ablation_dir(root, h.name)
+        h.folder = str(folder)
+        if folder.is_dir():  # every arm's runs: <arm>/<seed>/ckpt_*.pt
+            h.checkpoints = sorted(str(p) for p in folder.rglob("ckpt_*.pt"))
     return h
 
 
@@ -195,7 +230,7 @@ def forget(table: Table | str | Path, where: str, *, force: bool = False,
     if len(ids):
         report.id_range = [int(ids[0]), int(ids[-1])]
     filters = _id_filters(ids)
-    log(f"forget: {len(ids):,} document(s) match {pred.source!r}")
+    log(f"forget: {len(ids):,} document(s) match the predicate ({report.predicate_sha256[:19]}…)")
 
     # 2. who holds them
     for tag, snap in sorted(snaps.items()):
@@ -209,10 +244,20 @@ def forget(table: Table | str | Path, where: str, *, force: bool = False,
     busy = [h.tag for h in report.holders if h.in_use]
     if busy and not force:
         raise ForgetError(
-            f"forget {pred.source!r}: snapshot(s) {', '.join(busy)} hold some of the "
+            f"forget ({report.predicate_sha256[:19]}…): snapshot(s) {', '.join(busy)} hold some of the "
             f"{len(ids):,} document(s) and a running training run still reads them. Wait for it "
             "to finish (or cancel it), or pass force to release them anyway (the run then fails "
             "on its next read of a removed file).")
+
+    if not filters:  # nothing matches: nothing changes, not even old versions
+        report.version_after = newest.version
+        report.duration_s = time.perf_counter() - start
+        _log(table, report)
+        log(report.markdown())
+        return report
+
+    texts = _texts(newest, filters) + [t for tag in opened for t in _texts(opened[tag], filters)]
+    fingerprints = shingles(texts)
 
     # 3. delete, release, compact, clean up
     if filters:
@@ -230,19 +275,173 @@ def forget(table: Table | str | Path, where: str, *, force: bool = False,
                if f.metadata.deletion_file is not None}
     maint = MaintenanceReport()
     compact_table(table, include=holding, report=maint, log=log)
+    report.indexes = rebuild_indexes(table, log)  # before the cleanup: it removes the old ones
     cleanup_versions(table, timedelta(0), maint, log)
+    report.files_removed = scrub_files(storage.location(table.root), fingerprints,
+                                       {str(int(i)) for i in ids}, log)
+    report.artifacts = artifacts(storage.location(table.root))
     report.versions_removed, report.bytes_reclaimed = maint.versions_removed, maint.bytes_reclaimed
 
-    # 4. verify: no version left on disk reads any of them
+    # 4. verify: no version left on disk reads any of them, no index in force covers them
     final = table.newest()
     report.version_after = final.version
     for v in final.versions():
         report.versions_checked += 1
         if filters:
             report.still_readable += _count(table.open(int(v["version"])), filters)
+    rows = final.count_rows()
+    for i in report.indexes:
+        i["indexed_rows_now"] = next((d.num_rows_indexed for d in final.describe_indices()
+                                      if d.name == i["name"]), 0)
+        if i["indexed_rows_now"] > rows:
+            report.still_readable += i["indexed_rows_now"] - rows
     report.duration_s = time.perf_counter() - start
+    _log(table, report)
+    log(report.markdown())
+    return report
+
+
+def _log(table: Table, report: ForgetReport) -> None:
+    """One line of ``forget.log.jsonl``: ids' count and range, the predicate's digest."""
     storage.append_text(storage.location(table.root) / LOG_NAME, json.dumps(
         {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **report.to_dict()},
         sort_keys=True, default=str) + "\n")
-    log(report.markdown())
-    return report
+
+
+# ---------------------------------------------------------------------------- beyond the table
+
+SHINGLE_WORDS = 8
+# Files under the data root that may quote documents, and the asset that writes them again.
+QUOTING = ("reports", "samples")
+WRITER = {"stories": "document_stories", "forensics": "forensics", "samples": "samples",
+          "corpus_profile": "curation_profile"}
+TEXT_SUFFIXES = (".md", ".json", ".jsonl", ".txt", ".csv", ".html")
+MATERIALIZE = "dagster asset materialize -m lance_assets.definitions --select {}"
+
+
+def _texts(ds: lance.LanceDataset, filters: list[str]) -> list[str]:
+    if "text" not in ds.schema.names:
+        return []
+    return [t for f in filters for t in ds.to_table(columns=["text"], filter=f)
+            .column("text").to_pylist() if t]
+
+
+def _windows(words: list[str], k: int) -> Iterator[int]:
+    return (hash(" ".join(words[i:i + k])) for i in range(len(words) - k + 1))
+
+
+def shingles(texts: list[str]) -> dict[int, set[int]]:
+    """``{k: hashes}`` of every run of SHINGLE_WORDS words of ``texts`` (k = SHINGLE_WORDS), or
+    of the whole text when it is shorter (k = its words): what a file quoting one of them holds,
+    whatever it cut or wrapped around the quote. Hashes live in this process only."""
+    out: dict[int, set[int]] = {}
+    for text in texts:
+        words = text.split()
+        k = min(SHINGLE_WORDS, len(words))
+        if k:
+            out.setdefault(k, set()).update(_windows(words, k))
+    return out
+
+
+def _strings(value) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _plain_text(path, raw: str) -> str:
+    """A file's text as a reader sees it: a JSON file's strings unescaped."""
+    if path.name.endswith((".json", ".jsonl")):
+        try:
+            docs = [json.loads(raw)] if path.name.endswith(".json") else \
+                [json.loads(line) for line in raw.splitlines() if line.strip()]
+            return "\n".join(s for d in docs for s in _strings(d))
+        except ValueError:
+            pass
+    return raw
+
+
+def quotes(text: str, fingerprints: dict[int, set[int]]) -> bool:
+    words = text.split()
+    return any(h in hashes for k, hashes in fingerprints.items() for h in _windows(words, k))
+
+
+def _writer(root, path) -> str:
+    rel = path.relative_to(root).parts
+    key = rel[1] if len(rel) > 2 else (rel[0] if rel[0] == "samples" else path.stem)
+    return WRITER.get(key, key)
+
+
+def scrub_files(root, fingerprints: dict[int, set[int]], ids: set[str],
+                log: Callable[[str], None]) -> list[dict]:
+    """Remove every file under the data root's reports and samples that quotes a forgotten
+    document (eight words of it in a row, or all of a shorter one), and every story named by a
+    forgotten id; returns what was removed and the asset that writes it again."""
+    removed = []
+    for folder in QUOTING:
+        base = root / folder
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*")):
+            if not path.is_file() or not path.name.endswith(TEXT_SUFFIXES):
+                continue
+            named = path.parent.name == "stories" and path.stem in ids
+            try:
+                hit = named or quotes(_plain_text(path, path.read_text(errors="replace")),
+                                      fingerprints)
+            except FileNotFoundError:
+                continue
+            if hit:
+                path.unlink()
+                removed.append({"path": str(path),
+                                "rebuild": MATERIALIZE.format(_writer(root, path))})
+                log(f"forget: removed {path} (it quoted a forgotten document)")
+    return removed
+
+
+def artifacts(root) -> list[dict]:
+    """Artifacts made from the documents that cannot be edited: a corpus tokenizer (a BPE
+    learns its merges from every document it reads)."""
+    out = []
+    pointer = paths.tokenizers_dir(root) / "LATEST"
+    if pointer.is_file():
+        out.append({"path": str(paths.tokenizers_dir(root) / f"{pointer.read_text().strip()}.json"),
+                    "rebuild": MATERIALIZE.format("tokenizer")})
+    return out
+
+
+def rebuild_indexes(table: Table, log: Callable[[str], None]) -> list[dict]:
+    """Build every index in force again over the table as it is now, with the same kind and
+    parameters: an index keeps what it was built from (BM25's token dictionary and postings,
+    a vector index's centroids and codes) even after its rows are deleted and remapped."""
+    ds = table.newest()
+    out = []
+    for desc in ds.describe_indices():
+        name, column = desc.name, desc.field_names[0]
+        stats = ds.stats.index_stats(name)
+        kind = str(stats.get("index_type", ""))
+        detail = (stats.get("indices") or [{}])[0]
+        if kind.upper().startswith("IVF"):
+            kwargs = {"metric": detail.get("metric_type", "l2"),
+                      "num_partitions": int(detail.get("num_partitions") or 1)}
+            sub = detail.get("sub_index") or {}
+            if "num_sub_vectors" in sub and "PQ" in kind.upper():
+                kwargs["num_sub_vectors"] = int(sub["num_sub_vectors"])
+
+            def build(d, column=column, kind=kind, name=name, kwargs=kwargs):
+                return d.create_index(column, kind.upper(), name=name, replace=True, **kwargs)
+        else:
+            scalar = "INVERTED" if kind.lower() == "inverted" else kind.upper()
+
+            def build(d, column=column, scalar=scalar, name=name):
+                return d.create_scalar_index(column, scalar, name=name, replace=True)
+        table.commit(f"forget: rebuild index {name}", build, log=log)
+        rows = next(d.num_rows_indexed for d in table.newest().describe_indices() if d.name == name)
+        out.append({"name": name, "type": kind, "column": column, "rows": rows})
+        log(f"forget: index {name} rebuilt over {rows:,} rows")
+    return out

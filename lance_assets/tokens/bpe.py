@@ -284,6 +284,11 @@ def train_bpe(
     return report
 
 
+def longest_token_lengths(tok: TiktokenTokenizer, n: int = 12) -> list[int]:
+    """The byte lengths of the ``n`` longest learned tokens."""
+    return sorted((len(t) for t in tok.enc._mergeable_ranks), reverse=True)[:n]
+
+
 def longest_tokens(tok: TiktokenTokenizer, n: int = 12) -> list[str]:
     """The ``n`` longest learned tokens, as text (for a glance at what the BPE learned)."""
     tokens = sorted(tok.enc._mergeable_ranks, key=lambda t: (-len(t), t))[:n]

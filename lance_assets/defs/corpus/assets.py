@@ -152,6 +152,8 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, lance_
         **{f"bytes_per_token_{name}": value for name, value in bpt.items()},
         "bpe_vs_byte": round(bpt["bpe"] / bpt["byte"], 2) if bpt.get("bpe") and bpt.get("byte")
         else None,
-        "longest_tokens": dg.MetadataValue.json(bpe.longest_tokens(tok)),
+        # lengths only: a learned token may be a word of one document, which `forget` could
+        # not erase from the instance's records
+        "longest_token_bytes": dg.MetadataValue.json(bpe.longest_token_lengths(tok)),
         "duration_s": round(report.duration_s, 3),
     })

@@ -41,7 +41,8 @@ NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(minhash.MinHashSettings()),
 
 class TextIndexConfig(dg.Config):
     example_query: str = "telescope"
-    """A keyword query whose best matches are shown in the metadata."""
+    """A keyword query whose best matches (ids and scores: metadata never quotes a document,
+    since `forget` cannot erase the instance's records) are shown in the metadata."""
 
 
 @dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
@@ -51,10 +52,8 @@ def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance
     runs add only the rows appended since. Query: `Table.of(root).newest().to_table(
     full_text_query="telescope", limit=10)` or `lance_assets.forensics.text_index.search`."""
     report = fts.text_index(lance_store.root)
-    hits = fts.search(lance_store.root, config.example_query, limit=5, columns=("id", "text"))
-    example = [{"id": r["id"], "score": round(r["_score"], 3),
-                "text": r["text"][:80].replace("\n", " ").replace("|", "/")}
-               for r in hits.to_pylist()]
+    hits = fts.search(lance_store.root, config.example_query, limit=5, columns=("id",))
+    example = [{"id": r["id"], "score": round(r["_score"], 3)} for r in hits.to_pylist()]
     version = index_data_version(context, lance_store.table, fts.INDEX_NAME)
     return dg.MaterializeResult(data_version=version, metadata={
         "dagster/uri": lance_store.table.uri,

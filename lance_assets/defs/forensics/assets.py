@@ -136,7 +136,7 @@ def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
         "lance/table_version": report.pin.version,
         "pinned": report.pin.source,
         "checkpoint": report.checkpoint or "",
-        "report": dg.MetadataValue.md(report.markdown()),
+        "report": dg.MetadataValue.md(report.markdown(quote=False)),
         "report_path": dg.MetadataValue.path(
             str(paths.reports_dir(lance_store.root) / "forensics.md")),
         "samples": len(report.attributions),
@@ -186,7 +186,7 @@ def document_stories(context: dg.AssetExecutionContext, config: StoriesConfig,
             raise dg.Failure(str(err)) from None
         md_path, _ = ex.save(lance_store.table, story)
         context.log.info(story.headline())
-        metadata[f"document_{doc_id}"] = dg.MetadataValue.md(story.markdown())
+        metadata[f"document_{doc_id}"] = dg.MetadataValue.md(story.markdown(quote=False))
         rows.append({"id": doc_id, "in version": story.present,
                      "removed by": ", ".join(story.removed_by) or "",
                      "trained on by": ", ".join(s.name for s in story.trained_by),

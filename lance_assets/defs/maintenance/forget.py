@@ -11,7 +11,9 @@ from lance_assets.table.forget import ForgetError, forget
 class ForgetConfig(dg.Config):
     where: str
     """Which documents: a predicate over the table's columns (the curation rules' parser), e.g.
-    `url = 'https://example.com/page'` or `id IN (17, 42)`."""
+    `url = 'https://example.com/page'` or `id IN (17, 42)`. The instance keeps a run's config:
+    name documents by id or url here, never by a passage of their text (`python -m lance_assets
+    forget` keeps no record of the predicate but its sha256)."""
     force: bool = False
     """Release the snapshots that hold them even while a training run still reads one (that
     run then fails). Without it, the job refuses and names the run."""

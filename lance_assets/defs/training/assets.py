@@ -248,12 +248,16 @@ def samples(context: dg.AssetExecutionContext, config: SamplesConfig, lance_stor
     storage.write_atomic(paths.samples_dir(lance_store.root) / "samples.json", json.dumps(
         {"checkpoint": str(ckpt), "samples": result}, indent=2).encode())
     n_tokens = sum(len(s["token_ids"]) for s in result)
-    md = "\n\n".join(f"**{s['prompt'] or '(unconditional)'}**\n\n> "
-                     + (s["prompt"] + s["completion"]).replace("\n", "\n> ") for s in result)
+    # The text stays in the file: a sample can reproduce a training document, and `forget`
+    # rewrites files under the data root but cannot erase the instance's records.
+    md = markdown_table([{"prompt": " ".join(s["prompt"].split()).replace("|", "/") or "(unconditional)",
+                          "tokens": len(s["token_ids"])} for s in result])
     return dg.MaterializeResult(metadata={
         "dagster/row_count": len(result),
         "checkpoint": dg.MetadataValue.path(str(ckpt)),
         "samples": dg.MetadataValue.md(md),
+        "samples_path": dg.MetadataValue.path(
+            str(paths.samples_dir(lance_store.root) / "samples.json")),
         "settings": dg.MetadataValue.md(markdown_table([{
             "temperature": config.temperature, "top_k": config.top_k,
             "max_new_tokens": config.max_new_tokens, "seed": config.seed}])),
