@@ -153,3 +153,30 @@ def test_jsonl_and_txt_sources(tmp_path, root):
     assert report.rows_skipped == {"not_utf8": 1}
     texts = sorted(r["text"] for r in read(root, ["text"]))
     assert texts == ["a plain text document\nwith two lines", "json doc 0", "json doc 1", "json doc 2"]
+
+
+def test_a_damaged_row_group_is_skipped_and_named_and_the_groups_after_it_land(tmp_path, root):
+    """One row group of three has a damaged page (what a truncated copy or a bad disk leaves):
+    the groups before and after it land, the damaged one is counted under a reason naming the
+    file and the group, and a rerun adds nothing and says the same."""
+    src = tmp_path / "src"
+    src.mkdir()
+    texts = [f"document {i} " + "words of its own " * 20 for i in range(300)]
+    path = write_fineweb_parquet(src / "a.parquet", texts)
+    pq.write_table(pq.read_table(path), path, row_group_size=100, compression="NONE")
+    meta = pq.read_metadata(path)
+    assert meta.num_row_groups == 3
+    col = meta.row_group(1).column(meta.schema.names.index("text"))
+    with open(path, "r+b") as fh:  # garbage over the text column's first page header
+        fh.seek(col.data_page_offset)
+        fh.write(b"\xff" * 64)
+    first = ingest(root, str(src), log=quiet)
+    ds = lance.dataset(paths.table_uri(root))
+    landed = sorted(int(t.split()[1]) for t in ds.to_table(columns=["text"]).column("text")
+                    .to_pylist())
+    assert landed == list(range(100)) + list(range(200, 300))
+    (reason, n), = first.rows_skipped.items()
+    assert n == 100 and str(path) in reason and "row group 1" in reason
+    again = ingest(root, str(src), log=quiet)
+    assert again.rows_added == 0 and ds.count_rows() == 200
+    assert lance.dataset(paths.table_uri(root)).count_rows() == 200

@@ -227,10 +227,20 @@ def _parquet_unit(path: Path, text_column: str, key: str) -> SourceUnit:
         raise SourceError(_no_text_column(path, text_column, names))
     wanted = [c for c in [text_column, *MAPPED_COLUMNS] if c in names]
 
-    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """Row group by row group: a group that cannot be decoded (a damaged page) is skipped
+        whole and counted under a reason naming the file and the group; the groups after it
+        are read (and a rerun skips the same group again)."""
         pf = pq.ParquetFile(path)
         for rg in range(first, pf.num_row_groups):
-            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=[rg], columns=wanted):
+            try:
+                group = pf.read_row_group(rg, columns=wanted)
+            except (OSError, pa.ArrowException) as exc:
+                cause = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+                skipped.add(f"damaged: {path} row group {rg} ({cause}); re-download or rewrite "
+                            "the file", pf.metadata.row_group(rg).num_rows)
+                continue
+            for batch in group.to_batches(max_chunksize=READ_BATCH_ROWS):
                 yield rg, select_columns(batch, str(path), text_column)
 
     return SourceUnit(key=key, read=read, n_parts=meta.num_row_groups,
