@@ -159,3 +159,52 @@ def test_no_validation_document_reaches_a_training_batch(tokenized_root, tmp_pat
         by_split[doc_id % 20 == 0].add(digest)
     assert seen <= by_split[False] | by_split[True]  # the hashes are of whole documents
     assert not seen & (by_split[True] - by_split[False])  # and never of a validation one
+
+
+def test_a_run_is_said_to_have_trained_on_exactly_what_it_read(tokenized_root, tmp_path):
+    """A run of 4 steps of 16 whole documents reads about a twentieth of what its filter keeps:
+    its read record names exactly the documents of its batches; `explain` says "read" for those
+    and "kept by its filter, not read" for the others, and `forget` counts only the read ones."""
+    import shutil
+
+    import numpy as np
+
+    from lance_assets.defs.training.assets import TrainConfig, training_snapshot
+    from lance_assets.forensics.explain import explain
+    from lance_assets.table import Table
+    from lance_assets.table.forget import forget
+    from lance_assets.train.read_record import rows_read
+    from lance_assets_tests.helpers import quiet
+
+    root = tmp_path / "data"
+    shutil.copytree(tokenized_root, root)
+    table = Table.of(root)
+    out = root / "train" / "r1"
+    tag, _ = training_snapshot(TrainConfig(run_name="r1"), table, out)
+    assert main(["--data", str(root), "--out", str(out), "--table-tag", tag, "--seq-len", "512",
+                 "--batch-size", "16", "--steps", "4", "--eval-every", "1000", "--no-pack",
+                 "--log-batch-hashes"]) == 0
+    seen = {h for m in metrics(out) if "batch_hashes" in m for h in m["batch_hashes"]}
+    summary = json.loads((out / "summary.json").read_text())
+    snap = data.open_snapshot(table, version=summary["table_version"])
+    rows = snap.table.to_lance().to_table(columns=["id", "input_ids"], filter=summary["filter"])
+    shape = data.TruncateOrPad(513, snap.tokenizer["eos_id"], snap.tokenizer["pad_id"])
+    digest = {i: block_hashes([s["input_ids"][None]])[0]
+              for i, s in zip(rows.column("id").to_pylist(), shape(rows))}
+    batches = {i for i, h in digest.items() if h in seen}
+    read = rows_read(out)
+    assert len(batches) == 64 and set(read.tolist()) == batches
+    assert len(read) < len(digest) / 10  # a small part of what the filter keeps
+
+    in_read, not_read = int(read[0]), next(i for i in digest if i not in batches)
+    story = {i: {s.name: s for s in explain(table, i, ref=tag).snapshots}["r1"]
+             for i in (in_read, not_read)}
+    assert story[in_read].read is True and story[in_read].trained_on
+    assert story[not_read].read is False and story[not_read].trained_on
+    assert "kept by its filter, not read" in story[not_read].note
+    assert "r1" not in [s.name for s in explain(table, not_read, ref=tag).trained_by]
+
+    report = forget(table, f"id IN ({in_read}, {not_read})", force=True, log=quiet)
+    (holder,) = report.holders
+    assert (holder.name, holder.rows, holder.kept_by_filter, holder.trained_on) == ("r1", 2, 2, 1)
+    assert holder.read_record and np.isin(in_read, read)

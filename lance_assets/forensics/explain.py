@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -38,6 +39,7 @@ from lance_assets import keys, paths
 from lance_assets.curation.predicate import PredicateError, safe_predicate
 from lance_assets.markdown import markdown_table
 from lance_assets.table import Table
+from lance_assets.train.read_record import rows_read
 
 MAX_LIST = 12  # longer lists are shown by their length and first items
 MAX_MEMBERS = 20  # cluster members listed (the size is always counted)
@@ -78,6 +80,7 @@ class RunVerdict:
     trained_on: bool | None  # the run's filter keeps the row there (None: unknown)
     filter: str = ""
     note: str = ""
+    read: bool | None = None  # the run read the row (its read record); None: no record
 
 
 @dataclass
@@ -102,7 +105,10 @@ class Story:
 
     @property
     def trained_by(self) -> list[RunVerdict]:
-        return [s for s in self.snapshots if s.kind != "snapshot" and s.trained_on]
+        """The runs that read the document (by their read records), or whose filter kept it
+        where a run has no record."""
+        return [s for s in self.snapshots if s.kind != "snapshot"
+                and (s.read if s.read is not None else s.trained_on)]
 
     def headline(self) -> str:
         if not self.present:
@@ -146,7 +152,9 @@ class Story:
             out += ["", "### Snapshots, training runs and ablation arms", "",
                     markdown_table([{"kind": s.kind, "name": s.name, "tag": s.tag or "",
                                      "version": s.version, "in that version": _yn(s.present),
-                                     "trained on it": _yn(s.trained_on), "note": s.note}
+                                     "kept by its filter": _yn(s.trained_on),
+                                     "read by it": _yn(s.read) if s.read is not None
+                                     else "no record", "note": s.note}
                                     for s in self.snapshots])]
         if self.samples:
             out += ["", "### Generated samples attributed to it", "",
@@ -383,8 +391,13 @@ def _runs(table: Table, doc_id: int) -> list[RunVerdict]:
             continue
         tag = info.get("table_tag") or None
         version = int(info["table_version"])
-        out.append(_verdict(table, doc_id, "run", run.name, tag, version,
-                            info.get("filter") or ""))
+        v = _verdict(table, doc_id, "run", run.name, tag, version, info.get("filter") or "")
+        read = rows_read(run) if v.trained_on else None
+        if read is not None:
+            v.read = bool(np.isin(doc_id, read))
+            v.note = (v.note + "; " if v.note else "") + (
+                "read by the run" if v.read else "kept by its filter, not read")
+        out.append(v)
         seen_tags.add(tag or "")
     ablations = paths.ablation_dir(root, "x").parent
     for folder in _children(ablations):

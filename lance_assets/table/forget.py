@@ -65,7 +65,9 @@ class Holder:
     kind: str = "snapshot"  # run | ablation | snapshot
     name: str = ""  # the run or ablation
     folder: str | None = None
-    trained_on: int | None = None  # of ``rows``, those its training filter kept (runs)
+    trained_on: int | None = None  # of ``rows``, those it read (else those its filter kept)
+    kept_by_filter: int | None = None  # of ``rows``, those its training filter kept (runs)
+    read_record: bool = False  # ``trained_on`` counts what it read (``train.read_record``)
     checkpoints: list[str] = field(default_factory=list)
     in_use: bool = False
 
@@ -131,11 +133,12 @@ class ForgetReport:
             lines.append(f"- `{a['path']}` was made from documents including forgotten ones and "
                          f"cannot be edited; rebuild: `{a['rebuild']}`")
         if self.holders:
-            lines.append("\n| snapshot | version | held | kind | name | trained on | "
-                         "checkpoints |\n|---|---|---|---|---|---|---|")
+            lines.append("\n| snapshot | version | held | kind | name | read by it | kept by "
+                         "its filter | checkpoints |\n|---|---|---|---|---|---|---|---|")
             lines += [f"| `{h.tag}` | {h.version} | {h.rows} | {h.kind} | {h.name} | "
-                      f"{'' if h.trained_on is None else h.trained_on} | {len(h.checkpoints)} |"
-                      for h in self.holders]
+                      f"{h.trained_on if h.read_record else '(no record)'} | "
+                      f"{'' if h.kept_by_filter is None else h.kept_by_filter} | "
+                      f"{len(h.checkpoints)} |" for h in self.holders]
         return "\n".join(lines)
 
 
@@ -185,20 +188,55 @@ def _holder(table: Table, tag: str, version: int, rows: int) -> Holder:
     return h
 
 
-def _trained_on(table: Table, h: Holder, ds: lance.LanceDataset, filters: list[str]) -> None:
-    """How many of the forgotten documents the run's training filter kept (its summary)."""
-    if h.kind != "run" or h.folder is None:
+def _read_by(folders: list) -> np.ndarray | None:
+    """The ids read by the finished runs in ``folders`` (``train.read_record``); None when one
+    has no exact record (killed between checkpoints, or from before records)."""
+    from lance_assets.train.read_record import rows_read
+
+    read = []
+    for folder in folders:
+        if not (folder / "summary.json").is_file():
+            return None
+        got = rows_read(folder)
+        if got is None:
+            return None
+        read.append(got)
+    return np.unique(np.concatenate(read)) if read else None
+
+
+def _trained_on(table: Table, h: Holder, ds: lance.LanceDataset, filters: list[str],
+                ids: np.ndarray) -> None:
+    """Of the forgotten documents in ``h``'s version: those its runs read (their records) and
+    those a run's training filter kept (its summary)."""
+    if h.folder is None:
         return
-    summary = storage.location(h.folder) / "summary.json"
-    try:
-        train_filter = json.loads(summary.read_text()).get("filter")
-    except (FileNotFoundError, ValueError):
+    folder = storage.location(h.folder)
+    if h.kind == "ablation":
+        runs = sorted({p.parent for p in folder.rglob("summary.json")}) if folder.is_dir() else []
+    elif h.kind == "run":
+        runs = [folder]
+    else:
         return
-    try:  # the filter is the run's own, validated when it trained; checked again all the same
-        pred = safe_predicate(train_filter, ds.schema.names) if train_filter else None
-    except PredicateError:
-        return
-    h.trained_on = _count(ds, filters, pred.lance if pred else None)
+    read = _read_by(runs) if runs else None
+    if h.kind == "run":
+        summary = folder / "summary.json"
+        try:
+            train_filter = json.loads(summary.read_text()).get("filter")
+        except (FileNotFoundError, ValueError):
+            train_filter = None
+        else:  # the run's own filter, validated when it trained; checked again all the same
+            try:
+                pred = safe_predicate(train_filter, ds.schema.names) if train_filter else None
+            except PredicateError:
+                pass
+            else:
+                h.kept_by_filter = _count(ds, filters, pred.lance if pred else None)
+    if read is not None:
+        held = ids[np.isin(ids, ds.to_table(columns=["id"], filter=" OR ".join(
+            f"({f})" for f in filters)).column("id").to_numpy())]
+        h.trained_on, h.read_record = int(np.isin(held, read).sum()), True
+    else:
+        h.trained_on = h.kept_by_filter
 
 
 def forget(table: Table | str | Path, where: str, *, force: bool = False,
@@ -239,7 +277,7 @@ def forget(table: Table | str | Path, where: str, *, force: bool = False,
         rows = _count(opened[tag], filters)
         if rows:
             holder = _holder(table, tag, snap.version, rows)
-            _trained_on(table, holder, opened[tag], filters)
+            _trained_on(table, holder, opened[tag], filters, ids)
             report.holders.append(holder)
     busy = [h.tag for h in report.holders if h.in_use]
     if busy and not force:

@@ -36,7 +36,7 @@ from lance_assets import paths, storage
 from lance_assets.curation.predicate import PredicateError
 from lance_assets.launch.signals import StopRequested
 from lance_assets.table import Table
-from lance_assets.train import checkpoint, data
+from lance_assets.train import checkpoint, data, read_record
 from lance_assets.train.collectives import Collectives, launched_by_torchrun
 from lance_assets.train.config import ConfigError, TrainConfig, data_root, parse_args
 from lance_assets.train.model import GPT, GPTConfig, config_for
@@ -531,17 +531,41 @@ class Run:
         if self.comm.rank != 0:
             return None
         cfg, d, p = self.cfg, self.run_data, self.progress
+        loader = self.batches.merge_state_dicts(states)
         state = {
             "model": self.net.model.state_dict(),
             "optimizer": [opt.state_dict() for opt in self.net.optimizers],
             "step": p.step, "epoch": self.batches.epoch, "tokens_seen": p.tokens_seen,
-            "loader": self.batches.merge_state_dicts(states), "world_size": self.comm.world,
+            "loader": loader, "world_size": self.comm.world,
             "steps": d.steps, "model_config": asdict(self.net.model_cfg), "tokenizer": d.tok,
             "args": {**asdict(cfg), "data": str(self.root)},  # the data root the run resolved
             "table_version": d.snap.version, "table_tag": d.table_tag,
             "filter": d.split.train.lance, "git_commit": self.commit,
         }
-        return checkpoint.save_atomic(state, self.out, p.step, keep=cfg.keep_ckpts)
+        saved = checkpoint.save_atomic(state, self.out, p.step, keep=cfg.keep_ckpts)
+        self.record_read(loader)
+        return saved
+
+    def record_read(self, loader: dict) -> None:
+        """``OUT/read.json`` (``read_record``): the documents read up to this checkpoint, as
+        each epoch's stored permutation and how far each split of the current one advanced."""
+        cfg, d = self.cfg, self.run_data
+        epoch = int(loader.get("epoch", self.batches.epoch))
+        # rows taken from each split: its permutation position (rows mode), or the rows the
+        # packer took (packed mode, where a row's tail may wait in the buffer: read all the same)
+        taken = loader.get("positions_consumed_per_split") or loader["samples_consumed_per_split"]
+        epochs = []
+        for e in range(epoch + 1):
+            key = data.PermutationKey(d.snap.version, d.split.train.lance, cfg.seed, e,
+                                      cfg.num_splits)
+            stored = data.open_permutation(d.snap, key, self.out / "permutations")
+            if stored is None:  # an epoch read elsewhere: no exact record
+                return
+            epochs.append({"epoch": e, "rows": stored.uri, "split_sizes": stored.split_sizes,
+                           "positions": None if e < epoch else
+                           [int(n) for n in taken]})
+        read_record.write(self.out, table_version=d.snap.version, step=self.progress.step,
+                          epochs=epochs)
 
 
 # ---- the loop

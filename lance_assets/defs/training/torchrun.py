@@ -166,7 +166,7 @@ class TorchrunPipesClient(dg.PipesSubprocessClient):
                                                   env={**full_env, **overlay}))
                 codes = [proc.wait() for proc in procs]
                 if any(codes):
-                    raise dg.DagsterPipesExecutionError(
+                    raise dg.Failure(
                         f"trainer exited with codes {codes}; see the run's logs")
             except dg.DagsterExecutionInterruptedError:
                 context.log.info("run cancelled: asking every rank to checkpoint and stop")
