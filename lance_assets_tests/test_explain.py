@@ -168,6 +168,42 @@ def test_cli_explain(corpus, capsys):
     assert cli(["explain", "--id", "1", "--version", "no-such-tag", "--data", str(root)]) == 2
     err = capsys.readouterr().err
     assert "no-such-tag" in err and "train-r1" in err  # names the tags there are
+    assert cli(["explain", "--id", str(2**63), "--data", str(root)]) == 2  # not an id at all
+    err = capsys.readouterr().err
+    assert str(2**63) in err and "64-bit" in err and "Traceback" not in err
+
+
+def test_exact_copies_come_from_text_hash_before_near_dup_is_written(tmp_path):
+    """A copy ingested after `near_dup` ran is in its original's exact cluster as soon as
+    `dedup_flag` hashed it, though the original's near-duplicate cluster does not hold it yet
+    (and a copy not hashed yet is hashed on the spot)."""
+    import random
+
+    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.curation.near_dup import near_dup
+    from lance_assets.forensics.explain import explain
+    from lance_assets.ingest.raw_text import ingest
+    from lance_assets_tests.helpers import quiet, write_fineweb_parquet
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghij") for _ in range(6)) for _ in range(300)]
+    texts = [" ".join(rng.choice(words) for _ in range(120)) for _ in range(30)]
+    root, src = tmp_path / "data", tmp_path / "src"
+    src.mkdir()
+    write_fineweb_parquet(src / "a.parquet", texts + [texts[4]])
+    ingest(root, str(src), log=quiet)
+    dedup_flag(root, log=quiet)
+    near_dup(root, log=quiet)
+    write_fineweb_parquet(src / "b.parquet", [texts[4]], start_id=100)
+    ingest(root, str(src), log=quiet)
+    dedup_flag(root, log=quiet)  # hashed and flagged; near_dup not run again
+    write_fineweb_parquet(src / "c.parquet", ["  ".join(texts[4].split())], start_id=200)
+    ingest(root, str(src), log=quiet)  # a third copy, not hashed yet
+    story = explain(root, 4)
+    (exact,) = [c for c in story.duplicates if c.kind == "exact"]
+    assert (exact.size, exact.members, exact.kept, exact.this_kept) == (4, [4, 30, 31, 32], 4, True)
+    (near,) = [c for c in story.duplicates if c.kind == "near"]
+    assert near.members == [4, 30]  # what the near-duplicate columns hold so far
 
 
 def test_document_stories_asset_shows_each_story(corpus):
