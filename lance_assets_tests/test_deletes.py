@@ -5,8 +5,9 @@
   finds every row written, with no compaction in between.
 - A writer running while rows are deleted under it finishes, and one more run leaves every
   column written.
-- The duplicate columns keep a member of every cluster: when the kept copy of an exact or near
-  duplicate is deleted, the next run of the column unflags the survivor, and nothing else.
+- The duplicate columns keep a member of every cluster: when the kept copy of an exact, near or
+  semantic duplicate is deleted, the next run of the column unflags a survivor (the smallest
+  remaining id), and nothing else.
 """
 
 from __future__ import annotations
@@ -152,6 +153,9 @@ def test_the_surviving_copy_is_kept_after_the_kept_one_is_deleted(raw, tmp_path,
     shutil.copytree(raw, root)
     dedup_flag(root, log=quiet)
     near_dup(root, log=quiet)
+    for writer in ("chunk_embeddings", "semantic_dup"):
+        run_writer(writer, str(root), None)
+    semantic = _by_id(root, ["semantic_rep", "semantic_dup"])
     cols = ["text_hash", "is_dup", "near_dup_cluster", "near_dup"]
     flags = _by_id(root, cols)
     # the copies at ids 540..599 repeat ids 0..59: forget the kept one of ten of them
@@ -166,6 +170,7 @@ def test_the_surviving_copy_is_kept_after_the_kept_one_is_deleted(raw, tmp_path,
 
     dedup_flag(root, log=quiet)
     near_dup(root, log=quiet)
+    run_writer("semantic_dup", str(root), None)
     now = _by_id(root, cols)
     for i in kept:
         assert now[i + 540][1] is False and now[i + 540][3] is False, (i, now[i + 540])
@@ -173,7 +178,10 @@ def test_the_surviving_copy_is_kept_after_the_kept_one_is_deleted(raw, tmp_path,
     assert {i: v for i, v in now.items() if i not in survivors} == \
         {i: v for i, v in flags.items() if i not in survivors and i not in kept}
     # every text and every near-duplicate cluster still has exactly one kept member
-    for col, flag in (("text_hash", "is_dup"), ("near_dup_cluster", "near_dup")):
+    lost = {semantic[i][0] for i in kept if not semantic[i][1]}  # groups whose rep was deleted
+    assert lost and any(semantic[i + 540][0] in lost for i in kept)
+    for col, flag in (("text_hash", "is_dup"), ("near_dup_cluster", "near_dup"),
+                      ("semantic_rep", "semantic_dup")):
         t = lance.dataset(paths.table_uri(root)).to_table(columns=[col, flag])
         t = t.append_column("kept", pc.invert(t.column(flag)))
         kept_per_cluster = t.group_by(col).aggregate([("kept", "sum")]).column("kept_sum")
@@ -181,5 +189,6 @@ def test_the_surviving_copy_is_kept_after_the_kept_one_is_deleted(raw, tmp_path,
     version = Table.of(root).newest().version
     dedup_flag(root, log=quiet)  # nothing more to elect: the flags stay as they are
     near_dup(root, log=quiet)
+    run_writer("semantic_dup", str(root), None)
     assert _by_id(root, cols) == now
     assert Table.of(root).newest().version == version  # and nothing was committed

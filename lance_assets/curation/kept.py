@@ -2,9 +2,10 @@
 
 The duplicate columns flag every copy of a text but one, the kept member (the smallest id):
 ``is_dup`` among the rows of one ``text_hash``, ``near_dup`` among the rows of one
-``near_dup_cluster``. Values once written never change, except here: a delete (``forget``, or an
-operator's) can remove a cluster's kept member, and its surviving copies would then stay flagged,
-so that no copy of the text is trained on any more.
+``near_dup_cluster``, ``semantic_dup`` among the rows of one ``semantic_rep``. Values once
+written never change, except here: a delete (``forget``, or an operator's) can remove a
+cluster's kept member, and its surviving copies would then stay flagged, so that no copy of the
+text is trained on any more.
 
 ``elect`` runs at the end of each run of those columns, only when rows were deleted (the table
 holds fewer rows below the run's ``rows_end`` than ids it handed out). It finds, on the table as

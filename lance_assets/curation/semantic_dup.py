@@ -52,12 +52,14 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys
+from lance_assets.curation.kept import elect
 from lance_assets.embeddings.embeddings import DIM
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import (
     ColumnWriteReport,
     Staged,
     fragments_missing,
+    pinned_rows_end,
     rows_still_live,
     write_columns,
 )
@@ -220,6 +222,7 @@ class SemanticDupStats:
     pairs_compared: int = 0
     compare_s: float = 0.0
     read_s: float = 0.0
+    kept_after_deletes: int = 0  # unflagged: their group's representative was deleted
 
 
 @dataclass
@@ -452,7 +455,14 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
                                log=log, waiting=lacking)
         return report, stats
 
-    return table.pinned(run, what="semantic_dup", log=log)
+    def run_and_elect(ds: lance.LanceDataset):
+        report, stats = run(ds)
+        stats.kept_after_deletes = elect(table, flag=SEMANTIC_DUP.name,
+                                         cluster=SEMANTIC_REP.name,
+                                         rows_end=pinned_rows_end(table, ds), log=log)
+        return report, stats
+
+    return table.pinned(run_and_elect, what="semantic_dup", log=log)
 
 
 def write(table: Table, settings: SemanticDupSettings, options: WriteOptions) -> Produced:
@@ -467,6 +477,7 @@ def write(table: Table, settings: SemanticDupSettings, options: WriteOptions) ->
         if computed else 0.0,
         "clusters": stats.clusters,
         "clusters_trained_now": stats.trained,
+        "kept_after_deletes": stats.kept_after_deletes,
         "pairs_compared": stats.pairs_compared,
         "compare_us_per_doc": round(stats.compare_s / stats.documents * 1e6, 1)
         if stats.documents else 0.0,
