@@ -48,6 +48,20 @@ def curated(store):
     return result
 
 
+def test_no_asset_metadata_quotes_a_document(curated, store):
+    """The instance keeps every materialization's metadata, and `forget` cannot erase it: no
+    entry holds eight words in a row of any document."""
+    from lance_assets.table.forget import quotes, shingles
+
+    ds = lance.dataset(store.table_uri)
+    fingerprints = shingles(ds.to_table(columns=["text"]).column("text").to_pylist())
+    events = curated.get_asset_materialization_events()
+    assert {e.asset_key.path[-1] for e in events} >= set(CORPUS)
+    for event in events:
+        for name, entry in event.materialization.metadata.items():
+            assert not quotes(str(entry.value), fingerprints), (event.asset_key, name)
+
+
 def test_curation_assets_report_what_a_person_needs(curated, store):
     ds = lance.dataset(store.table_uri)
     signals, near = meta(curated, "quality_signals"), meta(curated, "near_dup")

@@ -92,9 +92,12 @@ def test_materialize_whole_graph(tmp_path):
     assert lance.dataset(paths.table_uri(root)).version == ds.version
 
     # every document's story: the run `pretrained_model` recorded, judged at its tagged version
-    summary = next(json.loads(p.read_text()) for p in paths.train_dir(root).glob("*/summary.json"))
-    run_filter = summary["filter"]
-    trained = ds.to_table(columns=["id"], filter=run_filter).column("id").to_pylist()[0]
+    from lance_assets.train.read_record import rows_read
+
+    run_dir = next(p.parent for p in paths.train_dir(root).glob("*/summary.json"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    trained = int(rows_read(run_dir)[0])  # a document the run read (not only one its filter kept)
+    assert ds.count_rows(filter=f"({summary['filter']}) AND id = {trained}") == 1
     removed = ds.to_table(columns=["id"], filter="is_dup").column("id").to_pylist()[0]
     stories = dg.materialize([defs.get_assets_def("document_stories")], resources=resources,
                              run_config={"ops": {"document_stories": {"config": {
@@ -103,3 +106,8 @@ def test_materialize_whole_graph(tmp_path):
     meta = stories.asset_materializations_for_node("document_stories")[0].metadata
     assert f"(tag {summary['table_tag']})" in meta[f"document_{trained}"].value.split("\n")[2]
     assert "exact_dup" in meta[f"document_{removed}"].value
+    for doc in (trained, removed):  # the stories quote the documents in their files only
+        text = ds.to_table(columns=["text"], filter=f"id = {doc}").column("text")[0].as_py()
+        assert " ".join(text.split()[:8]) not in " ".join(meta[f"document_{doc}"].value.split())
+        assert " ".join(text.split()[:8]) in " ".join(
+            (paths.reports_dir(root) / "stories" / f"{doc}.md").read_text().split())
