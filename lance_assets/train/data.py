@@ -425,6 +425,18 @@ def open_permutation(snap: TableSnapshot, key: PermutationKey,
     return StoredPermutation(uri, key, sizes)
 
 
+def stored_rows(key: PermutationKey, root: storage.Location) -> tuple[str, list[int]] | None:
+    """Where ``key``'s stored permutation keeps its rows, and its split sizes, read from its
+    manifest alone (the run that reads it checked it when it opened it); None when none was
+    stored."""
+    folder = key.folder(root)
+    try:
+        m = json.loads(storage.read_bytes(_manifest(folder)))
+    except FileNotFoundError:
+        return None
+    return storage.uri_of(folder / str(m["rows"])), [int(n) for n in m["split_sizes"]]
+
+
 def build_permutation(snap: TableSnapshot, key: PermutationKey,
                       root: storage.Location) -> StoredPermutation:
     """Build ``key``'s permutation exactly as ``StreamingDataset`` would (same builder calls)

@@ -558,10 +558,10 @@ class Run:
         for e in range(epoch + 1):
             key = data.PermutationKey(d.snap.version, d.split.train.lance, cfg.seed, e,
                                       cfg.num_splits)
-            stored = data.open_permutation(d.snap, key, self.out / "permutations")
+            stored = data.stored_rows(key, self.out / "permutations")
             if stored is None:  # an epoch read elsewhere: no exact record
                 return
-            epochs.append({"epoch": e, "rows": stored.uri, "split_sizes": stored.split_sizes,
+            epochs.append({"epoch": e, "rows": stored[0], "split_sizes": stored[1],
                            "positions": None if e < epoch else
                            [int(n) for n in taken]})
         read_record.write(self.out, table_version=d.snap.version, step=self.progress.step,
