@@ -208,3 +208,7 @@ def test_a_run_is_said_to_have_trained_on_exactly_what_it_read(tokenized_root, t
     (holder,) = report.holders
     assert (holder.name, holder.rows, holder.kept_by_filter, holder.trained_on) == ("r1", 2, 2, 1)
     assert holder.read_record and np.isin(in_read, read)
+    # what cannot be edited is named, with what makes it again
+    assert holder.checkpoints and holder.permutations
+    assert all(p.startswith(str(out)) for p in holder.checkpoints + holder.permutations)
+    assert "--select pretrained_model" in holder.rebuild and '"run_name": "r1"' in holder.rebuild

@@ -69,6 +69,8 @@ class Holder:
     kept_by_filter: int | None = None  # of ``rows``, those its training filter kept (runs)
     read_record: bool = False  # ``trained_on`` counts what it read (``train.read_record``)
     checkpoints: list[str] = field(default_factory=list)
+    permutations: list[str] = field(default_factory=list)  # stored shuffles: they list the ids
+    rebuild: str = ""  # what makes its artifacts again without the forgotten documents
     in_use: bool = False
 
 
@@ -139,6 +141,9 @@ class ForgetReport:
                       f"{h.trained_on if h.read_record else '(no record)'} | "
                       f"{'' if h.kept_by_filter is None else h.kept_by_filter} | "
                       f"{len(h.checkpoints)} |" for h in self.holders]
+            lines += [f"- `{h.name}`: its {len(h.checkpoints)} checkpoint(s) and "
+                      f"{len(h.permutations)} stored shuffle(s) hold what it learned from or "
+                      f"read; rebuild: `{h.rebuild}`" for h in self.holders if h.rebuild]
         return "\n".join(lines)
 
 
@@ -179,12 +184,21 @@ def _holder(table: Table, tag: str, version: int, rows: int) -> Holder:
             summary = folder / "summary.json"
             if not summary.is_file() and storage.is_object_store(folder):
                 h.in_use = True  # no lock there: a run without its summary may still train
+        h.rebuild = (MATERIALIZE.format("pretrained_model") + " --config-json '{\"ops\": "
+                     f"{{\"pretrained_model\": {{\"config\": {{\"run_name\": \"{h.name}\"}}}}}}}}'"
+                     " (a new run on the table as it is now; remove the old folder)")
     elif tag.startswith(ABLATION_PREFIX):
         h.kind, h.name = "ablation", tag[len(ABLATION_PREFIX):]
         folder = paths.ablation_dir(root, h.name)
         h.folder = str(folder)
         if folder.is_dir():  # every arm's runs: <arm>/<seed>/ckpt_*.pt
             h.checkpoints = sorted(str(p) for p in folder.rglob("ckpt_*.pt"))
+        h.rebuild = (MATERIALIZE.format("curation_ablation") + " (a new ablation on the table "
+                     "as it is now; remove the old folder)")
+    else:
+        return h
+    if folder.is_dir():
+        h.permutations = sorted(str(p.parent) for p in folder.rglob("permutation.json"))
     return h
 
 
