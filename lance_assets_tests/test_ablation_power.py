@@ -10,10 +10,10 @@ same words in random order, about a fifth of the bytes, marked by a FineWeb-Edu-
 - **null**: the junk removed from both arms, ``drop_junk`` against ``drop_junk_subset`` (a fifth
   of the clean documents dropped by id): no lead may be called real.
 
-The comparison is the asset's own: its config (every default but the budget and the curve's points, ``TEST_SETTINGS``),
-its plan, ``run_arms`` seed by seed and the paired verdict, with every run the trainer's CLI on
-the asset's own arguments, run in this process instead of under torchrun (the launch is
-`test_ablation.py`'s subject).
+The comparison is the asset's own: its config (every default but the budget and the curve's
+points, ``TEST_SETTINGS``), its plan, ``run_arms`` seed by seed and the paired verdict, with
+every run the trainer's CLI on the asset's own arguments, run in this process instead of under
+torchrun (the launch is `test_ablation.py`'s subject).
 """
 
 from pathlib import Path
