@@ -357,6 +357,10 @@ def test_column_asset_page_lists_its_own_columns_with_descriptions(page, dagster
     with screenshot(page, f"{asset}_columns", dagster_ui.screenshots):
         page.goto(f"{dagster_ui.url}/assets/{asset}")
         shown = columns_on_page(page)
+        deadline = time.monotonic() + UI_TIMEOUT_MS / 1000
+        while any(not shown.get(n) for n in reported) and time.monotonic() < deadline:
+            page.wait_for_timeout(250)  # the descriptions can render after the rows
+            shown = columns_on_page(page)
         for name, description in reported.items():
             assert name in shown, f"{asset}'s page lacks its column {name!r}; it shows {sorted(shown)}"
             assert plain(description) in shown[name], (
