@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=None)
     p.add_argument("--json-out", default=None)
+    p.add_argument("--backend", default="auto", help="the embeddings' backend (onnx_backend.py)")
     args = p.parse_args(argv)
     os.environ.setdefault("LANCE_LOG", "error")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="attribution_bench_"))
@@ -225,10 +226,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # 1. cost of the two embedding columns
     t = time.perf_counter()
-    model = embed.shared_embedder()
+    model = embed.shared_embedder(backend=args.backend)
     res["model_load_s"] = time.perf_counter() - t
-    emb = embed.embeddings(root, log=quiet)
-    ch = chunks.chunk_embeddings(root, log=quiet)
+    res["backend"] = model.backend
+    print(f"backend: {model.backend}", flush=True)
+    emb = embed.embeddings(root, backend=args.backend, log=quiet)
+    ch = chunks.chunk_embeddings(root, backend=args.backend, log=quiet)
     ds = table.newest()
     n = ds.count_rows()
     cost = {

@@ -71,7 +71,7 @@ def scores(flags: np.ndarray, reps: np.ndarray, planted, missed_by_near_dup: set
             "flagged": len(flagged)}
 
 
-def quality(work: Path, originals: int, copies: int, seed: int) -> None:
+def quality(work: Path, originals: int, copies: int, seed: int, backend: str = "auto") -> None:
     print(f"\n## Quality: {originals} originals x {copies} copies + {originals} distractors, real "
           "model (CPU)")
     for name, reword in STRENGTHS.items():
@@ -80,10 +80,10 @@ def quality(work: Path, originals: int, copies: int, seed: int) -> None:
         write_jsonl(work / f"{name}.jsonl", planted.texts)
         ingest(root, str(work / f"{name}.jsonl"), rows_per_fragment=64, log=quiet)
         t = time.perf_counter()
-        e = embed.embeddings(root, log=quiet)
+        e = embed.embeddings(root, backend=backend, log=quiet)
         embed_s = time.perf_counter() - t
         t = time.perf_counter()
-        c = chunks.chunk_embeddings(root, log=quiet)
+        c = chunks.chunk_embeddings(root, backend=backend, log=quiet)
         chunk_s = time.perf_counter() - t
         nd.near_dup(root, log=quiet)
         t = time.perf_counter()
@@ -220,6 +220,7 @@ def main() -> None:
     ap.add_argument("--quality-only", action="store_true")
     ap.add_argument("--demo-only", action="store_true")
     ap.add_argument("--cost-only", action="store_true")
+    ap.add_argument("--backend", default="auto", help="the embeddings' backend (quality part)")
     args = ap.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     work = Path(tempfile.mkdtemp(prefix="semantic-dup-bench-"))
@@ -228,7 +229,7 @@ def main() -> None:
             demo(work, args.demo_rows)
             return
         if not args.cost_only:
-            quality(work, args.originals, args.copies, args.seed)
+            quality(work, args.originals, args.copies, args.seed, args.backend)
         if not args.quality_only:
             cost(work, args.sizes)
         if not (args.quality_only or args.cost_only):

@@ -86,6 +86,16 @@ def tokenizers_dir(root: str | os.PathLike) -> Location:
     return _root(root) / "tokenizers"
 
 
+def partials_dir(root: str | os.PathLike) -> Location:
+    """Row ranges of columns computed for fragments not written yet (``embeddings/ranges.py``):
+    a cache a rerun resumes from, removed once the fragment is written, and by ``forget``."""
+    return _root(root) / "partial"
+
+
+def partial_dir(root: str | os.PathLike, column: str) -> Location:
+    return partials_dir(root) / column
+
+
 def models_dir(root: str | os.PathLike) -> Location:
     """Small models trained on the corpus (the quality head), each file named by its sha256."""
     return _root(root) / "models"

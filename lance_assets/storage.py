@@ -163,6 +163,25 @@ def remove_partial_writes(folder: Location | str, name_glob: str = "*") -> int:
     return n
 
 
+def remove_tree(folder: Location | str) -> int:
+    """Delete ``folder`` and everything under it (local or object storage); returns how many
+    files it held (0 when absent)."""
+    folder = location(folder)
+    if is_object_store(folder):
+        if not folder.exists():
+            return 0
+        files = len(folder.fs.find(folder.path))
+        folder.fs.rm(folder.path, recursive=True)
+        return files
+    if not folder.exists():
+        return 0
+    import shutil
+
+    files = sum(1 for p in folder.rglob("*") if p.is_file())
+    shutil.rmtree(folder)
+    return files
+
+
 def read_bytes(path: Location | str) -> bytes:
     return location(path).read_bytes()
 

@@ -28,7 +28,7 @@ COLUMN_CHAIN = {"dedup_flag", "tokenizer", "token_ids", "quality_signals", "near
                 "quality_score", "chunk_embeddings", "chunk_index", "semantic_dup"}
 CHAIN_CHECKS = {"rules_valid", "filter_keeps_rows", "input_ids_present", "n_tokens_consistent",
                 "duplicate_rate_in_bounds", "contamination_not_kept", "bytes_per_token_not_worse",
-                "columns_written"}
+                "columns_written", "rule_columns_written"}
 TRAINING = {"pretrained_model", "samples", "forensics", "val_bpb_not_worse"}
 INGEST_CONFIG = {"ops": {"raw_text": {"config": {"rows_per_fragment": 100}}}}
 CHAIN_CONFIG = {"ops": {"embeddings": {"config": {"max_tokens": 16}}}}

@@ -28,15 +28,17 @@ def test_asset_graph_shape():
                        "curation_ablation": {"token_ids", "curation_rules"},
                        "quality_signals": {"raw_text"}, "near_dup": {"raw_text"},
                        "text_index": {"raw_text"},
+                       # training waits only for what the default rules read (and the
+                       # taggers' rules: `lang`, `contaminated`); no embedding model on its path
                        "curation_rules": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
-                                          *TAGGERS},
+                                          "detected_language", "contamination"},
                        "corpus_profile": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
                                           *TAGGERS},
                        "detected_language": {"raw_text"}, "personal_data": {"raw_text"},
                        "paragraph_dups": {"raw_text"}, "contamination": {"raw_text"},
                        "quality_score": {"raw_text", "embeddings"},
-                       "embeddings": {"raw_text"}, "vector_index": {"embeddings"},
-                       "chunk_embeddings": {"raw_text", "embeddings"},
+                       "embeddings": {"raw_text", "dedup_flag"}, "vector_index": {"embeddings"},
+                       "chunk_embeddings": {"raw_text", "dedup_flag", "embeddings"},
                        "chunk_index": {"chunk_embeddings"},
                        "semantic_dup": {"raw_text", "chunk_embeddings"},
                        "forensics": {"samples", "vector_index", "chunk_index", "text_index"},
@@ -53,7 +55,8 @@ def test_asset_graph_shape():
     # the checks that guard training block it
     guards = {k.name for k in graph.asset_check_keys if k.asset_key == dg.AssetKey("curation_rules")}
     assert guards == {"rules_valid", "filter_keeps_rows", "input_ids_present", "n_tokens_consistent",
-                      "duplicate_rate_in_bounds", "contamination_not_kept"}
+                      "duplicate_rate_in_bounds", "contamination_not_kept",
+                      "rule_columns_written"}
     # every column asset's columns are checked written on every row
     covered = {k.asset_key.to_user_string() for k in graph.asset_check_keys
                if k.name == "columns_written"}

@@ -75,5 +75,8 @@ if ! "$UV" pip check --quiet --python "$PY"; then
        "changed, run 'make lock' to update $LOCK" >&2
   exit 1
 fi
+# The embeddings' CPU backend: all-MiniLM-L6-v2 exported to ONNX (float32 and int8) from the
+# weights installed above, once, into the venv (lance_assets/embeddings/onnx_backend.py).
+"$PY" -m lance_assets.embeddings.onnx_backend >&2
 touch "$stamp"
 echo "[bootstrap] ready: $VENV" >&2

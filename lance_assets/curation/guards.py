@@ -12,7 +12,13 @@ import lance
 
 from lance_assets.curation.predicate import Predicate, safe_predicate
 from lance_assets.curation.profile import locked_connection
-from lance_assets.curation.rules import RuleError, curation_in_force, rule_problems, validated_predicate
+from lance_assets.curation.rules import (
+    RuleError,
+    curation_in_force,
+    rule_columns,
+    rule_problems,
+    validated_predicate,
+)
 
 
 @dataclass
@@ -28,6 +34,38 @@ def _filter_or_verdict(ds: lance.LanceDataset) -> tuple[Predicate | None, Verdic
     except RuleError:
         return None, Verdict(False, "The curation rules cannot be used (see the `rules_valid` "
                              "check); this cannot be evaluated until they are fixed.")
+
+
+def rule_columns_written(ds: lance.LanceDataset) -> Verdict:
+    """Every column a rule in force reads is written on every row: a signal that is not on the
+    path to training (an opt-in tagger, an embedding-based one) blocks it until its asset has
+    caught up with the table, instead of leaving new rows NULL (not kept, silently)."""
+    from lance_assets.table.columns import fragments_missing
+    from lance_assets.table.producer import producers
+
+    try:
+        rules = curation_in_force(ds).rules
+    except RuleError:
+        return Verdict(False, "The curation rules cannot be used (see the `rules_valid` "
+                       "check); this cannot be evaluated until they are fixed.")
+    read = rule_columns(rules, frozenset(ds.schema.names))
+    writer = {f.name: p.name for p in producers() for f in p.fields}
+    behind: dict[str, int] = {}
+    for column in sorted(read & set(writer)):
+        lacking = fragments_missing(ds, [column])
+        if lacking:
+            behind[column] = sum(f.count_rows() for f in lacking)
+    if not behind:
+        return Verdict(True, f"The {len(read)} column(s) the rules read are written on every "
+                       "row.", {"columns_read": sorted(read)})
+    assets = sorted({writer[c] for c in behind})
+    return Verdict(False, "The rules read column(s) not yet written on every row: "
+                   + ", ".join(f"`{c}` ({n:,} rows in fragments without it)"
+                               for c, n in behind.items())
+                   + ". Materialize " + ", ".join(f"`{a}`" for a in assets)
+                   + " (e.g. `dagster asset materialize -m lance_assets.definitions --select "
+                   + ",".join(assets) + "`), then training runs.",
+                   {"columns_behind": behind, "assets": assets})
 
 
 def rules_valid(ds: lance.LanceDataset) -> Verdict:

@@ -190,6 +190,53 @@ def lance_problem(ds: lance.LanceDataset, pred: Predicate) -> str | None:
     return None
 
 
+RULES_ENV = "LANCE_ASSETS_RULES"
+
+
+class RulesFileError(ValueError):
+    pass
+
+
+def configured_rules(path: str | os.PathLike | None = None) -> dict[str, str]:
+    """The rules the definitions start from: the JSON object (name -> predicate) in the file
+    ``path``, else ``$LANCE_ASSETS_RULES``, else ``DEFAULT_RULES``. They are the default of the
+    ``curation_rules`` asset's ``rules``, and the signals they read are upstream of training
+    (``rule_columns``). The file is data: it is parsed as JSON, never run, and each predicate is
+    checked like any rule when ``curation_rules`` puts it in force."""
+    import json
+
+    path = path or os.environ.get(RULES_ENV) or None
+    if path is None:
+        return dict(DEFAULT_RULES)
+    try:
+        with open(path, encoding="utf-8") as f:
+            rules = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise RulesFileError(f"{RULES_ENV}={path}: cannot be read as JSON ({err}). Give a JSON "
+                             'object of rule name -> SQL predicate, e.g. {"exact_dup": "NOT '
+                             'is_dup"}, or unset it for the default rules') from None
+    bad = [] if isinstance(rules, dict) and rules else ["(not a non-empty object)"]
+    bad += [repr(k) for k, v in (rules.items() if isinstance(rules, dict) else [])
+            if not isinstance(k, str) or not NAME_RE.match(k) or not isinstance(v, str)]
+    if bad:
+        raise RulesFileError(f"{RULES_ENV}={path}: {', '.join(bad)}: each entry must be an "
+                             "identifier (letters, digits, underscores) naming a SQL predicate "
+                             'string, e.g. {"exact_dup": "NOT is_dup"}')
+    return dict(rules)
+
+
+def rule_columns(rules: dict[str, str], columns: set[str] | frozenset[str]) -> frozenset[str]:
+    """The columns (of ``columns``) that ``rules`` read, each rule parsed as data; a rule that
+    does not parse reads nothing here (``curation_rules`` refuses it with the reason)."""
+    used: set[str] = set()
+    for text in rules.values():
+        try:
+            used |= safe_predicate(text, columns).columns
+        except PredicateError:
+            continue
+    return frozenset(used)
+
+
 def _rule_predicate(ds: lance.LanceDataset, name, text) -> Predicate | RuleProblem:
     if not isinstance(name, str) or not NAME_RE.match(name):
         return RuleProblem(str(name), str(text), "a rule name must be an identifier (letters, "

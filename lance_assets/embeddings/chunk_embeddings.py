@@ -37,7 +37,9 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys
+from lance_assets.embeddings.copies import KeptVectors
 from lance_assets.embeddings.embeddings import (
+    BACKEND_HELP,
     DIM,
     EMBEDDING,
     MODEL_MAX_TOKENS,
@@ -46,9 +48,12 @@ from lance_assets.embeddings.embeddings import (
     EmbeddingMismatchError,
     EmbeddingSpec,
     offline,
+    resolve_backend,
     shared_embedder,
     table_embedding_spec,
 )
+from lance_assets.embeddings.onnx_backend import BackendError
+from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, sweep
 from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
@@ -76,6 +81,7 @@ class ChunkSpec:
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS  # word pieces shared by consecutive chunks
     unit: str = "word pieces of the model's tokenizer"
     normalized: bool = True
+    backend: str = "torch"  # tables written before backends were recorded hold torch vectors
 
     def __post_init__(self) -> None:
         if not SPECIAL_TOKENS + 1 <= self.chunk_tokens <= MODEL_MAX_TOKENS:
@@ -97,9 +103,10 @@ class ChunkSpec:
 
     def first_chunk_is(self, embedding: EmbeddingSpec | None) -> bool:
         """True when ``embedding`` (the document-level column's spec) holds this spec's first
-        chunk: same model, same window."""
+        chunk: same model, same backend, same window."""
         return embedding is not None and embedding == EmbeddingSpec(
-            model=self.model, package=self.package, dim=self.dim, max_tokens=self.chunk_tokens)
+            model=self.model, package=self.package, dim=self.dim, max_tokens=self.chunk_tokens,
+            backend=self.backend)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -202,46 +209,82 @@ class ChunkFragment:
     encode_s: float = 0.0  # time in the model (in this process)
     chunks_embedded: int = 0
     chunks_reused: int = 0
+    kept: KeptVectors | None = None  # copies take their kept member's chunks (copies.py)
+    copied: int = 0  # rows that took a kept member's chunks (in this process)
+    ranges: Ranges | None = None  # save row ranges of large fragments (ranges.py)
+    log: Callable[[str], None] | None = None  # progress inside a fragment (local executor)
 
     def model(self):
-        model = self.embedder or shared_embedder(self.spec.chunk_tokens, self.device)
+        model = self.embedder or shared_embedder(self.spec.chunk_tokens, self.device,
+                                                 self.spec.backend)
         if self.batch_size:
             model.batch_size = self.batch_size
         return model
 
     def __call__(self, frag) -> list[pa.RecordBatch]:
-        columns = ["text"] + ([EMBEDDING.name] if self.reuse_first else [])
+        kept = self.kept or KeptVectors.off(CHUNK_EMBEDDINGS.name)
+        columns = ["text"] + ([EMBEDDING.name] if self.reuse_first else []) \
+            + kept.columns(frag.schema.names)
         tbl = frag.to_table(columns=columns)
         texts = tbl.column("text").to_pylist()
-        spans = shared_chunker(self.spec).spans(texts)
-        first = [None] * len(texts)
-        if self.reuse_first:
-            col = tbl.column(EMBEDDING.name).combine_chunks()
-            flat = vector_rows(col)
-            valid = np.asarray(col.is_valid())
-            first = [flat[i] if valid[i] else None for i in range(len(texts))]
-        todo, where = [], []
-        for row, (text, row_spans) in enumerate(zip(texts, spans)):
-            for j, (start, end) in enumerate(row_spans):
-                if j == 0 and first[row] is not None:
+        plan = kept.plan(tbl)  # copies take their kept member's chunks (copies.py)
+        embed_rows = set(plan.embed)
+        first_col = tbl.column(EMBEDDING.name).combine_chunks() if self.reuse_first else None
+        first_valid = np.asarray(first_col.is_valid()) if first_col is not None else None
+        first_flat = vector_rows(first_col) if first_col is not None else None
+
+        def compute(start: int, end: int, values: list) -> list:
+            # a copy whose kept member comes later in the fragment is embedded itself
+            rows = [r for r in range(start, end) if r in embed_rows or (
+                r in plan.from_row and plan.from_row[r] >= end)]
+            spans = dict(zip(rows, shared_chunker(self.spec).spans([texts[r] for r in rows])))
+            first = {}
+            if first_flat is not None:
+                first = {r: first_flat[r] for r in rows if first_valid[r]}
+            todo, where = [], []
+            for r in rows:
+                text = texts[r] or ""
+                for j, (a, b) in enumerate(spans[r]):
+                    if j == 0 and r in first:
+                        continue
+                    todo.append(text[a:b])
+                    where.append((r, j))
+            t = time.perf_counter()
+            vecs = self.model().encode(todo) if todo else np.zeros((0, DIM), np.float32)
+            self.encode_s += time.perf_counter() - t
+            out: dict[int, np.ndarray] = {}
+            for r in rows:
+                out[r] = np.empty((len(spans[r]), DIM), np.float32)
+                if r in first:
+                    out[r][0] = first[r]
+            for (r, j), vec in zip(where, vecs):
+                out[r][j] = vec
+            for r in range(start, end):
+                if r in out:
                     continue
-                todo.append((text or "")[start:end])
-                where.append((row, j))
-        t = time.perf_counter()
-        vecs = self.model().encode(todo) if todo else np.zeros((0, DIM), np.float32)
-        self.encode_s += time.perf_counter() - t
-        counts = np.array([len(s) for s in spans], np.int64)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        out = np.empty((int(counts.sum()), DIM), np.float32)
-        for (row, j), vec in zip(where, vecs):
-            out[starts[row] + j] = vec
-        for row, vec in enumerate(first):
-            if vec is not None:
-                out[starts[row]] = vec
-        self.chunks_embedded += len(todo)
-        self.chunks_reused += sum(v is not None for v in first)
+                if r in plan.from_table:
+                    out[r] = plan.from_table[r]
+                else:
+                    src = plan.from_row[r]
+                    out[r] = values[src] if src < start else out[src]
+                self.copied += 1
+            self.chunks_embedded += len(todo)
+            self.chunks_reused += len(first)
+            return [out[r] for r in range(start, end)]
+
+        ranges = self.ranges or Ranges()
+        per_row = compute_in_ranges(
+            len(texts), compute, _encode_rows, from_arrow, ranges.store(frag), self.log,
+            f"chunk_embeddings, fragment {frag.fragment_id}", ranges.seconds)
+        counts = np.array([len(v) for v in per_row], np.int64)
+        out = np.concatenate(per_row) if per_row else np.zeros((0, DIM), np.float32)
         return [pa.RecordBatch.from_arrays([to_arrow(out, counts)],
                                            schema=pa.schema([CHUNK_EMBEDDINGS]))]
+
+
+def _encode_rows(rows: list[np.ndarray]) -> pa.ListArray:
+    counts = np.array([len(v) for v in rows], np.int64)
+    return to_arrow(np.concatenate(rows) if rows else np.zeros((0, DIM), np.float32), counts)
 
 
 @dataclass
@@ -250,6 +293,7 @@ class ChunkEmbeddingsReport(ColumnWriteReport):
     docs_per_s: float = 0.0
     chunks_embedded: int = 0  # forward passes (local executor; 0 when the counts stayed on Ray)
     chunks_reused: int = 0  # first chunks copied from `embedding`
+    copied_from_kept: int = 0  # is_dup rows given their kept member's chunks (local executor)
     model_load_s: float = 0.0
     spec: dict | None = None
 
@@ -263,7 +307,8 @@ def chunk_embeddings(table: Union[Table, str, os.PathLike], *, chunk_tokens: int
                      overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
                      batch_size: int | None = None, device: str | None = None,
                      fragments_per_commit: int = 1, embedder: object | None = None,
-                     executor: str | None = None,
+                     executor: str | None = None, backend: str = "auto",
+                     range_seconds: float = RANGE_SECONDS,
                      log: Callable[[str], None] = print) -> ChunkEmbeddingsReport:
     """Write ``chunk_embeddings`` for every fragment that lacks it; a fragment group per commit.
     Under the ``ray`` executor each fragment is a Ray task, with one GPU when the cluster has
@@ -272,16 +317,19 @@ def chunk_embeddings(table: Union[Table, str, os.PathLike], *, chunk_tokens: int
     table = Table.of(table)
     uri = table.uri
     ds = table.newest()
-    want = ChunkSpec(chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens)
     current = table_chunk_spec(ds)
-    if current is not None and current != want and has_chunk_data(ds):
+    holds = current is not None and has_chunk_data(ds)
+    backend = resolve_backend(backend, device, executor, current.backend if holds else None)
+    want = ChunkSpec(chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens, backend=backend)
+    if holds and current != want:
         raise EmbeddingMismatchError(
             f"{uri}: `chunk_embeddings` holds chunks made with chunk_tokens="
-            f"{current.chunk_tokens}, overlap_tokens={current.overlap_tokens} ({current.model}), "
-            f"not chunk_tokens={want.chunk_tokens}, overlap_tokens={want.overlap_tokens}; one "
-            "column holds one chunking. Run with the recorded settings to keep them, or drop the "
-            "column first (Table.of(DATA).newest().drop_columns(['chunk_embeddings'])) to "
-            "embed everything again.")
+            f"{current.chunk_tokens}, overlap_tokens={current.overlap_tokens} ({current.model}, "
+            f"backend {current.backend}), not chunk_tokens={want.chunk_tokens}, overlap_tokens="
+            f"{want.overlap_tokens}, backend {want.backend}; one column holds one chunking and "
+            "one backend's vectors. Run with the recorded settings (backend auto keeps the "
+            "recorded one) to keep them, or drop the column first (Table.of(DATA).newest()"
+            ".drop_columns(['chunk_embeddings'])) to embed everything again.")
     todo = fragments_missing(ds, [CHUNK_EMBEDDINGS.name]) \
         if CHUNK_EMBEDDINGS.name in ds.schema.names else ds.get_fragments()
     report = ChunkEmbeddingsReport(columns=[CHUNK_EMBEDDINGS.name], spec=want.to_dict())
@@ -292,7 +340,12 @@ def chunk_embeddings(table: Union[Table, str, os.PathLike], *, chunk_tokens: int
         return report
     reuse = EMBEDDING.name in ds.schema.names and want.first_chunk_is(table_embedding_spec(ds))
     on_ray = executor_name(executor) == "ray"
-    compute = ChunkFragment(want, reuse, batch_size, device, embedder)
+    compute = ChunkFragment(want, reuse, batch_size, device, embedder,
+                            kept=KeptVectors(table, CHUNK_EMBEDDINGS.name),
+                            ranges=Ranges(str(table.root), CHUNK_EMBEDDINGS.name, want.to_dict(),
+                                          range_seconds),
+                            log=print if on_ray else log)
+    sweep(table, CHUNK_EMBEDDINGS.name, want.to_dict())  # ranges no fragment can use any more
     if on_ray:
         report.device = "ray"
     else:  # load the model before the first fragment, so its cost is reported apart
@@ -303,16 +356,19 @@ def chunk_embeddings(table: Union[Table, str, os.PathLike], *, chunk_tokens: int
         table.set_config(keys.CHUNK_EMBEDDING_KEY, want.to_dict())
     log(f"chunk embeddings of {sum(f.count_rows() for f in todo)} rows in {len(todo)} fragments "
         f"on {report.device} (chunks of {want.chunk_tokens} word pieces, overlap "
-        f"{want.overlap_tokens}; first chunk {'copied from `embedding`' if reuse else 'embedded'})")
+        f"{want.overlap_tokens}, backend {backend}; first chunk "
+        f"{'copied from `embedding`' if reuse else 'embedded'})")
     t = time.perf_counter()
-    written = write_columns(table, [CHUNK_EMBEDDINGS], compute,
+    written = write_columns(table, [CHUNK_EMBEDDINGS], compute, pinned=ds,
                             fragments_per_commit=fragments_per_commit, executor=executor, gpu=True,
                             log=log)
     wall_s = time.perf_counter() - t
     out = ChunkEmbeddingsReport(**{**asdict(written), "device": report.device,
                                    "model_load_s": report.model_load_s, "spec": want.to_dict(),
                                    "chunks_embedded": compute.chunks_embedded,
-                                   "chunks_reused": compute.chunks_reused})
+                                   "chunks_reused": compute.chunks_reused,
+                                   "copied_from_kept": compute.copied})
+    sweep(table, CHUNK_EMBEDDINGS.name, want.to_dict())  # the written fragments' saved ranges
     busy = compute.encode_s if not on_ray else wall_s
     out.docs_per_s = written.rows_written / busy if busy else 0.0
     out.duration_s = time.perf_counter() - start
@@ -355,6 +411,7 @@ class ChunkEmbeddingsSettings:
     batch_size: int = setting(0, "Chunks per forward pass; 0 = 64 on CPU, 256 on GPU.")
     device: Optional[str] = setting(None, "`cpu`, `cuda`, `cuda:1`...; default: a GPU when "
                                           "present.")
+    backend: str = setting("auto", BACKEND_HELP)
 
 
 def write(table: Table, settings: ChunkEmbeddingsSettings, options: WriteOptions) -> Produced:
@@ -362,13 +419,16 @@ def write(table: Table, settings: ChunkEmbeddingsSettings, options: WriteOptions
         table, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens,
         batch_size=settings.batch_size or None, device=settings.device,
         fragments_per_commit=options.fragments_per_commit, executor=options.executor,
-        log=options.log)
+        backend=settings.backend, log=options.log)
     return Produced(write=report, summary={
+        "backend": (report.spec or {}).get("backend", ""),
         "docs_per_s": round(report.docs_per_s, 1),
         "chunks_embedded": report.chunks_embedded,
         "chunks_copied_from_embedding": report.chunks_reused,
+        "docs_copied_from_kept_member": report.copied_from_kept,
         "chunks_per_doc": round((report.chunks_embedded + report.chunks_reused)
-                                / report.rows_written, 2) if report.rows_written else 0.0,
+                                / (report.rows_written - report.copied_from_kept), 2)
+        if report.rows_written > report.copied_from_kept else 0.0,
         "device": report.device or "(model not loaded: nothing to embed)",
         "model_load_s": round(report.model_load_s, 2),
         "chunking": Markdown(markdown_table([report.spec or {}])),
@@ -383,6 +443,8 @@ PRODUCER = ColumnProducer(
         "are cut the same way; each first chunk is copied from `embedding`. Per fragment, "
         "checkpointed, on a GPU when present.",
     fields=[CHUNK_EMBEDDINGS], descriptions=DESCRIPTIONS, write=write,
-    settings=ChunkEmbeddingsSettings, deps=("raw_text", "embeddings"),
-    reads={CHUNK_EMBEDDINGS.name: [("raw_text", "text"), ("embeddings", "embedding")]},
-    group="forensics", kinds=("lance", "pytorch"), fragments_per_commit=1)
+    settings=ChunkEmbeddingsSettings, deps=("raw_text", "dedup_flag", "embeddings"),
+    reads={CHUNK_EMBEDDINGS.name: [("raw_text", "text"), ("embeddings", "embedding"),
+                                   ("dedup_flag", "is_dup"), ("dedup_flag", "text_hash")]},
+    group="forensics", kinds=("lance", "pytorch"), fragments_per_commit=1,
+    input_errors=(EmbeddingMismatchError, BackendError))

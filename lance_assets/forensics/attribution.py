@@ -390,7 +390,8 @@ class Attributor:
         whole: its window is the chunk's)."""
         if self._query_chunks is None:
             self._query_chunks = QueryChunks(self.chunk_spec,
-                                             shared_embedder(self.chunk_spec.chunk_tokens))
+                                             shared_embedder(self.chunk_spec.chunk_tokens,
+                                                             backend=self.chunk_spec.backend))
         return self._query_chunks
 
     def _meaning(self, text: str, found_by: dict[int, list[str]], k_vector: int

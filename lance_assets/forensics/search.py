@@ -141,7 +141,9 @@ def table_embedder(ds: lance.LanceDataset) -> Embedder:
     """The shared model, truncating queries as the table's ``embedding`` column was computed
     (so a query and the documents it is compared with are embedded alike)."""
     spec = table_embedding_spec(ds)
-    return shared_embedder(spec.max_tokens if spec else DEFAULT_MAX_TOKENS)
+    if spec is None:
+        return shared_embedder(DEFAULT_MAX_TOKENS)
+    return shared_embedder(spec.max_tokens, backend=spec.backend)
 
 
 def nearest(ds: lance.LanceDataset, settings, qvec: np.ndarray, k: int, filter: str | None,

@@ -331,6 +331,11 @@ def forget(table: Table | str | Path, where: str, *, force: bool = False,
     cleanup_versions(table, timedelta(0), maint, log)
     report.files_removed = scrub_files(storage.location(table.root), fingerprints,
                                        {str(int(i)) for i in ids}, log)
+    partial = paths.partials_dir(table.root)
+    if filters and storage.remove_tree(partial) > 0:  # vectors of unwritten fragments: a cache
+        report.files_removed.append({"path": str(partial), "rebuild": "the next run of "
+                                     "`embeddings` / `chunk_embeddings` embeds those rows again"})
+        log(f"forget: removed {partial} (row ranges saved for fragments not written yet)")
     report.artifacts = artifacts(storage.location(table.root))
     report.versions_removed, report.bytes_reclaimed = maint.versions_removed, maint.bytes_reclaimed
 

@@ -2,9 +2,9 @@
 deterministic ``encode(texts) -> float32[n, DIM]`` objects with the model's ``device`` and
 ``batch_size`` attributes, for tests and benchmarks of the embedding columns and what reads them.
 
-- ``ClusteredEmbedder``: 40 clusters of unit vectors, chosen by a hash of the text, so vector
-  indexes have structure to find; it can be made to fail after a number of calls, like a
-  backfill killed mid-way.
+- ``ClusteredEmbedder``: 40 clusters of unit vectors, chosen by a hash of the text's words (like
+  the model, it does not see how the words are spaced), so vector indexes have structure to
+  find; it can be made to fail after a number of calls, like a backfill killed mid-way.
 - ``FeatureEmbedder``: unit vectors whose first dimensions carry what the synthetic corpus's
   quality score depends on, so a learned head on them has something to learn.
 """
@@ -36,7 +36,8 @@ class ClusteredEmbedder:
             raise KeyboardInterrupt("killed")
         out = []
         for t in texts:
-            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
+            words = " ".join(t.split())  # the model reads word pieces: spacing is invisible
+            seed = int.from_bytes(hashlib.sha256(words.encode()).digest()[:8], "little")
             r = np.random.default_rng(seed)
             v = self.centres[seed % 40] + 0.7 * r.standard_normal(DIM).astype(np.float32)
             out.append(v / np.linalg.norm(v))

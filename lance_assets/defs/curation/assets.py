@@ -69,12 +69,16 @@ def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance
     })
 
 
+CONFIGURED_RULES = rules_lib.configured_rules()
+
+
 class CurationConfig(dg.Config):
-    rules: dict[str, str] = dict(rules_lib.DEFAULT_RULES)
+    rules: dict[str, str] = dict(CONFIGURED_RULES)
     """name -> SQL predicate a document must satisfy to be trained on: one boolean expression over
     the table's columns (comparisons, AND/OR/NOT, BETWEEN, IN, IS NULL, LIKE, arithmetic,
     length/lower/upper/abs/coalesce); anything else is refused before it is stored. Defaults:
-    Gopher, C4 and FineWeb thresholds, plus both dedup flags."""
+    the file named by $LANCE_ASSETS_RULES, else Gopher, C4 and FineWeb thresholds plus both
+    dedup flags."""
     min_duplicate_rate: float = 0.0
     max_duplicate_rate: float = 0.5
     """Bounds on the share of rows flagged `is_dup OR near_dup` (blocking check)."""
@@ -93,12 +97,21 @@ class CurationConfig(dg.Config):
     """Adds the rule `not_contaminated: NOT contaminated` (benchmark contamination)."""
 
 
-# Every column of the curation group (the taggers, signals and duplicate flags: any producer
-# declared with group="curation") is usable in rules, so the rules follow each of them.
+# Training waits only for what its rules read: the producers whose columns the configured rules
+# (and the taggers' own rules: `lang`, `contaminated`) name are upstream of `curation_rules`, so
+# `*pretrained_model` runs them; the other signals (opt-in taggers, the embedding-based ones)
+# are off that path and keep up with new rows through automation. A rule set at run time that
+# names one of them is held by the blocking check `rule_columns_written` until it is written.
+TAGGER_COLUMNS = frozenset({"lang", "contaminated"})
+# corpus_profile (off the training path) profiles every signal of the curation group
 TAGGER_DEPS = [dg.AssetKey(p.name) for p in producers() if p.group == GROUP]
+_WRITERS = {f.name: p for p in producers() for f in p.fields}
+RULE_DEPS = sorted({dg.AssetKey(_WRITERS[c].name) for c in
+                    rules_lib.rule_columns(CONFIGURED_RULES, frozenset(_WRITERS)) | TAGGER_COLUMNS
+                    if c in _WRITERS}, key=str)
 
 
-@dg.asset(deps=sorted({DEDUP_FLAG, TOKEN_IDS, *TAGGER_DEPS}, key=str), group_name=GROUP,
+@dg.asset(deps=sorted({DEDUP_FLAG, TOKEN_IDS, *RULE_DEPS}, key=str), group_name=GROUP,
           kinds={"lance", "sql"}, code_version="3", pool=POOL, tags=TABLE_TAGS,
           automation_condition=ON_NEW_DATA)
 def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,

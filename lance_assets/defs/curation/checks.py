@@ -37,6 +37,9 @@ def blocking_check(guard: Callable[[lance.LanceDataset], guards.Verdict],
 CHECKS = [
     blocking_check(guards.rules_valid,
                    "Every curation rule parses (Lance SQL) and names existing columns."),
+    blocking_check(guards.rule_columns_written,
+                   "Every column the rules read is written on every row (an opt-in signal a rule "
+                   "names blocks training until its asset has run)."),
     blocking_check(guards.filter_keeps_rows,
                    "The training filter keeps more than zero (at least min_kept_rows) rows."),
     blocking_check(guards.input_ids_present,
