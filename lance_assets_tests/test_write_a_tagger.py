@@ -1,6 +1,7 @@
 """A new column is one file: docs/write-a-tagger.md's code, saved as the only change to a copy of
 the package, becomes an asset with its config, check, column schema and automation, and writes
-the values a plain-Python reference gives; ``curation_rules`` follows it and a rule can name it.
+the values a plain-Python reference gives; ``corpus_profile`` follows it, and ``curation_rules``
+does when the configured rules name it.
 """
 
 import json
@@ -46,6 +47,7 @@ rows = Table.of(sys.argv[2]).newest().to_table(columns=["text", "code_lines", "h
 print(json.dumps({
     "parents": sorted(k.to_user_string() for k in graph.get(key).parent_keys),
     "rules_parents": sorted(k.to_user_string() for k in graph.get(dg.AssetKey("curation_rules")).parent_keys),
+    "profile_parents": sorted(k.to_user_string() for k in graph.get(dg.AssetKey("corpus_profile")).parent_keys),
     "group": spec.group_name, "pool": asset.op.pool, "automation": spec.automation_condition is not None,
     "columns": [c.name for c in spec.metadata["dagster/column_schema"].columns],
     "config_fields": config_fields, "checks": checks,
@@ -82,8 +84,11 @@ def test_the_walkthrough_tagger_is_one_file_and_a_working_asset(tmp_path):
 
     source = tmp_path / "docs.jsonl"
     source.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    # a rules file that names the new column puts it on the path to training
+    rules_file = tmp_path / "rules.json"
+    rules_file.write_text(json.dumps({"exact_dup": "NOT is_dup", "no_code": "NOT has_code"}))
     env = {**os.environ, "PYTHONPATH": str(copy), "DAGSTER_HOME": str(tmp_path / "home"),
-           "LANCE_LOG": "error"}
+           "LANCE_LOG": "error", "LANCE_ASSETS_RULES": str(rules_file)}
     (tmp_path / "home").mkdir()
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(copy), str(tmp_path / "data"),
                            str(source)], env=env, cwd=tmp_path, capture_output=True, text=True,
@@ -92,7 +97,8 @@ def test_the_walkthrough_tagger_is_one_file_and_a_working_asset(tmp_path):
     out = json.loads(done.stdout.strip().splitlines()[-1])
 
     assert out["parents"] == ["raw_text"] and out["group"] == "curation"
-    assert "has_code" in out["rules_parents"]  # the rules follow the new column
+    assert "has_code" in out["rules_parents"]  # the rules that name it wait for it
+    assert "has_code" in out["profile_parents"]  # the profile follows every curation column
     assert out["pool"] == "lance_corpus" and out["automation"]
     assert out["columns"] == ["code_lines", "has_code"]
     assert {"executor", "fragments_per_commit", "min_lines"} <= set(out["config_fields"])
