@@ -47,7 +47,8 @@ rows = Table.of(sys.argv[2]).newest().to_table(columns=["text", "code_lines", "h
 print(json.dumps({
     "parents": sorted(k.to_user_string() for k in graph.get(key).parent_keys),
     "rules_parents": sorted(k.to_user_string() for k in graph.get(dg.AssetKey("curation_rules")).parent_keys),
-    "profile_parents": sorted(k.to_user_string() for k in graph.get(dg.AssetKey("corpus_profile")).parent_keys),
+    "profile_parents": sorted(k.to_user_string()
+                              for k in graph.get(dg.AssetKey("corpus_profile")).parent_keys),
     "group": spec.group_name, "pool": asset.op.pool, "automation": spec.automation_condition is not None,
     "columns": [c.name for c in spec.metadata["dagster/column_schema"].columns],
     "config_fields": config_fields, "checks": checks,
