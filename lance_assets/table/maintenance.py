@@ -24,6 +24,14 @@ Safe at any moment, next to ingest, column backfills and training, because of th
   still exactly as they were read (same data files, same deletion file: a ``Merge`` lists them
   unchanged). Groups whose fragments changed meanwhile (a column write, a delete) are dropped,
   their new files removed, and planned again.
+- **A fragment's ids ascend.** Lance (14) appends a rewrite's new fragments after the fragments
+  it left alone, so after a compaction with a gap (a fragment left out, or one already big
+  enough, before a rewritten group) the fragments are no longer in id order, and a later
+  rewrite of neighbours would mix their ids in one fragment (the column writers read a
+  fragment's rows in id order: ``near_dup`` refuses such a fragment). A rewrite group is
+  therefore kept only when its fragments, in the order Lance merges them, are consecutive in id
+  order with ascending ranges; the others are left as they are and counted
+  (``groups_left_out_of_order``).
 - **Every step commits like any writer**: retried on the newest version when a concurrent
   commit wins (``Table.commit``); a writer whose read version a cleanup removed is retried the
   same way.
@@ -70,6 +78,7 @@ class MaintenanceReport:
     fragments_left_out: int = 0  # not compacted: their column groups are still being written
     compaction_rounds: int = 0  # plans made (more than one: fragments changed meanwhile)
     rewrites_dropped: int = 0  # rewrite groups whose fragments changed while rewritten
+    groups_left_out_of_order: int = 0  # merges that would mix ids out of order (docstring)
     bytes_reclaimed: int = 0
     data_files_removed: int = 0
     versions_removed: int = 0
@@ -141,9 +150,24 @@ def compact_table(table: Table | str | Path, *,
         plan = Compaction.plan(ds, dict(
             target_rows_per_fragment=target_rows_per_fragment, materialize_deletions=True,
             materialize_deletions_threshold=0.0, excluded_fragment_ids=left_out))
-        if not plan.tasks:
+        tasks = in_id_order(ds, plan.tasks) if plan.tasks else []
+        report.groups_left_out_of_order = len(plan.tasks) - len(tasks)
+        # a fragment with deleted rows in a group left out is rewritten alone: deleted rows
+        # leave the data files (forget's promise), and one fragment keeps its own order
+        merged = {f.id for t in tasks for f in t.fragments}
+        every = [f.fragment_id for f in ds.get_fragments()]
+        for task in plan.tasks:
+            for frag in task.fragments:
+                if frag.id in merged or frag.deletion_file is None:
+                    continue
+                alone = Compaction.plan(ds, dict(
+                    target_rows_per_fragment=target_rows_per_fragment,
+                    materialize_deletions=True, materialize_deletions_threshold=0.0,
+                    excluded_fragment_ids=[f for f in every if f != frag.id]))
+                tasks.extend(alone.tasks)
+        if not tasks:
             return report
-        results = [task.execute(ds) for task in plan.tasks]
+        results = [task.execute(ds) for task in tasks]
 
         def attempt(newest: lance.LanceDataset, results: list = results) -> tuple[list, list]:
             live = {f.fragment_id: f.metadata for f in newest.get_fragments()}
@@ -168,6 +192,39 @@ def compact_table(table: Table | str | Path, *,
     log(f"compaction: {report.fragments_removed} fragment(s) into {report.fragments_added}; "
         f"{report.fragments_left_out} left out while their columns are being written")
     return report
+
+
+def id_ranges(ds: lance.LanceDataset) -> dict[int, tuple[int, int]]:
+    """fragment id -> (smallest, largest) ``id`` of its live rows (fragments without rows left
+    out)."""
+    import pyarrow.compute as pc
+
+    out = {}
+    for frag in ds.get_fragments():
+        ids = frag.to_table(columns=["id"]).column("id")
+        if len(ids):
+            lo, hi = pc.min_max(ids).values()
+            out[frag.fragment_id] = (lo.as_py(), hi.as_py())
+    return out
+
+
+def in_id_order(ds: lance.LanceDataset, tasks: list) -> list:
+    """The compaction tasks whose merged fragment keeps ids ascending and interleaves with no
+    other fragment: its fragments, in merge order, have ascending ranges, and no fragment
+    outside it holds an id between their first and last (module docstring)."""
+    ranges = id_ranges(ds)
+    kept = []
+    for task in tasks:
+        members = [f.id for f in task.fragments]
+        spans = [ranges[m] for m in members if m in ranges]
+        if any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
+            continue  # merged in this order, ids would go down inside the new fragment
+        if spans:
+            lo, hi = spans[0][0], spans[-1][1]
+            if any(r[0] <= hi and r[1] >= lo for f, r in ranges.items() if f not in members):
+                continue  # another fragment's ids lie in between
+        kept.append(task)
+    return kept
 
 
 def cleanup_versions(table: Table, keep_versions_for: timedelta, report: MaintenanceReport,
