@@ -46,9 +46,10 @@ lint: setup
 ## lance_assets.definitions:defs as `dagster dev` would; [tool.dg] in pyproject.toml), then the
 ## test suite on every core (pytest-xdist: a module or a named group per unit of work, the most
 ## expensive first; docs/testing.md). `make test PYTEST_ARGS='-k resume'` runs a part of it.
-## One worker more than the cores: many tests wait (on subprocesses, a browser, a lease) and a
-## third worker fills those waits on two cores (11:31 against 13:02 for the whole suite).
-PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+## Two workers more than the cores: many tests wait (on subprocesses, a browser, a lease) and
+## the extra workers fill those waits (on two cores: 13:02 with two workers, 12:04 with three,
+## 11:18 with four for the whole suite).
+PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
 test: lint
 	$(BIN)/dg check defs
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
