@@ -228,15 +228,12 @@ class ChunkFragment:
         tbl = frag.to_table(columns=columns)
         texts = tbl.column("text").to_pylist()
         plan = kept.plan(tbl)  # copies take their kept member's chunks (copies.py)
-        embed_rows = set(plan.embed)
         first_col = tbl.column(EMBEDDING.name).combine_chunks() if self.reuse_first else None
         first_valid = np.asarray(first_col.is_valid()) if first_col is not None else None
         first_flat = vector_rows(first_col) if first_col is not None else None
 
         def compute(start: int, end: int, values: list) -> list:
-            # a copy whose kept member comes later in the fragment is embedded itself
-            rows = [r for r in range(start, end) if r in embed_rows or (
-                r in plan.from_row and plan.from_row[r] >= end)]
+            rows = plan.to_embed(start, end)
             spans = dict(zip(rows, shared_chunker(self.spec).spans([texts[r] for r in rows])))
             first = {}
             if first_flat is not None:
@@ -259,15 +256,7 @@ class ChunkFragment:
                     out[r][0] = first[r]
             for (r, j), vec in zip(where, vecs):
                 out[r][j] = vec
-            for r in range(start, end):
-                if r in out:
-                    continue
-                if r in plan.from_table:
-                    out[r] = plan.from_table[r]
-                else:
-                    src = plan.from_row[r]
-                    out[r] = values[src] if src < start else out[src]
-                self.copied += 1
+            self.copied += plan.fill(start, end, values, out)
             self.chunks_embedded += len(todo)
             self.chunks_reused += len(first)
             return [out[r] for r in range(start, end)]

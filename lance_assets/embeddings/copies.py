@@ -43,6 +43,28 @@ class Plan:
     def copied(self) -> int:
         return len(self.from_row) + len(self.from_table)
 
+    def to_embed(self, start: int, end: int) -> list[int]:
+        """The rows of ``[start, end)`` the model computes: those of ``embed``, and the copies
+        whose kept row comes after ``end`` (not computed yet when this range is written)."""
+        embed = set(self.embed)
+        return [r for r in range(start, end)
+                if r in embed or (r in self.from_row and self.from_row[r] >= end)]
+
+    def fill(self, start: int, end: int, values: list, out: dict) -> int:
+        """Give every copy of ``[start, end)`` not in ``out`` its kept member's value: from the
+        table, from an earlier range (``values``) or from this one (``out``). Returns how many."""
+        copied = 0
+        for r in range(start, end):
+            if r in out:
+                continue
+            if r in self.from_table:
+                out[r] = self.from_table[r]
+            else:
+                src = self.from_row[r]
+                out[r] = values[src] if src < start else out[src]
+            copied += 1
+        return copied
+
 
 @dataclass
 class KeptVectors:

@@ -261,25 +261,14 @@ class EmbedFragment:
         tbl = frag.to_table(columns=["text", *kept.columns(frag.schema.names)])
         texts = tbl.column("text").to_pylist()
         plan = kept.plan(tbl)
-        embed_rows = set(plan.embed)
 
         def compute(start: int, end: int, values: list) -> list:
-            # a copy whose kept member comes later in the fragment is embedded itself
-            todo = [r for r in range(start, end) if r in embed_rows or (
-                r in plan.from_row and plan.from_row[r] >= end)]
+            todo = plan.to_embed(start, end)
             t = time.perf_counter()
             vecs = model.encode([texts[r] for r in todo]) if todo else []
             self.encode_s += time.perf_counter() - t
             out = dict(zip(todo, vecs))
-            for r in range(start, end):
-                if r in out:
-                    continue
-                if r in plan.from_table:
-                    out[r] = plan.from_table[r]
-                else:
-                    src = plan.from_row[r]
-                    out[r] = values[src] if src < start else out[src]
-                self.copied += 1
+            self.copied += plan.fill(start, end, values, out)
             return [out[r] for r in range(start, end)]
 
         ranges = self.ranges or Ranges()
