@@ -12,7 +12,7 @@ import pytest
 from lance_assets import paths
 from lance_assets.embeddings import chunk_embeddings as chunks
 from lance_assets.embeddings import embeddings as embed
-from lance_assets.embeddings import onnx_backend
+from lance_assets.embeddings import onnx_backend, torch_bf16
 from lance_assets.forensics.search import table_embedder
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
@@ -45,15 +45,24 @@ def test_onnx_vectors_agree_with_pytorch_and_do_not_depend_on_their_batch(vector
     assert np.median(int8) > 0.99 and int8.min() > 0.97, int8
     # meaning survives quantization: each text is nearest its own float32 vector
     assert (np.argmax(vectors["onnx-int8"] @ ref.T, axis=1) == np.arange(len(TEXTS))).all()
+    bf16 = np.sum(vectors["torch-bf16"] * ref, axis=1)
+    assert np.median(bf16) > 0.9999 and bf16.min() > 0.999, bf16
     # a vector is a function of its text alone: alone, reversed, in another batch
-    model = embed.shared_embedder(128, "cpu", "onnx-int8")
-    alone = np.stack([model.encode([t])[0] for t in TEXTS])
-    assert np.allclose(alone, vectors["onnx-int8"], atol=1e-6)
-    assert np.allclose(model.encode(TEXTS[::-1])[::-1], vectors["onnx-int8"], atol=1e-6)
+    for backend in ("onnx-int8", "torch-bf16"):
+        model = embed.shared_embedder(128, "cpu", backend)
+        alone = np.stack([model.encode([t])[0] for t in TEXTS])
+        assert np.array_equal(alone, vectors[backend]), backend
+        assert np.array_equal(model.encode(TEXTS[::-1])[::-1], vectors[backend]), backend
+        many = TEXTS * (torch_bf16.BATCH // len(TEXTS) + 2)  # across a batch boundary
+        assert np.array_equal(model.encode(many)[-len(TEXTS):], vectors[backend]), backend
 
 
-def test_auto_is_onnx_int8_on_cpu_torch_on_a_gpu_and_the_recorded_backend_once_written():
+def test_auto_on_cpu_is_bf16_with_matrix_units_else_onnx_int8_and_torch_on_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch_bf16, "native_bf16", lambda: False)
     assert onnx_backend.resolve("auto", "cpu") == "onnx-int8"
+    monkeypatch.setattr(torch_bf16, "native_bf16", lambda: True)
+    assert onnx_backend.resolve("auto", "cpu") == "torch-bf16"
+    assert onnx_backend.resolve("auto", "cpu", recorded="onnx-int8") == "onnx-int8"
     assert onnx_backend.resolve("auto", "cuda") == "torch"
     assert onnx_backend.resolve("auto", "cuda:1", recorded="onnx-int8") == "onnx-int8"
     assert onnx_backend.resolve("auto", "cpu", recorded="torch") == "torch"
@@ -239,7 +248,7 @@ def test_saved_ranges_are_for_one_fragment_as_it_is_and_one_spec(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         embed.embeddings(root, embedder=model, range_seconds=1e-3, log=quiet)
     frag = lance.dataset(paths.table_uri(root)).get_fragments()[0]
-    spec = embed.EmbeddingSpec(backend="onnx-int8").to_dict()
+    spec = embed.EmbeddingSpec(backend=onnx_backend.resolve("auto", "cpu")).to_dict()
     key = ranges.fragment_key(frag, spec)
     assert (paths.partial_dir(root, "embedding") / key).is_dir()
     assert ranges.fragment_key(frag, {**spec, "max_tokens": 64}) != key

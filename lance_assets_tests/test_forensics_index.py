@@ -10,6 +10,7 @@ import pytest
 from lance_assets import paths
 from lance_assets.embeddings import chunk_embeddings as chunks
 from lance_assets.embeddings import embeddings as embed
+from lance_assets.embeddings import onnx_backend
 from lance_assets.embeddings import vector_index as vindex
 from lance_assets.forensics.attribution import align, build_ngram_index, ngram_hashes, passages
 from lance_assets.forensics.search import rrf, snippet
@@ -37,7 +38,7 @@ def test_embedding_column_is_checkpointed_resumable_and_leaves_text_alone(tmp_pa
     assert data_files_by_field(ds, "text") == text_files
     assert ds.schema.field("embedding").type == embed.EMBEDDING.type
     assert not ds.schema.metadata  # table facts live in the manifest config only
-    assert embed.table_embedding_spec(ds) == embed.EmbeddingSpec(backend="onnx-int8")  # auto on CPU
+    assert embed.table_embedding_spec(ds) == embed.EmbeddingSpec(backend=onnx_backend.resolve("auto", "cpu"))
     again = embed.embeddings(root, log=quiet)  # no model is loaded when nothing is missing
     assert again.nothing_to_do and again.model_load_s == 0 and again.device == ""
     with pytest.raises(embed.EmbeddingMismatchError, match="max_tokens=128"):

@@ -12,6 +12,7 @@ import pytest
 from lance_assets import paths
 from lance_assets.embeddings import chunk_embeddings as chunks
 from lance_assets.embeddings import embeddings as embed
+from lance_assets.embeddings import onnx_backend
 from lance_assets.embeddings import vector_index as vindex
 from lance_assets.forensics.__main__ import main as cli
 from lance_assets.forensics.attribution import PASSAGE_MIN_WORDS, Attributor
@@ -54,7 +55,7 @@ def second_half_passage(table, i: int) -> str:
 def test_chunk_embeddings_cover_the_whole_document_and_reuse_the_first(table):
     ds = lance.dataset(paths.table_uri(table["root"]))
     spec = chunks.table_chunk_spec(ds)
-    assert spec == chunks.ChunkSpec(backend="onnx-int8")  # recorded: a query is cut, embedded alike
+    assert spec == chunks.ChunkSpec(backend=onnx_backend.resolve("auto", "cpu"))  # queries alike
     rows = ds.to_table(columns=["text", "embedding", "chunk_embeddings"]).to_pylist()
     spans = chunks.shared_chunker(spec).spans([r["text"] for r in rows])
     for row, row_spans in zip(rows, spans):

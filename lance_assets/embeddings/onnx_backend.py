@@ -1,17 +1,23 @@
-"""all-MiniLM-L6-v2 on ONNX Runtime: the CPU backend of ``embedding`` and ``chunk_embeddings``.
+"""all-MiniLM-L6-v2 on ONNX Runtime, and the choice of backend for ``embedding`` and
+``chunk_embeddings``.
 
 **Backends** (the ``backend`` setting of both assets; recorded in the table's config with the
 model, so queries are embedded the way the column was):
 
 - ``torch``: sentence-transformers in PyTorch float32, the reference; the backend on a GPU.
+- ``torch-bf16``: the same model in PyTorch bfloat16, one batch shape for every pass
+  (``torch_bf16.py``). About four times the chunks per CPU-second of ``torch`` on a CPU with
+  bfloat16 matrix units (AMX, AVX-512 BF16), with a median cosine of 0.99996 to ``torch``.
 - ``onnx-fp32``: the same graph exported to ONNX and fused by ONNX Runtime's transformer
   optimizer (attention, GELU, layer norms); float32, the same vectors to a cosine of 1.0000.
 - ``onnx-int8``: that graph with its weights quantized to int8 per channel (dynamic
-  quantization: activations are quantized per batch at run time). About twice the chunks per
-  CPU-second of ``torch`` on this project's reference 2-core machine, with a median cosine of
-  0.993 to the float32 vectors (``docs/benchmarks.md``, "Embedding backends").
+  quantization: activations are quantized per batch at run time). About 2.6 times the chunks
+  per CPU-second of ``torch`` on this project's reference 2-core machine, with a median cosine
+  of 0.994 to the float32 vectors (``docs/benchmarks.md``, "Embedding backends"); the CPU
+  backend where bfloat16 is emulated.
 - ``auto`` (the default): the backend the column was written with when it holds vectors,
-  else ``onnx-int8`` on CPU and ``torch`` on a GPU.
+  else ``torch`` on a GPU, ``torch-bf16`` on a CPU with bfloat16 matrix units and
+  ``onnx-int8`` on other CPUs.
 
 **Export, once, offline.** The graph (the BERT encoder, mean pooling over the attention mask
 and L2 normalisation, so one call returns the finished sentence vector) is traced with
@@ -43,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 EXPORT_VERSION = 1  # bump when the exported graph changes: the cache key changes with it
-BACKENDS = ("torch", "onnx-fp32", "onnx-int8")
+BACKENDS = ("torch", "torch-bf16", "onnx-fp32", "onnx-int8")
 CHOICES = ("auto",) + BACKENDS
 OPSET = 17
 NUM_HEADS, HIDDEN = 12, 384  # all-MiniLM-L6-v2
@@ -56,8 +62,9 @@ class BackendError(ValueError):
 def check_backend(name: str) -> str:
     if name not in CHOICES:
         raise BackendError(f"backend={name!r}: choose one of {', '.join(CHOICES)} (`auto`: the "
-                           "column's own backend when it holds vectors, else onnx-int8 on CPU "
-                           "and torch on a GPU)")
+                           "column's own backend when it holds vectors, else torch-bf16 on a CPU "
+                           "with bfloat16 matrix units, onnx-int8 on other CPUs and torch on a "
+                           "GPU)")
     return name
 
 
@@ -68,7 +75,11 @@ def resolve(name: str, device: str, recorded: str | None = None) -> str:
         return name  # the ONNX backends run on the CPU whatever the device
     if recorded:
         return recorded
-    return "torch" if device.startswith("cuda") else "onnx-int8"
+    if device.startswith("cuda"):
+        return "torch"
+    from lance_assets.embeddings.torch_bf16 import native_bf16
+
+    return "torch-bf16" if native_bf16() else "onnx-int8"
 
 
 def model_dir() -> Path:
