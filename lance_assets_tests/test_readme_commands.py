@@ -320,21 +320,46 @@ def test_selection_forms_mean_what_the_readme_says():
         dg.AssetSelection.from_string("raw_text,dedup_flag").resolve(graph)
 
 
-def test_dg_list_defs_runs_from_the_repository_root(tmp_path):
-    """`dg list defs` as a reader runs it: the `dg` next to this Python, from the repository
-    root, finds the project in pyproject.toml and lists what the selection resolves to."""
-    import json
+def dg_env(tmp_path: Path, instance: str) -> dict[str, str]:
+    """The environment of a reader's shell: `make`'s instance (DAGSTER_HOME=.dagster_home with
+    the repository's dagster.yaml linked into it, as `make setup` does, here in a temporary
+    folder), or a plain shell with no DAGSTER_HOME at all (Dagster then reads ./dagster.yaml and
+    keeps a temporary instance under the working directory)."""
     import os
+
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    if instance == "make":
+        (tmp_path / "dagster.yaml").symlink_to(ROOT / "dagster.yaml")
+        env["DAGSTER_HOME"] = str(tmp_path)
+    return env
+
+
+def run_dg(args: list[str], env: dict[str, str]):
     import subprocess
     import sys
 
+    return subprocess.run([str(Path(sys.executable).parent / "dg"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("instance", ["unset", "make"])
+def test_dg_list_defs_runs_from_the_repository_root(tmp_path, instance):
+    """`dg list defs` as a reader runs it: the `dg` next to this Python, from the repository
+    root, finds the project in pyproject.toml and lists what the selection resolves to, from a
+    plain shell as under `make`."""
+    import json
+
     select = "+key:token_ids"
-    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
-    done = subprocess.run([str(Path(sys.executable).parent / "dg"), "list", "defs", "--json",
-                           "--assets", select], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = run_dg(["list", "defs", "--json", "--assets", select], dg_env(tmp_path, instance))
     assert done.returncode == 0, done.stderr[-4000:]
     listed = {a["asset_key"] for a in json.loads(done.stdout)["assets"]}
     defs = load_definitions("lance_assets.definitions")
     assert listed == {k.to_user_string() for k in resolve_selection(defs, select)}
+
+
+def test_dg_check_defs_runs_from_a_plain_shell(tmp_path):
+    """`dg check defs` from the repository root with no DAGSTER_HOME: the repository's
+    dagster.yaml configures Dagster's temporary instance, so it must not need the variable."""
+    done = run_dg(["check", "defs"], dg_env(tmp_path, "unset"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "All definitions loaded successfully" in done.stdout + done.stderr
