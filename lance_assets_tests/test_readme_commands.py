@@ -1,7 +1,9 @@
-"""Every ``dagster ...`` command in README.md's fenced blocks names what our definitions hold:
-its ``--select`` goes through Dagster's own asset selection parser (the one ``dagster asset
-materialize`` uses) against the ``Definitions`` its ``-m`` module loads, and its ``-j`` job
-exists. A selection Dagster would reject fails here instead of in a reader's shell."""
+"""Every ``dagster ...`` command in README.md (its fenced blocks and its command table) and in
+the docs pages' fenced blocks names what our definitions hold: its ``--select`` goes through
+Dagster's own asset selection parser (the one ``dagster asset materialize`` uses) against the
+``Definitions`` its ``-m`` module loads, and its ``-j`` job exists. A selection Dagster would
+reject fails here instead of in a reader's shell. The README itself stays a front door: at most
+README_MAX_LINES lines, the rest in docs/, linked."""
 
 import importlib
 import importlib.metadata
@@ -13,7 +15,10 @@ import dagster as dg
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = sorted((README.parent / "docs").glob("*.md"))
+README_MAX_LINES = 250
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+TABLE_CODE = re.compile(r"`([^`]+)`")
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -38,9 +43,26 @@ def shell_commands(block: str) -> list[list[str]]:
     return commands
 
 
-def dagster_commands() -> list[list[str]]:
-    blocks = FENCE.findall(README.read_text())
-    return [argv for block in blocks for argv in shell_commands(block) if argv[0] == "dagster"]
+def documented_commands(program: str, pages=(README, *DOCS)) -> list[list[str]]:
+    """``program``'s commands in the fenced blocks of ``pages`` and in the README's tables (a
+    code span in a row's last cell that starts with the program's name: the CLI table's "run")."""
+    found = [argv for page in pages for block in FENCE.findall(page.read_text())
+             for argv in shell_commands(block)]
+    if README in pages:
+        cells = [line.rstrip(" |").rsplit(" | ", 1)[-1] for line in README.read_text().splitlines()
+                 if line.startswith("|")]
+        found += [shlex.split(span) for cell in cells for span in TABLE_CODE.findall(cell)
+                  if span.startswith(program + " ")]
+    return [argv for argv in found if argv and argv[0] == program]
+
+
+# docs/write-a-tagger.md's commands select the asset its walk-through adds (test_write_a_tagger.py
+# runs them on a copy of the package): they are parsed, not looked up in our definitions
+TUTORIAL = README.parent / "docs" / "write-a-tagger.md"
+
+
+def dagster_commands(pages=(README, *DOCS)) -> list[list[str]]:
+    return documented_commands("dagster", pages=tuple(p for p in pages if p != TUTORIAL))
 
 
 def option(argv: list[str], *names: str) -> str | None:
@@ -70,8 +92,11 @@ COMMANDS = dagster_commands()
 
 
 def test_readme_has_dagster_commands_with_selections():
-    selects = [option(argv, "--select") for argv in COMMANDS]
-    assert len(COMMANDS) >= 5 and sum(s is not None for s in selects) >= 3, COMMANDS
+    in_readme = documented_commands("dagster", pages=(README,))
+    selects = [option(argv, "--select") for argv in in_readme]
+    assert len(in_readme) >= 5 and sum(s is not None for s in selects) >= 2, in_readme
+    assert any(argv[1] == "dev" for argv in in_readme), "the README shows no `dagster dev`"
+    assert len(COMMANDS) >= 20, "the docs' commands are no longer found"
 
 
 def command_id(argv: list[str]) -> str:
@@ -118,30 +143,73 @@ def test_every_job_sensor_and_schedule_says_what_it_runs():
 
 
 def test_readme_sections_come_in_the_order_a_newcomer_reads_them():
-    """What it is and the two commands, then the code map (with its asset -> library table),
-    then the UI, the CLI and the schedule; troubleshooting, adding a column, hardware and the
-    credits are there too. Configuration tables and the table write-up live in docs/."""
+    """What it is and the two commands, what the demo shows, then the code map (with its asset
+    -> library table), then the UI, the CLI and the schedule; troubleshooting, adding a column,
+    hardware and the credits are there too. What does not fit a front door lives in docs/,
+    linked from the section it belongs to."""
     text = README.read_text()
+    lines = len(text.splitlines())
+    assert lines <= README_MAX_LINES, f"README has {lines} lines; move detail to docs/"
     headings = re.findall(r"^## (.+)$", text, re.M)
-    order = ["Two commands", "Code map", "The web UI", "The command line", "Schedule and sensor"]
+    order = ["Two commands", "What the demo shows", "Code map", "The web UI", "The command line",
+             "Schedule and sensor"]
     positions = [next((i for i, h in enumerate(headings) if h.startswith(name)), None)
                  for name in order]
     assert None not in positions, f"README lacks one of {order}: it has {headings}"
     assert positions == sorted(positions), f"README sections out of order: {headings}"
-    for needed in ("Troubleshooting", "Add a column asset: one file", "Hardware and disk",
-                   "Credits"):
+    for needed in ("Real data", "Scale out", "Troubleshooting", "Add a column asset: one file",
+                   "Hardware and disk", "Credits"):
         assert any(h.startswith(needed) for h in headings), f"README lacks '## {needed}'"
     code_map = text.split("## Code map", 1)[1].split("\n## ", 1)[0]
     assert "| asset (group) | library call |" in code_map
-    for page in ("docs/configuration.md", "docs/table.md"):
-        assert f"]({page})" in text and (README.parent / page).is_file(), page
+    for page in ("docs/configuration.md", "docs/table.md", "docs/cli.md", "docs/automation.md",
+                 "docs/real-data.md", "docs/install.md", "docs/troubleshooting.md",
+                 "docs/multinode.md", "docs/training.md"):
+        assert f"]({page}" in text and (README.parent / page).is_file(), page
 
 
-def test_every_link_in_the_readme_resolves():
+def section(text: str, heading: str) -> str:
+    return text.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_names_what_a_newcomer_looks_for():
+    """The web UI, the environment, the schedule, real data and several GPUs: each named in its
+    README section, with the page that has the rest."""
     text = README.read_text()
-    for target in re.findall(r"\]\(([^)#]+)\)", text):
-        if "://" not in target:
-            assert (README.parent / target).exists(), f"README links to missing {target}"
+    assert "dagster dev -m lance_assets.definitions" in section(text, "## The web UI")
+    cli = section(text, "## The command line")
+    for variable in ("LANCE_ASSETS_DATA", "LANCE_ASSETS_SOURCE", "DAGSTER_HOME"):
+        assert f"`{variable}`" in cli, variable
+    assert "ingest_schedule" in section(text, "## Schedule and sensor")
+    assert "LANCE_ASSETS_SOURCE=/datasets/fineweb-edu" in section(text, "## Real data")
+    assert "nproc_per_node" in section(text, "## Scale out")
+
+
+def markdown_links(page: Path) -> list[str]:
+    return [t for t in re.findall(r"\]\(([^)#]+)\)", page.read_text()) if "://" not in t]
+
+
+def test_every_link_in_the_readme_and_the_docs_resolves():
+    for page in (README, *DOCS):
+        for target in markdown_links(page):
+            assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_the_moved_readme_text_is_in_docs():
+    """What left the README kept its figures and commands in docs/."""
+    expectations = {
+        "docs/install.md": ["1 min 22 s", "33 s", "16 s", "make lock-upgrade", "45 + 40 + 15 GB"],
+        "docs/cli.md": ["### Selecting assets", "test_browser.py", "dg check defs"],
+        "docs/real-data.md": ["hf:HuggingFaceFW/fineweb-edu:sample-10BT", "synthetic-web:2400000"],
+        "docs/ablation.md": ["dedup-vs-gopher", "release_snapshots"],
+        "docs/automation.md": ["dagster schedule start table_maintenance_schedule"],
+        "docs/scaling.md": ["--rdzv-endpoint", "scripts/gpu_check.sh", "AWS_ALLOW_HTTP"],
+        "docs/troubleshooting.md": ["TokenizerMismatchError", "LANCE_ASSETS_CHROMIUM"],
+    }
+    for page, needles in expectations.items():
+        text = (README.parent / page).read_text()
+        for needle in needles:
+            assert needle in text, f"{page} lacks {needle!r}"
 
 
 def dagster_cli():
@@ -163,7 +231,10 @@ def parse_with_dagster_cli(argv: list[str]) -> None:
     command.make_context(name, args)
 
 
-@pytest.mark.parametrize("argv", COMMANDS, ids=[command_id(a) for a in COMMANDS])
+PARSED = COMMANDS + documented_commands("dagster", pages=(TUTORIAL,))
+
+
+@pytest.mark.parametrize("argv", PARSED, ids=[command_id(a) for a in PARSED])
 def test_documented_command_parses_with_the_dagster_cli(argv):
     parse_with_dagster_cli(argv)
 
@@ -185,8 +256,7 @@ ROOT = README.parent
 
 
 def dg_commands() -> list[list[str]]:
-    blocks = FENCE.findall(README.read_text())
-    return [argv for block in blocks for argv in shell_commands(block) if argv[0] == "dg"]
+    return documented_commands("dg", pages=tuple(p for p in (README, *DOCS) if p != TUTORIAL))
 
 
 DG_COMMANDS = dg_commands()
@@ -222,7 +292,7 @@ def pyproject_tool(name: str) -> dict:
 
 
 def test_readme_has_dg_commands():
-    parsed = [parse_with_dg_cli(argv)[0] for argv in DG_COMMANDS]
+    parsed = [parse_with_dg_cli(argv)[0] for argv in documented_commands("dg", pages=(README,))]
     for needed in ("launch", "list defs", "check defs"):
         assert needed in parsed, f"README documents no `dg {needed}`: {DG_COMMANDS}"
 
@@ -258,6 +328,14 @@ def test_documented_dg_command_parses_and_names_real_assets_and_jobs(argv):
         assert dg.AssetSelection.from_string(params["assets"]).resolve(graph), argv
 
 
+TUTORIAL_DG = documented_commands("dg", pages=(TUTORIAL,))
+
+
+@pytest.mark.parametrize("argv", TUTORIAL_DG, ids=[" ".join(a[1:4]) for a in TUTORIAL_DG])
+def test_the_walk_through_dg_commands_parse(argv):
+    parse_with_dg_cli(argv)
+
+
 def test_an_option_dg_launch_lacks_is_refused():
     """The parse above can fail: `dg launch` takes --assets, not `dagster`'s --select."""
     import click
@@ -267,8 +345,10 @@ def test_an_option_dg_launch_lacks_is_refused():
 
 
 def readme_selections() -> list[str]:
-    """Every selection in the first column of the README's selection table."""
-    section = README.read_text().split("### Selecting assets", 1)[1].split("\n## ", 1)[0]
+    """Every selection in the first column of the selection table (docs/cli.md, linked from the
+    README's command line section)."""
+    section = (ROOT / "docs" / "cli.md").read_text().split("### Selecting assets", 1)[1]
+    section = section.split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     return [s for row in rows for s in re.findall(r"`([^`]+)`", row.split(" | ", 1)[0])]
 
@@ -320,21 +400,46 @@ def test_selection_forms_mean_what_the_readme_says():
         dg.AssetSelection.from_string("raw_text,dedup_flag").resolve(graph)
 
 
-def test_dg_list_defs_runs_from_the_repository_root(tmp_path):
-    """`dg list defs` as a reader runs it: the `dg` next to this Python, from the repository
-    root, finds the project in pyproject.toml and lists what the selection resolves to."""
-    import json
+def dg_env(tmp_path: Path, instance: str) -> dict[str, str]:
+    """The environment of a reader's shell: `make`'s instance (DAGSTER_HOME=.dagster_home with
+    the repository's dagster.yaml linked into it, as `make setup` does, here in a temporary
+    folder), or a plain shell with no DAGSTER_HOME at all (Dagster then reads ./dagster.yaml and
+    keeps a temporary instance under the working directory)."""
     import os
+
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    if instance == "make":
+        (tmp_path / "dagster.yaml").symlink_to(ROOT / "dagster.yaml")
+        env["DAGSTER_HOME"] = str(tmp_path)
+    return env
+
+
+def run_dg(args: list[str], env: dict[str, str]):
     import subprocess
     import sys
 
+    return subprocess.run([str(Path(sys.executable).parent / "dg"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("instance", ["unset", "make"])
+def test_dg_list_defs_runs_from_the_repository_root(tmp_path, instance):
+    """`dg list defs` as a reader runs it: the `dg` next to this Python, from the repository
+    root, finds the project in pyproject.toml and lists what the selection resolves to, from a
+    plain shell as under `make`."""
+    import json
+
     select = "+key:token_ids"
-    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
-    done = subprocess.run([str(Path(sys.executable).parent / "dg"), "list", "defs", "--json",
-                           "--assets", select], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = run_dg(["list", "defs", "--json", "--assets", select], dg_env(tmp_path, instance))
     assert done.returncode == 0, done.stderr[-4000:]
     listed = {a["asset_key"] for a in json.loads(done.stdout)["assets"]}
     defs = load_definitions("lance_assets.definitions")
     assert listed == {k.to_user_string() for k in resolve_selection(defs, select)}
+
+
+def test_dg_check_defs_runs_from_a_plain_shell(tmp_path):
+    """`dg check defs` from the repository root with no DAGSTER_HOME: the repository's
+    dagster.yaml configures Dagster's temporary instance, so it must not need the variable."""
+    done = run_dg(["check", "defs"], dg_env(tmp_path, "unset"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "All definitions loaded successfully" in done.stdout + done.stderr
