@@ -14,6 +14,7 @@ from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import data_files_by_field
 from lance_assets.testing.curation_reference import brute_force_pairs, plant_near_duplicates, precision_recall
+from lance_assets_tests import near_dup_chain
 from lance_assets_tests.helpers import quiet
 
 
@@ -97,3 +98,25 @@ def test_changed_settings_are_refused(tmp_path):
     nd.near_dup(root, log=quiet)
     with pytest.raises(nd.SettingsMismatchError, match="drop the columns"):
         nd.near_dup(root, minhash.MinHashSettings(bands=20, rows_per_band=5), log=quiet)
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["one-run", "c-later"])
+def test_a_chain_is_matched_when_its_middle_holds_no_key_of_its_own(tmp_path, later):
+    """A -> B -> C: C is a near-copy of B, not of A, and every band key C shares with B is A's
+    too (A is each such key's first holder). C joins the chain's cluster, whether it arrives
+    with A and B or after they were written."""
+    a, b, c = near_dup_chain.chain()
+    j = near_dup_chain.jaccards([a, b, c])
+    assert j[0, 1] >= 0.8 and j[1, 2] >= 0.8 > j[0, 2]
+    ka, kb, kc = near_dup_chain.band_keys([a, b, c])
+    assert kc & kb and not (kc & kb) - ka  # C shares keys with B, none that A lacks
+    root = tmp_path / "data"
+    batches = [[a, b], [c]] if later else [[a, b, c]]
+    for i, texts in enumerate(batches):
+        pq.write_table(pa.table({"text": texts}), tmp_path / f"{i}.parquet")
+        ingest(root, str(tmp_path / f"{i}.parquet"), log=quiet)
+        nd.near_dup(root, log=quiet)
+    t = lance.dataset(paths.table_uri(root)).to_table(
+        columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id").to_pylist()
+    assert [(r["near_dup_cluster"], r["near_dup"]) for r in t] == \
+        [(0, False), (0, True), (0, True)]

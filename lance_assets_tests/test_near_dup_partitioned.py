@@ -28,6 +28,7 @@ from lance_assets.lsh import shuffle as lsh
 from lance_assets.table import Table, data_files_by_field, get_json_config
 from lance_assets.table.columns import fragments_missing
 from lance_assets.testing.curation_reference import plant_near_duplicates
+from lance_assets_tests import near_dup_chain
 from lance_assets_tests.helpers import quiet
 
 # the worker's one Ray cluster (conftest.ray_cluster), shared with the other Ray modules
@@ -38,18 +39,43 @@ COLUMNS = ["id", "near_dup_cluster", "near_dup", "minhash_bands"]
 
 # ---------------------------------------------------------------------------- the steps alone
 
-def reference(old: dict[int, tuple[list[int], int]], new: dict[int, list[int]],
-              ok) -> dict[int, tuple[int, bool]]:
-    """Plain Python: each new holder of a key paired with the key's smallest-id holder;
+def reference(old: dict[int, tuple[list[int], int]], new: dict[int, list[int]], ok, bands: int,
+              per_key: int = lsh.HOLDERS_PER_KEY,
+              per_doc: int = lsh.CANDIDATES_PER_DOC) -> dict[int, tuple[int, bool]]:
+    """Plain Python: a document's signature is its keys padded to ``bands``; a key's
+    representatives are the first holder of each distinct signature, the first ``per_key`` by
+    id; each new holder pairs with the representatives before it (rank: their place); a
+    document keeps its pairs of rank 0 and the best others by (rank, id), ``per_doc`` in all;
     ``ok(d, f)`` confirms; union-find over new documents; a component takes the smallest older
     cluster it attaches to, else its smallest id."""
-    holders: dict[int, list[tuple[int, int | None]]] = {}
+    def signature(keys):
+        return tuple(keys) + (keys[0],) * (bands - len(keys))
+
+    holders: dict[int, list[tuple[int, int | None, tuple]]] = {}
     for i, (keys, c) in old.items():
-        for k in keys:
-            holders.setdefault(k, []).append((i, c))
+        for k in set(keys):
+            holders.setdefault(k, []).append((i, c, signature(keys)))
     for i, keys in new.items():
-        for k in keys:
-            holders.setdefault(k, []).append((i, None))
+        for k in set(keys):
+            holders.setdefault(k, []).append((i, None, signature(keys)))
+    best: dict[tuple[int, int], tuple[int, int | None]] = {}  # (d, f) -> (rank, f's cluster)
+    for members in holders.values():
+        reps: list[tuple[int, int | None]] = []
+        seen = set()
+        for i, c, sig in sorted(members, key=lambda m: m[0]):
+            if c is None:
+                for rank, (f, fc) in enumerate(reps):
+                    if (i, f) not in best or rank < best[i, f][0]:
+                        best[i, f] = (rank, fc)
+            if sig not in seen and len(reps) < per_key:
+                seen.add(sig)
+                reps.append((i, c))
+    by_doc: dict[int, list[tuple[int, int, int | None]]] = {}
+    for (d, f), (rank, fc) in best.items():
+        by_doc.setdefault(d, []).append((rank, f, fc))
+    pairs = [(d, f, fc) for d, ps in by_doc.items()
+             for n, (rank, f, fc) in enumerate(sorted(ps, key=lambda p: p[:2]))
+             if rank == 0 or n < per_doc]
     parent = {i: i for i in new}
 
     def find(i):
@@ -58,15 +84,13 @@ def reference(old: dict[int, tuple[list[int], int]], new: dict[int, list[int]],
         return i
 
     attach: dict[int, list[int]] = {}
-    for members in holders.values():
-        f, fc = min(members)
-        for d, c in members:
-            if c is None and d != f and ok(d, f):
-                if fc is None:
-                    a, b = find(d), find(f)
-                    parent[max(a, b)] = min(a, b)
-                else:
-                    attach.setdefault(d, []).append(fc)
+    for d, f, fc in pairs:
+        if ok(d, f):
+            if fc is None:
+                a, b = find(d), find(f)
+                parent[max(a, b)] = min(a, b)
+            else:
+                attach.setdefault(d, []).append(fc)
     comp_old: dict[int, int] = {}
     for d, cs in attach.items():
         r = find(d)
@@ -78,10 +102,15 @@ def reference(old: dict[int, tuple[list[int], int]], new: dict[int, list[int]],
     return out
 
 
-def partitioned(old, new, ok, parts: int, groups: int) -> dict[int, tuple[int, bool]]:
+def bands_of(old, new) -> int:
+    return max([len(k) for k, _ in old.values()] + [len(k) for k in new.values()] + [1])
+
+
+def partitioned(old, new, ok, parts: int, groups: int, per_key: int = lsh.HOLDERS_PER_KEY,
+                per_doc: int = lsh.CANDIDATES_PER_DOC) -> dict[int, tuple[int, bool]]:
     """The same through the steps near_dup runs as tasks, in ``parts`` key partitions and up to
     ``groups`` groups."""
-    bands = max([len(k) for k, _ in old.values()] + [len(k) for k in new.values()] + [1])
+    bands = bands_of(old, new)
 
     def arrays(items):
         ids = np.array(sorted(items), np.int64)
@@ -97,18 +126,19 @@ def partitioned(old, new, ok, parts: int, groups: int) -> dict[int, tuple[int, b
         ids, keys = arrays(old)
         clusters = np.array([old[int(i)][1] for i in ids], np.int64)
         has = np.array([bool(old[int(i)][0]) for i in ids])
-        pieces.append(lsh.holders(ids, keys, has, clusters, parts, first_only=True))
+        pieces.append(lsh.holders(ids, keys, has, clusters, parts, written=True,
+                                  per_key=per_key))
     ids, keys = arrays(new)
     has = np.array([bool(new[int(i)]) for i in ids])
     pieces.append(lsh.holders(ids, keys, has, None, parts))
     starts = ids[np.linspace(0, len(ids), groups + 1).astype(int)[1:-1]]
     starts = np.unique(starts)
     n_groups = len(starts) + 1
-    routed = [lsh.route_pairs(lsh.candidates(*[p[k] for p in pieces]), starts)
+    routed = [lsh.route_pairs(lsh.candidates(*[p[k] for p in pieces], per_key=per_key), starts)
               for k in range(parts)]
     confirmed = []
     for g in range(n_groups):
-        d, f, fc = lsh.merge_pairs(*[r[g] for r in routed])
+        d, f, fc = lsh.merge_pairs(*[r[g] for r in routed], per_doc=per_doc)
         good = np.array([ok(int(a), int(b)) for a, b in zip(d, f)], bool)
         confirmed.append(lsh.confirmed_edges(d, f, fc, good, starts))
     states, sent, inbox = [], 0, [[] for _ in range(n_groups)]
@@ -148,14 +178,36 @@ def test_the_partitioned_steps_equal_the_reference_for_any_partitions_and_groups
            for i in range(n_old)}
     new = {n_old + j: data.draw(st.lists(key, max_size=3)) for j in range(n_new)}
     salt = data.draw(st.integers(0, 6))
+    caps = data.draw(st.sampled_from([(lsh.HOLDERS_PER_KEY, lsh.CANDIDATES_PER_DOC), (1, 1),
+                                      (2, 3), (3, 2)]))
 
     def ok(d, f):  # a deterministic Jaccard stand-in that rejects some pairs
         return (d * 7 + f * 3 + salt) % 5 != 0
 
-    want = reference(old, new, ok)
+    want = reference(old, new, ok, bands_of(old, new), *caps)
     for parts in (1, 2, 5):
         for groups in (1, 3, 7):
-            assert partitioned(old, new, ok, parts, groups) == want, (parts, groups)
+            assert partitioned(old, new, ok, parts, groups, *caps) == want, (parts, groups)
+
+
+def test_a_document_among_many_variants_meets_a_bounded_number_of_candidates():
+    """200 written documents, each with its own signature; document i holds the new document's
+    key of band i % 14, so each of those keys has 14 or 15 holders. The new document meets each
+    key's first HOLDERS_PER_KEY of them, and keeps the first holders (0-13) and the next by rank
+    then id: the first CANDIDATES_PER_DOC written documents."""
+    bands, n_old = 14, 200
+    shared = np.arange(1, bands + 1, dtype=np.int64) * 0x9E3779B97F4A7C1
+    old_keys = np.arange(n_old * bands, dtype=np.int64).reshape(n_old, bands) * 7919 + (1 << 40)
+    old_keys[np.arange(n_old), np.arange(n_old) % bands] = shared[np.arange(n_old) % bands]
+    old_ids = np.arange(n_old, dtype=np.int64)
+    pieces = [lsh.holders(old_ids, old_keys, np.ones(n_old, bool), old_ids, 1, written=True)[0],
+              lsh.holders(np.array([n_old]), shared[None, :], np.ones(1, bool), None, 1)[0]]
+    pairs = lsh.candidates(*pieces)
+    assert len(pairs[0]) == bands * lsh.HOLDERS_PER_KEY < n_old
+    d, f, fc = lsh.merge_pairs(pairs)
+    assert lsh.CANDIDATES_PER_DOC < len(pairs[0])
+    assert (d == n_old).all() and f.tolist() == list(range(lsh.CANDIDATES_PER_DOC))
+    assert (fc == f).all()
 
 
 # ---------------------------------------------------------------------------- on a table
@@ -234,6 +286,30 @@ def test_ray_workers_write_the_single_process_columns_over_three_increments(
         _, stats = nd.near_dup(root, executor="ray", partitions=workers, log=quiet)
         assert stats.partitions == workers
     assert_same(_columns(root), single_process)
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["one-run", "c-later"])
+def test_ray_matches_a_chain_like_the_single_process_path(ray_cluster, tmp_path, later):
+    """A -> B -> C (near_dup_chain: every key C shares with B is A's, C is no near-copy of A)
+    among unrelated texts: C joins A's cluster on Ray as in one process, arriving with A and B
+    or in a later run."""
+    a, b, c = near_dup_chain.chain()
+    filler = generate(SyntheticSpec(rows=60, seed=5, dup_fraction=0.0)).column("text").to_pylist()
+    batches = ([filler[:30] + [a, b], [c] + filler[30:]] if later
+               else [filler[:30] + [a, b, c] + filler[30:]])
+    got = {}
+    for where in ("local", "ray"):
+        root = tmp_path / where / "data"
+        for i, texts in enumerate(batches):
+            path = tmp_path / f"{where}{i}.parquet"
+            pq.write_table(pa.table({"text": texts}), path)
+            ingest(root, str(path), rows_per_fragment=20, log=quiet)
+            nd.near_dup(root, executor=where, partitions=2, log=quiet)
+        got[where] = _columns(root)
+    assert_same(got["ray"], got["local"])
+    rows = got["ray"].to_pylist()
+    assert [(r["id"], r["near_dup_cluster"], r["near_dup"]) for r in rows[30:33]] == \
+        [(30, 30, False), (31, 30, True), (32, 30, True)]
 
 
 class ExitOnce:

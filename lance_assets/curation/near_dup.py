@@ -3,9 +3,20 @@ columns.
 
 Candidates come from :mod:`lance_assets.curation.minhash` (FineWeb's settings: word 5-grams,
 112 MinHash values in 14 bands of 8). For each band key, every new document holding it is a
-candidate with the key's *first holder*, the document with the smallest id that holds it in the
-pinned version; a candidate is confirmed when the exact Jaccard similarity of the two 5-gram sets
-is at least ``min_jaccard``. Confirmed pairs are joined into clusters.
+candidate with the key's *representatives* of smaller id: the first holder (smallest id in the
+pinned version) of each distinct signature holding the key (copies count once), the first
+:data:`~lance_assets.lsh.shuffle.HOLDERS_PER_KEY` of them; a document keeps every key's first
+holder and at most :data:`~lance_assets.lsh.shuffle.CANDIDATES_PER_DOC` candidates in all, the
+earliest representatives first. A candidate is confirmed when the exact Jaccard similarity of
+the two 5-gram sets is at least ``min_jaccard``. Confirmed pairs are joined into clusters.
+
+Why not the first holder alone: in a chain A -> B -> C (C a near-copy of B, not of A) every key
+C shares with B can also be A's, and C, compared with A only, would stay unflagged although B
+is in the table (8 of 500 such chains in a review). B is a representative of those keys whether
+it is new or already written (in A's cluster), so C meets it; the first holder of each distinct
+cluster holding a key is always among its representatives, up to the cap. The caps keep a
+document's pairs bounded inside a large cluster of distinct variants, where a chain can still
+be missed.
 
 - ``near_dup_cluster`` (int64): equal values form a cluster; the value is the smallest ``id``
   in the cluster when the document was written (a document with no near-duplicate is its own
@@ -24,8 +35,8 @@ partition and one group, and give the same columns:
 
 1. **Keys** per fragment: a new fragment's text is read and hashed (its keys kept for the
    write), a written fragment's ``minhash_bands`` are read; each sends every key partition its
-   (key, id, cluster) triples.
-2. **Candidates** per key partition: each new holder of a key paired with its first holder.
+   (key, id, cluster, signature) rows (a written fragment only its representatives).
+2. **Candidates** per key partition: each new holder of a key paired with its representatives.
 3. **Confirmation** per group of new documents (contiguous id ranges): the two texts of each
    pair are read by id and their exact Jaccard computed.
 4. **Components** per group: label propagation of the smallest id and the smallest older
@@ -162,8 +173,9 @@ def new_keys(scan: Scan, fragment_id: int) -> tuple:
 
 
 def old_keys(scan: Scan, fragment_id: int) -> tuple:
-    """A written fragment: the first holder of each of its stored keys, per key partition
-    (rows of the pinned version only)."""
+    """A written fragment: its representatives of each of its stored keys (the first holder of
+    each distinct signature, the first few), per key partition (rows of the pinned version
+    only)."""
     frag = _open(scan.table, scan.version).get_fragment(fragment_id)
     bands = scan.settings.bands
     where = f"minhash_bands IS NOT NULL AND id < {int(scan.rows_end)}"
@@ -177,7 +189,7 @@ def old_keys(scan: Scan, fragment_id: int) -> tuple:
     clusters = np.concatenate([p[1] for p in parts])
     keys = np.concatenate([p[2] for p in parts])
     return tuple(lsh.holders(ids, keys, np.ones(len(ids), bool), clusters, scan.partitions,
-                             first_only=True))
+                             written=True))
 
 
 def partition_pairs(starts: np.ndarray, *pieces: lsh.Holders) -> tuple:
@@ -460,7 +472,7 @@ PRODUCER = ColumnProducer(
         "in the driver). New documents are matched against old ones; old values are never "
         "rewritten.",
     fields=fields(MinHashSettings()), descriptions=DESCRIPTIONS, write=write,
-    settings=NearDupSettings, kinds=("lance", "numpy"), version="2",
+    settings=NearDupSettings, kinds=("lance", "numpy"), version="3",
     reads={NEAR_DUP_CLUSTER.name: [("raw_text", "text"), ("raw_text", "id")],
            NEAR_DUP.name: [("raw_text", "text"), ("raw_text", "id")],
            "minhash_bands": [("raw_text", "text")]})
