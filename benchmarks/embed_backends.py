@@ -6,14 +6,16 @@
    and docs installed here and /usr/share/doc, one file per document, in a fixed order).
 2. Cuts it into ``chunk_embeddings``' chunks (128 word pieces, overlap 32: the column's default
    ``ChunkSpec``) and keeps the first ``--chunks`` of them.
-3. Embeds those chunks with each backend (``torch``: sentence-transformers float32, today's
-   path; ``onnx-fp32``; ``onnx-int8``), each on ``--threads`` threads, after one warm-up batch,
+3. Embeds those chunks with each backend (``torch``: sentence-transformers float32, the path
+   before backends; ``torch-bf16``; ``onnx-fp32``; ``onnx-int8``), each on ``--threads``
+   threads, after one warm-up batch,
    ``--repeats`` times in alternation. Throughput is per CPU-second of the process (every thread)
    and per wall second; ratios use each arm's best run against ``torch``'s in the same run.
 4. Agreement: the cosine of each chunk's vector with its ``torch`` vector (median, 1st
    percentile, minimum).
 5. ``--quality-score``: what the vectors change downstream for ``quality_score``: the demo
-   corpus (``synthetic:2000``) embedded by ``torch`` and by ``onnx-int8``, the head trained on
+   corpus (``synthetic:2000``) embedded by ``torch``, ``torch-bf16`` and ``onnx-int8``, the
+   head trained on
    each, its held-out error.
 """
 
@@ -63,7 +65,7 @@ def quality_score_by_backend(rows: int = 2000) -> dict:
     out = {}
     print("\n| backend | held-out rows | MAE | MAE of the mean | accuracy | F1 |")
     print("|---|---|---|---|---|---|")
-    for backend in ("torch", "onnx-int8"):
+    for backend in ("torch", "torch-bf16", "onnx-int8"):
         work = tempfile.mkdtemp(prefix="embed-backends-")
         try:
             ingest(work, f"synthetic:{rows}", log=lambda _m: None)
@@ -120,8 +122,8 @@ def main() -> None:
                              cos_p1=float(np.percentile(cos, 1)), cos_min=float(cos.min()))
         b = best[backend]
         print(f"| {backend} | {b['chunks_per_cpu_s']:.1f} | {b['chunks_per_s']:.1f} | "
-              f"{b['ratio']:.2f}x | {b['cos_median']:.4f} | {b['cos_p1']:.4f} | "
-              f"{b['cos_min']:.4f} |")
+              f"{b['ratio']:.2f}x | {b['cos_median']:.5f} | {b['cos_p1']:.5f} | "
+              f"{b['cos_min']:.5f} |")
     if args.quality_score:
         best["quality_score"] = quality_score_by_backend()
     if args.json_out:
