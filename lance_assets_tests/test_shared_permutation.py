@@ -13,9 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from lancedb import streaming
 from lancedb.streaming import StreamingDataLoader, StreamingDataset
 
-from lance_assets.train import data
+from lance_assets.train import data, streaming_adapter
 
 FILTER = "NOT is_dup AND n_tokens > 0 AND id % 10 != 0"
 NUM_SPLITS = 4
@@ -230,3 +231,42 @@ def test_a_permutation_built_for_another_run_is_refused(snap, tmp_path, change):
     with pytest.raises(data.PermutationError, match="built for") as e:
         data.shared_permutation(snap, wanted, root, build=True)
     assert str(wanted.folder(root) / "permutation.json") in str(e.value)
+
+
+def test_the_lancedb_internals_the_adapter_relies_on_are_the_installed_ones():
+    """The day lancedb changes what ``streaming_adapter`` relies on, this fails (and so does
+    every ``SharedPermutationDataset``, instead of silently building its own permutation)."""
+    assert streaming_adapter.streaming_internals_problems() == []
+
+
+def test_a_lancedb_that_reads_the_permutation_elsewhere_is_refused(snap, tmp_path, monkeypatch):
+    stored = data.shared_permutation(snap, key(snap), tmp_path / "p", build=True)
+
+    def another_reader(self):  # a new StreamingDataset method reading splits on its own
+        return streaming.Permutation.from_tables(self._table, self._perm_table, split=0)
+
+    monkeypatch.setattr(StreamingDataset, "_peek", another_reader, raising=False)
+    problems = streaming_adapter.streaming_internals_problems()
+    assert problems and "_peek" in problems[0]
+    with pytest.raises(RuntimeError, match="lancedb .* changed what"):
+        data.SharedPermutationDataset(snap.table, permutation=stored, columns=["id"],
+                                      filter=FILTER, shuffle=True, shuffle_seed=7, epoch=0,
+                                      num_splits=NUM_SPLITS, rank=0, world_size=1)
+
+
+def test_a_worker_reads_the_pinned_version_after_the_table_moved_on(snap, tmp_path):
+    """A DataLoader worker reopens the table at its newest version: the rows it reads are
+    still those of the version the permutation was built on."""
+    stored_root = tmp_path / "permutations"
+    before, _ = blocks(snap, stored_root, world=1, rank=0)
+    bpe = data.count_blocks(snap, FILTER, BLOCK_LEN, NUM_SPLITS)
+    ds = data.train_dataset(snap, filter=FILTER, block_len=BLOCK_LEN, blocks_per_epoch=bpe,
+                            num_splits=NUM_SPLITS, rank=0, world_size=1, seed=7, epoch=0,
+                            read_batch_size=5, permutations=stored_root)
+    other = lancedb.connect(tmp_path / "db").open_table("corpus")
+    other.delete("id % 2 = 0")  # half the rows gone from the newest version
+    other.add(_rows(2000, 50, np.random.default_rng(3)))
+    worker = object.__new__(type(ds))  # what a spawned worker does with the pickled dataset
+    worker.__setstate__(ds.__getstate__())
+    after = [item["input_ids"] for item in worker]
+    assert before and all(torch.equal(a, b) for a, b in zip(before, after, strict=True))

@@ -4,7 +4,7 @@ A rule says which documents to *keep* (``word_count BETWEEN 50 AND 100000``); a 
 trained on when it passes every rule, so the training filter is the rules joined with AND. A
 row where a rule's columns are NULL (a signal not computed yet) does not pass it.
 
-A rule is user text, so it is data, never code: each is parsed by ``corpus.predicate`` into one
+A rule is user text, so it is data, never code: each is parsed by ``curation.predicate`` into one
 boolean expression over the table's columns, rendered back to SQL, and that rendering is checked
 with Lance, the engine the training loader filters with. A rule that does not parse, names a
 column the table lacks, or that Lance cannot type is reported by name with the fix. Rules are
@@ -25,7 +25,7 @@ from typing import Union
 import lance
 import pyarrow.compute as pc
 
-from lance_assets.curation.predicate import Predicate, PredicateError, combine, safe_predicate
+from lance_assets.curation.predicate import Predicate, PredicateError, combine, lance_problem, safe_predicate
 from lance_assets.keys import CURATION_KEY
 from lance_assets.table import Table, get_json_config
 
@@ -170,24 +170,6 @@ class RuleProblem:
 
     def __str__(self) -> str:
         return f"rule {self.rule!r} ({self.predicate!r}): {self.problem}"
-
-
-def _lance_message(err: Exception) -> str:
-    """Lance's error without its prefix and source location."""
-    msg = str(err).split(", /")[0]
-    for prefix in ("Invalid user input: ", "Schema error: "):
-        msg = msg.replace(prefix, "")
-    return msg.strip()
-
-
-def lance_problem(ds: lance.LanceDataset, pred: Predicate) -> str | None:
-    """Why Lance cannot filter ``ds`` with ``pred`` (types, functions), or None. Planning
-    parses, binds and types the rendered predicate; nothing is scanned."""
-    try:
-        ds.scanner(columns=["id"], filter=pred.lance).explain_plan()
-    except Exception as err:  # Lance raises OSError/ValueError with a parser message
-        return f"Lance cannot use it as a filter: {_lance_message(err)}"
-    return None
 
 
 RULES_ENV = "LANCE_ASSETS_RULES"

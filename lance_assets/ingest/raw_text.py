@@ -60,8 +60,8 @@ from lance_assets import paths, storage
 from lance_assets.ingest.sources import SkipCounter, SourceError, SourceUnit, parse_file_key, resolve
 from lance_assets.progress import Progress, progress
 from lance_assets.table import RAW_SCHEMA, Table, row_id_high_water
+from lance_assets.table.maintenance import DEFAULT_ROWS_PER_FRAGMENT
 
-DEFAULT_ROWS_PER_FRAGMENT = 4096
 DEFAULT_ROWS_PER_COMMIT = 50_000
 DEFAULT_MAX_DOC_CHARS = 1_000_000
 

@@ -36,8 +36,6 @@ import lance
 import numpy as np
 
 from lance_assets import paths, storage
-from lance_assets.curation.predicate import PredicateError, safe_predicate
-from lance_assets.curation.rules import lance_problem
 from lance_assets.table import Table
 from lance_assets.table.maintenance import (
     SNAPSHOT_PREFIX,
@@ -45,6 +43,8 @@ from lance_assets.table.maintenance import (
     cleanup_versions,
     compact_table,
 )
+from lance_assets.table.predicate import PredicateError, lance_problem, safe_predicate
+from lance_assets.table.read_record import rows_read
 
 ABLATION_PREFIX = "ablation-"
 LOG_NAME = "forget.log.jsonl"
@@ -67,7 +67,7 @@ class Holder:
     folder: str | None = None
     trained_on: int | None = None  # of ``rows``, those it read (else those its filter kept)
     kept_by_filter: int | None = None  # of ``rows``, those its training filter kept (runs)
-    read_record: bool = False  # ``trained_on`` counts what it read (``train.read_record``)
+    read_record: bool = False  # ``trained_on`` counts what it read (``table.read_record``)
     checkpoints: list[str] = field(default_factory=list)
     permutations: list[str] = field(default_factory=list)  # stored shuffles: they list the ids
     rebuild: str = ""  # what makes its artifacts again without the forgotten documents
@@ -203,10 +203,8 @@ def _holder(table: Table, tag: str, version: int, rows: int) -> Holder:
 
 
 def _read_by(folders: list) -> np.ndarray | None:
-    """The ids read by the finished runs in ``folders`` (``train.read_record``); None when one
+    """The ids read by the finished runs in ``folders`` (``table.read_record``); None when one
     has no exact record (killed between checkpoints, or from before records)."""
-    from lance_assets.train.read_record import rows_read
-
     read = []
     for folder in folders:
         if not (folder / "summary.json").is_file():

@@ -51,12 +51,14 @@ from pathlib import Path
 import lance
 from lance.optimize import Compaction, RewriteResult
 
-from lance_assets.ingest.raw_text import DEFAULT_ROWS_PER_FRAGMENT
 from lance_assets.table import Table
 from lance_assets.table.columns import incomplete_fragments
 from lance_assets.table.snapshots import DEFAULT_KEEP_UNNAMED_RUNS, SnapshotError  # noqa: F401
 
 SNAPSHOT_PREFIX = "train-"
+DEFAULT_ROWS_PER_FRAGMENT = 4096
+"""Rows per fragment: what ingest writes (``ingest.raw_text`` takes it from here) and what
+compaction aims for."""
 DEFAULT_KEEP_VERSIONS_FOR = timedelta(days=1)
 # Rounds of compaction planned again because fragments changed while they were rewritten.
 MAX_COMPACTION_ROUNDS = 20

@@ -13,6 +13,9 @@ The shuffle permutation (which document goes to which split, in which order) is 
 run and epoch and stored under the run's folder; every rank reads from it only the rows of its
 own splits, a batch at a time, so a rank's memory for the shuffle does not grow with the corpus
 (``SharedPermutationDataset``). The order is the one ``StreamingDataset`` would build itself.
+``StreamingDataset`` takes no outside permutation, so the dataset that reads the stored one
+lives in ``streaming_adapter.py``: the one module that relies on lancedb's internals, and
+says which.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import json
 import os
 import secrets
 import time
-import types
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Union
@@ -31,14 +33,15 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import torch
-from lancedb.permutation import Transforms, permutation_builder
-from lancedb.streaming import _EPOCH_PRIME, StreamingDataLoader, StreamingDataset
+from lancedb.permutation import permutation_builder
+from lancedb.streaming import StreamingDataLoader, StreamingDataset
 
 from lance_assets import paths, storage
 from lance_assets.curation.predicate import Predicate, PredicateError, safe_predicate
 from lance_assets.keys import TOKENIZER_KEY
 from lance_assets.table import Table
 from lance_assets.table.side import open_side_dataset, write_side_dataset
+from lance_assets.train.streaming_adapter import PermutationError, SharedPermutationDataset, permutation_seed
 
 
 @dataclass(frozen=True)
@@ -186,10 +189,6 @@ PERMUTATION_WAIT_S = 3600.0
 """How long a rank waits for rank 0 to store the epoch's permutation before giving up."""
 
 
-class PermutationError(RuntimeError):
-    """A stored permutation that must not be used (damaged, or built for another run)."""
-
-
 @dataclass(frozen=True)
 class PermutationKey:
     """Everything that decides a permutation: the same key gives the same order."""
@@ -234,139 +233,6 @@ class StoredPermutation:
         """The base table's row ids at ``positions`` of ``split``, in that order."""
         start = self.split_starts[split]
         return self.rows().take([start + p for p in positions], columns=["row_id"]).column(0)
-
-
-class _StoredSplit:
-    """One split of a ``StoredPermutation``, with the few methods of ``lancedb.permutation.
-    Permutation`` that ``StreamingDataset`` calls (``from_tables``, ``select_columns``,
-    ``with_transform``, ``with_skip``, ``num_rows``, ``__getitems__``)."""
-
-    def __init__(self, base, stored: StoredPermutation, split: int, columns=None, skip: int = 0):
-        self.base, self.stored, self.split, self.columns, self.skip = base, stored, split, columns, skip
-        self._data = None
-
-    @classmethod
-    def from_tables(cls, base_table, permutation_table=None, split=None) -> _StoredSplit:
-        if not isinstance(permutation_table, StoredPermutation) or not isinstance(split, int):
-            raise TypeError("SharedPermutationDataset reads only its StoredPermutation's splits")
-        return cls(base_table, permutation_table, split)
-
-    def _copy(self, **changes) -> _StoredSplit:
-        kw = dict(columns=self.columns, skip=self.skip) | changes
-        return _StoredSplit(self.base, self.stored, self.split, **kw)
-
-    def select_columns(self, columns: list[str]) -> _StoredSplit:
-        return self._copy(columns=list(columns))
-
-    def with_transform(self, transform) -> _StoredSplit:
-        if transform is not Transforms.arrow2arrow:
-            raise NotImplementedError("a stored permutation split hands out Arrow batches only")
-        return self
-
-    def with_skip(self, skip: int) -> _StoredSplit:
-        return self._copy(skip=self.skip + skip)
-
-    @property
-    def num_rows(self) -> int:
-        return self.stored.split_sizes[self.split] - self.skip
-
-    def __getitems__(self, indices: list[int]) -> pa.RecordBatch:
-        if any(i < 0 or i >= self.num_rows for i in indices):
-            raise IndexError(f"split {self.split}: positions {indices[0]}..{indices[-1]} outside "
-                             f"its {self.num_rows} rows")
-        if self._data is None:  # the base table at the version the permutation was built on
-            data = self.base.to_lance()
-            if data.version != self.stored.key.table_version:
-                data = data.checkout_version(self.stored.key.table_version)
-            self._data = data
-        row_ids = self.stored.row_ids(self.split, [self.skip + i for i in indices])
-        table = self._data._take_rows(row_ids, columns=self.columns)  # in row_ids' order
-        return table.combine_chunks().to_batches(max_chunksize=len(indices))[0]
-
-
-def _with_globals(fn, **names):
-    """``fn`` with some of its module's global names bound to other objects."""
-    g = dict(fn.__globals__, **names)
-    new = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
-    new.__kwdefaults__, new.__qualname__, new.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
-    return new
-
-
-class _ReplayBuilder:
-    """Stands in for ``permutation_builder(table)`` in ``StreamingDataset.__init__``: records
-    what the dataset asks for and, instead of building, hands back the stored permutation after
-    checking that it is exactly that permutation."""
-
-    def __init__(self, stored: StoredPermutation):
-        self.stored, self.asked = stored, {}
-
-    def __call__(self, table) -> _ReplayBuilder:
-        return self
-
-    def filter(self, filter: str) -> _ReplayBuilder:
-        self.asked["filter"] = filter
-        return self
-
-    def split_random(self, *, fixed=None, seed=None, clump_size=None, **other) -> _ReplayBuilder:
-        self.asked.update(fixed=fixed, seed=seed, clump_size=clump_size, **other)
-        return self
-
-    def split_sequential(self, **kw) -> _ReplayBuilder:
-        raise PermutationError("a stored permutation is a shuffle; build unshuffled datasets "
-                               "with StreamingDataset itself")
-
-    def execute(self) -> StoredPermutation:
-        key = self.stored.key
-        wanted = dict(filter=key.filter, fixed=key.num_splits, clump_size=None,
-                      seed=key.seed + key.epoch * _EPOCH_PRIME)
-        if self.asked != wanted:
-            raise PermutationError(f"{self.stored.uri}: built for {wanted}, the dataset asks for "
-                                   f"{self.asked}")
-        return self.stored
-
-
-class SharedPermutationDataset(StreamingDataset):
-    """``StreamingDataset`` over a permutation built once and stored (``shared_permutation``)
-    instead of one built in every rank.
-
-    ``StreamingDataset`` has no parameter for an outside permutation, so its own ``__init__``
-    and readers run unchanged with two names of their module rebound, for this class only:
-    ``permutation_builder`` (which returns the stored permutation after checking it is the one
-    the arguments ask for) and ``Permutation`` (which reads one split's positions from the
-    stored dataset, a batch at a time). Everything else (splits per rank and worker, packing,
-    state dicts, elastic merges) is StreamingDataset's own code; ``test_shared_permutation.py``
-    pins that the blocks are the same as a StreamingDataset that builds its own permutation."""
-
-    _iter_owned = _with_globals(StreamingDataset._iter_owned, Permutation=_StoredSplit)
-    _estimate_blocks_per_epoch = _with_globals(StreamingDataset._estimate_blocks_per_epoch,
-                                               Permutation=_StoredSplit)
-
-    def __init__(self, table, *, permutation: StoredPermutation, **kw):
-        init = _with_globals(StreamingDataset.__init__, permutation_builder=_ReplayBuilder(permutation))
-        init(self, table, **kw)
-
-    def __getstate__(self):
-        stored = self._perm_table
-        self._perm_table = _NoRows  # StreamingDataset pickles its permutation's rows: none here
-        try:
-            state = super().__getstate__()
-        finally:
-            self._perm_table = stored
-        state["_stored_permutation"] = stored
-        return state
-
-    def __setstate__(self, state):
-        stored = state.pop("_stored_permutation")
-        super().__setstate__(state)
-        self._perm_table = stored
-
-
-class _NoRows:
-    name = "permutation"
-
-    @staticmethod
-    def to_arrow() -> pa.Table:
-        return pa.table({"row_id": pa.array([], pa.uint64()), "split_id": pa.array([], pa.uint64())})
 
 
 _PERMUTATION_SCHEMA = pa.schema([("row_id", pa.uint64()), ("split_id", pa.uint64())])
@@ -445,7 +311,7 @@ def build_permutation(snap: TableSnapshot, key: PermutationKey,
     if snap.version != key.table_version:
         raise ValueError(f"snapshot at version {snap.version}, key for {key.table_version}")
     perm = permutation_builder(snap.table).filter(key.filter).split_random(
-        fixed=key.num_splits, seed=key.seed + key.epoch * _EPOCH_PRIME, clump_size=None).execute()
+        fixed=key.num_splits, seed=permutation_seed(key.seed, key.epoch), clump_size=None).execute()
     table = perm.to_arrow().select(["row_id", "split_id"]).cast(_PERMUTATION_SCHEMA)
     del perm
     split = table.column("split_id").to_numpy()
