@@ -387,7 +387,6 @@ and checking it (a test fails the day the dependency changes it)."""
 REBINDING = {"__globals__", "__code__", "__closure__", "FunctionType"}
 
 OUTSTANDING = {
-    ("lance_assets.curation.near_dup", "_take_rows"): "pylance: take rows by row id",
     ("lance_assets.table.core", "_ds"): "pylance: the manifest's next_row_id (no public accessor)",
     ("lance_assets.tokens.bpe", "_mergeable_ranks"): "tiktoken: the learned tokens",
     ("lance_assets.tokens.tokenizers", "_mergeable_ranks"): "tiktoken: the encoding's digest",

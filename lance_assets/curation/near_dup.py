@@ -198,23 +198,27 @@ def partition_pairs(starts: np.ndarray, *pieces: lsh.Holders) -> tuple:
 
 
 def _texts(scan: Scan, wanted: np.ndarray) -> pa.Table:
-    """``id`` and ``text`` of ``wanted`` (sorted ids), read by row id (the table's stable row
-    ids equal ``id``), or with an ``id IN (...)`` filter on a table where they do not."""
-    ds = _open(scan.table, scan.version)
+    """``id`` and ``text`` of ``wanted`` (sorted ids), read by row id (lancedb's public
+    ``take_row_ids``: the table's stable row ids equal ``id``), or with an ``id IN (...)``
+    filter on a table where they do not."""
+    handle = scan.table.lancedb_table(scan.version)
+    ds = None
     parts = []
     for lo in range(0, len(wanted), TAKE_ROWS):
         chunk = wanted[lo:lo + TAKE_ROWS]
         got = None
         try:
-            got = ds._take_rows(chunk.tolist(), columns=["id", "text"])
+            got = handle.take_row_ids(chunk.tolist()).select(["id", "text"]).to_arrow()
+            got = got.sort_by("id")  # no order is promised
             if not np.array_equal(got.column("id").to_numpy(), chunk):
                 got = None
         except Exception:  # noqa: BLE001 - a table without stable row ids: filter instead
             got = None
         if got is None:
+            ds = ds or _open(scan.table, scan.version)
             got = ds.to_table(columns=["id", "text"],
                               filter=f"id IN ({','.join(map(str, chunk.tolist()))})").sort_by("id")
-        parts.append(got)
+        parts.append(got.select(["id", "text"]))
     return pa.concat_tables(parts) if parts else pa.table({"id": pa.array([], pa.int64()),
                                                           "text": pa.array([], pa.string())})
 

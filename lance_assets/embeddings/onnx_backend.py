@@ -48,6 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lance_assets.embeddings import torch_bf16
+
 EXPORT_VERSION = 1  # bump when the exported graph changes: the cache key changes with it
 BACKENDS = ("torch", "torch-bf16", "onnx-fp32", "onnx-int8")
 CHOICES = ("auto",) + BACKENDS
@@ -77,9 +79,7 @@ def resolve(name: str, device: str, recorded: str | None = None) -> str:
         return recorded
     if device.startswith("cuda"):
         return "torch"
-    from lance_assets.embeddings.torch_bf16 import native_bf16
-
-    return "torch-bf16" if native_bf16() else "onnx-int8"
+    return "torch-bf16" if torch_bf16.native_bf16() else "onnx-int8"
 
 
 def model_dir() -> Path:

