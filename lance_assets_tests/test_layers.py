@@ -391,8 +391,6 @@ OUTSTANDING = {
     ("lance_assets.tokens.bpe", "_mergeable_ranks"): "tiktoken: the learned tokens",
     ("lance_assets.tokens.tokenizers", "_mergeable_ranks"): "tiktoken: the encoding's digest",
     ("lance_assets.tokens.tokenizers", "_pat_str"): "tiktoken: the encoding's digest",
-    ("lance_assets.defs.training.torchrun", "_start"): "dagster-ray: PipesRayJobClient override",
-    ("lance_assets.defs.training.torchrun", "_terminate"): "dagster-ray: PipesRayJobClient override",
 }
 """Private attributes of other packages still used outside ``ADAPTERS``: each is an open issue
 (replace it with public API, or move it into an adapter that checks it). The list may only

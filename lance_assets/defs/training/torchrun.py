@@ -91,36 +91,43 @@ def ray_job_address(local_num_cpus: int | None = None,
         yield address, headers
 
 
-def _ray_job_client(address: str | None, headers: dict[str, str] | None, stop_timeout_s: float):
+def _run_ray_job(context: Context, extras: dict | None, address: str | None,
+                 headers: dict[str, str] | None, submit_job_params: dict,
+                 stop_timeout_s: float) -> dg.PipesClientCompletedInvocation:
     """dagster-ray's ``PipesRayJobClient`` (context in the job's environment, messages read
-    from the job's logs), waiting on cancel until the job has really stopped: the agents need
-    that time to write their checkpoint, and a local Ray must not be shut down under them."""
+    from the job's logs), through its public ``run`` only:
+
+    - a cluster just started takes a moment before its job agent accepts a job: a submission
+      refused with "No available agent" (no job exists yet) is tried again for up to 60 s;
+    - on cancel the client stops the job and returns at once: here the run waits until the job
+      has really stopped (found by the submission id given to it), since the agents need that
+      time to write their checkpoint, and a local Ray must not be shut down under them."""
     from dagster_ray import PipesRayJobClient
     from ray.job_submission import JobStatus
 
-    class StoppingRayJobClient(PipesRayJobClient):
-        def _start(self, context, session, submit_job_params) -> str:
-            # A cluster just started takes a moment before its job agent accepts a job.
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    return super()._start(context, session, submit_job_params)
-                except RuntimeError as e:
-                    if "No available agent" not in str(e) or time.monotonic() > deadline:
-                        raise
-                    time.sleep(1)
-
-        def _terminate(self, context, job_id: str) -> None:
-            super()._terminate(context, job_id)
-            deadline = time.monotonic() + stop_timeout_s + 10
-            while time.monotonic() < deadline:
-                if self.client.get_job_status(job_id) in (JobStatus.STOPPED, JobStatus.FAILED,
-                                                          JobStatus.SUCCEEDED):
-                    return
+    client = PipesRayJobClient(address=address, headers=headers, poll_interval=0.5)
+    deadline = time.monotonic() + 60
+    while True:
+        submission_id = f"lance-assets-{secrets.token_hex(8)}"
+        try:
+            return client.run(context=context, extras=extras,
+                              submit_job_params={**submit_job_params,
+                                                 "submission_id": submission_id})
+        except RuntimeError as e:
+            if "No available agent" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+        except dg.DagsterExecutionInterruptedError:
+            stop_by = time.monotonic() + stop_timeout_s + 10
+            while time.monotonic() < stop_by:
+                if client.client.get_job_status(submission_id) in (
+                        JobStatus.STOPPED, JobStatus.FAILED, JobStatus.SUCCEEDED):
+                    break
                 time.sleep(0.5)
-            context.log.warning(f"Ray job {job_id} still not stopped after {stop_timeout_s:.0f}s")
-
-    return StoppingRayJobClient(address=address, headers=headers, poll_interval=0.5)
+            else:
+                context.log.warning(f"Ray job {submission_id} still not stopped after "
+                                    f"{stop_timeout_s:.0f}s")
+            raise
 
 
 class TorchrunPipesClient(dg.PipesSubprocessClient):
@@ -199,7 +206,6 @@ class TorchrunPipesClient(dg.PipesSubprocessClient):
             env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
         context.log.info("launching on Ray: " + shlex.join(entrypoint))
         with ray_job_address(self.local_ray_num_cpus) as (address, headers):
-            client = _ray_job_client(address, headers, stop_s)
-            return client.run(context=context, extras=extras, submit_job_params={
+            return _run_ray_job(context, extras, address, headers, {
                 "entrypoint": shlex.join(entrypoint), "runtime_env": {"env_vars": env_vars},
-                "entrypoint_num_cpus": 0})
+                "entrypoint_num_cpus": 0}, stop_s)
