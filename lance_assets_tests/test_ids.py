@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from lance_assets import paths
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import Table, row_id_high_water
+from lance_assets.table import Table, lance_manifest, row_id_high_water
 from lance_assets.table.maintenance import maintain
 from lance_assets_tests.helpers import quiet
 
@@ -48,6 +48,7 @@ def test_ids_after_a_delete_are_above_every_id_ever_used(tmp_path):
     rows = lance.dataset(uri).to_table(columns=["id"], with_row_id=True).to_pylist()
     assert all(r["id"] == r["_rowid"] for r in rows)
     assert row_id_high_water(lance.dataset(uri)) == 670
+    assert lance_manifest.manifest_problems(lance.dataset(uri)) == []  # what the adapter needs
 
 
 @settings(max_examples=12, deadline=None,

@@ -1,8 +1,8 @@
 """The corpus table: one handle (:class:`Table`) and the rules every commit follows.
 
 ``Table`` is the only code that opens the dataset by path (a test keeps it so); ``core`` holds
-the raw schema, the commit retry, the row-id counter and the table config; ``snapshots`` the
-tagged versions with their owners and retention.
+the raw schema, the commit retry and the table config; ``lance_manifest`` the row-id counter;
+``snapshots`` the tagged versions with their owners and retention.
 """
 
 from lance_assets.table.core import (
@@ -15,9 +15,9 @@ from lance_assets.table.core import (
     get_json_config,
     is_retryable_conflict,
     leaf_field_ids,
-    row_id_high_water,
 )
 from lance_assets.table.handle import MAX_REPLANS, Table, VersionGone, is_version_gone
+from lance_assets.table.lance_manifest import row_id_high_water
 
 __all__ = [
     "MAX_COMMIT_ATTEMPTS", "MAX_REPLANS", "RAW_DESCRIPTIONS", "RAW_SCHEMA", "Table",

@@ -130,52 +130,6 @@ def get_json_config(ds: lance.LanceDataset, key: str) -> dict | None:
     return json.loads(raw) if raw else None
 
 
-def row_id_high_water(ds: lance.LanceDataset) -> int:
-    """Lance's own row-id counter (the manifest's ``next_row_id``): how many rows were ever
-    appended to the table. It only grows: deleting rows, compacting and cleaning up old
-    versions leave it as it is. Only tables with stable row ids keep it (ours always do)."""
-    if not ds.has_stable_row_ids:
-        return 0
-    # The Manifest protobuf as Lance pickles a dataset with it; next_row_id is field 14. Lance
-    # has no public accessor for it (checked against a table: lance_assets_tests/test_ids.py).
-    data = ds._ds.serialized_manifest()
-    return _protobuf_varint_field(data, 14)
-
-
-def _protobuf_varint_field(data: bytes, number: int) -> int:
-    """The value of top-level varint field ``number`` of a protobuf message (0 when absent,
-    proto3's default), skipping every other field by its wire type."""
-
-    def varint(i: int) -> tuple[int, int]:
-        shift = value = 0
-        while True:
-            byte = data[i]
-            i += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value, i
-            shift += 7
-
-    i = 0
-    while i < len(data):
-        key, i = varint(i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = varint(i)
-            if field == number:
-                return value
-        elif wire == 1:
-            i += 8
-        elif wire == 2:
-            size, i = varint(i)
-            i += size
-        elif wire == 5:
-            i += 4
-        else:
-            raise ValueError(f"unexpected protobuf wire type {wire} in the table's manifest")
-    return 0
-
-
 def leaf_field_ids(ds: lance.LanceDataset, column: str) -> set[int]:
     """Ids of the leaf fields of ``column``: what a data file lists (a list's item, not the list)."""
 

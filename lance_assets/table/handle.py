@@ -29,7 +29,7 @@ import lance
 import pyarrow as pa
 
 from lance_assets import paths, storage
-from lance_assets.table import core
+from lance_assets.table import core, lance_manifest
 
 if TYPE_CHECKING:
     import lancedb.table
@@ -217,7 +217,7 @@ class Table:
     # -- ids and config
     def next_row_id(self, ds: lance.LanceDataset | None = None) -> int:
         """Lance's row-id counter: how many rows were ever appended (deleted ones included)."""
-        return core.row_id_high_water(ds if ds is not None else self.newest())
+        return lance_manifest.row_id_high_water(ds if ds is not None else self.newest())
 
     def get_config(self, key: str, ds: lance.LanceDataset | None = None) -> dict | None:
         return core.get_json_config(ds if ds is not None else self.newest(), key)
