@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 import lance
 
 if TYPE_CHECKING:
-    from lance_assets.table.handle import Table
     from lance_assets.table.snapshots import Snapshot
 
 RETENTION = ("table_maintenance removes the versions no tag names once they are older than "
@@ -49,9 +48,9 @@ class Chosen:
     dataset: lance.LanceDataset | None = field(default=None, repr=False, compare=False)
 
 
-def choose(table: Table, ref: int | str | None = None, *, version: int | None = None,
+def choose(table, ref: int | str | None = None, *, version: int | None = None,
            or_newest: bool = False) -> Chosen:
-    """See ``Table.choose``."""
+    """See ``Table.choose`` (``table`` is that ``Table``)."""
     if isinstance(ref, bool) or not isinstance(ref, (int, str, type(None))):
         raise TypeError(f"table version {ref!r}: give a version number, a tag or None (the newest)")
     if isinstance(ref, int):
@@ -95,7 +94,7 @@ def choose(table: Table, ref: int | str | None = None, *, version: int | None = 
         f"released ({RETENTION}). Give one of its tags, a version number, or none for the newest")
 
 
-def _number(table: Table, version: int, said: str) -> Chosen:
+def _number(table, version: int, said: str) -> Chosen:
     ds = _open(table, version) if version >= 0 else None
     if ds is not None:
         return Chosen(version, None, said, None, ds)
@@ -112,7 +111,7 @@ def _number(table: Table, version: int, said: str) -> Chosen:
         "snapshot tag on a version to keep it (table.snapshots.hold)")
 
 
-def _open(table: Table, version: int) -> lance.LanceDataset | None:
+def _open(table, version: int) -> lance.LanceDataset | None:
     try:
         return table.open(version)
     except (OSError, ValueError, OverflowError):  # gone, never made, or not a version at all
