@@ -155,7 +155,7 @@ def test_an_unknown_tag_names_the_input_the_tags_there_are_and_the_fix(table):
 
 def test_a_version_never_made_names_the_versions_there_are(table):
     newest = table.newest().version
-    for ref in (newest + 5, -1):
+    for ref in (newest + 5, 0, -1):
         with pytest.raises(VersionChoiceError, match=f"version {ref} .* does not exist") as err:
             table.choose(ref)
         assert f"1 to {newest}" in str(err.value) and "none for the newest" in str(err.value)

@@ -62,14 +62,13 @@ def choose(table, ref: int | str | None = None, *, version: int | None = None,
             return _number(table, version, f"version {version} (given)")
         newest = table.newest()
         return Chosen(newest.version, None, f"newest version {newest.version}", None, newest)
-    snaps = table.snapshots.list()
-    snap = snaps.get(ref)
+    snap = table.snapshots.get(ref)
     if snap is not None and (version is None or snap.version == version):
         ds = _open(table, snap.version)
         if ds is None:
             raise VersionChoiceError(
                 f"tag {ref!r} of {table.uri} names version {snap.version}, which cannot be read "
-                f"(its files are gone). Give another tag ({_tags(snaps)}), a version that exists "
+                f"(its files are gone). Give another tag ({_tags(table)}), a version that exists "
                 "or none for the newest")
         owner = f", held by {snap.owner}" if snap.recorded else ""
         return Chosen(snap.version, ref, f"version {snap.version} (tag {ref}{owner})",
@@ -82,7 +81,7 @@ def choose(table, ref: int | str | None = None, *, version: int | None = None,
             raise VersionChoiceError(
                 f"version {version} of {table.uri}, which tag {ref!r} named, no longer exists: "
                 f"{why} and a cleanup removed the version ({RETENTION}). Read another version "
-                f"(its tags: {_tags(snaps)}) or make the data again (train or run the ablation "
+                f"(its tags: {_tags(table)}) or make the data again (train or run the ablation "
                 "again)")
         return Chosen(version, None, f"version {version} ({why})", None, ds)
     if or_newest:  # the caller holds the tag there next (a run's first start)
@@ -90,7 +89,7 @@ def choose(table, ref: int | str | None = None, *, version: int | None = None,
         return Chosen(newest.version, None, f"newest version {newest.version} (no tag {ref} yet)",
                       None, newest)
     raise VersionChoiceError(
-        f"{table.uri} has no tag {ref!r} (its tags: {_tags(snaps)}): it was never made, or it was "
+        f"{table.uri} has no tag {ref!r} (its tags: {_tags(table)}): it was never made, or it was "
         f"released ({RETENTION}). Give one of its tags, a version number, or none for the newest")
 
 
@@ -100,14 +99,13 @@ def _number(table, version: int, said: str) -> Chosen:
         return Chosen(version, None, said, None, ds)
     newest = table.newest()
     known = sorted(int(v["version"]) for v in newest.versions())
-    snaps = table.snapshots.list()
-    if 0 <= version < newest.version:
+    if 1 <= version < newest.version:  # versions count from 1
         why = f"no longer exists: {RETENTION}"
     else:
         why = "does not exist"
     raise VersionChoiceError(
         f"table version {version} of {table.uri} {why}. Give a version that exists "
-        f"({_ranges(known)}), one of its tags ({_tags(snaps)}) or none for the newest; hold a "
+        f"({_ranges(known)}), one of its tags ({_tags(table)}) or none for the newest; hold a "
         "snapshot tag on a version to keep it (table.snapshots.hold)")
 
 
@@ -118,8 +116,10 @@ def _open(table, version: int) -> lance.LanceDataset | None:
         return None
 
 
-def _tags(snaps: dict) -> str:
-    return ", ".join(f"{t} (version {s.version})" for t, s in sorted(snaps.items())) or "none"
+def _tags(table) -> str:
+    """The table's tags and their versions, for a message."""
+    tags = table.snapshots.list()
+    return ", ".join(f"{t} (version {s.version})" for t, s in sorted(tags.items())) or "none"
 
 
 def _ranges(numbers: list[int]) -> str:
