@@ -1,9 +1,8 @@
 """The corpus table: one handle (:class:`Table`) and the rules every commit follows.
 
-``Table`` is the only code that opens the dataset by path and the only code that chooses which
-version to read (``Table.choose``; tests keep both so); ``core`` holds the raw schema, the commit
-retry, the row-id counter and the table config; ``snapshots`` the tagged versions with their
-owners and retention; ``choice`` the rules that turn newest / version / tag into one version.
+``Table`` is the only code that opens the dataset by path (a test keeps it so); ``core`` holds
+the raw schema, the commit retry, the row-id counter and the table config; ``snapshots`` the
+tagged versions with their owners and retention.
 """
 
 from lance_assets.table.choice import Chosen, VersionChoiceError
