@@ -87,7 +87,7 @@ def test_a_removed_document_names_the_rules_that_removed_it(corpus):
                      .column("id").to_pylist())
     assert len(removed) > 20
     for doc_id in removed[:: max(1, len(removed) // 12)]:
-        story = explain(root, doc_id, ref="train-r1")
+        story = explain(Table.of(root), doc_id, ref="train-r1")
         assert story.present and story.version == corpus["version"] and not story.kept_by_rules
         assert story.removed_by == rule_verdicts_by_lance(ds, doc_id, RULES) != []
         assert not [s for s in story.trained_by if s.kind == "run"]
@@ -97,7 +97,7 @@ def test_a_removed_document_names_the_rules_that_removed_it(corpus):
 
 def test_a_trained_document_names_the_run_and_its_tag_at_the_tagged_version(corpus):
     root, doc_id = corpus["root"], corpus["trained"]
-    story = explain(root, doc_id)  # today's rules: `long_only` removes it
+    story = explain(Table.of(root), doc_id)  # today's rules: `long_only` removes it
     assert story.version > corpus["version"] and "long_only" in story.removed_by
     runs = {s.name: s for s in story.snapshots}
     assert runs["r1"].trained_on and runs["r1"].tag == "train-r1"
@@ -105,8 +105,9 @@ def test_a_trained_document_names_the_run_and_its_tag_at_the_tagged_version(corp
     assert runs["a1/rules"].trained_on and runs["a1/no_rules"].trained_on
     assert "r1 (tag train-r1)" in story.headline()
     assert story.samples and story.samples[0]["prompt"] == "The lighthouse"
-    held = explain(root, next(i for i in range(0, 300, 10)
-                              if explain(root, i).present))  # id % 10 == 0: held out
+    table = Table.of(root)
+    held = explain(table, next(i for i in range(0, 300, 10)
+                               if explain(table, i).present))  # id % 10 == 0: held out
     arms = {s.name: s for s in held.snapshots}
     assert not arms["a1/no_rules"].trained_on and "held-out" in arms["a1/no_rules"].note
 
@@ -115,7 +116,7 @@ def test_rows_after_the_tag_were_not_trained_on(corpus):
     root = corpus["root"]
     newest = Table.of(root).newest()
     new_id = max(newest.to_table(columns=["id"]).column("id").to_pylist())
-    story = explain(root, new_id)
+    story = explain(Table.of(root), new_id)
     assert story.present
     for s in story.snapshots:
         assert s.present is False and s.trained_on is False and "not in that version" in s.note
@@ -127,7 +128,7 @@ def test_exact_and_near_clusters_name_the_kept_member(corpus):
     dup = ds.to_table(columns=["id", "text"], filter="is_dup").to_pylist()[0]
     everything = ds.to_table(columns=["id", "text"]).to_pylist()
     same = sorted(r["id"] for r in everything if normalise(r["text"]) == normalise(dup["text"]))
-    story = explain(root, dup["id"], ref=corpus["version"])
+    story = explain(Table.of(root), dup["id"], ref=corpus["version"])
     exact = next(c for c in story.duplicates if c.kind == "exact")
     assert exact.members == same[:20] and exact.size == len(same) and exact.kept == same[0]
     assert not exact.this_kept and "exact_dup" in story.removed_by
@@ -141,7 +142,7 @@ def test_a_tampered_run_record_is_reported_not_run(corpus, tmp_path):
     run_record(root, "evil", "train-r1", corpus["version"],
                "true; DROP TABLE corpus; --")
     try:
-        story = explain(root, corpus["trained"])
+        story = explain(Table.of(root), corpus["trained"])
         evil = next(s for s in story.snapshots if s.name == "evil")
         assert evil.trained_on is None and "filter not readable" in evil.note
     finally:
@@ -168,6 +169,9 @@ def test_cli_explain(corpus, capsys):
     assert cli(["explain", "--id", "1", "--version", "no-such-tag", "--data", str(root)]) == 2
     err = capsys.readouterr().err
     assert "no-such-tag" in err and "train-r1" in err  # names the tags there are
+    assert cli(["explain", "--id", "1", "--version", "999999", "--data", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "999999" in err and "does not exist" in err and "Give a version that exists" in err
     assert cli(["explain", "--id", str(2**63), "--data", str(root)]) == 2  # not an id at all
     err = capsys.readouterr().err
     assert str(2**63) in err and "64-bit" in err and "Traceback" not in err
@@ -199,7 +203,7 @@ def test_exact_copies_come_from_text_hash_before_near_dup_is_written(tmp_path):
     dedup_flag(root, log=quiet)  # hashed and flagged; near_dup not run again
     write_fineweb_parquet(src / "c.parquet", ["  ".join(texts[4].split())], start_id=200)
     ingest(root, str(src), log=quiet)  # a third copy, not hashed yet
-    story = explain(root, 4)
+    story = explain(Table.of(root), 4)
     (exact,) = [c for c in story.duplicates if c.kind == "exact"]
     assert (exact.size, exact.members, exact.kept, exact.this_kept) == (4, [4, 30, 31, 32], 4, True)
     (near,) = [c for c in story.duplicates if c.kind == "near"]
@@ -250,11 +254,11 @@ def test_a_semantic_copy_names_its_cluster_and_the_original_kept(tmp_path):
     rules.put_in_force(root, {"semantic_dup": "NOT semantic_dup"}, keep_languages=[],
                        drop_contaminated=False)
     copy, original = next(iter(planted.copy_of.items()))  # ids are positions here
-    story = explain(root, copy)
+    story = explain(Table.of(root), copy)
     semantic = next(c for c in story.duplicates if c.kind == "semantic")
     assert semantic.kept == original and not semantic.this_kept
     assert {copy, original} <= set(semantic.members)
     assert story.removed_by == ["semantic_dup"]
-    kept = explain(root, original)
+    kept = explain(Table.of(root), original)
     assert kept.kept_by_rules and next(c for c in kept.duplicates
                                        if c.kind == "semantic").this_kept

@@ -121,8 +121,7 @@ def pinned_version(table: Table, name: str) -> tuple[str, int]:
     """The ablation's tag and version: the one its tag names on a rerun, else the newest (tagged
     by ``table.snapshots.hold`` once the plan is accepted)."""
     tag = ABLATION_TAG_PREFIX + name
-    version = table.snapshots.version(tag)
-    return tag, table.newest().version if version is None else version
+    return tag, table.choose(tag, or_newest=True).version
 
 
 def unnamed(table: Table) -> str:

@@ -26,9 +26,8 @@ trusted.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import lance
 import numpy as np
@@ -38,7 +37,7 @@ import pyarrow.compute as pc
 from lance_assets import keys, paths
 from lance_assets.curation.predicate import PredicateError, safe_predicate
 from lance_assets.markdown import markdown_table
-from lance_assets.table import Table
+from lance_assets.table import Table, VersionChoiceError
 from lance_assets.train.read_record import rows_read
 
 MAX_LIST = 12  # longer lists are shown by their length and first items
@@ -369,14 +368,12 @@ def _children(folder) -> list:
 
 
 def _open(table: Table, tag: str | None, version: int | None) -> lance.LanceDataset | None:
-    """A tagged version, through its tag when it still names ``version``; None when gone."""
+    """A tagged version, through its tag while it still names ``version``; None when gone."""
+    if tag is None and version is None:
+        return None
     try:
-        if tag is not None and tag in table.newest().tags.list():
-            ds = table.open(tag)
-            if version is None or ds.version == version:
-                return ds
-        return table.open(version) if version is not None else None
-    except (OSError, ValueError):
+        return table.choose(tag, version=version).dataset
+    except VersionChoiceError:
         return None
 
 
@@ -472,27 +469,19 @@ def _samples(root, doc_id: int) -> list[dict]:
     return out
 
 
-def explain(table: Union[Table, str, os.PathLike], doc_id: int, *,
-            ref: int | str | None = None) -> Story:
+def explain(table: Table, doc_id: int, *, ref: int | str | None = None) -> Story:
     """The story of document ``doc_id`` (see the module doc). ``ref``: the version or tag whose
-    signals and rule verdicts to read (default the newest); ``table``: a ``Table`` or a data
-    root."""
+    signals and rule verdicts to read (default the newest; ``Table.choose``)."""
     if isinstance(doc_id, bool) or not isinstance(doc_id, int):
         raise ExplainError(f"document id {doc_id!r}: give an integer `id` of the table")
     if not -2**63 <= doc_id < 2**63:
         raise ExplainError(f"document id {doc_id}: ids are 64-bit signed integers (0 to "
                            f"{2**63 - 1}); give an `id` of the table")
-    table = Table.of(table)
     try:
-        ds = table.open(ref)
-    except (OSError, ValueError) as e:
-        newest = table.newest()
-        tags = ", ".join(sorted(newest.tags.list())) or "none"
-        raise ExplainError(f"table version {ref!r} of {table.uri} cannot be opened "
-                           f"({str(e).splitlines()[0][:200]}); give a version up to "
-                           f"{newest.version} that a cleanup has not removed, or one of its tags "
-                           f"({tags}), or leave --version out for the newest") from None
-    tag = ref if isinstance(ref, str) else None
+        chosen = table.choose(ref)
+    except VersionChoiceError as e:
+        raise ExplainError(f"--version {ref}: {e} (leave --version out for the newest)") from None
+    ds, tag = chosen.dataset, chosen.tag
     row = _row(ds, doc_id)
     story = Story(id=doc_id, version=ds.version, tag=tag, present=row is not None)
     story.snapshots = _runs(table, doc_id)
@@ -517,11 +506,10 @@ def explain(table: Union[Table, str, os.PathLike], doc_id: int, *,
     return story
 
 
-def example_ids(table: Union[Table, str, os.PathLike], samples: int = 3) -> list[int]:
+def example_ids(table: Table, samples: int = 3) -> list[int]:
     """Documents worth explaining when none are named: the top source of each generated sample
     the forensics report attributed (up to ``samples``), then the smallest id the curation in
     force removes."""
-    table = Table.of(table)
     out: list[int] = []
     report = _read_json(paths.reports_dir(table.root) / "forensics.json") or {}
     for a in report.get("attributions") or []:
@@ -544,11 +532,11 @@ def example_ids(table: Union[Table, str, os.PathLike], samples: int = 3) -> list
     return out
 
 
-def save(table: Union[Table, str, os.PathLike], story: Story) -> tuple[str, str]:
+def save(table: Table, story: Story) -> tuple[str, str]:
     """``DATA/reports/stories/<id>.md`` and ``.json``; returns their paths."""
     from lance_assets import storage
 
-    folder = paths.reports_dir(Table.of(table).root) / "stories"
+    folder = paths.reports_dir(table.root) / "stories"
     md, js = folder / f"{story.id}.md", folder / f"{story.id}.json"
     storage.write_atomic(md, (story.markdown() + "\n").encode())
     storage.write_atomic(js, json.dumps(story.to_dict(), indent=2, default=str).encode())

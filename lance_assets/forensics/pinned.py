@@ -19,7 +19,7 @@ from typing import Union
 import lance
 
 from lance_assets import paths, storage
-from lance_assets.table import Table
+from lance_assets.table import Table, VersionChoiceError
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,14 @@ def resolve_pin(table: Union[Table, str, os.PathLike], version: int | None = Non
     """The pinned rows: ``version`` when given, else the newest model's, else the newest table.
     ``table`` is a ``Table`` or a data root."""
     table = Table.of(table)
-    latest = table.newest()
     if version is not None:
-        return Pin(version, max_id(table.open(version)), None, None,
+        given = table.choose(version)
+        return Pin(given.version, max_id(given.dataset), None, None,
                    f"table version {version} (given)")
     run = model_run(table.root)
     if run is None:
-        return Pin(latest.version, max_id(latest), None, None,
+        latest = table.choose()
+        return Pin(latest.version, max_id(latest.dataset), None, None,
                    f"newest table version {latest.version} (no trained model: DATA/train/LATEST "
                    "is missing)")
     v, tag = run["table_version"], run.get("table_tag")
@@ -99,22 +100,15 @@ def resolve_pin(table: Union[Table, str, os.PathLike], version: int | None = Non
                + f", which {run['checkpoint']} trained on", tag)
 
 
-def open_snapshot(table: Union[Table, str, os.PathLike], version: int, tag: str | None
-                  ) -> lance.LanceDataset:
-    """The version a run trained on, through its tag when it has one (the tag must still name
-    that version); a clear error when cleanup removed it. ``table`` is a ``Table`` or a data
-    root."""
-    table = Table.of(table)
+def open_snapshot(table: Table, version: int, tag: str | None) -> lance.LanceDataset:
+    """The version a run trained on, through its tag while the tag still names that version
+    (``Table.choose``); a clear error when a cleanup removed it."""
     try:
-        if tag is not None and tag in table.open().tags.list():
-            ds = table.open(tag)
-            if ds.version == version:
-                return ds
-        return table.open(version)
-    except (OSError, ValueError) as e:
+        return table.choose(tag, version=version).dataset
+    except VersionChoiceError as e:
         raise FileNotFoundError(
             f"{table.uri}: table version {version}, which the newest model trained on, no longer "
             "exists" + (f" (its snapshot tag {tag} was released and a cleanup removed it)"
                         if tag else " (a cleanup removed it)")
-            + f": {str(e).splitlines()[0][:200]}. Train again, or pin a version that exists "
+            + f": {str(e).splitlines()[0][:300]}. Train again, or pin a version that exists "
             "(forensics --version)") from None

@@ -5,6 +5,9 @@ A :class:`Table` knows where the table is (resolved once, from an argument or
 
 - **opening**: the newest version, a version, a tag (``open``), or the lancedb handle the
   loader, the full-text and the vector indexes use (``lancedb_table``);
+- **choosing**: which version a reader reads, from the newest, a version number, a tag or a
+  run's recorded (tag, version), under the retention rules (``choose``); no code outside
+  ``table/`` reads tags or checks out versions itself;
 - **pinning**: a stage reads one version and builds its plan, its table-wide state and its
   writes on it (``pinned``); a version that a cleanup removed underneath (zero retention) means
   planning again on the newest, never a failed run;
@@ -34,6 +37,7 @@ from lance_assets.table import core, lance_manifest
 if TYPE_CHECKING:
     import lancedb.table
 
+    from lance_assets.table.choice import Chosen
     from lance_assets.table.snapshots import Snapshots
 
 T = TypeVar("T")
@@ -115,6 +119,24 @@ class Table:
 
     def version_of(self, ref: int | str | None = None) -> int:
         return self.open(ref).version
+
+    def choose(self, ref: int | str | None = None, *, version: int | None = None,
+               or_newest: bool = False) -> Chosen:
+        """The one version a reader reads (``Chosen``: its number, the tag it was chosen through,
+        the tag's snapshot record, how it was chosen in words, and the version opened):
+
+        - ``None``: the newest version;
+        - a version number: that version, while a cleanup has not removed it;
+        - a tag (a snapshot's name): the version it names; with ``or_newest``, the newest when
+          there is no such tag yet (a run's first start: the caller holds the tag there next);
+        - a tag with ``version=`` (what a run recorded): the version through the tag while the
+          tag still names it, else that version by number while a cleanup has not removed it.
+
+        Anything else raises ``VersionChoiceError`` naming the input, why (never made, released,
+        cleaned up: ``table.choice``) and what to give instead."""
+        from lance_assets.table.choice import choose
+
+        return choose(self, ref, version=version, or_newest=or_newest)
 
     def lancedb_table(self, version: int | str | None = None) -> lancedb.table.Table:
         """The lancedb handle (full-text search, vector search, ``StreamingDataset``), checked

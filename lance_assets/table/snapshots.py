@@ -80,20 +80,26 @@ class Snapshots:
         except (FileNotFoundError, ValueError):
             return None
 
+    def _snapshot(self, tag: str, info: dict) -> Snapshot:
+        rec = self._record(tag)
+        snap = Snapshot(tag, int(info["version"]))
+        if rec:
+            snap.owner = rec.get("owner", snap.owner)
+            snap.kind = rec.get("kind", snap.kind)
+            snap.named = bool(rec.get("named", True))
+            snap.created = float(rec.get("created", 0.0))
+            snap.recorded = True
+        return snap
+
     def list(self) -> dict[str, Snapshot]:
-        tags = self.table.newest().tags.list()
-        out = {}
-        for tag, info in tags.items():
-            rec = self._record(tag)
-            snap = Snapshot(tag, int(info["version"]))
-            if rec:
-                snap.owner = rec.get("owner", snap.owner)
-                snap.kind = rec.get("kind", snap.kind)
-                snap.named = bool(rec.get("named", True))
-                snap.created = float(rec.get("created", 0.0))
-                snap.recorded = True
-            out[tag] = snap
-        return out
+        return {tag: self._snapshot(tag, info)
+                for tag, info in self.table.newest().tags.list().items()}
+
+    def get(self, tag: str) -> Snapshot | None:
+        """The snapshot ``tag`` names (its version and record), or None when there is no such
+        tag; reads only that tag's record."""
+        info = self.table.newest().tags.list().get(tag)
+        return None if info is None else self._snapshot(tag, info)
 
     def version(self, tag: str) -> int | None:
         """The version ``tag`` names, or None when there is no such tag."""

@@ -278,8 +278,7 @@ def pinned_version(root: Path, cfg: TrainConfig, ckpt: dict | None,
     answer: tuple = ()
     if comm.rank == 0:
         try:
-            answer = ("ok", data.resolve_version(corpus_table(root, cfg), cfg.table,
-                                                 cfg.table_tag))
+            answer = ("ok", corpus_table(root, cfg).choose(cfg.table_tag).version)
         except Exception as e:  # a missing table or tag: reported on every rank alike
             answer = ("error", f"--data {root} --table {cfg.table}"
                                + (f" --table-tag {cfg.table_tag}" if cfg.table_tag else "")

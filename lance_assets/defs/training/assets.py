@@ -66,11 +66,9 @@ def training_snapshot(cfg: TrainConfig, table: Table, out: Path) -> tuple[str, i
     `table_maintenance` releases it once newer unnamed runs of this asset push it out of the
     retention (`keep_unnamed_runs`); a named run keeps it until released."""
     tag = maintenance.snapshot_tag(out.name)
-    version = table.snapshots.version(tag) if resumes(cfg, out) else None
-    if version is None:
-        version = table.newest().version
-    return tag, table.snapshots.hold(tag, version, owner="pretrained_model", kind=snapshots.RUN,
-                                     named=bool(cfg.run_name))
+    chosen = table.choose(tag if resumes(cfg, out) else None, or_newest=True)
+    return tag, table.snapshots.hold(tag, chosen.version, owner="pretrained_model",
+                                     kind=snapshots.RUN, named=bool(cfg.run_name))
 
 
 def check_world(cfg: TrainConfig) -> None:
