@@ -23,11 +23,9 @@ PACKAGE = Path(lance_assets.__file__).parent
 
 # Modules that still choose versions themselves, each with the change that removes it.
 ALLOWED = {
-    # switches after the permutation change (the shared shuffle permutation is moving to
-    # lancedb's public APIs in these modules): resolve_version and open_snapshot's checkout
-    # become Table.choose, and the stored split's checkout of the version its permutation was
-    # built on goes through the table too.
-    "lance_assets/train/data.py",
+    # the adapter inside lancedb's StreamingDataset: a DataLoader worker reopens the table at
+    # its newest version, and the adapter checks out, on the handle lancedb gives it, the version
+    # its stored permutation was built on (chosen by the trainer through Table.choose)
     "lance_assets/train/streaming_adapter.py",
 }
 TAG_VERBS = {"list", "create", "update", "delete", "get_version"}
