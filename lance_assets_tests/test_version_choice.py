@@ -112,6 +112,15 @@ def test_a_number_is_that_version(table):
     assert chosen.tag is None and f"version {first}" in chosen.said
 
 
+def test_digits_from_a_command_line_are_a_version_number(table):
+    first = _first(table)
+    chosen = table.choose(str(first))
+    assert chosen.version == first and chosen.tag is None
+    assert chosen.dataset.count_rows() == 200
+    with pytest.raises(VersionChoiceError, match="999999"):
+        table.choose("999999")
+
+
 def test_a_tag_made_by_hand_is_the_version_it_names(table):
     first = _first(table)
     table.newest().tags.create("by-hand", first)

@@ -126,7 +126,8 @@ class Table:
         the tag's snapshot record, how it was chosen in words, and the version opened):
 
         - ``None``: the newest version;
-        - a version number: that version, while a cleanup has not removed it;
+        - a version number: that version, while a cleanup has not removed it (a string of
+          digits too, from a command line or a run config, unless a tag has that name);
         - a tag (a snapshot's name): the version it names; with ``or_newest``, the newest when
           there is no such tag yet (a run's first start: the caller holds the tag there next);
         - a tag with ``version=`` (what a run recorded): the version through the tag while the
