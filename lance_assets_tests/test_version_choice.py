@@ -22,12 +22,7 @@ from lance_assets_tests.helpers import quiet
 PACKAGE = Path(lance_assets.__file__).parent
 
 # Modules that still choose versions themselves, each with the change that removes it.
-ALLOWED = {
-    # the adapter inside lancedb's StreamingDataset: a DataLoader worker reopens the table at
-    # its newest version, and the adapter checks out, on the handle lancedb gives it, the version
-    # its stored permutation was built on (chosen by the trainer through Table.choose)
-    "lance_assets/train/streaming_adapter.py",
-}
+ALLOWED: set[str] = set()
 TAG_VERBS = {"list", "create", "update", "delete", "get_version"}
 CHECKOUTS = {"checkout", "checkout_version", "checkout_latest", "list_tags"}
 OPENERS = {"dataset", "LanceDataset", "open_table"}

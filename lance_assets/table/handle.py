@@ -54,6 +54,14 @@ def is_version_gone(exc: BaseException) -> bool:
         "Not found" in text or "not found" in text or "No such file" in text)
 
 
+def point_at(handle: Any, version: int) -> None:
+    """Check out ``version`` on a lancedb table handle that another library opened (a DataLoader
+    worker of ``StreamingDataset`` reopens the table at its newest version): the version was
+    chosen through ``Table.choose`` by whoever pinned the run."""
+    if handle.version != version:
+        handle.checkout(version)
+
+
 class VersionGone(RuntimeError):
     """Raised by a stage whose pinned version lost files; ``Table.pinned`` plans again."""
 
