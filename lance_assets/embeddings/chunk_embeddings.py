@@ -53,7 +53,7 @@ from lance_assets.embeddings.embeddings import (
     table_embedding_spec,
 )
 from lance_assets.embeddings.onnx_backend import BackendError
-from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, sweep
+from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, encode_counted, sweep
 from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
@@ -247,7 +247,8 @@ class ChunkFragment:
                     todo.append(text[a:b])
                     where.append((r, j))
             t = time.perf_counter()
-            vecs = self.model().encode(todo) if todo else np.zeros((0, DIM), np.float32)
+            vecs = encode_counted(self.model(), todo, [r for r, _ in where]) if todo \
+                else np.zeros((0, DIM), np.float32)
             self.encode_s += time.perf_counter() - t
             out: dict[int, np.ndarray] = {}
             for r in rows:

@@ -37,7 +37,7 @@ import pyarrow as pa
 from lance_assets import keys
 from lance_assets.embeddings import onnx_backend
 from lance_assets.embeddings.copies import KeptVectors
-from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, sweep
+from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, encode_counted, sweep
 from lance_assets.embeddings.torch_bf16 import Bf16Model
 from lance_assets.keys import EMBEDDING_KEY
 from lance_assets.markdown import markdown_table
@@ -270,7 +270,7 @@ class EmbedFragment:
         def compute(start: int, end: int, values: list) -> list:
             todo = plan.to_embed(start, end)
             t = time.perf_counter()
-            vecs = model.encode([texts[r] for r in todo]) if todo else []
+            vecs = encode_counted(model, [texts[r] for r in todo]) if todo else []
             self.encode_s += time.perf_counter() - t
             out = dict(zip(todo, vecs))
             self.copied += plan.fill(start, end, values, out)
