@@ -37,6 +37,7 @@ from pathlib import Path
 import lance
 
 from lance_assets import paths, storage
+from lance_assets.progress import Progress, progress
 from lance_assets.table import Table
 from lance_assets.tokens.tokenizers import (
     EOS_TOKEN,
@@ -197,6 +198,14 @@ def _texts(ds: lance.LanceDataset, where: str, max_bytes: int, counter: dict) ->
             yield text
 
 
+def _counted(texts: Iterator[str], bar: Progress) -> Iterator[str]:
+    """``texts``, each counted on ``bar``; once they are all read the merges are learnt."""
+    for text in texts:
+        bar.update(1)
+        yield text
+    bar.note("learning the merges")
+
+
 def bytes_per_token(tokenizers: dict, texts: list[str]) -> dict[str, float | None]:
     """UTF-8 bytes per token of ``texts`` under each tokenizer (None when there is no text)."""
     import pyarrow as pa
@@ -250,8 +259,10 @@ def train_bpe(
     counter = {"docs": 0, "bytes": 0}
     t0 = time.perf_counter()
     trainer = rustbpe.Tokenizer()
-    trainer.train_from_iterator(_texts(ds, where, max_train_bytes, counter), vocab_size - 2,
-                                pattern=SPLIT_PATTERN)
+    with progress(None, "tokenizer: training the BPE", "text", log) as bar:
+        bar.note("reading texts")
+        trainer.train_from_iterator(_counted(_texts(ds, where, max_train_bytes, counter), bar),
+                                    vocab_size - 2, pattern=SPLIT_PATTERN)
     train_s = time.perf_counter() - t0
     if not counter["docs"]:
         raise ValueError(f"no documents of {ds.uri} pass {where!r}: nothing to train a BPE on")

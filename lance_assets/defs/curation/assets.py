@@ -51,7 +51,7 @@ def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance
     """Lance full-text (BM25 inverted) index `text_fts` on `text`. The first run builds it; later
     runs add only the rows appended since. Query: `Table.of(root).newest().to_table(
     full_text_query="telescope", limit=10)` or `lance_assets.forensics.text_index.search`."""
-    report = fts.text_index(lance_store.root)
+    report = fts.text_index(lance_store.root, log=context.log.info)
     hits = fts.search(lance_store.root, config.example_query, limit=5, columns=("id",))
     example = [{"id": r["id"], "score": round(r["_score"], 3)} for r in hits.to_pylist()]
     version = index_data_version(context, lance_store.table, fts.INDEX_NAME)

@@ -49,7 +49,7 @@ def index_metadata(context: dg.AssetExecutionContext, config: VectorIndexConfig,
     r = vindex.vector_index(lance_store.root, index_type=config.index_type,
                             target_recall=config.target_recall,
                             recall_queries=config.recall_queries, flat_below=config.flat_below,
-                            target=target)
+                            target=target, log=context.log.info)
     s = r.settings
     if s.index_type == "FLAT":
         context.log.info(f"{r.rows} rows < {config.flat_below}: exact search, no index")
