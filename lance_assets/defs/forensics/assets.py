@@ -29,6 +29,7 @@ from lance_assets.defs.metadata import (
 from lance_assets.defs.resources import LanceStore
 from lance_assets.embeddings import vector_index as vindex
 from lance_assets.markdown import markdown_table
+from lance_assets.progress import phase
 from lance_assets.table.fingerprint import digest
 
 
@@ -181,7 +182,8 @@ def document_stories(context: dg.AssetExecutionContext, config: StoriesConfig,
     metadata, rows = {}, []
     for doc_id in ids:
         try:
-            story = ex.explain(lance_store.table, doc_id, ref=ref)
+            with phase(f"document_stories: document {doc_id}", context.log.info, announce=False):
+                story = ex.explain(lance_store.table, doc_id, ref=ref)
         except ex.ExplainError as err:
             raise dg.Failure(str(err)) from None
         md_path, _ = ex.save(lance_store.table, story)

@@ -247,8 +247,11 @@ def samples(context: dg.AssetExecutionContext, config: SamplesConfig, lance_stor
 
     ckpt = latest_checkpoint(lance_store.root)
     start = time.perf_counter()
-    result = generate_samples(ckpt, config.prompts, max_new_tokens=config.max_new_tokens,
-                              temperature=config.temperature, top_k=config.top_k, seed=config.seed)
+    with phase(f"samples: generating {len(config.prompts)} samples", context.log.info,
+               announce=False):
+        result = generate_samples(ckpt, config.prompts, max_new_tokens=config.max_new_tokens,
+                                  temperature=config.temperature, top_k=config.top_k,
+                                  seed=config.seed)
     duration = time.perf_counter() - start
     storage.write_atomic(paths.samples_dir(lance_store.root) / "samples.json", json.dumps(
         {"checkpoint": str(ckpt), "samples": result}, indent=2).encode())
