@@ -19,8 +19,8 @@ Work with no count (a table scan, k-means, building an index, training a tokeniz
 A line is logged every tenth of ``total``, on an update ``LOG_EVERY_S`` after the last line,
 and by a heartbeat (a daemon thread per block, stopped when the block ends) whenever the block
 has been quiet that long with no update at all: one slow fragment or an uncounted phase is
-never silent in the run's log. A heartbeat stays quiet while a block nested in it (or any
-other block logging to the same ``log``) keeps writing lines. ``note(text)`` says which part of
+never silent in the run's log. Only the innermost open block on a ``log`` beats, and not while
+any block keeps writing lines to that ``log``. ``note(text)`` says which part of
 the work is running (``k-means``, ``commit``); code deep in a loop that has no handle on the
 bar calls :func:`advance`, which counts rows on this thread's innermost block.
 
@@ -46,8 +46,10 @@ LOG_EVERY_S = 20.0
 
 Log = Callable[[str], None]
 
+_clock = time.perf_counter
 _lock = threading.Lock()
 _last_line: dict = {}  # log callable -> when a progress line last went through it
+_open: dict = {}  # log callable -> its open blocks, in the order they opened
 _local = threading.local()  # .stack: this thread's open blocks, innermost last
 
 
@@ -78,7 +80,7 @@ class Progress:
         self.n = 0
         self.rows = 0
         self.status = ""
-        self._start = time.perf_counter()
+        self._start = _clock()
         self._last_log = self._start
         self._next_tenth = 1
         self._state = threading.Lock()
@@ -86,6 +88,9 @@ class Progress:
         self._bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
                          dynamic_ncols=True) if _bar_enabled() else None
         self._heartbeat: threading.Thread | None = None
+        if log is not None:
+            with _lock:
+                _open.setdefault(_key(log), []).append(self)
         if log is not None and LOG_EVERY_S > 0:
             self._heartbeat = threading.Thread(target=self._beat, name=f"progress: {desc}",
                                                daemon=True)
@@ -93,7 +98,7 @@ class Progress:
 
     @property
     def elapsed(self) -> float:
-        return time.perf_counter() - self._start
+        return _clock() - self._start
 
     def update(self, n: int = 1, *, rows: int = 0) -> None:
         """``n`` more units done (0: only rows within the current one), ``rows`` more rows."""
@@ -105,7 +110,7 @@ class Progress:
                     self._bar.update(n)
                 if self.rows:
                     self._bar.set_postfix(rows=f"{self.rows:,}", refresh=not n)
-            now = time.perf_counter()
+            now = _clock()
             tenth_done = bool(self.total) and n > 0 and \
                 self.n * 10 >= self._next_tenth * self.total
             due = tenth_done or now - self._last_log >= LOG_EVERY_S
@@ -148,7 +153,7 @@ class Progress:
         if self.log is None:
             return
         text = self.line()
-        now = time.perf_counter()
+        now = _clock()
         with self._state:
             self._last_log = now
         with _lock:
@@ -156,12 +161,18 @@ class Progress:
         self.log(text)
 
     def _beat(self) -> None:
+        key = _key(self.log)
         while True:
             with self._state:
                 last = self._last_log
             with _lock:
-                last = max(last, _last_line.get(_key(self.log), last))
-            wait = last + LOG_EVERY_S - time.perf_counter()
+                last = max(last, _last_line.get(key, last))
+                innermost = (_open.get(key) or [None])[-1] is self
+            if not innermost:  # the block nested in this one beats for both
+                if self._stop.wait(LOG_EVERY_S):
+                    return
+                continue
+            wait = last + LOG_EVERY_S - _clock()
             if wait > 0:
                 if self._stop.wait(min(wait, LOG_EVERY_S)):
                     return
@@ -172,10 +183,18 @@ class Progress:
                 self._emit()
             except Exception:  # noqa: BLE001 - a log that fails must not end the work
                 with self._state:
-                    self._last_log = time.perf_counter()
+                    self._last_log = _clock()
 
     def close(self) -> None:
         self._stop.set()
+        if self.log is not None:
+            with _lock:
+                blocks = _open.get(_key(self.log), [])
+                if self in blocks:
+                    blocks.remove(self)
+                if not blocks:
+                    _open.pop(_key(self.log), None)
+                    _last_line.pop(_key(self.log), None)
         if self._heartbeat is not None and self._heartbeat is not threading.current_thread():
             self._heartbeat.join(timeout=5)
         self._heartbeat = None
