@@ -41,6 +41,7 @@ from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ran
 from lance_assets.embeddings.torch_bf16 import Bf16Model
 from lance_assets.keys import EMBEDDING_KEY
 from lance_assets.markdown import markdown_table
+from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.table.executor import executor_name
@@ -215,7 +216,8 @@ def embeddings(table: Union[Table, str, os.PathLike], *, max_tokens: int = DEFAU
         report.device = "ray"  # each task picks its own (cuda when it was given a GPU)
     else:  # load the model before the first fragment, so its cost is reported apart
         t0 = time.perf_counter()
-        model = compute.model()
+        with phase("embeddings: loading the model", log, announce=False):
+            model = compute.model()
         report.model_load_s = time.perf_counter() - t0
         report.device = model.device
     if current != want:
