@@ -37,7 +37,7 @@ from pathlib import Path
 import lance
 
 from lance_assets import paths, storage
-from lance_assets.progress import Progress, progress
+from lance_assets.progress import Progress, phase, progress
 from lance_assets.table import Table
 from lance_assets.tokens.tokenizers import (
     EOS_TOKEN,
@@ -275,17 +275,19 @@ def train_bpe(
     log(f"trained BPE {tok.info.name[:16]}: {len(ranked)} tokens from {counter['docs']} docs "
         f"({counter['bytes'] / 1e6:.1f} MB) in {train_s:.1f}s")
 
-    heldout = list(_texts(ds, f"({checked}) AND id % {HELDOUT_MOD} = 0", heldout_max_bytes,
-                          held := {"docs": 0, "bytes": 0}))
-    compared = {"bpe": tok, **{name: load_tokenizer(name) if name != "byte" else ByteTokenizer()
-                               for name in compare_with}}
+    with phase("tokenizer: bytes per token on held-out text", log, announce=False):
+        heldout = list(_texts(ds, f"({checked}) AND id % {HELDOUT_MOD} = 0", heldout_max_bytes,
+                              held := {"docs": 0, "bytes": 0}))
+        compared = {"bpe": tok, **{name: load_tokenizer(name) if name != "byte"
+                                   else ByteTokenizer() for name in compare_with}}
+        per_token = bytes_per_token(compared, heldout) if heldout else {}
     report = BpeReport(
         name=tok.info.name, sha256=tok.info.sha256, path=str(path),
         vocab_size=tok.info.vocab_size, vocab_size_requested=vocab_size,
         merges=len(ranked) - 256, eos_id=tok.info.eos_id, pad_id=tok.info.pad_id,
         train_docs=counter["docs"], train_bytes=counter["bytes"], train_s=round(train_s, 3),
         heldout_docs=held["docs"], heldout_bytes=held["bytes"],
-        bytes_per_token=bytes_per_token(compared, heldout) if heldout else {},
+        bytes_per_token=per_token,
         spec=spec,
     )
     stored = {k: v for k, v in asdict(report).items() if k not in ("nothing_to_do", "duration_s")}
