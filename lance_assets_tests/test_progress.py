@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -122,18 +123,38 @@ def test_advance_counts_rows_on_the_innermost_block(often):
 
 
 class SlowEmbedder(ClusteredEmbedder):
-    """The stand-in model, 20 ms per call: a fragment takes long enough to be seen working."""
+    """The stand-in model, 20 ms a batch of 8, telling how far it is as the real one does."""
 
     batch_size = 8
+    reports_batches = True
 
     def __init__(self):
         super().__init__()
         self.batches = []
 
-    def encode(self, texts):
-        time.sleep(0.02)
-        self.batches.append(len(texts))
-        return super().encode(texts)
+    def encode(self, texts, done=None):
+        out = []
+        for i in range(0, len(texts), self.batch_size):
+            time.sleep(0.02)
+            batch = texts[i:i + self.batch_size]
+            self.batches.append(len(batch))
+            out.append(super().encode(batch))
+            if done is not None:
+                done(i + len(batch))
+        return np.concatenate(out)
+
+
+def test_the_real_model_tells_how_far_it_is_batch_by_batch():
+    class Inner:  # where the ONNX session would be
+        def encode(self, texts, batch_size):
+            return np.ones((len(texts), embed.DIM), np.float32)
+
+    model = object.__new__(embed.Embedder)
+    model.backend, model.batch_size, model.model = "onnx-int8", 3, Inner()
+    told = []
+    out = model.encode([f"text {i}" for i in range(8)], done=told.append)
+    assert out.shape == (8, embed.DIM) and told == [3, 6, 8]
+    assert model.encode(["one"]).shape == (1, embed.DIM)  # no done: one call, as before
 
 
 def rows_logged(lines, prefix: str) -> list[int]:

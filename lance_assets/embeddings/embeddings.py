@@ -124,10 +124,19 @@ class Embedder:
         else:
             self.model = onnx_backend.OnnxModel(self.backend, max_tokens)
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """(len(texts), 384) float32, unit length. Empty texts get the model's vector of ''."""
+    reports_batches = True  # encode(texts, done=...): see ranges.encode_counted
+
+    def encode(self, texts: list[str], done: Callable[[int], None] | None = None) -> np.ndarray:
+        """(len(texts), 384) float32, unit length. Empty texts get the model's vector of ''.
+        ``done(k)``: told after each batch that the first ``k`` texts are done (progress)."""
         if not texts:
             return np.zeros((0, DIM), np.float32)
+        if done is not None and len(texts) > self.batch_size:
+            parts = []
+            for i in range(0, len(texts), self.batch_size):
+                parts.append(self.encode(texts[i:i + self.batch_size]))
+                done(min(i + self.batch_size, len(texts)))
+            return np.concatenate(parts)
         if self.backend != "torch":
             return self.model.encode([t or "" for t in texts], self.batch_size)
         vecs = self.model.encode([t or "" for t in texts], batch_size=self.batch_size,

@@ -18,8 +18,8 @@ each run removes those of fragments that are written or gone, and ``forget`` rem
 (they are derived from documents' text).
 
 Progress: rows done in the fragment, rows per second and the time left are logged as the model
-works through each range (:func:`encode_counted` counts every batch), at least every
-``progress.LOG_EVERY_S`` seconds.
+works through each range (:func:`encode_counted` counts every batch of the model), at least
+every ``progress.LOG_EVERY_S`` seconds.
 """
 
 from __future__ import annotations
@@ -127,25 +127,27 @@ def compute_in_ranges(n: int, compute: Callable[[int, int, list], list],
 
 
 def encode_counted(model, texts: list[str], rows_of: Sequence[int] | None = None) -> np.ndarray:
-    """``model.encode(texts)`` one batch (``model.batch_size`` texts) at a time, each counted as
-    done (:func:`progress.advance`) when it ends: a text is a row, or with ``rows_of`` (the row
-    of each text, in order) a row counts when its last text is done."""
-    step = max(1, int(getattr(model, "batch_size", 64) or 64))
-    if len(texts) <= step:
-        out = model.encode(texts)
-        advance(len(texts) if rows_of is None else len(set(rows_of)))
-        return out
+    """``model.encode(texts)``, its progress counted (:func:`progress.advance`): a text is a
+    row, or with ``rows_of`` (the row of each text, in order) a row counts once its last text
+    is done. A model that reports its batches (``encode(texts, done=...)``, the real
+    ``Embedder``) is counted batch by batch; any other when the call returns."""
     # where each row's texts start (but the first): a row is done once the next one has started
     starts = None if rows_of is None else np.flatnonzero(np.diff(np.asarray(rows_of)) != 0) + 1
-    parts, counted = [], 0
-    for i in range(0, len(texts), step):
-        parts.append(model.encode(texts[i:i + step]))
-        k = min(i + step, len(texts))
+    counted = 0
+
+    def done(k: int) -> None:  # the first k texts are done
+        nonlocal counted
         finished = k if starts is None else \
-            int(np.searchsorted(starts, k, side="right")) + int(k == len(texts))
+            int(np.searchsorted(starts, k, side="right")) + int(k == len(texts) > 0)
         advance(finished - counted)
         counted = finished
-    return np.concatenate(parts)
+
+    if getattr(model, "reports_batches", False):
+        out = model.encode(texts, done=done)
+    else:
+        out = model.encode(texts)
+    done(len(texts))
+    return out
 
 
 def sweep(table: Table, column: str, spec: dict, written: Sequence[int] = ()) -> int:
