@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -222,6 +223,7 @@ def test_training_the_tokenizer_logs_the_texts_read(tmp_path, often, monkeypatch
 def load_log_gaps():
     spec = importlib.util.spec_from_file_location("log_gaps", REPO / "scripts" / "log_gaps.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
