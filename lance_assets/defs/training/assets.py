@@ -243,12 +243,13 @@ class SamplesConfig(dg.Config):
 def samples(context: dg.AssetExecutionContext, config: SamplesConfig, lance_store: LanceStore):
     """Text generated from the newest `pretrained_model` checkpoint (also:
     `python -m lance_assets.sample`). Written to DATA/samples/samples.json."""
-    from lance_assets.sample import generate_samples, latest_checkpoint
-
-    ckpt = latest_checkpoint(lance_store.root)
-    start = time.perf_counter()
+    # the phase starts before the import: loading torch takes seconds on a busy machine
     with phase(f"samples: generating {len(config.prompts)} samples", context.log.info,
                announce=False):
+        from lance_assets.sample import generate_samples, latest_checkpoint
+
+        ckpt = latest_checkpoint(lance_store.root)
+        start = time.perf_counter()
         result = generate_samples(ckpt, config.prompts, max_new_tokens=config.max_new_tokens,
                                   temperature=config.temperature, top_k=config.top_k,
                                   seed=config.seed)
