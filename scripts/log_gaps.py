@@ -86,8 +86,10 @@ def read_event_log(run_id: str) -> list[Line]:
         run_id = runs[0].run_id
     out = []
     for entry in instance.all_logs(run_id):
-        if entry.step_key:
-            text = entry.dagster_event.event_type_value if entry.dagster_event else entry.message
+        kind = entry.dagster_event.event_type_value if entry.dagster_event else ""
+        # *_PLANNED events name their step but are written when the run starts
+        if entry.step_key and not kind.endswith("_PLANNED"):
+            text = kind or entry.message
             out.append(Line(entry.step_key, entry.timestamp, text or ""))
     return out
 
