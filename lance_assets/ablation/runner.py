@@ -28,6 +28,7 @@ from lance_assets import paths, storage
 from lance_assets.ablation import plan as ablation
 from lance_assets.curation.rules import curation_in_force
 from lance_assets.markdown import line_plot_markdown
+from lance_assets.progress import phase
 from lance_assets.table import Table, fingerprint, snapshots
 from lance_assets.train import config as train_config
 
@@ -244,7 +245,9 @@ def run_ablation(root: Path, table: Table, config: AblationSettings,
     ds = table.open(version)
     rule_sets = config.rule_sets or {DEFAULT_ARMS[0]: curation_in_force(ds).rules,
                                      DEFAULT_ARMS[1]: {}}
-    plan = plan_for(config, ds, rule_sets)
+    with phase(f"ablation {name}: planning the arms (documents and tokens each rule set keeps)",
+               log, announce=False):
+        plan = plan_for(config, ds, rule_sets)
     # no cleanup removes it now; an unnamed one is released once a newer one supersedes it
     table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
                          named=bool(config.name))

@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from lance_assets import storage
 from lance_assets.keys import CONTAMINATION_KEY
 from lance_assets.markdown import markdown_table
+from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.table.producer import ColumnProducer, Json, Markdown, Produced, WriteOptions, setting
@@ -396,7 +397,8 @@ def contamination(root: Table | str | Path, eval_sets: list[EvalSetSpec], *,
     ingested meanwhile wait for the next run)."""
     start = time.perf_counter()
     table = Table.of(root)
-    sets = load_eval_sets(list(eval_sets))
+    with phase("contamination: reading the evaluation sets", log, announce=False):
+        sets = load_eval_sets(list(eval_sets))
     return table.pinned(lambda ds: _contamination(table, ds, sets, start, fragments_per_commit,
                                                   executor, log),
                         what="contamination", log=log)
@@ -432,9 +434,11 @@ def _contamination(table: Table, ds: lance.LanceDataset, sets: list[EvalSet], st
                                  log=log)
     report.union.duration_s = time.perf_counter() - start  # what the asset reports: the whole run
     ds = table.newest()
-    report.contaminated_rows = ds.count_rows(filter="contaminated = true")
-    # column names are built here from checked names and hex digits, never from free text
-    report.rows_by_set = {s.spec.name: ds.count_rows(filter=f"`{s.column}` = true") for s in sets}
+    with phase("contamination: counting the flagged rows", log, announce=False):
+        report.contaminated_rows = ds.count_rows(filter="contaminated = true")
+        # column names are built here from checked names and hex digits, never from free text
+        report.rows_by_set = {s.spec.name: ds.count_rows(filter=f"`{s.column}` = true")
+                              for s in sets}
     return report
 
 

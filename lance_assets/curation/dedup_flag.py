@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from lance_assets import keys
 from lance_assets.curation.kept import elect
+from lance_assets.progress import phase
 from lance_assets.table import Table
 from lance_assets.table import executor as executors
 from lance_assets.table.columns import (
@@ -369,10 +370,13 @@ def run(table: Table | str | Path, settings: DedupSettings = DedupSettings(),  #
                                    f.physical_rows)
                       for f in view.get_fragments())
         plan = DupPlan(HashScan(table, view.version, rows_end, buckets), parts, where)
-        flags = duplicate_ids(plan, log) if new else DupFlags(np.zeros(0, np.int64))
+        with phase("dedup_flag: finding the duplicates among every hash", log):
+            flags = duplicate_ids(plan, log) if new else DupFlags(np.zeros(0, np.int64))
         report = write_columns(table, [IS_DUP], flags, pinned=pin, executor=where,
                                fragments_per_commit=options.fragments_per_commit, log=log)
-        kept = elect(table, flag=IS_DUP.name, cluster=TEXT_HASH.name, rows_end=rows_end, log=log)
+        with phase("dedup_flag: kept members of clusters that lost theirs", log, announce=False):
+            kept = elect(table, flag=IS_DUP.name, cluster=TEXT_HASH.name, rows_end=rows_end,
+                         log=log)
         return report, DedupStats(hashed, hashed.rows_written, flags.new_duplicates, buckets, kept)
 
     return table.pinned(pinned, what="dedup_flag", log=log)

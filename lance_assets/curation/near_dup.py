@@ -79,6 +79,7 @@ from lance_assets.curation.minhash import (
 from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
 from lance_assets.keys import NEAR_DUP_KEY
 from lance_assets.lsh import shuffle as lsh
+from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 from lance_assets.table import executor as executors
 from lance_assets.table.columns import (
@@ -413,14 +414,17 @@ def near_dup(
             if where == "ray":
                 executors.ensure_ray(log)
             scan = Scan(table, view.version, pinned_rows_end(table, pin), used, parts)
-            compute = clusters(scan, new, old, executors.Tasks(where == "ray"), log, stats)
+            with phase("near_dup: band keys, candidate pairs and clusters", log):
+                compute = clusters(scan, new, old, executors.Tasks(where == "ray"), log, stats)
         else:
             compute = NearDupColumns(used, {}, (), np.zeros(0, np.int64))
         report = write_columns(table, fields(used), compute, pinned=pin,
                                fragments_per_commit=fragments_per_commit, executor=where,
                                log=log)
-        stats.kept_after_deletes = elect(table, flag=NEAR_DUP.name, cluster=NEAR_DUP_CLUSTER.name,
-                                         rows_end=pinned_rows_end(table, pin), log=log)
+        with phase("near_dup: kept members of clusters that lost theirs", log, announce=False):
+            stats.kept_after_deletes = elect(table, flag=NEAR_DUP.name,
+                                             cluster=NEAR_DUP_CLUSTER.name,
+                                             rows_end=pinned_rows_end(table, pin), log=log)
         return report, stats
 
     try:

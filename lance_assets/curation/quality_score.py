@@ -33,6 +33,7 @@ import pyarrow as pa
 from lance_assets import keys, paths, storage
 from lance_assets.keys import QUALITY_MODEL_KEY
 from lance_assets.markdown import markdown_table
+from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.table.producer import ColumnProducer, FilePath, Markdown, Produced, WriteOptions, setting
@@ -262,7 +263,8 @@ def _quality_score(table: Table, ds: lance.LanceDataset, label: str, threshold: 
                 "new model and score every row again")
         head = load_head(table.root, current["sha256"])
     else:
-        got = train_head(table, label=label, threshold=threshold, ridge=ridge, pinned=ds)
+        with phase("quality_score: training the quality model on the labelled rows", log):
+            got = train_head(table, label=label, threshold=threshold, ridge=ridge, pinned=ds)
         if isinstance(got, str):
             report.skipped = f"no model trained: {got}"
             log(report.skipped)

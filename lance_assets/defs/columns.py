@@ -26,6 +26,7 @@ from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column
 from lance_assets.defs.maintenance.checks import coverage_check
 from lance_assets.defs.metadata import column_data_version, column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
+from lance_assets.progress import phase
 from lance_assets.table.producer import (
     ColumnProducer,
     FilePath,
@@ -130,11 +131,12 @@ def column_asset(producer: ColumnProducer) -> tuple[dg.AssetsDefinition, dg.Asse
     def materialize(context: dg.AssetExecutionContext, config, lance_store: LanceStore,
                     ray_cluster: RayResource) -> dg.MaterializeResult:
         settings = _settings(producer, config)
-        try:
-            done: Produced = produce(producer, lance_store.table, settings,
-                                     executor=column_executor(context, config, ray_cluster),
-                                     fragments_per_commit=config.fragments_per_commit,
-                                     log=context.log.info)
+        try:  # never silent for long, whatever the producer logs itself
+            with phase(producer.name, context.log.info, announce=False):
+                done: Produced = produce(producer, lance_store.table, settings,
+                                         executor=column_executor(context, config, ray_cluster),
+                                         fragments_per_commit=config.fragments_per_commit,
+                                         log=context.log.info)
         except producer.input_errors as err:  # wrong settings or files: retrying cannot help
             raise dg.Failure(description=str(err), allow_retries=False) from None
         table = lance_store.table

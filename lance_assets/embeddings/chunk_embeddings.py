@@ -53,8 +53,9 @@ from lance_assets.embeddings.embeddings import (
     table_embedding_spec,
 )
 from lance_assets.embeddings.onnx_backend import BackendError
-from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, sweep
+from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, encode_counted, sweep
 from lance_assets.markdown import markdown_table
+from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.table.executor import executor_name
@@ -247,7 +248,8 @@ class ChunkFragment:
                     todo.append(text[a:b])
                     where.append((r, j))
             t = time.perf_counter()
-            vecs = self.model().encode(todo) if todo else np.zeros((0, DIM), np.float32)
+            vecs = encode_counted(self.model(), todo, [r for r, _ in where]) if todo \
+                else np.zeros((0, DIM), np.float32)
             self.encode_s += time.perf_counter() - t
             out: dict[int, np.ndarray] = {}
             for r in rows:
@@ -339,7 +341,8 @@ def chunk_embeddings(table: Union[Table, str, os.PathLike], *, chunk_tokens: int
         report.device = "ray"
     else:  # load the model before the first fragment, so its cost is reported apart
         t0 = time.perf_counter()
-        report.device = getattr(compute.model(), "device", "")
+        with phase("chunk_embeddings: loading the model", log, announce=False):
+            report.device = getattr(compute.model(), "device", "")
         report.model_load_s = time.perf_counter() - t0
     if current != want:
         table.set_config(keys.CHUNK_EMBEDDING_KEY, want.to_dict())

@@ -37,10 +37,11 @@ import pyarrow as pa
 from lance_assets import keys
 from lance_assets.embeddings import onnx_backend
 from lance_assets.embeddings.copies import KeptVectors
-from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, sweep
+from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, encode_counted, sweep
 from lance_assets.embeddings.torch_bf16 import Bf16Model
 from lance_assets.keys import EMBEDDING_KEY
 from lance_assets.markdown import markdown_table
+from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
 from lance_assets.table.executor import executor_name
@@ -123,10 +124,19 @@ class Embedder:
         else:
             self.model = onnx_backend.OnnxModel(self.backend, max_tokens)
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """(len(texts), 384) float32, unit length. Empty texts get the model's vector of ''."""
+    reports_batches = True  # encode(texts, done=...): see ranges.encode_counted
+
+    def encode(self, texts: list[str], done: Callable[[int], None] | None = None) -> np.ndarray:
+        """(len(texts), 384) float32, unit length. Empty texts get the model's vector of ''.
+        ``done(k)``: told after each batch that the first ``k`` texts are done (progress)."""
         if not texts:
             return np.zeros((0, DIM), np.float32)
+        if done is not None and len(texts) > self.batch_size:
+            parts = []
+            for i in range(0, len(texts), self.batch_size):
+                parts.append(self.encode(texts[i:i + self.batch_size]))
+                done(min(i + self.batch_size, len(texts)))
+            return np.concatenate(parts)
         if self.backend != "torch":
             return self.model.encode([t or "" for t in texts], self.batch_size)
         vecs = self.model.encode([t or "" for t in texts], batch_size=self.batch_size,
@@ -215,7 +225,8 @@ def embeddings(table: Union[Table, str, os.PathLike], *, max_tokens: int = DEFAU
         report.device = "ray"  # each task picks its own (cuda when it was given a GPU)
     else:  # load the model before the first fragment, so its cost is reported apart
         t0 = time.perf_counter()
-        model = compute.model()
+        with phase("embeddings: loading the model", log, announce=False):
+            model = compute.model()
         report.model_load_s = time.perf_counter() - t0
         report.device = model.device
     if current != want:
@@ -270,7 +281,7 @@ class EmbedFragment:
         def compute(start: int, end: int, values: list) -> list:
             todo = plan.to_embed(start, end)
             t = time.perf_counter()
-            vecs = model.encode([texts[r] for r in todo]) if todo else []
+            vecs = encode_counted(model, [texts[r] for r in todo]) if todo else []
             self.encode_s += time.perf_counter() - t
             out = dict(zip(todo, vecs))
             self.copied += plan.fill(start, end, values, out)

@@ -17,7 +17,9 @@ compaction: new ids) or another spec never reads a stale range. The saved ranges
 each run removes those of fragments that are written or gone, and ``forget`` removes them all
 (they are derived from documents' text).
 
-Progress: every range logs rows done, rows per second and the time left in the fragment.
+Progress: rows done in the fragment, rows per second and the time left are logged as the model
+works through each range (:func:`encode_counted` counts every batch of the model), at least
+every ``progress.LOG_EVERY_S`` seconds.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from lance_assets import paths, storage
+from lance_assets.progress import advance, progress
 from lance_assets.table import Table
 
 RANGE_SECONDS = 45.0
@@ -101,30 +105,49 @@ def compute_in_ranges(n: int, compute: Callable[[int, int, list], list],
     resumed = sum(done)
     if resumed and log:
         log(f"{what}: {resumed:,} of {n:,} rows read back from ranges saved by an earlier run")
-    size, pos, t0, computed = FIRST_RANGE, 0, time.perf_counter(), 0
-    while pos < n:
-        if done[pos]:
-            pos += 1
-            continue
-        end = pos
-        while end < n and end - pos < size and not done[end]:
-            end += 1
-        started = time.perf_counter()
-        values[pos:end] = compute(pos, end, values)
-        took = time.perf_counter() - started
-        computed += end - pos
-        if store is not None and not all(done[end:]):  # the fragment is not finished by it
-            store.save(pos, end, encode(values[pos:end]))
-        rate = (end - pos) / took if took > 0 else float("inf")
-        size = int(min(MAX_RANGE, max(MIN_RANGE, rate * seconds)))
-        if log and end < n:
-            left = n - end - sum(done[end:])
-            elapsed = time.perf_counter() - t0
-            speed = computed / elapsed if elapsed > 0 else 0.0
-            eta = f", ~{left / speed:,.0f} s left" if speed > 0 else ""
-            log(f"{what}: {end:,}/{n:,} rows ({end / n:.0%}), {speed:,.1f} rows/s{eta}")
-        pos = end
+    size, pos = FIRST_RANGE, 0
+    with progress(n - resumed, what, "row", log) as bar:
+        while pos < n:
+            if done[pos]:
+                pos += 1
+                continue
+            end = pos
+            while end < n and end - pos < size and not done[end]:
+                end += 1
+            started, counted = time.perf_counter(), bar.n
+            values[pos:end] = compute(pos, end, values)
+            took = time.perf_counter() - started
+            if store is not None and not all(done[end:]):  # the fragment is not finished by it
+                store.save(pos, end, encode(values[pos:end]))
+            rate = (end - pos) / took if took > 0 else float("inf")
+            size = int(min(MAX_RANGE, max(MIN_RANGE, rate * seconds)))
+            bar.update(max(0, (end - pos) - (bar.n - counted)))  # rows the compute did not count
+            pos = end
     return values
+
+
+def encode_counted(model, texts: list[str], rows_of: Sequence[int] | None = None) -> np.ndarray:
+    """``model.encode(texts)``, its progress counted (:func:`progress.advance`): a text is a
+    row, or with ``rows_of`` (the row of each text, in order) a row counts once its last text
+    is done. A model that reports its batches (``encode(texts, done=...)``, the real
+    ``Embedder``) is counted batch by batch; any other when the call returns."""
+    # where each row's texts start (but the first): a row is done once the next one has started
+    starts = None if rows_of is None else np.flatnonzero(np.diff(np.asarray(rows_of)) != 0) + 1
+    counted = 0
+
+    def done(k: int) -> None:  # the first k texts are done
+        nonlocal counted
+        finished = k if starts is None else \
+            int(np.searchsorted(starts, k, side="right")) + int(k == len(texts) > 0)
+        advance(finished - counted)
+        counted = finished
+
+    if getattr(model, "reports_batches", False):
+        out = model.encode(texts, done=done)
+    else:
+        out = model.encode(texts)
+    done(len(texts))
+    return out
 
 
 def sweep(table: Table, column: str, spec: dict, written: Sequence[int] = ()) -> int:

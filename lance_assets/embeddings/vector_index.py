@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Union
 
@@ -33,6 +34,7 @@ import numpy as np
 from lance_assets import keys
 from lance_assets.embeddings.embeddings import DIM, EMBEDDING
 from lance_assets.keys import VECTOR_INDEX_KEY
+from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 
 
@@ -212,9 +214,10 @@ class VectorIndexReport:
 def vector_index(table: Union[Table, str, os.PathLike], *, index_type: str = DEFAULT_INDEX_TYPE,
                  target_recall: float = 0.95, recall_queries: int = 100,
                  flat_below: int = FLAT_BELOW, seed: int = 0,
-                 target: VectorColumn = DOCUMENTS) -> VectorIndexReport:
+                 target: VectorColumn = DOCUMENTS,
+                 log: Callable[[str], None] | None = None) -> VectorIndexReport:
     """Create (or update) the ANN index on ``embedding`` (or ``target``'s column), tune nprobes,
-    record recall@10. ``table``: a ``Table`` or a data root."""
+    record recall@10. ``table``: a ``Table`` or a data root; ``log``: progress lines."""
     start = time.perf_counter()
     name = target.index_name
     table = Table.of(table)
@@ -244,8 +247,9 @@ def vector_index(table: Union[Table, str, os.PathLike], *, index_type: str = DEF
             return VectorIndexReport("up_to_date", old, rows, 0, 0.0, ds.version,
                                      time.perf_counter() - start)
         t = time.perf_counter()
-        table.commit("vector index update", lambda ds: ds.optimize.optimize_indices(
-            index_names=[name]))
+        with phase(f"{name}: adding {unindexed:,} rows to the index", log):
+            table.commit("vector index update", lambda ds: ds.optimize.optimize_indices(
+                index_names=[name]))
         build_s = time.perf_counter() - t
         action, settings = "updated", IndexSettings(**{**old.to_dict(), "rows": old.rows})
     else:
@@ -253,16 +257,19 @@ def vector_index(table: Union[Table, str, os.PathLike], *, index_type: str = DEF
         kwargs = {"num_partitions": want.num_partitions}
         if want.index_type == "IVF_PQ":
             kwargs["num_sub_vectors"] = want.num_sub_vectors
-        table.commit("vector index", lambda ds: ds.create_index(
-            target.column, want.index_type, name=name, metric=METRIC, replace=True,
-            **kwargs))
+        with phase(f"{name}: building the {want.index_type} index over {rows:,} rows "
+                   f"({want.num_partitions} partitions)", log):
+            table.commit("vector index", lambda ds: ds.create_index(
+                target.column, want.index_type, name=name, metric=METRIC, replace=True,
+                **kwargs))
         build_s = time.perf_counter() - t
         action = "rebuilt" if indexed else "created"
         settings = want
     ds = table.newest()
     if settings.index_type != "FLAT":
-        ids, queries = sample_queries(ds, recall_queries, seed, target)
-        settings = tune_nprobes(ds, settings, ids, queries, target_recall, target=target)
+        with phase(f"{name}: tuning nprobes to recall@10 {target_recall}", log):
+            ids, queries = sample_queries(ds, recall_queries, seed, target)
+            settings = tune_nprobes(ds, settings, ids, queries, target_recall, target=target)
     table.set_config(target.config_key, settings.to_dict())
     ds = table.newest()
     left = ds.stats.index_stats(name)["num_unindexed_rows"] if has_index(ds, target) else rows

@@ -17,7 +17,7 @@ from lance_assets.forensics.attribution import Attribution, Attributor
 from lance_assets.forensics.near_dups import NearDupReport, semantic_near_dups
 from lance_assets.forensics.pinned import Pin, resolve_pin
 from lance_assets.markdown import markdown_table
-from lance_assets.progress import progress
+from lance_assets.progress import phase, progress
 from lance_assets.table import Table
 
 
@@ -139,8 +139,10 @@ def forensics_report(table: Union[Table, str, os.PathLike], *, k: int = 5,
             bar.update(1)
     near = None
     if EMBEDDING.name in att.latest.schema.names:
-        near = semantic_near_dups(table, pin=pin, threshold=near_dup_threshold,
-                                  sample=near_dup_sample)
+        with phase(f"forensics: semantic near-duplicates among {near_dup_sample:,} documents",
+                   log):
+            near = semantic_near_dups(table, pin=pin, threshold=near_dup_threshold,
+                                      sample=near_dup_sample)
     else:
         notes.append("no `embedding` column: semantic near-duplicates skipped")
     if not att.has_vectors:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
 
 import lance
 import pyarrow as pa
 
+from lance_assets.progress import phase
 from lance_assets.table import Table
 
 INDEX_NAME = "text_fts"
@@ -40,20 +42,24 @@ def _stats(ds: lance.LanceDataset) -> dict | None:
     return ds.stats.index_stats(INDEX_NAME)
 
 
-def text_index(table: Union[Table, str, os.PathLike]) -> TextIndexReport:
+def text_index(table: Union[Table, str, os.PathLike],
+               log: Callable[[str], None] | None = None) -> TextIndexReport:
     """Create the inverted index on ``text``, or add the rows appended since it was built.
-    ``table``: a ``Table`` or a data root."""
+    ``table``: a ``Table`` or a data root; ``log``: progress lines while it builds."""
     start = time.perf_counter()
     table = Table.of(table)
     ds = table.newest()
     stats = _stats(ds)
     if stats is None:
-        table.commit("text index", lambda ds: ds.create_scalar_index(
-            "text", "INVERTED", name=INDEX_NAME, replace=True))
+        with phase(f"text_index: building the full-text index of {ds.count_rows():,} rows", log):
+            table.commit("text index", lambda ds: ds.create_scalar_index(
+                "text", "INVERTED", name=INDEX_NAME, replace=True))
         action = "created"
     elif stats["num_unindexed_rows"] > 0:
-        table.commit("text index update", lambda ds: ds.optimize.optimize_indices(
-            index_names=[INDEX_NAME]))
+        with phase(f"text_index: adding {stats['num_unindexed_rows']:,} rows to the full-text "
+                   "index", log):
+            table.commit("text index update", lambda ds: ds.optimize.optimize_indices(
+                index_names=[INDEX_NAME]))
         action = "updated"
     else:
         action = "up_to_date"

@@ -47,7 +47,7 @@ import json
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import lance
@@ -56,7 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.fragment import LanceFragment
 
-from lance_assets.progress import progress
+from lance_assets.progress import phase, progress
 from lance_assets.table import Table, leaf_field_ids
 from lance_assets.table import executor as executors
 
@@ -418,10 +418,12 @@ def write_columns(
     columns = [f.name for f in fields]
     pin = pinned if pinned is not None else table.newest()
     pin_rows = {f.fragment_id: f.physical_rows for f in pin.get_fragments()}
-    ds = ensure_columns(table, fields)
+    desc = "+".join(columns)
+    with phase(f"{desc}: finding the fragments to write", log, announce=False):
+        ds = ensure_columns(table, fields)
+        missing = fragments_missing(ds, columns)
     group = [*columns, written_marker(fields).name]  # what each new data file holds
     schema = pa.schema([ds.schema.field(c) for c in group])
-    missing = fragments_missing(ds, columns)
     pinned_here = [f for f in missing if pin_rows.get(f.fragment_id) == f.physical_rows
                    and f.fragment_id not in waiting]
     # a fragment with deleted rows is written whole: its live rows' values, nulls at the
@@ -437,28 +439,35 @@ def write_columns(
         log(f"{'+'.join(columns)}: {report.fragments_pending} fragment(s) arrived after version "
             f"{pin.version}, which this run pinned, or wait for an input column; the next run "
             "writes them")
-    if where == "ray" and todo:
-        results = _ray_results(table, ds.version, todo, schema, group, compute, gpu, log)
-    else:
-        results = _local_results(table, todo, schema, group, compute, log)
-    desc = "+".join(columns)
     failures: dict[int, BaseException] = {}
     pending: dict[int, tuple[lance.fragment.DataFile, int]] = {}
     policy = CommitPolicy(fragments_per_commit)
     done = 0
-    with progress(total=len(todo), desc=desc, unit="fragment", log=log) as bar:
+    counted: dict[int, int] = {}  # rows counted so far within fragments still computing
+
+    def on_rows(frag_id: int, rows: int) -> None:
+        counted[frag_id] = counted.get(frag_id, 0) + rows
+        bar.update(0, rows=rows)
+
+    with progress(total=len(todo), desc=desc, unit="fragment", log=log,
+                  rows_total=sum(f.physical_rows for f in todo)) as bar:
+        if where == "ray" and todo:
+            results = _ray_results(table, ds.version, todo, schema, group, compute, gpu, log)
+        else:  # rows are counted as the compute yields them, within each fragment
+            results = _local_results(table, todo, schema, group, compute, log, on_rows)
 
         def commit() -> None:
             nonlocal ds, done
             started = time.perf_counter()
+            bar.note("committing")
             ds, committed = _commit_group(table, group, schema, compute, pending, log)
+            bar.note("")
             policy.committed(started)
             report.commits += int(bool(committed))
             report.fragments_written.extend(committed)
             report.rows_written += sum(pending[f][1] for f in committed)
             report.fragments_already_done += len(pending) - len(committed)
             done += len(pending)
-            bar.update(len(pending), rows=sum(n for _, n in pending.values()))
             pending.clear()
             log(f"{desc}: {done}/{len(todo)} fragments ({report.rows_written} rows) committed "
                 f"at version {ds.version}")
@@ -469,6 +478,8 @@ def write_columns(
                     continue
                 failures[frag_id] = error
                 continue
+            # the rest of its rows (all of them from a Ray task)
+            bar.update(1, rows=max(0, written[1] - counted.pop(frag_id, 0)))
             pending[frag_id] = written
             if policy.due(len(pending)):
                 commit()
@@ -495,10 +506,12 @@ def _rewritten_since(table: Table, frag_id: int, log: Callable[[str], None]) -> 
 
 def _local_results(table: Table, todo: list[LanceFragment], schema: pa.Schema,
                    group: list[str], compute: ComputeFn, log: Callable[[str], None],
+                   on_rows: Callable[[int, int], None] | None = None,
                    ) -> Iterator[tuple[int, Any, BaseException | None]]:
     for frag in todo:
+        counter = None if on_rows is None else partial(on_rows, frag.fragment_id)
         try:
-            data_file = _write_fragment_columns(table, frag, schema, group, compute)
+            data_file = _write_fragment_columns(table, frag, schema, group, compute, counter)
         except Exception:
             if _rewritten_since(table, frag.fragment_id, log):
                 continue
@@ -603,15 +616,22 @@ def _ray_results(table: Table, version: int, todo: list[LanceFragment], schema: 
 
 
 def _write_fragment_columns(table: Table, frag: LanceFragment, schema: pa.Schema,
-                            columns: list[str], compute: ComputeFn) -> lance.fragment.DataFile:
+                            columns: list[str], compute: ComputeFn,
+                            on_rows: Callable[[int], None] | None = None,
+                            ) -> lance.fragment.DataFile:
     """Compute the group for ``frag`` into one new (uncommitted) data file; its write marker
-    (``columns`` holds it last) is true on every row.
+    (``columns`` holds it last) is true on every row. ``on_rows``: told the rows of each batch
+    as the compute yields it (progress within the fragment).
 
     A data file covers every physical row of its fragment. Computes read the fragment, and so
     see its live rows only: on a fragment with deleted rows their values are placed at the
     live rows' offsets and the deleted offsets hold nulls (rows no version shows)."""
     n_rows = frag.physical_rows
-    batches = list(compute(frag))
+    batches = []
+    for batch in compute(frag):
+        batches.append(batch)
+        if on_rows is not None:
+            on_rows(batch.num_rows)
     got = sum(b.num_rows for b in batches)
     if got != n_rows:
         live = live_offsets(frag) if frag.metadata.deletion_file is not None else None

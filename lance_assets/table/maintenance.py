@@ -51,6 +51,7 @@ from pathlib import Path
 import lance
 from lance.optimize import Compaction, RewriteResult
 
+from lance_assets.progress import phase, progress
 from lance_assets.table import Table
 from lance_assets.table.columns import incomplete_fragments
 from lance_assets.table.snapshots import DEFAULT_KEEP_UNNAMED_RUNS, SnapshotError  # noqa: F401
@@ -169,7 +170,13 @@ def compact_table(table: Table | str | Path, *,
                 tasks.extend(alone.tasks)
         if not tasks:
             return report
-        results = [task.execute(ds) for task in tasks]
+        rows = [sum(getattr(f, "physical_rows", 0) for f in task.fragments) for task in tasks]
+        results = []
+        with progress(len(tasks), "compaction: rewriting fragments", "group", log,
+                      rows_total=sum(rows)) as bar:
+            for task, n in zip(tasks, rows):
+                results.append(task.execute(ds))
+                bar.update(1, rows=n)
 
         def attempt(newest: lance.LanceDataset, results: list = results) -> tuple[list, list]:
             live = {f.fragment_id: f.metadata for f in newest.get_fragments()}
@@ -291,13 +298,15 @@ def maintain(
     if optimize_indexes:
         before = _unindexed_rows(table.newest())
         if any(before.values()):
-            table.commit("optimize indexes", lambda d: d.optimize.optimize_indices(), log=log)
+            with phase(f"maintenance: adding {sum(before.values()):,} rows to the indexes", log):
+                table.commit("optimize indexes", lambda d: d.optimize.optimize_indices(), log=log)
         after = _unindexed_rows(table.newest())
         report.indexes = {name: {"before": before[name], "after": after.get(name, 0)}
                           for name in before}
 
     if cleanup:
-        cleanup_versions(table, keep_versions_for, report, log)
+        with phase("maintenance: removing old versions", log, announce=False):
+            cleanup_versions(table, keep_versions_for, report, log)
 
     ds = table.newest()
     report.version_after = ds.version

@@ -41,6 +41,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 
+from lance_assets.progress import phase
 from lance_assets.table.columns import ColumnWriteReport, ComputeFn, write_columns
 from lance_assets.table.handle import Table
 
@@ -204,13 +205,19 @@ def produce(producer: ColumnProducer, table: Table | str, settings: Any = None, 
         return producer.write(table, settings, options)
 
     def run(ds: lance.LanceDataset) -> ColumnWriteReport:
-        state = producer.state(table, ds, settings, log) if producer.state else None
+        state = None
+        if producer.state:
+            with phase(f"{producer.name}: table-wide state", log, announce=False):
+                state = producer.state(table, ds, settings, log)
         return write_columns(table, list(producer.fields), producer.compute(settings, state),
                              pinned=ds, fragments_per_commit=fragments_per_commit,
                              executor=executor, log=log)
 
     report = table.pinned(run, what=producer.name, log=log)
-    summary = producer.summary(table, report, settings) if producer.summary and summarize else {}
+    summary = {}
+    if producer.summary and summarize:
+        with phase(f"{producer.name}: summary", log, announce=False):
+            summary = producer.summary(table, report, settings)
     return Produced(write=report, summary=summary)
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import lance
 
 from lance_assets import paths, storage
+from lance_assets.progress import Progress, phase, progress
 from lance_assets.table import Table
 from lance_assets.tokens.tokenizers import (
     EOS_TOKEN,
@@ -197,6 +198,14 @@ def _texts(ds: lance.LanceDataset, where: str, max_bytes: int, counter: dict) ->
             yield text
 
 
+def _counted(texts: Iterator[str], bar: Progress) -> Iterator[str]:
+    """``texts``, each counted on ``bar``; once they are all read the merges are learnt."""
+    for text in texts:
+        bar.update(1)
+        yield text
+    bar.note("learning the merges")
+
+
 def bytes_per_token(tokenizers: dict, texts: list[str]) -> dict[str, float | None]:
     """UTF-8 bytes per token of ``texts`` under each tokenizer (None when there is no text)."""
     import pyarrow as pa
@@ -250,8 +259,10 @@ def train_bpe(
     counter = {"docs": 0, "bytes": 0}
     t0 = time.perf_counter()
     trainer = rustbpe.Tokenizer()
-    trainer.train_from_iterator(_texts(ds, where, max_train_bytes, counter), vocab_size - 2,
-                                pattern=SPLIT_PATTERN)
+    with progress(None, "tokenizer: training the BPE", "text", log) as bar:
+        bar.note("reading texts")
+        trainer.train_from_iterator(_counted(_texts(ds, where, max_train_bytes, counter), bar),
+                                    vocab_size - 2, pattern=SPLIT_PATTERN)
     train_s = time.perf_counter() - t0
     if not counter["docs"]:
         raise ValueError(f"no documents of {ds.uri} pass {where!r}: nothing to train a BPE on")
@@ -264,17 +275,19 @@ def train_bpe(
     log(f"trained BPE {tok.info.name[:16]}: {len(ranked)} tokens from {counter['docs']} docs "
         f"({counter['bytes'] / 1e6:.1f} MB) in {train_s:.1f}s")
 
-    heldout = list(_texts(ds, f"({checked}) AND id % {HELDOUT_MOD} = 0", heldout_max_bytes,
-                          held := {"docs": 0, "bytes": 0}))
-    compared = {"bpe": tok, **{name: load_tokenizer(name) if name != "byte" else ByteTokenizer()
-                               for name in compare_with}}
+    with phase("tokenizer: bytes per token on held-out text", log, announce=False):
+        heldout = list(_texts(ds, f"({checked}) AND id % {HELDOUT_MOD} = 0", heldout_max_bytes,
+                              held := {"docs": 0, "bytes": 0}))
+        compared = {"bpe": tok, **{name: load_tokenizer(name) if name != "byte"
+                                   else ByteTokenizer() for name in compare_with}}
+        per_token = bytes_per_token(compared, heldout) if heldout else {}
     report = BpeReport(
         name=tok.info.name, sha256=tok.info.sha256, path=str(path),
         vocab_size=tok.info.vocab_size, vocab_size_requested=vocab_size,
         merges=len(ranked) - 256, eos_id=tok.info.eos_id, pad_id=tok.info.pad_id,
         train_docs=counter["docs"], train_bytes=counter["bytes"], train_s=round(train_s, 3),
         heldout_docs=held["docs"], heldout_bytes=held["bytes"],
-        bytes_per_token=bytes_per_token(compared, heldout) if heldout else {},
+        bytes_per_token=per_token,
         spec=spec,
     )
     stored = {k: v for k, v in asdict(report).items() if k not in ("nothing_to_do", "duration_s")}

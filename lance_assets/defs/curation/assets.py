@@ -32,6 +32,7 @@ from lance_assets.defs.metadata import (
 from lance_assets.defs.resources import LanceStore
 from lance_assets.forensics import text_index as fts
 from lance_assets.markdown import markdown_table, png_markdown
+from lance_assets.progress import phase
 from lance_assets.table.fingerprint import digest
 from lance_assets.table.producer import producers
 
@@ -51,7 +52,7 @@ def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance
     """Lance full-text (BM25 inverted) index `text_fts` on `text`. The first run builds it; later
     runs add only the rows appended since. Query: `Table.of(root).newest().to_table(
     full_text_query="telescope", limit=10)` or `lance_assets.forensics.text_index.search`."""
-    report = fts.text_index(lance_store.root)
+    report = fts.text_index(lance_store.root, log=context.log.info)
     hits = fts.search(lance_store.root, config.example_query, limit=5, columns=("id",))
     example = [{"id": r["id"], "score": round(r["_score"], 3)} for r in hits.to_pylist()]
     version = index_data_version(context, lance_store.table, fts.INDEX_NAME)
@@ -125,13 +126,16 @@ def curation_rules(context: dg.AssetExecutionContext, config: CurationConfig,
     Blocking checks (rules parse, filter keeps rows, tokens present and consistent, duplicate
     rate in bounds, no contaminated row kept) stop training when they fail."""
     try:
-        done = rules_lib.put_in_force(
-            lance_store.table, dict(config.rules), keep_languages=config.keep_languages,
-            main_language_min_share=config.main_language_min_share,
-            main_language_min_score=config.main_language_min_score,
-            drop_contaminated=config.drop_contaminated,
-            min_duplicate_rate=config.min_duplicate_rate,
-            max_duplicate_rate=config.max_duplicate_rate, min_kept_rows=config.min_kept_rows)
+        with phase("curation_rules: checking and counting the rules", context.log.info,
+                   announce=False):
+            done = rules_lib.put_in_force(
+                lance_store.table, dict(config.rules), keep_languages=config.keep_languages,
+                main_language_min_share=config.main_language_min_share,
+                main_language_min_score=config.main_language_min_score,
+                drop_contaminated=config.drop_contaminated,
+                min_duplicate_rate=config.min_duplicate_rate,
+                max_duplicate_rate=config.max_duplicate_rate,
+                min_kept_rows=config.min_kept_rows)
     except rules_lib.RulesRefused as err:
         raise dg.Failure(description=str(err), allow_retries=False,
                          metadata={"broken_rules": dg.MetadataValue.json(err.broken),
@@ -195,7 +199,8 @@ def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
     detected languages, personal data, contamination, quality score and paragraph duplicates.
     The queries are the .sql files in lance_assets/curation/sql/profile: edit or add one."""
     folder = Path(config.queries_dir) if config.queries_dir else profile.QUERIES_DIR
-    prof = profile.profile(lance_store.root, folder)
+    with phase("corpus_profile: DuckDB queries over the table", context.log.info, announce=False):
+        prof = profile.profile(lance_store.root, folder)
     metadata: dict = {
         "dagster/uri": lance_store.table.uri,
         "lance/table_version": prof.table_version,

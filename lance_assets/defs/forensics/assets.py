@@ -29,6 +29,7 @@ from lance_assets.defs.metadata import (
 from lance_assets.defs.resources import LanceStore
 from lance_assets.embeddings import vector_index as vindex
 from lance_assets.markdown import markdown_table
+from lance_assets.progress import phase
 from lance_assets.table.fingerprint import digest
 
 
@@ -49,7 +50,7 @@ def index_metadata(context: dg.AssetExecutionContext, config: VectorIndexConfig,
     r = vindex.vector_index(lance_store.root, index_type=config.index_type,
                             target_recall=config.target_recall,
                             recall_queries=config.recall_queries, flat_below=config.flat_below,
-                            target=target)
+                            target=target, log=context.log.info)
     s = r.settings
     if s.index_type == "FLAT":
         context.log.info(f"{r.rows} rows < {config.flat_below}: exact search, no index")
@@ -179,7 +180,8 @@ def document_stories(context: dg.AssetExecutionContext, config: StoriesConfig,
     metadata, rows = {}, []
     for doc_id in ids:
         try:
-            story = ex.explain(lance_store.table, doc_id, ref=ref)
+            with phase(f"document_stories: document {doc_id}", context.log.info, announce=False):
+                story = ex.explain(lance_store.table, doc_id, ref=ref)
         except ex.ExplainError as err:
             raise dg.Failure(str(err)) from None
         md_path, _ = ex.save(lance_store.table, story)

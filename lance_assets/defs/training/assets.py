@@ -26,6 +26,7 @@ from lance_assets.launch.torchrun import (
     local_agent_threads,
 )
 from lance_assets.markdown import line_plot_markdown, markdown_table
+from lance_assets.progress import phase
 from lance_assets.table import Table, maintenance, snapshots
 from lance_assets.table.fingerprint import digest
 from lance_assets.train import checkpoint
@@ -104,19 +105,25 @@ def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: 
     rdzv_id = f"{out.name}-{context.run.run_id[:8]}"
     extras = {"resume_hint": resume_hint or "to continue, materialize pretrained_model again "
                                             f"with resume: auto and run_name: {out.name}"}
+    # a line at least every progress.LOG_EVERY_S while torchrun starts (imports, the loader)
+    # and runs, besides the trainer's own lines
+    running = phase(f"{context.asset_key.to_user_string()}: training run {out.name}",
+                    context.log.info, announce=False)
     try:
         if cfg.launcher == "ray":
-            return client.run_on_ray(context=context, trainer_args=args, nnodes=cfg.nnodes,
-                                     nproc_per_node=cfg.nproc_per_node, rdzv_id=rdzv_id,
-                                     extras=extras)
+            with running:
+                return client.run_on_ray(context=context, trainer_args=args, nnodes=cfg.nnodes,
+                                         nproc_per_node=cfg.nproc_per_node, rdzv_id=rdzv_id,
+                                         extras=extras)
         commands = local_agent_commands(args, nnodes=cfg.nnodes,
                                         nproc_per_node=cfg.nproc_per_node, rdzv_id=rdzv_id)
         envs = local_agent_envs(cfg)
         for cmd, env in zip(commands, envs):
             context.log.info("launching: " + " ".join(f"{k}={v}" for k, v in env.items())
                              + (" " if env else "") + " ".join(cmd))
-        return client.run_agents(context=context, commands=commands, extras=extras,
-                                 agent_envs=envs)
+        with running:
+            return client.run_agents(context=context, commands=commands, extras=extras,
+                                     agent_envs=envs)
     except dg.DagsterExecutionInterruptedError:
         saved = checkpoint.list_checkpoints(out) if out.is_dir() else []
         context.log.warning("training cancelled; " + (
@@ -236,12 +243,16 @@ class SamplesConfig(dg.Config):
 def samples(context: dg.AssetExecutionContext, config: SamplesConfig, lance_store: LanceStore):
     """Text generated from the newest `pretrained_model` checkpoint (also:
     `python -m lance_assets.sample`). Written to DATA/samples/samples.json."""
-    from lance_assets.sample import generate_samples, latest_checkpoint
+    # the phase starts before the import: loading torch takes seconds on a busy machine
+    with phase(f"samples: generating {len(config.prompts)} samples", context.log.info,
+               announce=False):
+        from lance_assets.sample import generate_samples, latest_checkpoint
 
-    ckpt = latest_checkpoint(lance_store.root)
-    start = time.perf_counter()
-    result = generate_samples(ckpt, config.prompts, max_new_tokens=config.max_new_tokens,
-                              temperature=config.temperature, top_k=config.top_k, seed=config.seed)
+        ckpt = latest_checkpoint(lance_store.root)
+        start = time.perf_counter()
+        result = generate_samples(ckpt, config.prompts, max_new_tokens=config.max_new_tokens,
+                                  temperature=config.temperature, top_k=config.top_k,
+                                  seed=config.seed)
     duration = time.perf_counter() - start
     storage.write_atomic(paths.samples_dir(lance_store.root) / "samples.json", json.dumps(
         {"checkpoint": str(ckpt), "samples": result}, indent=2).encode())
