@@ -31,7 +31,8 @@ calls ``write_columns`` itself.
   asset's run config next to the knobs every column asset has (executor, fragments per commit);
 - ``summary(run)``: extra numbers for the materialization (plain values, ``Markdown``, ``Json``,
   ``FilePath``); ``reported(run)``: the columns a run reports when they are not the declared
-  ``fields`` (per-set columns);
+  ``fields`` (per-set columns); ``overall(run)``: the report that stands for the run when not
+  its last step's;
 - ``deps``, ``group``, ``kinds``, ``reads`` (column lineage) and ``version``: the code version,
   which also feeds the data version (a new version marks everything downstream stale).
 
@@ -251,6 +252,9 @@ class ColumnProducer:
     write: Callable[[Table, Any, WriteOptions], Produced] | None = None
     summary: Callable[[Run], dict] | None = None
     reported: Callable[[Run], Reported] | None = None
+    overall: Callable[[Run], ColumnWriteReport] | None = None
+    """The report that stands for the run, when not its last step's (one that also counts an
+    earlier step's fragments, with the producer's own numbers)."""
     settings: type = NoSettings
     reads: Mapping[str, Sequence[tuple[str, str]]] | Callable[[Any], Mapping] | None = None
     deps: tuple[str, ...] = ("raw_text",)
@@ -361,6 +365,8 @@ def produce(producer: ColumnProducer, table: Table | str, settings: Any = None, 
     run.duration_s = time.perf_counter() - started
     if run.report is None:
         return Produced(write=None, skipped=run.skipped or "no step wrote anything", run=run)
+    if producer.overall is not None:
+        run.report = producer.overall(run)
     run.report.duration_s = run.duration_s  # what the asset reports: the whole run
     summary = producer.summary(run) if producer.summary is not None and summarize else {}
     reported = producer.reported(run) if producer.reported is not None else None
