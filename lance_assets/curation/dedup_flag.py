@@ -372,13 +372,10 @@ def elect_kept(run: Run, flags: DupFlags) -> int:
                  log=run.log)
 
 
-def _given(settings: DedupSettings, state: DupFlags) -> DupFlags:
-    return state
-
-
 STEPS = (
     Step(fields=[TEXT_HASH], compute=fixed(TextHashes())),
-    Step(fields=[IS_DUP], state=find_duplicates, compute=_given, after=elect_kept),
+    Step(fields=[IS_DUP], state=find_duplicates, compute=lambda settings, flags: flags,
+         after=elect_kept),
 )
 
 
