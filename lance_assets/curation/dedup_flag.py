@@ -41,7 +41,7 @@ from lance_assets.curation.kept import elect
 from lance_assets.table import Table
 from lance_assets.table import executor as executors
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing
-from lance_assets.table.producer import ColumnProducer, Run, Step, fixed, produce, setting
+from lance_assets.table.producer import ColumnProducer, Run, Step, produce, setting
 
 IS_DUP = pa.field(keys.IS_DUP, pa.bool_())
 TEXT_HASH = pa.field(keys.TEXT_HASH, pa.binary(16))
@@ -373,7 +373,7 @@ def elect_kept(run: Run, flags: DupFlags) -> int:
 
 
 STEPS = (
-    Step(fields=[TEXT_HASH], compute=fixed(TextHashes())),
+    Step(fields=[TEXT_HASH], compute=lambda settings, state: TextHashes()),
     Step(fields=[IS_DUP], state=find_duplicates, compute=lambda settings, flags: flags,
          after=elect_kept),
 )
