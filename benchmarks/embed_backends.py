@@ -8,8 +8,9 @@
    ``ChunkSpec``) and keeps the first ``--chunks`` of them.
 3. Embeds those chunks with each backend (``torch``: sentence-transformers float32, the path
    before backends; ``torch-bf16``; ``onnx-fp32``; ``onnx-int8``), each on ``--threads``
-   threads, after one warm-up batch, ``--repeats`` times in alternation. Throughput is per CPU-second of the process (every thread)
-   and per wall second; ratios use each arm's best run against ``torch``'s in the same run.
+   threads, after one warm-up batch, ``--repeats`` times in alternation. Throughput is per
+   CPU-second of the process (every thread) and per wall second; ratios use each arm's best run
+   against ``torch``'s in the same run.
 4. Agreement: the cosine of each chunk's vector with its ``torch`` vector (median, 1st
    percentile, minimum).
 5. ``--quality-score``: what the vectors change downstream for ``quality_score``: the demo

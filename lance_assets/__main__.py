@@ -62,8 +62,6 @@ def _explain(args: argparse.Namespace) -> int:
     from lance_assets.forensics.explain import ExplainError, explain
 
     ref = args.version
-    if ref is not None and ref.isdigit():
-        ref = int(ref)
     try:
         story = explain(Table.of(args.data), args.id, ref=ref)
     except (ExplainError, TableMissingError) as err:

@@ -386,11 +386,7 @@ ADAPTERS = {"lance_assets.train.streaming_adapter", "lance_assets.table.lance_ma
 and checking it (a test fails the day the dependency changes it)."""
 REBINDING = {"__globals__", "__code__", "__closure__", "FunctionType"}
 
-OUTSTANDING = {
-    ("lance_assets.tokens.bpe", "_mergeable_ranks"): "tiktoken: the learned tokens",
-    ("lance_assets.tokens.tokenizers", "_mergeable_ranks"): "tiktoken: the encoding's digest",
-    ("lance_assets.tokens.tokenizers", "_pat_str"): "tiktoken: the encoding's digest",
-}
+OUTSTANDING: dict[tuple[str, str], str] = {}
 """Private attributes of other packages still used outside ``ADAPTERS``: each is an open issue
 (replace it with public API, or move it into an adapter that checks it). The list may only
 shrink: a new one fails, and so does an entry that is gone."""

@@ -22,14 +22,7 @@ from lance_assets_tests.helpers import quiet
 PACKAGE = Path(lance_assets.__file__).parent
 
 # Modules that still choose versions themselves, each with the change that removes it.
-ALLOWED = {
-    # switches after the permutation change (the shared shuffle permutation is moving to
-    # lancedb's public APIs in these modules): resolve_version and open_snapshot's checkout
-    # become Table.choose, and the stored split's checkout of the version its permutation was
-    # built on goes through the table too.
-    "lance_assets/train/data.py",
-    "lance_assets/train/streaming_adapter.py",
-}
+ALLOWED: set[str] = set()
 TAG_VERBS = {"list", "create", "update", "delete", "get_version"}
 CHECKOUTS = {"checkout", "checkout_version", "checkout_latest", "list_tags"}
 OPENERS = {"dataset", "LanceDataset", "open_table"}
@@ -112,6 +105,15 @@ def test_a_number_is_that_version(table):
     chosen = table.choose(first)
     assert chosen.version == first and chosen.dataset.count_rows() == 200
     assert chosen.tag is None and f"version {first}" in chosen.said
+
+
+def test_digits_from_a_command_line_are_a_version_number(table):
+    first = _first(table)
+    chosen = table.choose(str(first))
+    assert chosen.version == first and chosen.tag is None
+    assert chosen.dataset.count_rows() == 200
+    with pytest.raises(VersionChoiceError, match="999999"):
+        table.choose("999999")
 
 
 def test_a_tag_made_by_hand_is_the_version_it_names(table):

@@ -7,16 +7,17 @@ model, so queries are embedded the way the column was):
 - ``torch``: sentence-transformers in PyTorch float32, the reference; the backend on a GPU.
 - ``torch-bf16``: the same model in PyTorch bfloat16, one batch shape for every pass
   (``torch_bf16.py``). About four times the chunks per CPU-second of ``torch`` on a CPU with
-  bfloat16 matrix units (AMX, AVX-512 BF16), with a median cosine of 0.99996 to ``torch``.
+  bfloat16 matrix units (AMX), with a median cosine of 0.99996 to ``torch``; 1.86 times on
+  AVX-512 BF16 without AMX.
 - ``onnx-fp32``: the same graph exported to ONNX and fused by ONNX Runtime's transformer
   optimizer (attention, GELU, layer norms); float32, the same vectors to a cosine of 1.0000.
 - ``onnx-int8``: that graph with its weights quantized to int8 per channel (dynamic
-  quantization: activations are quantized per batch at run time). About 2.6 times the chunks
-  per CPU-second of ``torch`` on this project's reference 2-core machine, with a median cosine
-  of 0.994 to the float32 vectors (``docs/benchmarks.md``, "Embedding backends"); the CPU
-  backend where bfloat16 is emulated.
+  quantization: activations are quantized per batch at run time). 2.46 to 2.6 times the chunks
+  per CPU-second of ``torch`` on the 2-core machines measured (AMD EPYC, Intel Xeon), with a
+  median cosine of 0.994 to the float32 vectors (``docs/benchmarks.md``, "Embedding
+  backends"); the CPU backend where there are no AMX units.
 - ``auto`` (the default): the backend the column was written with when it holds vectors,
-  else ``torch`` on a GPU, ``torch-bf16`` on a CPU with bfloat16 matrix units and
+  else ``torch`` on a GPU, ``torch-bf16`` on a CPU with AMX bfloat16 units and
   ``onnx-int8`` on other CPUs.
 
 **Export, once, offline.** The graph (the BERT encoder, mean pooling over the attention mask
@@ -50,11 +51,18 @@ import numpy as np
 
 from lance_assets.embeddings import torch_bf16
 
-EXPORT_VERSION = 1  # bump when the exported graph changes: the cache key changes with it
+EXPORT_VERSION = 2  # bump when the exported graph changes: the cache key changes with it
 BACKENDS = ("torch", "torch-bf16", "onnx-fp32", "onnx-int8")
 CHOICES = ("auto",) + BACKENDS
 OPSET = 17
 NUM_HEADS, HIDDEN = 12, 384  # all-MiniLM-L6-v2
+
+
+NOT_FUSED = ("SkipLayerNormFusion",)
+"""Fusions left out, at export and when a session loads the graph: ONNX Runtime's CPU kernel for
+``SkipLayerNormalization`` (the residual add fused into the layer norm) took a fifth of the int8
+graph's time, where the add and a ``LayerNormalization`` take 5%: 1.21x the chunks per
+CPU-second with the same vectors (cosine 0.9999998; one thread, a 130-piece chunk, AMD EPYC)."""
 
 
 class BackendError(ValueError):
@@ -159,6 +167,7 @@ def _export(src: Path, folder: Path) -> None:
     import torch
     import transformers
     from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AutoModel
 
@@ -193,8 +202,10 @@ def _export(src: Path, folder: Path) -> None:
                               input_names=["input_ids", "attention_mask", "token_type_ids"],
                               output_names=["sentence_embedding"], dynamic_axes=axes,
                               opset_version=OPSET, dynamo=False)
+        fusion = FusionOptions("bert")
+        fusion.enable_skip_layer_norm = False  # see NOT_FUSED
         fused = optimize_model(raw, model_type="bert", num_heads=NUM_HEADS, hidden_size=HIDDEN,
-                               opt_level=1, use_gpu=False)
+                               opt_level=1, use_gpu=False, optimization_options=fusion)
         fp32 = os.path.join(tmp, "fp32.onnx")
         fused.save_model_to_file(fp32)
         _atomic(folder, "onnx-int8.onnx", lambda out: quantize_dynamic(
@@ -228,7 +239,8 @@ class OnnxModel:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no busy waits
         opts.log_severity_level = 3
         self.session = ort.InferenceSession(str(exported(backend)), opts,
-                                            providers=["CPUExecutionProvider"])
+                                            providers=["CPUExecutionProvider"],
+                                            disabled_optimizers=list(NOT_FUSED))
         self._pool = None
 
     def _one(self, ids: list[int]) -> np.ndarray:

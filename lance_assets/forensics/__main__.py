@@ -84,12 +84,12 @@ def check_version(table, version: int | None) -> None:
     """``table``: a ``Table`` or a data root."""
     if version is None:
         return
-    from lance_assets.table import Table
+    from lance_assets.table import Table, VersionChoiceError
 
-    known = [v["version"] for v in Table.of(table).newest().versions()]
-    if version not in known:
-        raise UsageError(f"--version {version}: the table has no such version (it has "
-                         f"{min(known)} to {max(known)})")
+    try:
+        Table.of(table).choose(version)
+    except VersionChoiceError as err:
+        raise UsageError(f"--version {version}: {err}") from None
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

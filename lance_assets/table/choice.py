@@ -63,6 +63,8 @@ def choose(table, ref: int | str | None = None, *, version: int | None = None,
         newest = table.newest()
         return Chosen(newest.version, None, f"newest version {newest.version}", None, newest)
     snap = table.snapshots.get(ref)
+    if snap is None and version is None and ref.isascii() and ref.isdigit():
+        return _number(table, int(ref), f"version {int(ref)} (given)")  # "12" from a CLI or a config
     if snap is not None and (version is None or snap.version == version):
         ds = _open(table, snap.version)
         if ds is None:

@@ -57,6 +57,14 @@ def is_version_gone(exc: BaseException) -> bool:
         or "no longer exists" in text)
 
 
+def point_at(handle: Any, version: int) -> None:
+    """Check out ``version`` on a lancedb table handle that another library opened (a DataLoader
+    worker of ``StreamingDataset`` reopens the table at its newest version): the version was
+    chosen through ``Table.choose`` by whoever pinned the run."""
+    if handle.version != version:
+        handle.checkout(version)
+
+
 class VersionGone(RuntimeError):
     """Raised by a stage whose pinned version lost files; ``Table.pinned`` plans again."""
 
@@ -129,7 +137,8 @@ class Table:
         the tag's snapshot record, how it was chosen in words, and the version opened):
 
         - ``None``: the newest version;
-        - a version number: that version, while a cleanup has not removed it;
+        - a version number: that version, while a cleanup has not removed it (a string of
+          digits too, from a command line or a run config, unless a tag has that name);
         - a tag (a snapshot's name): the version it names; with ``or_newest``, the newest when
           there is no such tag yet (a run's first start: the caller holds the tag there next);
         - a tag with ``version=`` (what a run recorded): the version through the tag while the

@@ -286,10 +286,10 @@ def train_bpe(
 
 def longest_token_lengths(tok: TiktokenTokenizer, n: int = 12) -> list[int]:
     """The byte lengths of the ``n`` longest learned tokens."""
-    return sorted((len(t) for t in tok.enc._mergeable_ranks), reverse=True)[:n]
+    return sorted((len(t) for t in tok.ranks), reverse=True)[:n]
 
 
 def longest_tokens(tok: TiktokenTokenizer, n: int = 12) -> list[str]:
     """The ``n`` longest learned tokens, as text (for a glance at what the BPE learned)."""
-    tokens = sorted(tok.enc._mergeable_ranks, key=lambda t: (-len(t), t))[:n]
+    tokens = sorted(tok.ranks, key=lambda t: (-len(t), t))[:n]
     return [t.decode("utf-8", errors="replace") for t in tokens]

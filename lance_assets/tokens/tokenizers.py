@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -98,21 +99,25 @@ class TiktokenTokenizer:
     threads (tiktoken's Rust core releases the GIL) straight into numpy buffers, never into
     Python lists of ints."""
 
-    def __init__(self, enc, info: TokenizerInfo, num_threads: int | None = None) -> None:
+    def __init__(self, enc, info: TokenizerInfo, num_threads: int | None = None, *,
+                 ranks: dict[bytes, int]) -> None:
         self.enc = enc
         self.info = info
+        self.ranks = ranks
+        """The encoding's mergeable tokens and their ranks, as it was built from them."""
         self.num_threads = num_threads or os.cpu_count() or 1
 
     @classmethod
     def named(cls, name: str, num_threads: int | None = None) -> TiktokenTokenizer:
         """A tiktoken encoding by name; PAD is one past its largest id, so never a real token."""
-        enc = _offline_encoding(name)
-        digest = hashlib.sha256(enc._pat_str.encode())
-        for token, _rank in sorted(enc._mergeable_ranks.items(), key=lambda kv: kv[1]):
+        enc, params = _offline_encoding(name)
+        ranks = params["mergeable_ranks"]
+        digest = hashlib.sha256(params["pat_str"].encode())
+        for token, _rank in sorted(ranks.items(), key=lambda kv: kv[1]):
             digest.update(token)
         info = TokenizerInfo(name=name, eos_id=enc.eot_token, pad_id=enc.n_vocab,
                              vocab_size=enc.n_vocab + 1, sha256=digest.hexdigest())
-        return cls(enc, info, num_threads)
+        return cls(enc, info, num_threads, ranks=ranks)
 
     def _encode_one(self, text: str) -> np.ndarray:
         # allowed_special=() and disallowed_special=(): special-token text is ordinary text,
@@ -165,15 +170,22 @@ def _cache_only():
         tiktoken.load.read_file = original
 
 
+@functools.lru_cache(maxsize=8)
 def _offline_encoding(name: str):
+    """``(encoding, its constructor's parameters)``: the parameters (``pat_str``,
+    ``mergeable_ranks``, ``special_tokens``) come from the encoding's registered constructor,
+    tiktoken's public plugin interface, and the ``Encoding`` is built from them here, so the
+    pattern and the ranks are read without the encoding's private attributes."""
     import tiktoken
+    import tiktoken.registry
 
     resolved = OFFLINE_ALIASES.get(name, name)
     if resolved not in tiktoken.list_encoding_names():
         resolved = name
     try:
         with _cache_only():
-            return tiktoken.get_encoding(resolved)
+            params = tiktoken.registry.ENCODING_CONSTRUCTORS[resolved]()
+        return tiktoken.Encoding(**params), params
     except Exception as exc:
         raise ValueError(
             f"tokenizer {name!r}: tiktoken could not load it offline ({exc}). Use 'byte', 'bpe' "
@@ -266,7 +278,7 @@ def load_bpe(name: str, root: str | os.PathLike | None = None, *,
                             special_tokens=specials)
     info = TokenizerInfo(name=BPE_PREFIX + sha, eos_id=specials[EOS_TOKEN],
                          pad_id=specials[PAD_TOKEN], vocab_size=enc.n_vocab, sha256=sha)
-    return TiktokenTokenizer(enc, info, num_threads)
+    return TiktokenTokenizer(enc, info, num_threads, ranks=ranks)
 
 
 def keep_bpe_file(root: str | Path, name: str, tok) -> None:

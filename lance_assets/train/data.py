@@ -68,15 +68,7 @@ def resolve_version(table: Union[Table, str, os.PathLike], table_name: str | Non
                     tag: str | None = None) -> int:
     """The version ``tag`` names, or the newest version of the table. ``table``: a ``Table``, or
     the LanceDB folder that holds ``table_name``."""
-    table = as_table(table, table_name)
-    handle = table.lancedb_table()
-    if tag is None:
-        return handle.version
-    tags = handle.to_lance().tags.list()
-    if tag not in tags:
-        raise KeyError(f"table {table.name!r} in {table.db_dir} has no tag {tag!r} (its tags: "
-                       f"{', '.join(sorted(tags)) or 'none'})")
-    return tags[tag]["version"]
+    return as_table(table, table_name).choose(tag).version
 
 
 def open_snapshot(table: Union[Table, str, os.PathLike], table_name: str | None = None,
@@ -88,10 +80,9 @@ def open_snapshot(table: Union[Table, str, os.PathLike], table_name: str | None 
     see ``storage_options_for``), so the ``StreamingDataset`` state that DataLoader workers
     pickle carries none either."""
     table = as_table(table, table_name)
-    handle = table.lancedb_table(version or None)
-    if not version:  # pin the newest: the loader reads one version whatever lands meanwhile
-        version = handle.version
-        handle.checkout(version)
+    # pin the newest when no version is given: the loader reads one version whatever lands
+    version = version or table.choose().version
+    handle = table.lancedb_table(version)
     raw = handle.to_lance().config().get(TOKENIZER_KEY)
     if raw is None or "input_ids" not in handle.schema.names:
         raise RuntimeError(

@@ -34,6 +34,8 @@ import pyarrow as pa
 from lancedb.permutation import Transforms
 from lancedb.streaming import StreamingDataset
 
+from lance_assets.table.handle import point_at
+
 EPOCH_SEED_STRIDE = 100003
 """``StreamingDataset`` shuffles epoch ``e`` of seed ``s`` with seed ``s + e * EPOCH_SEED_STRIDE``."""
 
@@ -115,11 +117,9 @@ class _StoredSplit:
     def from_tables(cls, base_table, permutation_table=None, split=None) -> _StoredSplit:
         if not hasattr(permutation_table, "row_ids") or not isinstance(split, int):
             raise TypeError("SharedPermutationDataset reads only its stored permutation's splits")
-        version = permutation_table.key.table_version
-        if base_table.version != version:
-            # a DataLoader worker reopens the table at its newest version: read the pinned one.
-            # Here, before any read thread starts, never during reads.
-            base_table.checkout(version)
+        # a DataLoader worker reopens the table at its newest version: read the pinned one.
+        # Here, before any read thread starts, never during reads.
+        point_at(base_table, permutation_table.key.table_version)
         return cls(base_table, permutation_table, split)
 
     def _copy(self, **changes) -> _StoredSplit:

@@ -175,8 +175,6 @@ def document_stories(context: dg.AssetExecutionContext, config: StoriesConfig,
         raise dg.Failure(f"ids: {len(config.ids)} documents; explain at most {MAX_STORIES} per "
                          "run (the rest in another run, or with python -m lance_assets explain)")
     ref = config.version.strip() or None
-    if ref is not None and ref.isdigit():
-        ref = int(ref)
     ids = list(dict.fromkeys(config.ids)) or ex.example_ids(lance_store.table)
     metadata, rows = {}, []
     for doc_id in ids:
