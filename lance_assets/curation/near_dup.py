@@ -194,18 +194,23 @@ def partition_pairs(starts: np.ndarray, *pieces: lsh.Holders) -> tuple:
 def _texts(scan: Scan, wanted: np.ndarray) -> pa.Table:
     """``id`` and ``text`` of ``wanted`` (sorted ids), read by row id (lancedb's public
     ``take_row_ids``: the table's stable row ids equal ``id``), or with an ``id IN (...)``
-    filter on a table where they do not."""
-    handle = scan.table.lancedb_table(scan.version)
+    filter on a table where they do not. When a cleanup removed the version's manifest since
+    this process opened it (zero retention), the dataset opened then still reads its files."""
+    try:
+        handle = scan.table.lancedb_table(scan.version)
+    except Exception:  # noqa: BLE001 - the manifest is gone: read through the open dataset
+        handle = None
     ds = None
     parts = []
     for lo in range(0, len(wanted), TAKE_ROWS):
         chunk = wanted[lo:lo + TAKE_ROWS]
         got = None
         try:
-            got = handle.take_row_ids(chunk.tolist()).select(["id", "text"]).to_arrow()
-            got = got.sort_by("id")  # no order is promised
-            if not np.array_equal(got.column("id").to_numpy(), chunk):
-                got = None
+            if handle is not None:
+                got = handle.take_row_ids(chunk.tolist()).select(["id", "text"]).to_arrow()
+                got = got.sort_by("id")  # no order is promised
+                if not np.array_equal(got.column("id").to_numpy(), chunk):
+                    got = None
         except Exception:  # noqa: BLE001 - a table without stable row ids: filter instead
             got = None
         if got is None:
