@@ -509,3 +509,68 @@ def test_the_private_api_checks_catch_every_spelling(tmp_path):
     assert private_uses_of_other_packages(trees) == {("lance_assets.bad", "_take_rows"),
                                                      ("lance_assets.bad", "_hook")}
     assert rebinding_outside_adapters(trees) == ["lance_assets.bad:7 uses __globals__"]
+
+
+# -- one contract for every column producer: the table layer pins, writes and commits
+
+CONTRACT_VERBS = {"write_columns", "pinned"}
+"""What only ``table/`` calls: ``write_columns(...)`` and ``<table>.pinned(...)``. A producer
+declares ``compute`` or ``steps`` (``table/producer.py``) and ``produce`` pins and writes."""
+CONTRACT_EXEMPT = ("lance_assets.table", "lance_assets.ingest")
+"""The table layer itself, and ingest (it appends rows, it writes no column)."""
+OWN_WRITES = {"lance_assets.curation.semantic_dup"}
+"""Producers that still pin and write themselves (``write=``). The list may only shrink: a new
+one fails, and so does an entry that follows the contract now."""
+
+
+def contract_calls(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """``{module: ["line: verb", ...]}`` of the calls to ``write_columns`` (by name or as an
+    attribute) and to a ``.pinned`` method outside ``CONTRACT_EXEMPT``."""
+    out: dict[str, list[str]] = {}
+    for module, tree in trees.items():
+        if any(in_package(module, p) for p in CONTRACT_EXEMPT):
+            continue
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Call):
+                continue
+            f = n.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) \
+                else None
+            if name == "write_columns" or (name == "pinned" and isinstance(f, ast.Attribute)):
+                out.setdefault(module, []).append(f"{n.lineno}: {name}")
+    return out
+
+
+def test_no_module_outside_the_table_layer_pins_or_writes_columns_itself():
+    found = contract_calls(TREES)
+    assert not set(found) - OWN_WRITES, (
+        "declare the producer's compute or steps and let produce() pin and write: "
+        f"{ {m: v for m, v in found.items() if m not in OWN_WRITES} }")
+    assert not OWN_WRITES - set(found), f"follows the contract now, remove from OWN_WRITES: " \
+                                        f"{OWN_WRITES - set(found)}"
+
+
+def test_only_the_listed_producers_keep_their_own_write():
+    from lance_assets.table.producer import producers
+
+    own = {p.name for p in producers() if p.write is not None}
+    assert own == {m.rpartition(".")[2] for m in OWN_WRITES}
+
+
+def test_the_contract_check_catches_every_spelling(tmp_path):
+    pkg = tmp_path / "lance_assets"
+    (pkg / "table").mkdir(parents=True)
+    (pkg / "ingest").mkdir()
+    for d in (pkg, pkg / "table", pkg / "ingest"):
+        (d / "__init__.py").write_text("")
+    (pkg / "table" / "producer.py").write_text("def f(t, c):\n    return t.pinned(c)\n")
+    (pkg / "ingest" / "raw_text.py").write_text("def f(t, c):\n    return t.pinned(c)\n")
+    (pkg / "ok.py").write_text("def f(p, t):\n    return produce(p, t), t.pinned\n")
+    (pkg / "bad.py").write_text(
+        "from lance_assets.table import columns\nfrom lance_assets.table.columns import "
+        "write_columns\n"
+        "def f(t, c):\n    return write_columns(t, [], c)\n"
+        "def g(t, c):\n    return columns.write_columns(t, [], c)\n"
+        "def h(t, w):\n    return t.pinned(w, what='x')\n")
+    assert contract_calls(module_trees(pkg)) == {
+        "lance_assets.bad": ["4: write_columns", "6: write_columns", "8: pinned"]}

@@ -111,3 +111,16 @@ def test_the_walkthrough_tagger_is_one_file_and_a_working_asset(tmp_path):
         assert by_text[text]["code_lines"] == want, text
         assert by_text[text]["has_code"] == (want >= 2), text
     assert out["rows_with_code"] == sum(reference(t) >= 2 for t in TEXTS) == 3
+
+
+def test_the_steps_excerpt_is_the_real_declaration():
+    """The page's abridged multi-step producer (its ```py block) is ``dedup_flag``'s code: every
+    line it shows, bar the elisions, is a line of that file."""
+    blocks = re.findall(r"```py\n(.*?)```", DOC.read_text(), re.S)
+    assert len(blocks) == 1
+    source = {line.strip() for line in
+              (REPO / "lance_assets" / "curation" / "dedup_flag.py").read_text().splitlines()}
+    shown = [line.strip() for line in blocks[0].splitlines()
+             if line.strip() and "..." not in line and line.strip() != ")"]
+    assert len(shown) >= 10
+    assert [line for line in shown if line not in source] == []

@@ -30,7 +30,6 @@ import gzip
 import hashlib
 import json
 import re
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,8 +45,18 @@ from lance_assets.keys import CONTAMINATION_KEY
 from lance_assets.markdown import markdown_table
 from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
-from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.table.producer import ColumnProducer, Json, Markdown, Produced, WriteOptions, setting
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing
+from lance_assets.table.producer import (
+    ColumnProducer,
+    Json,
+    Markdown,
+    Reported,
+    Run,
+    Step,
+    fixed,
+    produce,
+    setting,
+)
 
 NGRAM = 13
 NORMALISATION = 1  # bump when the normalisation or hashing changes: fingerprints change with it
@@ -389,57 +398,83 @@ def _drop_union(table: Table) -> None:
     table.commit("drop contaminated columns", attempt)
 
 
+def load_sets(run: Run) -> list[EvalSet]:
+    """The producer's state: every registered set, checked and hashed."""
+    with phase("contamination: reading the evaluation sets", run.log, announce=False):
+        sets = load_eval_sets(list(run.settings.eval_sets))
+    for s in sets:
+        run.log(f"evaluation set {s.spec.name}: {s.items} items, {len(s.hashes)} distinct "
+                f"{NGRAM}-grams, {s.items_too_short} items shorter than {NGRAM} words (not checked)")
+    return sets
+
+
+@dataclass
+class Registry:
+    """The union step's state: the registry recorded in the table's config, and its compute."""
+
+    union: Union
+    changed: bool  # another registry was recorded: the union columns were dropped first
+
+
+def record_registry(run: Run) -> Registry:
+    """The union step's state, once the per-set columns are written: the registry recorded in
+    the table's config (the union columns dropped first when it changed)."""
+    table, sets = run.table, run.state
+    described = [s.to_dict() for s in sets]
+    registry = {"ngram": NGRAM, "normalisation": NORMALISATION, "sets": described,
+                "registry": registry_fingerprint(described)}
+    stored = table.get_config(CONTAMINATION_KEY)
+    changed = False
+    if stored is None or stored.get("registry") != registry["registry"]:
+        # drop first, then record: a run killed in between drops nothing more and records it;
+        # a writer of the old registry that commits after the drop finds its columns gone
+        changed = stored is not None
+        _drop_union(table)
+        table.set_config(CONTAMINATION_KEY, registry)
+    elif stored != registry:  # same sets, other paths or counts: keep the config current
+        table.set_config(CONTAMINATION_KEY, registry)
+    return Registry(Union(table, registry["registry"], tuple(s.column for s in sets),
+                          tuple(s.spec.name for s in sets)), changed)
+
+
+def count_contaminated(run: Run, state: Registry) -> tuple[int, dict]:
+    """After the union: contaminated rows, in all and by set."""
+    ds = run.table.newest()
+    # column names are built here from checked names and hex digits, never from free text
+    return (ds.count_rows(filter="contaminated = true"),
+            {s.spec.name: ds.count_rows(filter=f"`{s.column}` = true") for s in run.state})
+
+
+def steps(run: Run) -> list[Step]:
+    """One step per set whose column some fragment of the pinned version lacks (each set's
+    column is a group of its own), then the union over the registered sets."""
+    per_set = [Step(fields=[pa.field(s.column, pa.bool_())], compute=fixed(SetOverlap.of([s])))
+               for s in _sets_to_write(run.pinned, run.state)]
+    return [*per_set, Step(fields=UNION_FIELDS, state=record_registry,
+                           compute=lambda settings, state: state.union,
+                           after=count_contaminated)]
+
+
+def report_of(run: Run) -> ContaminationReport:
+    union = CONTAMINATED.name
+    report = ContaminationReport(sets=[s.to_dict() for s in run.state])
+    report.per_set = [r for name, r in run.reports.items() if name != union]
+    report.union = run.reports.get(union)
+    report.registry_changed = run.states[union].changed
+    report.contaminated_rows, report.rows_by_set = run.after[union]
+    return report
+
+
 def contamination(root: Table | str | Path, eval_sets: list[EvalSetSpec], *,
                   fragments_per_commit: int | None = None, executor: str | None = None,
                   log: Callable[[str], None] = print) -> ContaminationReport:
     """Write the per-set columns each registered set lacks, then ``contaminated`` /
     ``contaminated_with`` for the registry as it is now, all on one pinned version (rows
     ingested meanwhile wait for the next run)."""
-    start = time.perf_counter()
-    table = Table.of(root)
-    with phase("contamination: reading the evaluation sets", log, announce=False):
-        sets = load_eval_sets(list(eval_sets))
-    return table.pinned(lambda ds: _contamination(table, ds, sets, start, fragments_per_commit,
-                                                  executor, log),
-                        what="contamination", log=log)
-
-
-def _contamination(table: Table, ds: lance.LanceDataset, sets: list[EvalSet], start: float,
-                   fragments_per_commit: int | None, executor: str | None,
-                   log: Callable[[str], None]) -> ContaminationReport:
-    for s in sets:
-        log(f"evaluation set {s.spec.name}: {s.items} items, {len(s.hashes)} distinct "
-            f"{NGRAM}-grams, {s.items_too_short} items shorter than {NGRAM} words (not checked)")
-    report = ContaminationReport(sets=[s.to_dict() for s in sets])
-    for s in _sets_to_write(ds, sets):
-        report.per_set.append(write_columns(table, [pa.field(s.column, pa.bool_())],
-                                            SetOverlap.of([s]), pinned=ds,
-                                            fragments_per_commit=fragments_per_commit,
-                                            executor=executor, log=log))
-    registry = {"ngram": NGRAM, "normalisation": NORMALISATION, "sets": report.sets,
-                "registry": registry_fingerprint(report.sets)}
-    stored = table.get_config(CONTAMINATION_KEY)
-    if stored is None or stored.get("registry") != registry["registry"]:
-        # drop first, then record: a run killed in between drops nothing more and records it;
-        # a writer of the old registry that commits after the drop finds its columns gone
-        report.registry_changed = stored is not None
-        _drop_union(table)
-        table.set_config(CONTAMINATION_KEY, registry)
-    elif stored != registry:  # same sets, other paths or counts: keep the config current
-        table.set_config(CONTAMINATION_KEY, registry)
-    compute = Union(table, registry["registry"], tuple(s.column for s in sets),
-                    tuple(s.spec.name for s in sets))
-    report.union = write_columns(table, UNION_FIELDS, compute, pinned=ds,
-                                 fragments_per_commit=fragments_per_commit, executor=executor,
-                                 log=log)
-    report.union.duration_s = time.perf_counter() - start  # what the asset reports: the whole run
-    ds = table.newest()
-    with phase("contamination: counting the flagged rows", log, announce=False):
-        report.contaminated_rows = ds.count_rows(filter="contaminated = true")
-        # column names are built here from checked names and hex digits, never from free text
-        report.rows_by_set = {s.spec.name: ds.count_rows(filter=f"`{s.column}` = true")
-                              for s in sets}
-    return report
+    done = produce(PRODUCER, root, ContaminationSettings(eval_sets=list(eval_sets)),
+                   executor=executor, fragments_per_commit=fragments_per_commit, log=log,
+                   summarize=False)
+    return report_of(done.run)
 
 
 def registered_sets(ds: lance.LanceDataset) -> list[dict]:
@@ -457,34 +492,35 @@ def set_column_descriptions(ds: lance.LanceDataset) -> dict[str, str]:
     return out
 
 
-def write(table: Table, settings: ContaminationSettings, options: WriteOptions) -> Produced:
-    report = contamination(table, list(settings.eval_sets),
-                           fragments_per_commit=options.fragments_per_commit,
-                           executor=options.executor, log=options.log)
-    ds = table.newest()
+def reported(run: Run) -> Reported:
+    """The columns this run wrote (every one it owns on a no-op run), described."""
+    report = report_of(run)
+    ds = run.table.newest()
     written = set(report.new_columns) | {f.name for f in UNION_FIELDS
                                          if report.union and not report.union.nothing_to_do}
     if not written:  # a no-op run reports the columns it owns
         written = {f.name for f in UNION_FIELDS}
-    union = report.union
-    return Produced(
-        write=union,
+    return Reported(
         fields=[f for f in ds.schema if f.name in written],
         descriptions=set_column_descriptions(ds),
         # what it owns: the per-set columns of the registered sets and the union over them
-        owned=[f.name for f in UNION_FIELDS] + [s["column"] for s in report.sets],
-        skipped=None if union is not None else "no evaluation set to check",
-        summary={
-            "nothing_to_do": report.nothing_to_do,
-            "rows_written": sum(r.rows_written for r in [*report.per_set, union] if r is not None),
-            "eval_sets": Markdown(markdown_table([
-                {**{k: s[k] for k in ("name", "column", "items", "items_too_short", "ngrams")},
-                 "rows": report.rows_by_set.get(s["name"], 0)} for s in report.sets])
-                if report.sets else "no evaluation sets registered"),
-            "contaminated_rows": report.contaminated_rows,
-            "registry_changed": report.registry_changed,
-            "new_set_columns": Json(report.new_columns),
-        })
+        owned=[f.name for f in UNION_FIELDS] + [s["column"] for s in report.sets])
+
+
+def summary(run: Run) -> dict:
+    report = report_of(run)
+    return {
+        "nothing_to_do": report.nothing_to_do,
+        "rows_written": sum(r.rows_written for r in [*report.per_set, report.union]
+                            if r is not None),
+        "eval_sets": Markdown(markdown_table([
+            {**{k: s[k] for k in ("name", "column", "items", "items_too_short", "ngrams")},
+             "rows": report.rows_by_set.get(s["name"], 0)} for s in report.sets])
+            if report.sets else "no evaluation sets registered"),
+        "contaminated_rows": report.contaminated_rows,
+        "registry_changed": report.registry_changed,
+        "new_set_columns": Json(report.new_columns),
+    }
 
 
 PRODUCER = ColumnProducer(
@@ -494,5 +530,6 @@ PRODUCER = ColumnProducer(
         "one `contam_<name>_<fingerprint>` column per set makes new sets and new rows "
         "incremental. A blocking check on `curation_rules` stops training while a kept row is "
         "contaminated.",
-    fields=UNION_FIELDS, descriptions=DESCRIPTIONS, write=write, settings=ContaminationSettings,
+    fields=UNION_FIELDS, descriptions=DESCRIPTIONS, state=load_sets, steps=steps,
+    summary=summary, reported=reported, settings=ContaminationSettings,
     kinds=("lance", "numpy"), input_errors=(EvalSetError,))

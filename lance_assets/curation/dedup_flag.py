@@ -5,7 +5,8 @@ runs of whitespace are collapsed to one space and the ends trimmed. First occurr
 ``is_dup = false``; because ids only grow, values already written never change.
 
 Two phases on one pinned version, both fanned out per fragment (Ray tasks under
-``executor: ray``):
+``executor: ray``), declared as the producer's two steps (``produce`` pins the version and
+writes them in order):
 
 1. ``text_hash`` (16 bytes: md5 of the normalised text) is written for the fragments that lack
    it. It is the only step that reads text, once per row ever: a later run reads the kept
@@ -37,16 +38,10 @@ import pyarrow as pa
 
 from lance_assets import keys
 from lance_assets.curation.kept import elect
-from lance_assets.progress import phase
 from lance_assets.table import Table
 from lance_assets.table import executor as executors
-from lance_assets.table.columns import (
-    ColumnWriteReport,
-    fragments_missing,
-    pinned_rows_end,
-    write_columns,
-)
-from lance_assets.table.producer import ColumnProducer, Produced, WriteOptions, setting
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing
+from lance_assets.table.producer import ColumnProducer, Run, Step, produce, setting
 
 IS_DUP = pa.field(keys.IS_DUP, pa.bool_())
 TEXT_HASH = pa.field(keys.TEXT_HASH, pa.binary(16))
@@ -349,37 +344,46 @@ class DedupStats:
     kept_after_deletes: int = 0  # copies unflagged: their cluster's kept member was deleted
 
 
-def run(table: Table | str | Path, settings: DedupSettings = DedupSettings(),  # noqa: B008
-        options: WriteOptions = WriteOptions()) -> tuple[ColumnWriteReport, DedupStats]:  # noqa: B008
-    """Both phases on one pinned version; the ``is_dup`` write's report and the run's numbers."""
-    table = Table.of(table)
-    where = executors.executor_name(options.executor)
-    buckets = executors.resolve_partitions(settings.buckets, where, "dedup_flag setting buckets")
-    log = options.log
+def resolve_buckets(run: Run) -> int:
+    """The producer's state: the bucket count for where this run's tasks run."""
+    return executors.resolve_partitions(run.settings.buckets, run.where,
+                                        "dedup_flag setting buckets")
 
-    def pinned(pin: lance.LanceDataset) -> tuple[ColumnWriteReport, DedupStats]:
-        rows_end = pinned_rows_end(table, pin)
-        hashed = write_columns(table, [TEXT_HASH], TextHashes(), pinned=pin, executor=where,
-                               fragments_per_commit=options.fragments_per_commit, log=log)
-        view = table.newest()
-        names = view.schema.names
-        new = {f.fragment_id for f in (fragments_missing(view, [IS_DUP.name])
-                                       if IS_DUP.name in names else view.get_fragments())}
-        unhashed = {f.fragment_id for f in fragments_missing(view, [TEXT_HASH.name])}
-        parts = tuple(FragmentPart(f.fragment_id, f.fragment_id in new, f.fragment_id in unhashed,
-                                   f.physical_rows)
-                      for f in view.get_fragments())
-        plan = DupPlan(HashScan(table, view.version, rows_end, buckets), parts, where)
-        with phase("dedup_flag: finding the duplicates among every hash", log):
-            flags = duplicate_ids(plan, log) if new else DupFlags(np.zeros(0, np.int64))
-        report = write_columns(table, [IS_DUP], flags, pinned=pin, executor=where,
-                               fragments_per_commit=options.fragments_per_commit, log=log)
-        with phase("dedup_flag: kept members of clusters that lost theirs", log, announce=False):
-            kept = elect(table, flag=IS_DUP.name, cluster=TEXT_HASH.name, rows_end=rows_end,
-                         log=log)
-        return report, DedupStats(hashed, hashed.rows_written, flags.new_duplicates, buckets, kept)
 
-    return table.pinned(pinned, what="dedup_flag", log=log)
+def find_duplicates(run: Run) -> DupFlags:
+    """The ``is_dup`` step's state, built once ``text_hash`` is written for the pinned version:
+    the map/reduce group-by over the hashes (the map reads the fragments the pin holds, and
+    hashes from text the rows a compaction merged with newer ones)."""
+    view = run.table.newest()  # the pinned version's hashes, as the step before committed them
+    names = view.schema.names
+    new = {f.fragment_id for f in (fragments_missing(view, [IS_DUP.name])
+                                   if IS_DUP.name in names else view.get_fragments())}
+    unhashed = {f.fragment_id for f in fragments_missing(view, [TEXT_HASH.name])}
+    parts = tuple(FragmentPart(f.fragment_id, f.fragment_id in new, f.fragment_id in unhashed,
+                               f.physical_rows)
+                  for f in view.get_fragments())
+    plan = DupPlan(HashScan(run.table, view.version, run.rows_end, run.state), parts, run.where)
+    return duplicate_ids(plan, run.log) if new else DupFlags(np.zeros(0, np.int64))
+
+
+def elect_kept(run: Run, flags: DupFlags) -> int:
+    """After ``is_dup``: a copy whose cluster's kept member was deleted is kept instead."""
+    return elect(run.table, flag=IS_DUP.name, cluster=TEXT_HASH.name, rows_end=run.rows_end,
+                 log=run.log)
+
+
+STEPS = (
+    Step(fields=[TEXT_HASH], compute=lambda settings, state: TextHashes()),
+    Step(fields=[IS_DUP], state=find_duplicates, compute=lambda settings, flags: flags,
+         after=elect_kept),
+)
+
+
+def stats(run: Run) -> DedupStats:
+    """The run's numbers, from its steps."""
+    hashed = run.reports[TEXT_HASH.name]
+    return DedupStats(hashed, hashed.rows_written, run.states[IS_DUP.name].new_duplicates,
+                      run.state, run.after[IS_DUP.name])
 
 
 def dedup_flag(
@@ -390,21 +394,21 @@ def dedup_flag(
     version: the duplicates come from that version's rows, and only its fragments are written
     (rows ingested meanwhile wait for the next run, which sees them next to every earlier row).
     Returns the ``is_dup`` write's report."""
-    options = WriteOptions(executor=executor, fragments_per_commit=fragments_per_commit, log=log)
-    return run(table, DedupSettings(buckets=buckets), options)[0]
+    return produce(PRODUCER, table, DedupSettings(buckets=buckets), executor=executor,
+                   fragments_per_commit=fragments_per_commit, log=log, summarize=False).write
 
 
-def write(table: Table, settings: DedupSettings, options: WriteOptions) -> Produced:
+def summary(run: Run) -> dict:
     from lance_assets.curation.profile import flag_rate
 
-    report, stats = run(table, settings, options)
-    return Produced(write=report, summary={
-        "duplicate_rate": round(flag_rate(table, IS_DUP.name), 4),
-        "rows_hashed_from_text": stats.rows_hashed_from_text,
-        "new_duplicates": stats.new_duplicates,
-        "buckets": stats.buckets,
-        "kept_after_deletes": stats.kept_after_deletes,
-    })
+    numbers = stats(run)
+    return {
+        "duplicate_rate": round(flag_rate(run.table, IS_DUP.name), 4),
+        "rows_hashed_from_text": numbers.rows_hashed_from_text,
+        "new_duplicates": numbers.new_duplicates,
+        "buckets": numbers.buckets,
+        "kept_after_deletes": numbers.kept_after_deletes,
+    }
 
 
 PRODUCER = ColumnProducer(
@@ -414,7 +418,8 @@ PRODUCER = ColumnProducer(
         "so each text is hashed once ever. Duplicates found by a group-by partitioned on the hash "
         "(map per fragment, reduce per bucket), written per fragment; old values never change, "
         "except that a copy whose kept member was deleted is kept instead (curation/kept.py).",
-    fields=[TEXT_HASH, IS_DUP], descriptions=DESCRIPTIONS, write=write, settings=DedupSettings,
+    fields=[TEXT_HASH, IS_DUP], descriptions=DESCRIPTIONS, steps=STEPS, state=resolve_buckets,
+    settings=DedupSettings, summary=summary,
     reads={IS_DUP.name: [("raw_text", "text"), ("raw_text", "id")],
            TEXT_HASH.name: [("raw_text", "text")]},
     group="corpus", kinds=("lance", "duckdb"), version="2")

@@ -43,7 +43,7 @@ from lance_assets.keys import LANGUAGE_ID_KEY
 from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing
-from lance_assets.table.producer import ColumnProducer, Markdown, produce, setting
+from lance_assets.table.producer import ColumnProducer, Markdown, Run, produce, setting
 
 LANG = pa.field("lang", pa.string())
 LANG_SCORE = pa.field("lang_score", pa.float32())
@@ -205,11 +205,11 @@ def table_detector(ds: lance.LanceDataset) -> dict | None:
     return get_json_config(ds, LANGUAGE_ID_KEY) or RECORDS[CLD2]
 
 
-def record_detector(table: Table, pinned: lance.LanceDataset, settings: LanguageSettings,
-                    log) -> str:
-    """The ``state`` step, on the pinned version: resolve ``auto`` (the detector the columns
-    hold, else fastText), refuse to add another detector's values to the columns, and record
-    this run's detector before the first value is written. Returns the detector."""
+def record_detector(run: Run) -> str:
+    """The ``state``, on the pinned version: resolve ``auto`` (the detector the columns hold,
+    else fastText), refuse to add another detector's values to the columns, and record this
+    run's detector before the first value is written. Returns the detector."""
+    table, pinned, settings, log = run.table, run.pinned, run.settings, run.log
     held = table_detector(pinned)
     if settings.detector == AUTO:
         detector = held["detector"] if held and held.get("detector") in DETECTORS else FASTTEXT
@@ -263,10 +263,11 @@ def main_languages(ds, min_share: float) -> list[str]:
                   if r["lang"] != UNDETERMINED and r["share"] >= min_share)
 
 
-def summary(table: Table, report: ColumnWriteReport, settings: LanguageSettings) -> dict:
-    shares = language_shares(table.newest())
+def summary(run: Run) -> dict:
+    shares = language_shares(run.table.newest())
     return {"languages": Markdown(markdown_table(shares[:15])), "distinct_languages": len(shares),
-            "detector": (table_detector(table.newest()) or {}).get("detector", settings.detector)}
+            "detector": (table_detector(run.table.newest()) or {}).get("detector",
+                                                                        run.settings.detector)}
 
 
 PRODUCER = ColumnProducer(

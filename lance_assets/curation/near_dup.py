@@ -82,14 +82,8 @@ from lance_assets.lsh import shuffle as lsh
 from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 from lance_assets.table import executor as executors
-from lance_assets.table.columns import (
-    ColumnWriteReport,
-    fragments_missing,
-    pinned_rows_end,
-    rows_still_live,
-    write_columns,
-)
-from lance_assets.table.producer import ColumnProducer, Json, Produced, WriteOptions, setting
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing, rows_still_live
+from lance_assets.table.producer import ColumnProducer, Json, Run, Step, produce, setting
 
 NEAR_DUP_CLUSTER = pa.field("near_dup_cluster", pa.int64())
 NEAR_DUP = pa.field(NEAR_DUP_COLUMN, pa.bool_())
@@ -201,18 +195,23 @@ def partition_pairs(starts: np.ndarray, *pieces: lsh.Holders) -> tuple:
 def _texts(scan: Scan, wanted: np.ndarray) -> pa.Table:
     """``id`` and ``text`` of ``wanted`` (sorted ids), read by row id (lancedb's public
     ``take_row_ids``: the table's stable row ids equal ``id``), or with an ``id IN (...)``
-    filter on a table where they do not."""
-    handle = scan.table.lancedb_table(scan.version)
+    filter on a table where they do not. When a cleanup removed the version's manifest since
+    this process opened it (zero retention), the dataset opened then still reads its files."""
+    try:
+        handle = scan.table.lancedb_table(scan.version)
+    except Exception:  # noqa: BLE001 - the manifest is gone: read through the open dataset
+        handle = None
     ds = None
     parts = []
     for lo in range(0, len(wanted), TAKE_ROWS):
         chunk = wanted[lo:lo + TAKE_ROWS]
         got = None
         try:
-            got = handle.take_row_ids(chunk.tolist()).select(["id", "text"]).to_arrow()
-            got = got.sort_by("id")  # no order is promised
-            if not np.array_equal(got.column("id").to_numpy(), chunk):
-                got = None
+            if handle is not None:
+                got = handle.take_row_ids(chunk.tolist()).select(["id", "text"]).to_arrow()
+                got = got.sort_by("id")  # no order is promised
+                if not np.array_equal(got.column("id").to_numpy(), chunk):
+                    got = None
         except Exception:  # noqa: BLE001 - a table without stable row ids: filter instead
             got = None
         if got is None:
@@ -382,62 +381,6 @@ def _settings_for(table: Table, ds: lance.LanceDataset,
     return settings
 
 
-def near_dup(
-    table: Table | str | Path,
-    settings: MinHashSettings = MinHashSettings(),  # noqa: B008 - a frozen dataclass
-    *,
-    fragments_per_commit: int | None = None, executor: str | None = None,
-    partitions: int = 0, log: Callable[[str], None] = print,
-) -> tuple[ColumnWriteReport, NearDupStats]:
-    """Write the near-duplicate columns for every fragment of one pinned version that lacks
-    them: its new rows against every earlier row of that version (rows ingested meanwhile wait
-    for the next run). ``partitions``: key partitions and groups (0: one per CPU of the Ray
-    cluster under ``executor: ray``, 1 locally)."""
-    table = Table.of(table)
-    where = executors.executor_name(executor)
-    parts = executors.resolve_partitions(partitions, where, "near_dup setting partitions")
-
-    def run(pin: lance.LanceDataset) -> tuple[ColumnWriteReport, NearDupStats]:
-        used = _settings_for(table, pin, settings, log)
-        if get_json_config(pin, NEAR_DUP_KEY) != used.to_dict():
-            table.set_config(NEAR_DUP_KEY, used.to_dict())
-        cols = [f.name for f in fields(used)]
-        view = table.newest()
-        have = all(c in view.schema.names for c in cols)
-        missing = {f.fragment_id: f for f in
-                   (fragments_missing(view, cols) if have else view.get_fragments())}
-        pin_rows = {f.fragment_id: f.physical_rows for f in pin.get_fragments()}
-        new = sorted(i for i, f in missing.items() if pin_rows.get(i) == f.physical_rows)
-        old = [f.fragment_id for f in view.get_fragments() if f.fragment_id not in missing]
-        stats = NearDupStats(partitions=parts)
-        if new:
-            if where == "ray":
-                executors.ensure_ray(log)
-            scan = Scan(table, view.version, pinned_rows_end(table, pin), used, parts)
-            with phase("near_dup: band keys, candidate pairs and clusters", log):
-                compute = clusters(scan, new, old, executors.Tasks(where == "ray"), log, stats)
-        else:
-            compute = NearDupColumns(used, {}, (), np.zeros(0, np.int64))
-        report = write_columns(table, fields(used), compute, pinned=pin,
-                               fragments_per_commit=fragments_per_commit, executor=where,
-                               log=log)
-        with phase("near_dup: kept members of clusters that lost theirs", log, announce=False):
-            stats.kept_after_deletes = elect(table, flag=NEAR_DUP.name,
-                                             cluster=NEAR_DUP_CLUSTER.name,
-                                             rows_end=pinned_rows_end(table, pin), log=log)
-        return report, stats
-
-    try:
-        return table.pinned(run, what="near_dup", log=log)
-    except Exception as exc:
-        cause = getattr(exc, "cause", None)
-        if type(exc).__module__.startswith("ray") and isinstance(cause, BaseException):
-            raise RuntimeError(f"near_dup of {table.uri}: a task failed ({type(cause).__name__}: "
-                               f"{cause}); nothing of this step was written; run again "
-                               "(committed fragments are kept).") from exc
-        raise
-
-
 @dataclass(frozen=True)
 class NearDupSettings:
     min_jaccard: float = setting(
@@ -449,25 +392,114 @@ class NearDupSettings:
         "executor ray, 1 locally. The columns do not depend on it.")
 
 
-def write(table: Table, settings: NearDupSettings, options: WriteOptions) -> Produced:
+@dataclass(frozen=True)
+class NearDupRun(NearDupSettings):
+    """The asset's settings, or all of MinHash's (library callers and tests)."""
+
+    minhash: MinHashSettings | None = None
+
+    def minhash_settings(self) -> MinHashSettings:
+        return self.minhash or MinHashSettings(min_jaccard=self.min_jaccard)
+
+
+@dataclass
+class Clusters:
+    """The step's state: the MinHash settings used, the components of the new rows (the
+    compute) and the numbers."""
+
+    used: MinHashSettings
+    compute: NearDupColumns
+    stats: NearDupStats
+
+
+def find_clusters(run: Run) -> Clusters:
+    """The state, on the pinned version: the settings checked against the stored ones and
+    recorded, then the keys, candidates, confirmations and components of its new rows."""
+    table, pin, log = run.table, run.pinned, run.log
+    settings = run.settings
+    minhash = settings.minhash_settings() if isinstance(settings, NearDupRun) \
+        else MinHashSettings(min_jaccard=settings.min_jaccard)
+    parts = executors.resolve_partitions(settings.partitions, run.where,
+                                         "near_dup setting partitions")
+    used = _settings_for(table, pin, minhash, log)
+    if get_json_config(pin, NEAR_DUP_KEY) != used.to_dict():
+        table.set_config(NEAR_DUP_KEY, used.to_dict())
+    cols = [f.name for f in fields(used)]
+    view = table.newest()
+    have = all(c in view.schema.names for c in cols)
+    missing = {f.fragment_id: f for f in
+               (fragments_missing(view, cols) if have else view.get_fragments())}
+    pin_rows = {f.fragment_id: f.physical_rows for f in pin.get_fragments()}
+    new = sorted(i for i, f in missing.items() if pin_rows.get(i) == f.physical_rows)
+    old = [f.fragment_id for f in view.get_fragments() if f.fragment_id not in missing]
+    stats = NearDupStats(partitions=parts)
+    if not new:
+        return Clusters(used, NearDupColumns(used, {}, (), np.zeros(0, np.int64)), stats)
+    if run.where == "ray":
+        executors.ensure_ray(log)
+    scan = Scan(table, view.version, run.rows_end, used, parts)
+    try:
+        with phase("near_dup: band keys, candidate pairs and clusters", log):
+            compute = clusters(scan, new, old, executors.Tasks(run.where == "ray"), log, stats)
+    except Exception as exc:
+        cause = getattr(exc, "cause", None)
+        if type(exc).__module__.startswith("ray") and isinstance(cause, BaseException):
+            raise RuntimeError(f"near_dup of {table.uri}: a task failed ({type(cause).__name__}: "
+                               f"{cause}); nothing of this step was written; run again "
+                               "(committed fragments are kept).") from exc
+        raise
+    return Clusters(used, compute, stats)
+
+
+def elect_kept(run: Run, state: Clusters) -> int:
+    """After the write: a cluster whose kept member was deleted keeps its smallest live id."""
+    state.stats.kept_after_deletes = elect(run.table, flag=NEAR_DUP.name,
+                                           cluster=NEAR_DUP_CLUSTER.name, rows_end=run.rows_end,
+                                           log=run.log)
+    return state.stats.kept_after_deletes
+
+
+STEPS = (Step(fields=lambda settings, state: fields(state.used), name="near_dup",
+              state=find_clusters, compute=lambda settings, state: state.compute,
+              after=elect_kept),)
+
+
+def near_dup(
+    table: Table | str | Path,
+    settings: MinHashSettings = MinHashSettings(),  # noqa: B008 - a frozen dataclass
+    *,
+    fragments_per_commit: int | None = None, executor: str | None = None,
+    partitions: int = 0, log: Callable[[str], None] = print,
+) -> tuple[ColumnWriteReport, NearDupStats]:
+    """Write the near-duplicate columns for every fragment of one pinned version that lacks
+    them: its new rows against every earlier row of that version (rows ingested meanwhile wait
+    for the next run). ``partitions``: key partitions and groups (0: one per CPU of the Ray
+    cluster under ``executor: ray``, 1 locally)."""
+    done = produce(PRODUCER, table,
+                   NearDupRun(min_jaccard=settings.min_jaccard, partitions=partitions,
+                              minhash=settings),
+                   executor=executor, fragments_per_commit=fragments_per_commit, log=log,
+                   summarize=False)
+    return done.write, done.run.states["near_dup"].stats
+
+
+def summary(run: Run) -> dict:
     from lance_assets.curation.profile import flag_rate
 
-    minhash = MinHashSettings(min_jaccard=settings.min_jaccard)
-    report, stats = near_dup(table, minhash, fragments_per_commit=options.fragments_per_commit,
-                             executor=options.executor, partitions=settings.partitions,
-                             log=options.log)
-    return Produced(write=report, fields=fields(minhash), summary={
+    state: Clusters = run.states["near_dup"]
+    stats = state.stats
+    return {
         "candidate_pairs": stats.candidate_pairs,
         "confirmed_pairs": stats.confirmed_pairs,
         "new_rows_flagged": stats.flagged,
         "new_rows_joining_old_clusters": stats.joined_old_clusters,
         "kept_after_deletes": stats.kept_after_deletes,
-        "near_dup_rate": round(flag_rate(table, NEAR_DUP.name), 4),
+        "near_dup_rate": round(flag_rate(run.table, NEAR_DUP.name), 4),
         "partitions": stats.partitions,
         "groups": stats.groups,
         "component_rounds": stats.rounds,
-        "settings": Json(minhash.to_dict()),
-    })
+        "settings": Json(MinHashSettings(min_jaccard=run.settings.min_jaccard).to_dict()),
+    }
 
 
 PRODUCER = ColumnProducer(
@@ -479,7 +511,7 @@ PRODUCER = ColumnProducer(
         "confirmed and components settled per group (Ray tasks under executor ray, no corpus "
         "in the driver). New documents are matched against old ones; old values are never "
         "rewritten.",
-    fields=fields(MinHashSettings()), descriptions=DESCRIPTIONS, write=write,
+    fields=fields(MinHashSettings()), descriptions=DESCRIPTIONS, steps=STEPS, summary=summary,
     settings=NearDupSettings, kinds=("lance", "numpy"), version="3",
     reads={NEAR_DUP_CLUSTER.name: [("raw_text", "text"), ("raw_text", "id")],
            NEAR_DUP.name: [("raw_text", "text"), ("raw_text", "id")],

@@ -22,20 +22,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets.table import Table
-from lance_assets.table.columns import (
-    ColumnWriteReport,
-    Staged,
-    fragments_missing,
-    pinned_rows_end,
-    write_columns,
-)
-from lance_assets.table.producer import ColumnProducer, Produced, WriteOptions
+from lance_assets.table.columns import ColumnWriteReport, Staged, fragments_missing
+from lance_assets.table.producer import ColumnProducer, Run, produce
 
 DUP_PARAGRAPH_FRAC = pa.field("dup_paragraph_frac", pa.float32())
 PARAGRAPH_HASHES = pa.field("paragraph_hashes", pa.list_(pa.int64()))
@@ -170,33 +163,32 @@ class ParagraphMatcher:
                                              schema=pa.schema(FIELDS))
 
 
+def matcher(run: Run) -> ParagraphMatcher:
+    """The state: the ordered part, on the pinned version (it loads the hashes of the documents
+    written before, below the pinned version's end, when the first fragment comes)."""
+    return ParagraphMatcher(run.table, {}, run.rows_end)
+
+
+def staged(settings, state: ParagraphMatcher) -> Staged:
+    return Staged(ParagraphHashes(), state)
+
+
 def paragraph_dups(root: Table | str | Path, *, fragments_per_commit: int | None = None,
                    executor: str | None = None, log: Callable[[str], None] = print
                    ) -> tuple[ColumnWriteReport, dict]:
     """Write ``dup_paragraph_frac`` and ``paragraph_hashes`` for every fragment that lacks them,
     in id order, on one pinned version (rows ingested meanwhile wait for the next run); returns
     the report and counts (documents, with_repeated_paragraphs)."""
-    table = Table.of(root)
-
-    def run(ds: lance.LanceDataset) -> tuple[ColumnWriteReport, dict]:
-        stats: dict = {}
-        compute = Staged(ParagraphHashes(),
-                         ParagraphMatcher(table, stats, pinned_rows_end(table, ds)))
-        report = write_columns(table, FIELDS, compute, pinned=ds,
-                               fragments_per_commit=fragments_per_commit, executor=executor,
-                               log=log)
-        return report, stats
-
-    return table.pinned(run, what="paragraph_dups", log=log)
+    done = produce(PRODUCER, root, executor=executor, fragments_per_commit=fragments_per_commit,
+                   log=log, summarize=False)
+    return done.write, done.run.state.stats
 
 
-def write(table: Table, settings, options: WriteOptions) -> Produced:
-    report, stats = paragraph_dups(table, fragments_per_commit=options.fragments_per_commit,
-                                   executor=options.executor, log=options.log)
-    return Produced(write=report, summary={
-        "new_rows_with_repeated_paragraphs": stats.get("with_repeated_paragraphs", 0),
-        "rows_with_half_repeated": table.newest().count_rows(
-            filter=f"{DUP_PARAGRAPH_FRAC.name} >= 0.5")})
+def summary(run: Run) -> dict:
+    return {
+        "new_rows_with_repeated_paragraphs": run.state.stats.get("with_repeated_paragraphs", 0),
+        "rows_with_half_repeated": run.table.newest().count_rows(
+            filter=f"{DUP_PARAGRAPH_FRAC.name} >= 0.5")}
 
 
 PRODUCER = ColumnProducer(
@@ -205,6 +197,7 @@ PRODUCER = ColumnProducer(
         "(normalised, hashed) that appeared in an earlier document, and `paragraph_hashes`, the "
         "state later runs match new documents against. Order-dependent: hashing runs per fragment "
         "(Ray tasks when asked), the comparison in id order; values already written never change.",
-    fields=FIELDS, descriptions=DESCRIPTIONS, write=write, kinds=("lance", "numpy"),
+    fields=FIELDS, descriptions=DESCRIPTIONS, state=matcher, compute=staged,
+    summary=summary, kinds=("lance", "numpy"),
     reads={DUP_PARAGRAPH_FRAC.name: [("raw_text", "text"), ("raw_text", "id")],
            PARAGRAPH_HASHES.name: [("raw_text", "text")]})

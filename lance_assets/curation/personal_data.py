@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from lance_assets.table import Table
 from lance_assets.table.columns import ColumnWriteReport
-from lance_assets.table.producer import ColumnProducer, fixed, produce
+from lance_assets.table.producer import ColumnProducer, Run, fixed, produce
 
 KINDS = ("email", "card", "ip", "phone")  # overlap priority, most specific first
 SPAN = pa.struct([pa.field("kind", pa.string()), pa.field("start", pa.int32()),
@@ -212,9 +212,9 @@ def redact(texts: pa.Array, spans: pa.Array) -> pa.Array:
     return pa.array(out, pa.string())
 
 
-def summary(table: Table, report: ColumnWriteReport, settings) -> dict:
+def summary(run: Run) -> dict:
     """Rows holding at least one item of each kind."""
-    ds = table.newest()
+    ds = run.table.newest()
     return {f"rows_with_{kind}": ds.count_rows(filter=f"{field.name} > 0")
             for kind, field in COUNT_FIELDS.items()}
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,8 +34,16 @@ from lance_assets.keys import QUALITY_MODEL_KEY
 from lance_assets.markdown import markdown_table
 from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
-from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.table.producer import ColumnProducer, FilePath, Markdown, Produced, WriteOptions, setting
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing
+from lance_assets.table.producer import (
+    ColumnProducer,
+    FilePath,
+    Markdown,
+    Run,
+    Skip,
+    produce,
+    setting,
+)
 
 QUALITY_SCORE = pa.field("quality_score", pa.float32())
 DESCRIPTIONS = {QUALITY_SCORE.name: "Educational quality predicted from `embedding` by a linear "
@@ -229,33 +236,39 @@ def _has_scores(ds: lance.LanceDataset) -> bool:
         fragments_missing(ds, [QUALITY_SCORE.name])) < len(ds.get_fragments())
 
 
-def quality_score(root: Table | str | Path, *, label: str = "score", threshold: float = 3.0,
-                  ridge: float = 1.0, retrain: bool = False,
-                  fragments_per_commit: int | None = None, executor: str | None = None,
-                  log: Callable[[str], None] = print) -> QualityScoreReport:
-    """Train the head if the table names none (or ``retrain``), then write ``quality_score``
-    for every fragment that lacks it; the training rows and the fragments written are those of
-    one pinned version (rows ingested meanwhile wait for the next run)."""
-    start = time.perf_counter()
-    table = Table.of(root)
-    return table.pinned(
-        lambda ds: _quality_score(table, ds, label, threshold, ridge, retrain,
-                                  fragments_per_commit, executor, log, start),
-        what="quality_score", log=log)
+@dataclass(frozen=True)
+class QualityScoreSettings:
+    label: str = setting("score", "The numeric column to learn from (FineWeb-Edu's `score`, 0-5).")
+    threshold: float = setting(3.0, "`label >= threshold` is the positive class for accuracy / F1 "
+                                    "(FineWeb-Edu uses 3).")
+    ridge: float = setting(1.0, "L2 penalty of the ridge regression.")
+    retrain: bool = setting(False, "Train again on the labelled rows of now; a different model "
+                                   "re-scores every row.")
 
 
-def _quality_score(table: Table, ds: lance.LanceDataset, label: str, threshold: float,
-                   ridge: float, retrain: bool, fragments_per_commit: int | None,
-                   executor: str | None, log: Callable[[str], None],
-                   start: float) -> QualityScoreReport:
+@dataclass
+class Head:
+    """The state: the head that scores this run (trained now, or the one the table names)."""
+
+    score: ScoreFragment  # the compute: the head's weights, checked against the table's config
+    model: dict  # sha256, label, threshold, ridge, metrics
+    trained: bool
+
+
+def head_for(run: Run) -> Head | Skip:
+    """The state, on the pinned version: the head the table names (its settings checked), or
+    one trained on the pinned version's labelled rows (if the table names none, or ``retrain``),
+    recorded in the table's config (the column dropped first when the model changed). ``Skip``
+    when too few rows carry a label."""
+    table, ds, log, asked = run.table, run.pinned, run.log, run.settings
     uri = table.uri
     if keys.EMBEDDING not in ds.schema.names:
         raise QualityModelError(f"{uri} has no `embedding` column; materialize `embeddings` "
                                 "before `quality_score`")
     current = get_json_config(ds, QUALITY_MODEL_KEY)
-    report = QualityScoreReport()
-    settings = {"label": label, "threshold": threshold, "ridge": ridge}
-    if current is not None and not retrain:
+    settings = {"label": asked.label, "threshold": asked.threshold, "ridge": asked.ridge}
+    trained = False
+    if current is not None and not asked.retrain:
         if {k: current.get(k) for k in settings} != settings:
             raise QualityModelError(
                 f"{uri}: quality_score was made with {({k: current.get(k) for k in settings})}, "
@@ -264,12 +277,13 @@ def _quality_score(table: Table, ds: lance.LanceDataset, label: str, threshold: 
         head = load_head(table.root, current["sha256"])
     else:
         with phase("quality_score: training the quality model on the labelled rows", log):
-            got = train_head(table, label=label, threshold=threshold, ridge=ridge, pinned=ds)
+            got = train_head(table, label=asked.label, threshold=asked.threshold,
+                             ridge=asked.ridge, pinned=ds)
         if isinstance(got, str):
-            report.skipped = f"no model trained: {got}"
-            log(report.skipped)
-            return report
-        head, report.trained = got, True
+            skipped = f"no model trained: {got}"
+            log(skipped)
+            return Skip(skipped)
+        head, trained = got, True
         if current is None or current.get("sha256") != head.sha256:
             if _has_scores(table.newest()):
                 log("a new quality model: dropping quality_score (older table versions keep it)")
@@ -283,39 +297,42 @@ def _quality_score(table: Table, ds: lance.LanceDataset, label: str, threshold: 
                 **settings, "sha256": head.sha256,
                 "path": f"models/quality/{head.sha256}.json",
                 "heldout": head.doc["heldout"], "train": head.doc["train"]})
-    report.model = {**settings, "sha256": head.sha256, "heldout": head.doc["heldout"],
-                    "train": head.doc["train"]}
-    report.write = write_columns(table, [QUALITY_SCORE],
-                                 ScoreFragment(table, head.sha256, head.weights, head.bias),
-                                 pinned=ds,
-                                 fragments_per_commit=fragments_per_commit, executor=executor,
-                                 log=log)
-    report.write.duration_s = time.perf_counter() - start
-    return report
+    model = {**settings, "sha256": head.sha256, "heldout": head.doc["heldout"],
+             "train": head.doc["train"]}
+    return Head(ScoreFragment(table, head.sha256, head.weights, head.bias), model, trained)
 
 
-@dataclass(frozen=True)
-class QualityScoreSettings:
-    label: str = setting("score", "The numeric column to learn from (FineWeb-Edu's `score`, 0-5).")
-    threshold: float = setting(3.0, "`label >= threshold` is the positive class for accuracy / F1 "
-                                    "(FineWeb-Edu uses 3).")
-    ridge: float = setting(1.0, "L2 penalty of the ridge regression.")
-    retrain: bool = setting(False, "Train again on the labelled rows of now; a different model "
-                                   "re-scores every row.")
+def scorer(settings: QualityScoreSettings, state: Head) -> ScoreFragment:
+    return state.score
 
 
-def write(table: Table, settings: QualityScoreSettings, options: WriteOptions) -> Produced:
-    report = quality_score(table, label=settings.label, threshold=settings.threshold,
-                           ridge=settings.ridge, retrain=settings.retrain,
-                           fragments_per_commit=options.fragments_per_commit,
-                           executor=options.executor, log=options.log)
-    if report.write is None:
-        return Produced(write=None, skipped=report.skipped)
+def quality_score(root: Table | str | Path, *, label: str = "score", threshold: float = 3.0,
+                  ridge: float = 1.0, retrain: bool = False,
+                  fragments_per_commit: int | None = None, executor: str | None = None,
+                  log: Callable[[str], None] = print) -> QualityScoreReport:
+    """Train the head if the table names none (or ``retrain``), then write ``quality_score``
+    for every fragment that lacks it; the training rows and the fragments written are those of
+    one pinned version (rows ingested meanwhile wait for the next run)."""
+    settings = QualityScoreSettings(label=label, threshold=threshold, ridge=ridge,
+                                    retrain=retrain)
+    done = produce(PRODUCER, root, settings, executor=executor,
+                   fragments_per_commit=fragments_per_commit, log=log, summarize=False)
+    return report_of(done.run)
+
+
+def report_of(run: Run) -> QualityScoreReport:
+    if run.report is None:
+        return QualityScoreReport(skipped=run.skipped or "")
+    return QualityScoreReport(write=run.report, model=run.state.model, trained=run.state.trained)
+
+
+def summary(run: Run) -> dict:
+    report = report_of(run)
     held = report.model.get("heldout", {})
-    return Produced(write=report.write, summary={
+    return {
         "trained": report.trained,
         "model_sha256": report.model["sha256"],
-        "model_file": FilePath(str(model_path(table.root, report.model["sha256"]))),
+        "model_file": FilePath(str(model_path(run.table.root, report.model["sha256"]))),
         "heldout_rows": held.get("rows", 0),
         "heldout_mae": held.get("mae"),
         "heldout_mae_of_mean_baseline": held.get("mae_of_mean_baseline"),
@@ -323,7 +340,7 @@ def write(table: Table, settings: QualityScoreSettings, options: WriteOptions) -
         "heldout_f1": held.get("f1"),
         "metrics": Markdown(markdown_table([
             {"split": name, **report.model.get(name, {})} for name in ("train", "heldout")])),
-    })
+    }
 
 
 def lineage(settings: QualityScoreSettings) -> dict:
@@ -339,6 +356,7 @@ PRODUCER = ColumnProducer(
         "rows, chosen by id hash, is held out: its MAE, accuracy, precision, recall and F1 at the "
         "threshold are shown here. The model is DATA/models/quality/<sha256>.json, named in the "
         "table's config; later runs score new rows with it.",
-    fields=[QUALITY_SCORE], descriptions=DESCRIPTIONS, write=write, settings=QualityScoreSettings,
+    fields=[QUALITY_SCORE], descriptions=DESCRIPTIONS, state=head_for, compute=scorer,
+    summary=summary, settings=QualityScoreSettings,
     reads=lineage, deps=("raw_text", "embeddings"), kinds=("lance", "numpy"),
     not_computed=not_computed, input_errors=(QualityModelError,))

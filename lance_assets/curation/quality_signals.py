@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from lance_assets.markdown import markdown_table
 from lance_assets.table import Table
 from lance_assets.table.columns import ColumnWriteReport
-from lance_assets.table.producer import ColumnProducer, Markdown, fixed, produce
+from lance_assets.table.producer import ColumnProducer, Markdown, Run, fixed, produce
 
 # What a word is trimmed of (ASCII punctuation plus common typographic marks).
 PUNCTUATION = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~“”‘’«»…–—·•"
@@ -288,8 +288,8 @@ def signal_summary(table: Union[Table, str, os.PathLike]) -> list[dict]:
     return out
 
 
-def summary(table: Table, report: ColumnWriteReport, settings) -> dict:
-    return {"signals": Markdown(markdown_table(signal_summary(table)))}
+def summary(run: Run) -> dict:
+    return {"signals": Markdown(markdown_table(signal_summary(run.table)))}
 
 
 PRODUCER = ColumnProducer(

