@@ -334,6 +334,11 @@ def forget(table: Table | str | Path, where: str, *, force: bool = False,
         report.files_removed.append({"path": str(partial), "rebuild": "the next run of "
                                      "`embeddings` / `chunk_embeddings` embeds those rows again"})
         log(f"forget: removed {partial} (row ranges saved for fragments not written yet)")
+    side = paths.semantic_dup_dir(table.root)
+    if filters and storage.remove_tree(side) > 0:  # document vectors by cluster: derived
+        report.files_removed.append({"path": str(side), "rebuild": "the next run of "
+                                     "`semantic_dup` makes it again from the table's columns"})
+        log(f"forget: removed {side} (semantic_dup's side store: it held their vectors)")
     report.artifacts = artifacts(storage.location(table.root))
     report.versions_removed, report.bytes_reclaimed = maint.versions_removed, maint.bytes_reclaimed
 

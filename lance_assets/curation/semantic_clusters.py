@@ -1,0 +1,248 @@
+"""The clusters ``semantic_dup`` compares within, and its side store: the kept document vectors
+grouped by cluster, so a run reads the rows of the clusters its new rows probe and nothing else.
+
+Pure numpy over files under ``<data root>/semantic_dup/`` (``paths.semantic_dup_dir``), read and
+written through ``storage`` (local disk or object storage), no table access: every function here
+is one task's work, called in this process locally and as a Ray task under ``executor: ray``.
+
+Layout::
+
+    state.json                        the generation in force (written last: the switch)
+    g<gen>/centroids.npy              (k, 384) float32 unit centroids
+    g<gen>/c<cluster>/<first>-<last>-<rows>.npz   a segment: ids, reps, int8 vectors
+
+A cluster's rows are a few segments (appends make small ones; a segment is merged with the one
+before it while that is at most twice its size, so a cluster holds O(log rows) segments and a
+row is rewritten O(log rows) times). Segments are named by what they hold, written before the
+state that lists them, and never edited: a run killed anywhere leaves the state in force
+readable, and files no state lists are removed by the next retraining.
+
+The store holds what the table's columns hold (``id``, ``semantic_rep``, ``semantic_vector`` of
+the rows written, homed by cluster), so it can always be made again from them: ``forget``
+removes it, a run that finds the columns written and no store rebuilds it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from lance_assets import storage
+
+DIM = 384
+STATE = "state.json"
+FORMAT = 1
+NEW_BLOCK = 1024  # new rows per matrix product
+OLD_BLOCK = 8192  # candidate rows per matrix product: 1024 x 8192 float32 (32 MB)
+KMEANS_ITERATIONS = 25
+NONE = np.int64(-1)
+
+
+# ---------------------------------------------------------------------------- vectors
+
+def quantize(unit: np.ndarray) -> np.ndarray:
+    """Unit vectors as int8, each scaled so its largest component is +-127. A cosine of two such
+    vectors (dot / norms) is exact in float32 arithmetic: every partial sum of a dot product is an
+    integer below 2**24 (127 * 127 * 384 = 6.2 M), whatever the order a BLAS adds in, so local and
+    Ray runs agree to the bit. Rows of zeros stay zeros."""
+    unit = np.asarray(unit, np.float32)
+    peak = np.abs(unit).max(axis=1, keepdims=True) if len(unit) else np.ones((0, 1), np.float32)
+    scaled = unit * (127.0 / np.where(peak == 0, 1, peak))
+    return np.clip(np.rint(scaled), -127, 127).astype(np.int8)
+
+
+def as_unit(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int8 vectors -> (float32 copies, 1 / norm of each)."""
+    x = q.astype(np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+    return x, (1.0 / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+
+def hashed_sample(ids: np.ndarray, rate: float, seed: int) -> np.ndarray:
+    """The rows kept by a sample of ``rate``: a hash of (id, seed), so the same rows are kept
+    whichever task reads them."""
+    if rate >= 1:
+        return np.ones(len(ids), bool)
+    h = (ids.astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15))
+    h = (h ^ (h >> np.uint64(31))) * np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(29)
+    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53) < rate
+
+
+# ---------------------------------------------------------------------------- k-means
+
+def nearest(x: np.ndarray, centroids: np.ndarray, probes: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The ``probes`` nearest centroids of each unit row of ``x`` (best first) and the cosine
+    with the nearest."""
+    n, k = len(x), len(centroids)
+    p = min(probes, k)
+    out = np.empty((n, p), np.int64)
+    best = np.empty(n, np.float32)
+    for lo in range(0, n, OLD_BLOCK):
+        s = x[lo:lo + OLD_BLOCK] @ centroids.T
+        if p == 1:
+            top = np.argmax(s, axis=1)[:, None]
+        else:
+            top = np.argpartition(-s, p - 1, axis=1)[:, :p]
+            order = np.argsort(-np.take_along_axis(s, top, axis=1), axis=1, kind="stable")
+            top = np.take_along_axis(top, order, axis=1)
+        out[lo:lo + OLD_BLOCK] = top
+        best[lo:lo + OLD_BLOCK] = s[np.arange(len(s)), top[:, 0]]
+    return out, best
+
+
+def spherical_kmeans(x: np.ndarray, k: int, seed: int,
+                     iterations: int = KMEANS_ITERATIONS) -> np.ndarray:
+    """(k, 384) unit centroids of the unit rows ``x`` (cosine k-means, k-means++ start)."""
+    rng = np.random.default_rng(seed)
+    n = len(x)
+    k = max(1, min(k, n))
+    centroids = np.empty((k, x.shape[1]), np.float32)
+    centroids[0] = x[rng.integers(n)]
+    dist = 1.0 - x @ centroids[0]
+    for c in range(1, k):  # k-means++: the next start far from those chosen
+        p = np.clip(dist, 0, None) ** 2
+        i = rng.choice(n, p=p / p.sum()) if p.sum() > 0 else rng.integers(n)
+        centroids[c] = x[i]
+        dist = np.minimum(dist, 1.0 - x @ centroids[c])
+    labels = None
+    for _ in range(iterations):
+        new = nearest(x, centroids)[0][:, 0]
+        if labels is not None and np.array_equal(new, labels):
+            break
+        labels = new
+        order = np.argsort(labels, kind="stable")
+        present, starts = np.unique(labels[order], return_index=True)
+        sums = np.zeros_like(centroids, dtype=np.float64)
+        sums[present] = np.add.reduceat(x[order], starts, axis=0)
+        norms = np.linalg.norm(sums, axis=1)
+        empty = norms == 0
+        if empty.any():  # an empty cluster restarts at the rows worst served
+            worst = np.argsort(np.einsum("ij,ij->i", x, centroids[labels]))[:int(empty.sum())]
+            sums[empty] = x[worst]
+            norms[empty] = 1.0
+        centroids = (sums / norms[:, None]).astype(np.float32)
+    return centroids
+
+
+# ---------------------------------------------------------------------------- the store
+
+@dataclass(frozen=True)
+class Store:
+    """Where the side store lives (a folder URI); picklable, so tasks get it as an argument."""
+
+    uri: str
+
+    def path(self, name: str):
+        return storage.location(self.uri) / name
+
+    def load_state(self) -> dict | None:
+        p = self.path(STATE)
+        try:
+            state = json.loads(storage.read_bytes(p))
+        except FileNotFoundError:
+            return None
+        if state.get("format") != FORMAT:
+            return None
+        return state
+
+    def save_state(self, state: dict) -> None:
+        storage.write_atomic(self.path(STATE), json.dumps(state, sort_keys=True).encode())
+
+    def centroids(self, state: dict) -> np.ndarray:
+        return load_npy(self.path(f"g{state['generation']}/centroids.npy"))
+
+    def save_centroids(self, generation: int, centroids: np.ndarray) -> None:
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(centroids, np.float32), allow_pickle=False)
+        storage.write_atomic(self.path(f"g{generation}/centroids.npy"), buf.getvalue())
+
+    def read_cluster(self, state: dict, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A cluster's rows (ids ascending, reps, int8 vectors)."""
+        parts = [self.read_segment(state["generation"], c, name)
+                 for name, _ in state["segments"].get(str(c), [])]
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, DIM), np.int8)
+        ids, reps, vecs = (np.concatenate(x) for x in zip(*parts))
+        order = np.argsort(ids, kind="stable")
+        return ids[order], reps[order], vecs[order]
+
+    def read_segment(self, generation: int, c: int, name: str):
+        with np.load(io.BytesIO(storage.read_bytes(self.path(f"g{generation}/c{c}/{name}"))),
+                     allow_pickle=False) as z:
+            return z["ids"], z["reps"], z["vecs"]
+
+    def write_segment(self, generation: int, c: int, ids: np.ndarray, reps: np.ndarray,
+                      vecs: np.ndarray) -> list:
+        order = np.argsort(ids, kind="stable")
+        ids, reps, vecs = ids[order], reps[order], vecs[order]
+        name = f"{int(ids[0])}-{int(ids[-1])}-{len(ids)}.npz"
+        buf = io.BytesIO()
+        np.savez(buf, ids=ids.astype(np.int64), reps=reps.astype(np.int64),
+                 vecs=np.ascontiguousarray(vecs, np.int8))
+        storage.write_atomic(self.path(f"g{generation}/c{c}/{name}"), buf.getvalue())
+        return [name, int(len(ids))]
+
+    def append(self, generation: int, c: int, segments: list, ids: np.ndarray, reps: np.ndarray,
+               vecs: np.ndarray) -> list:
+        """``segments`` of cluster ``c`` with the rows added (a new list; no file is removed:
+        the state in force may still list them)."""
+        segs = [list(s) for s in segments]
+        if len(ids):
+            segs.append(self.write_segment(generation, c, ids, reps, vecs))
+        while len(segs) >= 2 and segs[-2][1] <= 2 * segs[-1][1]:
+            a = self.read_segment(generation, c, segs[-2][0])
+            b = self.read_segment(generation, c, segs[-1][0])
+            merged = self.write_segment(generation, c, *(np.concatenate(x) for x in zip(a, b)))
+            segs[-2:] = [merged]
+        return segs
+
+    def remove_generations(self, keep: int) -> int:
+        """Remove every generation folder but ``keep`` (after the state naming it is saved)."""
+        root = storage.location(self.uri)
+        if not root.exists():
+            return 0
+        removed = 0
+        for p in root.iterdir():
+            if p.name.startswith("g") and p.name[1:].isdigit() and int(p.name[1:]) != keep:
+                removed += storage.remove_tree(p)
+        return removed
+
+
+def load_npy(path) -> np.ndarray:
+    return np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False)
+
+
+# ---------------------------------------------------------------------------- comparing
+
+def best_earlier(new_ids: np.ndarray, new_vecs: np.ndarray, cand_ids: np.ndarray,
+                 cand_vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """For each new row, its best cosine with a candidate of smaller id, and that candidate's
+    id (NONE and -inf when there is none); ties go to the smallest id. ``cand_ids`` ascending.
+    Returns also the pairs compared."""
+    n = len(new_ids)
+    best = np.full(n, -np.inf, np.float32)
+    best_id = np.full(n, NONE, np.int64)
+    if n == 0 or len(cand_ids) == 0:
+        return best, best_id, 0
+    x, xi = as_unit(new_vecs)
+    pairs = 0
+    for clo in range(0, len(cand_ids), OLD_BLOCK):
+        c_ids = cand_ids[clo:clo + OLD_BLOCK]
+        y, yi = as_unit(cand_vecs[clo:clo + OLD_BLOCK])
+        for lo in range(0, n, NEW_BLOCK):
+            ids = new_ids[lo:lo + NEW_BLOCK]
+            if c_ids[0] >= ids.max():
+                continue
+            s = (x[lo:lo + NEW_BLOCK] @ y.T) * xi[lo:lo + NEW_BLOCK, None] * yi[None, :]
+            s[c_ids[None, :] >= ids[:, None]] = -np.inf
+            pairs += int(np.count_nonzero(c_ids[None, :] < ids[:, None]))
+            j = np.argmax(s, axis=1)  # the first of equal values: the smallest id
+            v = s[np.arange(len(ids)), j]
+            better = v > best[lo:lo + NEW_BLOCK]  # an earlier block has smaller ids: keeps ties
+            best[lo:lo + NEW_BLOCK][better] = v[better]
+            best_id[lo:lo + NEW_BLOCK][better] = c_ids[j[better]]
+    return best, best_id, pairs
