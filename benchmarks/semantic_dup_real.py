@@ -8,8 +8,9 @@
 benchmark's corpus: the Python sources and docs installed here and ``/usr/share/doc``, one file
 per document, in a fixed order), plus reworded copies of ``--rewordings`` English prose ones
 planted after them (``semantic_planted.reworded``: sentences dropped, moved, synonyms
-replaced). The table gets ``lang`` (fastText), ``is_dup``, ``near_dup``, ``chunk_embeddings`` (the
-real model, CPU) and then ``semantic_dup`` with its defaults. Scored:
+replaced; originals drawn among the documentation files, not the Python sources). The table
+gets ``lang`` (fastText), ``is_dup``, ``near_dup``, ``chunk_embeddings`` (the real model, CPU)
+and then ``semantic_dup`` with its defaults. Scored:
 
 - *distinct documents*: English rows that are neither exact nor near copies nor planted: the
   share of them that a threshold flags (each compared with every earlier English row: one
@@ -61,9 +62,10 @@ def quiet(_msg: str) -> None:
     pass
 
 
-def real_documents(limit: int) -> list[str]:
-    """Up to ``limit`` distinct local text files (gzip ones decompressed), in a fixed order."""
-    texts, seen = [], set()
+def real_documents(limit: int) -> tuple[list[str], list[bool]]:
+    """Up to ``limit`` distinct local text files (gzip ones decompressed), in a fixed order, and
+    whether each is documentation (not Python source)."""
+    texts, prose, seen = [], [], set()
     for path in local_text_files():
         try:
             raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
@@ -74,9 +76,10 @@ def real_documents(limit: int) -> list[str]:
             continue
         seen.add(text)
         texts.append(text[:MAX_CHARS])
+        prose.append(path.suffix not in (".py", ".pyi"))
         if len(texts) >= limit:
             break
-    return texts
+    return texts, prose
 
 
 def sentences(text: str) -> int:
@@ -97,9 +100,9 @@ def prepare(work: Path, docs: int, rewordings: int, seed: int, backend: str) -> 
     if made.is_file() and json.loads(made.read_text()).get("record") == record:
         return root
     shutil.rmtree(root, ignore_errors=True)
-    texts = real_documents(docs)
+    texts, is_doc = real_documents(docs)
     rng = random.Random(seed)
-    prose = [i for i, t in enumerate(texts) if sentences(t) >= MIN_SENTENCES]
+    prose = [i for i, t in enumerate(texts) if is_doc[i] and sentences(t) >= MIN_SENTENCES]
     chosen = sorted(rng.sample(prose, min(rewordings, len(prose))))
     copies = [reworded(texts[i], rng, **REWORD) for i in chosen]
     src = work / "real.jsonl"

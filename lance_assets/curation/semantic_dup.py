@@ -17,8 +17,9 @@ same bits). No run reads earlier rows' ``chunk_embeddings`` again.
 with planted rewordings (docs/benchmarks.md, ``benchmarks/semantic_dup_real.py``): pages on one
 topic (a tutorial and its module's reference, two drivers' pages) must stay apart, rewordings
 must meet. all-MiniLM-L6-v2 is an English model: rows whose ``lang`` is not in ``languages``
-(default ``["en"]``; ``[]``: every row) are not compared (null in every column, counted as
-``other_languages``), since translations of different pages collapse onto one vector.
+(default ``["en"]``; ``[]``: every row) are not compared, since translations of different pages
+collapse onto one vector: ``semantic_dup`` false (never flagged, so ``NOT semantic_dup`` keeps
+them), null in the other columns, counted as ``other_languages``.
 
 **Clusters that follow the table.** k-means (cosine) centroids with one cluster per
 ``rows_per_cluster`` rows, kept with the vectors in a side store under the data root
@@ -120,6 +121,7 @@ DRIFT_MARGIN = 0.01  # ... plus this (a cosine distance): the training rows may 
 DRIFT_MIN_ROWS = 32  # ... and at least this many rows were added since
 DRIFT_MIN_SHARE = 0.1  # ... and at least this share of the rows trained on
 VECTOR = "int8 of the normalised mean of chunk_embeddings"
+LOCAL_GROUPS = 16  # groups of clusters in a local run (its progress steps; no effect on values)
 
 
 class SettingsMismatchError(ValueError):
@@ -150,7 +152,8 @@ class SemanticDupSettings:
         "a copy and its original on two sides of a boundary still meet.")
     languages: list[str] = setting(
         default_factory=lambda: ["en"], help="Rows whose detected `lang` is one of these are "
-        "compared; the others get null (counted as other_languages), never flagged: the "
+        "compared; the others are never flagged (semantic_dup false, the other columns null; "
+        "counted as other_languages): the "
         "embedding model (all-MiniLM-L6-v2) is English. [] compares every row (tables without "
         "`lang`, or a multilingual model).")
     seed: int = setting(0, "Seed of the k-means initialisation and of its training sample.")
@@ -296,6 +299,8 @@ def compare_group(store: sc.Store, state: dict, lo: int, hi: int, n: int, *args)
         o_ids, o_reps, o_vecs = store.read_cluster(state, c)
         read += len(o_ids)
         home = near[:, 0] == c
+        if not len(o_ids) and not home.any():
+            continue  # nothing homed here: the rows probing it meet nothing in it
         cand_ids = np.concatenate([o_ids, ids[home]])
         cand_vecs = np.concatenate([o_vecs, vecs[home]])
         cand_reps = np.concatenate([o_reps, np.full(int(home.sum()), sc.NONE)])
@@ -472,7 +477,7 @@ class SemanticColumns:
              pa.array(np.where(ok, rep[pos] if len(qid) else z, 0), pa.int64(), mask=mask),
              pa.array(np.where(ok, cos[pos] if len(qid) else z, 0), pa.float32(), mask=mask),
              pa.array(np.where(ok, dup[pos] if len(qid) else z, False).astype(bool), pa.bool_(),
-                      mask=mask),
+                      mask=mask & (status != OTHER_LANGUAGE)),  # not compared: not flagged
              pc.if_else(pa.array(ok), vec, pa.nulls(n, vec.type))],
             schema=pa.schema(FIELDS))
 
@@ -500,7 +505,7 @@ def catch_up(table: Table, ds: lance.LanceDataset, store: sc.Store, state: dict 
     cluster = t.column(SEMANTIC_CLUSTER.name).to_numpy()
     reps = t.column(SEMANTIC_REP.name).to_numpy()
     flagged = int(np.sum(t.column(SEMANTIC_DUP.name).to_numpy(zero_copy_only=False)))
-    vecs = t.column(SEMANTIC_VECTOR.name).combine_chunks().values.to_numpy(
+    vecs = t.column(SEMANTIC_VECTOR.name).combine_chunks().flatten().to_numpy(
         zero_copy_only=False).reshape(-1, DIM).astype(np.int8)
     if state is None:
         old = store.load_state()
@@ -621,7 +626,8 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
     clusters (0: one per CPU of the Ray cluster under ``executor: ray``, 1 locally)."""
     table = Table.of(table)
     where = executors.executor_name(executor)
-    parts = executors.resolve_partitions(partitions, where, "semantic_dup partitions")
+    parts = executors.resolve_partitions(partitions, where, "semantic_dup partitions") \
+        if partitions or where == "ray" else LOCAL_GROUPS
 
     def run(ds: lance.LanceDataset) -> tuple[ColumnWriteReport | None, SemanticDupStats]:
         stats = SemanticDupStats(groups=parts)
@@ -637,6 +643,12 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
         chunking = get_json_config(ds, keys.CHUNK_EMBEDDING_KEY)
         stored = get_json_config(ds, keys.SEMANTIC_DUP_KEY)
         have = all(c in ds.schema.names for c in COLUMNS)
+        if not have and any(c in ds.schema.names for c in COLUMNS):
+            raise SettingsMismatchError(
+                f"{table.uri}: semantic-duplicate columns from an earlier version of semantic_dup "
+                f"(without `semantic_vector`); drop them first "
+                f"(Table.of(DATA).newest().drop_columns({[c for c in COLUMNS if c in ds.schema.names]})) "
+                "to compute them again.")
         todo = fragments_missing(ds, COLUMNS) if have else ds.get_fragments()
         written = have and len(todo) < len(ds.get_fragments())
         wanted = {"settings": settings.to_dict(), "chunking": chunking, "vector": VECTOR}
@@ -720,12 +732,16 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
         state_ref = tasks.put(state)
         groups = cut(stats.clusters, parts)
         stats.groups = len(groups)
-        compared = [tasks(compare_group, store, state_ref, lo, hi, len(frags), *args, returns=2)
-                    for lo, hi in groups]
-        counts = np.zeros(2, np.int64)
-        with progress(total=len(compared), desc="semantic_dup: compare", unit="group",
+        compared, counts = [], np.zeros(2, np.int64)
+        with progress(total=len(groups), desc="semantic_dup: compare", unit="group",
                       log=log) as bar:
-            for c in compared:
+            for lo, hi in groups:  # locally each call runs here and now; Ray tasks start
+                compared.append(tasks(compare_group, store, state_ref, lo, hi, len(frags),
+                                      *args, returns=2))
+                if not tasks.ray:
+                    counts += compared[-1][1]
+                    bar.update(1)
+            for c in compared if tasks.ray else ():
                 counts += tasks.get([c[1]])[0]
                 bar.update(1)
         stats.side_rows_read, stats.pairs_compared = int(counts[0]), int(counts[1])

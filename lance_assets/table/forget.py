@@ -14,6 +14,8 @@ until a compaction rewrites them. ``forget`` goes all the way:
 4. **Delete** the rows (by id, so the set cannot grow between steps), **release** the
    snapshots, **compact** every fragment that held them (the deleted rows are dropped from the
    rewritten files) and **clean up** every version older than now: the old data files go.
+   Side stores derived from the columns (``semantic_dup``'s document vectors by cluster, the
+   saved row ranges of unwritten fragments) are removed: the next run makes them again.
 5. **Verify**: no version left on disk holds any of the ids, and say so.
 
 The report goes to the run's metadata and to an append-only log (``<data>/forget.log.jsonl``).
