@@ -347,19 +347,20 @@ def resolve(threshold: float, *results) -> Resolved:
     return Resolved(qid, rep, cos, dup, old)
 
 
-def store_group(store: sc.Store, state: dict, lo: int, hi: int, n: int, *args) -> dict:
+def store_group(store: sc.Store, state: dict, lo: int, hi: int, n: int, *args) -> tuple:
     """One group of clusters: the new rows homed there appended to the store. Returns the
-    clusters' segment lists."""
+    clusters' segment lists and (rows, flagged) appended."""
     ids, vecs, near = _gather(args[:n], args[n:2 * n])
-    qid, rep = args[2 * n].ids, args[2 * n].rep
-    out = {}
+    qid, rep, dup = args[2 * n].ids, args[2 * n].rep, args[2 * n].dup
+    out, counts = {}, np.zeros(2, np.int64)
     homes = near[:, 0] if len(near) else np.zeros(0, np.int64)
     for c in np.unique(homes[(homes >= lo) & (homes < hi)]).tolist():
         sel = homes == c
-        reps = rep[np.searchsorted(qid, ids[sel])]
+        at = np.searchsorted(qid, ids[sel])
         out[str(c)] = store.append(state["generation"], c, state["segments"].get(str(c), []),
-                                   ids[sel], reps, vecs[sel])
-    return out
+                                   ids[sel], rep[at], vecs[sel])
+        counts += [int(sel.sum()), int(dup[at].sum())]
+    return out, counts
 
 
 def sample_group(store: sc.Store, state: dict, lo: int, hi: int, rate: float,
@@ -623,7 +624,8 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
                  ) -> tuple[ColumnWriteReport | None, SemanticDupStats]:
     """Write the semantic-duplicate columns for every fragment of one pinned version that lacks
     them, each row against the earlier rows of its probed clusters. ``partitions``: groups of
-    clusters (0: one per CPU of the Ray cluster under ``executor: ray``, 1 locally)."""
+    clusters, one task each (0: one per CPU of the Ray cluster under ``executor: ray``,
+    ``LOCAL_GROUPS`` locally); the columns do not depend on it."""
     table = Table.of(table)
     where = executors.executor_name(executor)
     parts = executors.resolve_partitions(partitions, where, "semantic_dup partitions") \
@@ -757,15 +759,20 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
                                                               payloads, homes, resolved),
                                pinned=ds, fragments_per_commit=fragments_per_commit,
                                executor=where, log=log, waiting=lacking)
-        # the store: the new rows appended (after the commit: it never holds a row the table
-        # does not; a run killed before this line is caught up by the next)
-        segments = dict(state["segments"])
-        for got in tasks.get([tasks(store_group, store, state_ref, lo, hi, len(frags), *args,
-                                    resolved)[0] for lo, hi in groups]):
+        # the store: the committed rows appended (after the commit: it never holds a row the
+        # table does not; a run killed before this line is caught up by the next)
+        committed = [f for f in frags if f in set(report.fragments_written)]
+        kept = [payloads[f] for f in committed] + [homes[f] for f in committed]
+        appended = [tasks(store_group, store, state_ref, lo, hi, len(committed), *kept,
+                          resolved, returns=2) for lo, hi in groups]
+        segments, added = dict(state["segments"]), np.zeros(2, np.int64)
+        for got in tasks.get([a[0] for a in appended]):
             segments.update(got)
+        added += np.sum(tasks.get([a[1] for a in appended]) or [np.zeros(2, np.int64)], axis=0)
+        last_new = max((int(spans[f][1]) for f in committed if spans[f][2]), default=-1)
         store.save_state({**state, "segments": segments,
-                          "rows": int(state["rows"]) + stats.documents,
-                          "flagged": int(state["flagged"]) + stats.flagged,
+                          "rows": int(state["rows"]) + int(added[0]),
+                          "flagged": int(state["flagged"]) + int(added[1]),
                           "since_rows": int(state["since_rows"]) + int(drift[0]),
                           "since_distance": float(state["since_distance"]) + float(drift[1]),
                           "ids_through": max(int(state["ids_through"]), last_new)})
