@@ -237,9 +237,15 @@ def best_earlier(new_ids: np.ndarray, new_vecs: np.ndarray, cand_ids: np.ndarray
             ids = new_ids[lo:lo + NEW_BLOCK]
             if c_ids[0] >= ids.max():
                 continue
-            s = (x[lo:lo + NEW_BLOCK] @ y.T) * xi[lo:lo + NEW_BLOCK, None] * yi[None, :]
-            s[c_ids[None, :] >= ids[:, None]] = -np.inf
-            pairs += int(np.count_nonzero(c_ids[None, :] < ids[:, None]))
+            s = x[lo:lo + NEW_BLOCK] @ y.T  # exact: integer sums below 2**24
+            s *= xi[lo:lo + NEW_BLOCK, None]
+            s *= yi[None, :]
+            if c_ids[-1] < ids[0]:  # every candidate is earlier (stored rows, mostly)
+                pairs += s.size
+            else:
+                later = c_ids[None, :] >= ids[:, None]
+                s[later] = -np.inf
+                pairs += s.size - int(np.count_nonzero(later))
             j = np.argmax(s, axis=1)  # the first of equal values: the smallest id
             v = s[np.arange(len(ids)), j]
             better = v > best[lo:lo + NEW_BLOCK]  # an earlier block has smaller ids: keeps ties

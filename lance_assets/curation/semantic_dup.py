@@ -670,18 +670,21 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
             return write_columns(table, FIELDS, SemanticColumns(0, {}, {}, None), pinned=ds,
                                  fragments_per_commit=fragments_per_commit, executor=where,
                                  log=log), stats
-        lacking = {f.fragment_id for f in fragments_missing(ds, [keys.CHUNK_EMBEDDINGS],
-                                                            among=[f.fragment_id for f in todo])}
+        inputs = [keys.CHUNK_EMBEDDINGS] + (["lang"] if settings.languages else [])
+        lacking = {f.fragment_id for c in inputs for f in fragments_missing(
+            ds, [c], among=[f.fragment_id for f in todo])}
         ready = [f.fragment_id for f in todo if f.fragment_id not in lacking]
         if lacking and ready and min(lacking) > max(ready):
-            # rows ingested after `chunk_embeddings` ran: they wait, for the next run
-            log(f"semantic_dup: fragments {sorted(lacking)} have no `chunk_embeddings` yet; "
-                "they wait for the next run")
+            # rows ingested after `chunk_embeddings` (or `detected_language`) ran: they wait,
+            # for the next run (a row is compared with every earlier one: none may be skipped)
+            log(f"semantic_dup: fragments {sorted(lacking)} have no `chunk_embeddings` or "
+                "`lang` yet; they wait for the next run")
             todo = [f for f in todo if f.fragment_id not in lacking]
         elif lacking:
             raise MissingChunkEmbeddingsError(
-                f"{table.uri}: fragments {sorted(lacking)} have no `chunk_embeddings` yet; "
-                "materialize `chunk_embeddings` first, then semantic_dup")
+                f"{table.uri}: fragments {sorted(lacking)} have no `chunk_embeddings` (or `lang`) "
+                "yet; materialize `chunk_embeddings` and `detected_language` first, then "
+                "semantic_dup")
         if stored != wanted and not written:
             table.set_config(keys.SEMANTIC_DUP_KEY, wanted, log=log)
         if where == "ray":
