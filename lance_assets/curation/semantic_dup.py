@@ -497,8 +497,8 @@ def catch_up(table: Table, ds: lance.LanceDataset, store: sc.Store, state: dict 
     since = -1 if state is None else int(state["ids_through"])
     cols = ["id", SEMANTIC_CLUSTER.name, SEMANTIC_REP.name, SEMANTIC_DUP.name,
             SEMANTIC_VECTOR.name]
-    t = ds.to_table(columns=cols, fragments=done,
-                    filter=f"{SEMANTIC_CLUSTER.name} IS NOT NULL AND id > {since}")
+    t = ds.scanner(columns=cols, fragments=done,
+                   filter=f"{SEMANTIC_CLUSTER.name} IS NOT NULL AND id > {since}").to_table()
     if t.num_rows == 0:
         return state, 0
     t = t.sort_by("id")
