@@ -266,16 +266,17 @@ def assign(centroids: np.ndarray, probes: int, trained_through: int, payload: Pa
     return near, np.array([float(since.sum()), float((1.0 - best[since]).sum())])
 
 
-def _gather(payloads: tuple, homes: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The computed new rows of every fragment: (ids, vectors, probes), by id."""
-    parts = [(p[0], p[1], h) for p, h in zip(payloads, homes)]
-    ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-    vecs = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, DIM), np.int8)
-    near = np.concatenate([p[2] for p in parts]) if parts else np.zeros((0, 1), np.int64)
+def gather(n: int, *args) -> list[np.ndarray]:
+    """The computed new rows of ``n`` fragments (their payloads, then their probes): (ids, int8
+    vectors, probes), by id. One object handed to every group's task."""
+    payloads, homes = args[:n], args[n:2 * n]
+    ids = np.concatenate([p[0] for p in payloads]) if n else np.zeros(0, np.int64)
+    vecs = np.concatenate([p[1] for p in payloads]) if n else np.zeros((0, DIM), np.int8)
+    near = np.concatenate(homes) if n else np.zeros((0, 1), np.int64)
     keep = near[:, 0] >= 0 if len(near) else np.zeros(0, bool)
     ids, vecs, near = ids[keep], vecs[keep], near[keep]
     order = np.argsort(ids, kind="stable")
-    return ids[order], vecs[order], near[order]
+    return [ids[order], vecs[order], near[order]]  # a list: one result, not three
 
 
 def _best(qid: np.ndarray, cos: np.ndarray, bid: np.ndarray, brep: np.ndarray) -> tuple:
@@ -288,29 +289,37 @@ def _best(qid: np.ndarray, cos: np.ndarray, bid: np.ndarray, brep: np.ndarray) -
     return qid[first], cos[first], bid[first], brep[first]
 
 
-def compare_group(store: sc.Store, state: dict, lo: int, hi: int, n: int, *args) -> tuple:
+def compare_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple) -> tuple:
     """One group of clusters ``[lo, hi)``: every new row probing one of them against the earlier
-    rows homed there (stored rows, read here, and new rows). Returns (new id, best cosine, its
-    id, its representative when stored else NONE) and (stored rows read, pairs compared)."""
-    ids, vecs, near = _gather(args[:n], args[n:])
+    rows homed there (stored rows, mapped from the store here, and new rows). Returns (new id,
+    best cosine, its id, its representative when stored else NONE) and (stored rows read, pairs
+    compared)."""
+    ids, vecs, near = batch
+    x, xi = sc.as_unit(vecs)
     out, read, pairs = [], 0, 0
     probed = np.unique(near[(near >= lo) & (near < hi)])
     for c in probed.tolist():
-        o_ids, o_reps, o_vecs = store.read_cluster(state, c)
-        read += len(o_ids)
-        home = near[:, 0] == c
-        if not len(o_ids) and not home.any():
-            continue  # nothing homed here: the rows probing it meet nothing in it
-        cand_ids = np.concatenate([o_ids, ids[home]])
-        cand_vecs = np.concatenate([o_vecs, vecs[home]])
-        cand_reps = np.concatenate([o_reps, np.full(int(home.sum()), sc.NONE)])
-        order = np.argsort(cand_ids, kind="stable")
-        cand_ids, cand_vecs, cand_reps = cand_ids[order], cand_vecs[order], cand_reps[order]
         q = np.flatnonzero((near == c).any(axis=1))
-        best, bid, p = sc.best_earlier(ids[q], vecs[q], cand_ids, cand_vecs)
-        pairs += p
-        at = np.searchsorted(cand_ids, bid)
-        brep = np.where(bid == sc.NONE, sc.NONE, cand_reps[np.minimum(at, len(cand_ids) - 1)])
+        best = np.full(len(q), -np.inf, np.float32)
+        bid = np.full(len(q), sc.NONE, np.int64)
+        brep = np.full(len(q), sc.NONE, np.int64)
+        for seg in store.segments(state, c):  # stored rows: all earlier than the new ones
+            read += len(seg.ids)
+            v, at, p = sc.best_earlier(ids[q], x[q], xi[q], seg.ids, seg.vecs, seg.inv)
+            pairs += p
+            vid = np.where(at >= 0, seg.ids[np.maximum(at, 0)], sc.NONE)
+            before = bid.copy()
+            sc.merge_best(best, bid, v, vid)
+            took = bid != before
+            brep[took] = seg.reps[at[took]]
+        home = np.flatnonzero(near[:, 0] == c)  # new rows homed here
+        if len(home):
+            v, at, p = sc.best_earlier(ids[q], x[q], xi[q], ids[home], x[home], xi[home])
+            pairs += p
+            vid = np.where(at >= 0, ids[home][np.maximum(at, 0)], sc.NONE)
+            before = bid.copy()
+            sc.merge_best(best, bid, v, vid)
+            brep[bid != before] = sc.NONE
         out.append((ids[q], best, bid, brep))
     if not out:
         empty = np.zeros(0, np.int64)
@@ -347,11 +356,12 @@ def resolve(threshold: float, *results) -> Resolved:
     return Resolved(qid, rep, cos, dup, old)
 
 
-def store_group(store: sc.Store, state: dict, lo: int, hi: int, n: int, *args) -> tuple:
+def store_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple,
+                resolved: Resolved) -> tuple:
     """One group of clusters: the new rows homed there appended to the store. Returns the
     clusters' segment lists and (rows, flagged) appended."""
-    ids, vecs, near = _gather(args[:n], args[n:2 * n])
-    qid, rep, dup = args[2 * n].ids, args[2 * n].rep, args[2 * n].dup
+    ids, vecs, near = batch
+    qid, rep, dup = resolved.ids, resolved.rep, resolved.dup
     out, counts = {}, np.zeros(2, np.int64)
     homes = near[:, 0] if len(near) else np.zeros(0, np.int64)
     for c in np.unique(homes[(homes >= lo) & (homes < hi)]).tolist():
@@ -733,7 +743,8 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
 
         t2 = time.perf_counter()
         frags = list(payloads)
-        args = [payloads[f] for f in frags] + [homes[f] for f in frags]
+        batch = tasks(gather, len(frags), *[payloads[f] for f in frags],
+                      *[homes[f] for f in frags])[0]
         state_ref = tasks.put(state)
         groups = cut(stats.clusters, parts)
         stats.groups = len(groups)
@@ -741,8 +752,8 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
         with progress(total=len(groups), desc="semantic_dup: compare", unit="group",
                       log=log) as bar:
             for lo, hi in groups:  # locally each call runs here and now; Ray tasks start
-                compared.append(tasks(compare_group, store, state_ref, lo, hi, len(frags),
-                                      *args, returns=2))
+                compared.append(tasks(compare_group, store, state_ref, lo, hi, batch,
+                                      returns=2))
                 if not tasks.ray:
                     counts += compared[-1][1]
                     bar.update(1)
@@ -765,9 +776,11 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
         # the store: the committed rows appended (after the commit: it never holds a row the
         # table does not; a run killed before this line is caught up by the next)
         committed = [f for f in frags if f in set(report.fragments_written)]
-        kept = [payloads[f] for f in committed] + [homes[f] for f in committed]
-        appended = [tasks(store_group, store, state_ref, lo, hi, len(committed), *kept,
-                          resolved, returns=2) for lo, hi in groups]
+        if committed != frags:
+            batch = tasks(gather, len(committed), *[payloads[f] for f in committed],
+                          *[homes[f] for f in committed])[0]
+        appended = [tasks(store_group, store, state_ref, lo, hi, batch, resolved, returns=2)
+                    for lo, hi in groups]
         segments, added = dict(state["segments"]), np.zeros(2, np.int64)
         for got in tasks.get([a[0] for a in appended]):
             segments.update(got)
@@ -808,11 +821,12 @@ def compare_batch(ids: np.ndarray, unit: np.ndarray, cluster: np.ndarray,
     """One batch of rows (``ids`` ascending), each against the earlier rows of its cluster, as
     a run compares them (int8 vectors, exact cosines): (flag, representative, cosine). For
     benchmarks and tests."""
-    q = sc.quantize(unit)
+    x, xi = sc.as_unit(sc.quantize(unit))
     results = []
     for c in np.unique(cluster):
         sel = np.flatnonzero(cluster == c)
-        best, bid, _ = sc.best_earlier(ids[sel], q[sel], ids[sel], q[sel])
+        best, at, _ = sc.best_earlier(ids[sel], x[sel], xi[sel], ids[sel], x[sel], xi[sel])
+        bid = np.where(at >= 0, ids[sel][np.maximum(at, 0)], sc.NONE)
         results.append((ids[sel], best, bid, np.full(len(sel), sc.NONE)))
     r = resolve(threshold, *results)
     order = np.searchsorted(r.ids, ids)
