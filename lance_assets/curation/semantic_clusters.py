@@ -9,18 +9,21 @@ Layout::
 
     state.json                        the generation in force (written last: the switch)
     g<gen>/centroids.npy              (k, 384) float32 unit centroids
-    g<gen>/c<cluster>/<first>-<last>-<rows>.bin   a segment: ids, reps, 1/norms, vectors
+    g<gen>/c<cluster>/<first>-<last>-<rows>.bin   a cluster's rows: ids, reps, 1/norms, vectors
+    g<gen>/r<cluster>/<first>-<last>-<rows>.bin   a run's new rows of a group of clusters
 
 A segment holds its rows' vectors as float32 copies of the int8 ones (exact: small integers), so
 a run maps it into memory and multiplies without converting it (reading a cluster costs what
 the matrix product reads, not a conversion per element); 1.5 kB a row, a tenth of the
 ``chunk_embeddings`` it replaces.
 
-A cluster's rows are a few segments (appends make small ones; a segment is merged with the one
-before it while that is at most twice its size, so a cluster holds O(log rows) segments and a
-row is rewritten O(log rows) times). Segments are named by what they hold, written before the
-state that lists them, and never edited: a run killed anywhere leaves the state in force
-readable, and files no state lists are removed by the next retraining.
+A cluster's rows are a few slices of files (the state lists, per cluster, [file, rows, first
+row]): its own file from its last compaction, and the slices of the run files appended since
+(one file per run and group of clusters, so a run writes a few files, not one per cluster).
+Past ``MAX_SEGMENTS`` slices a cluster is compacted into a file of its own. Files are named by
+what they hold, written before the state that lists them, and never edited: a run killed
+anywhere leaves the state in force readable; files no state lists are removed after the next
+state is saved, or with their generation.
 
 The store holds what the table's columns hold (``id``, ``semantic_rep``, ``semantic_vector`` of
 the rows written, homed by cluster), so it can always be made again from them: ``forget``
@@ -44,6 +47,7 @@ FORMAT = 1
 NEW_BLOCK = 1024  # new rows per matrix product
 OLD_BLOCK = 8192  # candidate rows per matrix product: 1024 x 8192 float32 (32 MB)
 KMEANS_ITERATIONS = 25
+MAX_SEGMENTS = 8  # files a cluster is read from, at most
 NONE = np.int64(-1)
 
 
@@ -186,12 +190,14 @@ class Store:
         return ids[order], reps[order], vecs[order]
 
     def segments(self, state: dict, c: int) -> list[Segment]:
-        return [self.read_segment(state["generation"], c, name)
-                for name, _ in state["segments"].get(str(c), [])]
+        return [self.read_segment(state["generation"], e)
+                for e in state["segments"].get(str(c), [])]
 
-    def read_segment(self, generation: int, c: int, name: str) -> Segment:
-        n = int(name.rsplit("-", 1)[1].split(".")[0])
-        path = self.path(f"g{generation}/c{c}/{name}")
+    def read_segment(self, generation: int, entry: list) -> Segment:
+        """A cluster's rows in one file: ``entry`` is [file, rows, first row in the file]."""
+        rel, rows, start = entry[0], int(entry[1]), int(entry[2])
+        n = int(rel.rsplit("-", 1)[1].split(".")[0])
+        path = self.path(f"g{generation}/{rel}")
         if storage.is_object_store(path):
             buf = np.frombuffer(storage.read_bytes(path), np.uint8)
         else:  # mapped: the pages are read by the product itself, nothing is copied
@@ -199,37 +205,86 @@ class Store:
         if len(buf) != n * (20 + 4 * DIM):
             raise RuntimeError(f"{path}: {len(buf)} bytes, not {n} rows; remove "
                                f"{self.uri} and run again (it is made again from the columns)")
-        return Segment(buf[:8 * n].view("<i8"), buf[8 * n:16 * n].view("<i8"),
-                       buf[16 * n:20 * n].view("<f4"),
-                       buf[20 * n:].view("<f4").reshape(n, DIM))
+        end = start + rows
+        return Segment(buf[:8 * n].view("<i8")[start:end], buf[8 * n:16 * n].view("<i8")[start:end],
+                       buf[16 * n:20 * n].view("<f4")[start:end],
+                       buf[20 * n:].view("<f4").reshape(n, DIM)[start:end])
+
+    def write_rows(self, generation: int, folder: str, ids: np.ndarray, reps: np.ndarray,
+                   vecs: np.ndarray) -> str:
+        """One file of rows (int8 vectors), in the order given; returns its path in the
+        generation's folder."""
+        x, inv = as_unit(vecs)
+        rel = f"{folder}/{int(ids.min())}-{int(ids.max())}-{len(ids)}.bin"
+        data = b"".join([ids.astype("<i8").tobytes(), reps.astype("<i8").tobytes(),
+                         inv.astype("<f4").tobytes(), x.astype("<f4").tobytes()])
+        storage.write_atomic(self.path(f"g{generation}/{rel}"), data)
+        return rel
 
     def write_segment(self, generation: int, c: int, ids: np.ndarray, reps: np.ndarray,
                       vecs: np.ndarray) -> list:
-        """A segment of rows (int8 vectors); returns its [name, rows]."""
+        """A cluster's rows in a file of its own; returns its entry."""
         order = np.argsort(ids, kind="stable")
-        ids, reps, vecs = ids[order], reps[order], vecs[order]
-        x, inv = as_unit(vecs)
-        name = f"{int(ids[0])}-{int(ids[-1])}-{len(ids)}.bin"
-        data = b"".join([ids.astype("<i8").tobytes(), reps.astype("<i8").tobytes(),
-                         inv.astype("<f4").tobytes(), x.astype("<f4").tobytes()])
-        storage.write_atomic(self.path(f"g{generation}/c{c}/{name}"), data)
-        return [name, int(len(ids))]
+        return [self.write_rows(generation, f"c{c}", ids[order], reps[order], vecs[order]),
+                int(len(ids)), 0]
 
     def append(self, generation: int, c: int, segments: list, ids: np.ndarray, reps: np.ndarray,
                vecs: np.ndarray) -> list:
         """``segments`` of cluster ``c`` with the rows added (a new list; no file is removed:
         the state in force may still list them)."""
-        segs = [list(s) for s in segments]
+        segs = [list(e) for e in segments]
         if len(ids):
             segs.append(self.write_segment(generation, c, ids, reps, vecs))
-        while len(segs) >= 2 and segs[-2][1] <= 2 * segs[-1][1]:
-            a = self.read_segment(generation, c, segs[-2][0])
-            b = self.read_segment(generation, c, segs[-1][0])
-            merged = self.write_segment(generation, c, np.concatenate([a.ids, b.ids]),
-                                        np.concatenate([a.reps, b.reps]),
-                                        np.concatenate([a.vecs, b.vecs]).astype(np.int8))
-            segs[-2:] = [merged]
-        return segs
+        return self.compacted(generation, c, segs)
+
+    def append_run(self, generation: int, segments: dict, homes: np.ndarray, ids: np.ndarray,
+                   reps: np.ndarray, vecs: np.ndarray) -> dict:
+        """A run's new rows of several clusters in one file (sorted by cluster, then id); returns
+        the clusters' new segment lists. One file a run, whatever the clusters it touches."""
+        if not len(ids):
+            return {}
+        order = np.lexsort((ids, homes))
+        homes, ids, reps, vecs = homes[order], ids[order], reps[order], vecs[order]
+        rel = self.write_rows(generation, f"r{int(homes[0])}", ids, reps, vecs)
+        cs, starts, counts = np.unique(homes, return_index=True, return_counts=True)
+        out = {}
+        for c, start, rows in zip(cs.tolist(), starts.tolist(), counts.tolist()):
+            segs = [list(e) for e in segments.get(str(c), [])] + [[rel, rows, start]]
+            out[str(c)] = self.compacted(generation, c, segs)
+        return out
+
+    def compacted(self, generation: int, c: int, segs: list) -> list:
+        """At most ``MAX_SEGMENTS`` entries: past it, every entry but the first (the cluster's
+        rows at its last compaction) is merged into one file, and that one into the first once it
+        holds half as many rows. A row is rewritten a few times over a generation, a cluster is
+        read from a few files."""
+        if len(segs) <= MAX_SEGMENTS:
+            return segs
+        tail = segs[1:] if int(segs[0][1]) > 2 * sum(int(e[1]) for e in segs[1:]) else segs
+        parts = [self.read_segment(generation, e) for e in tail]
+        merged = self.write_segment(
+            generation, c, np.concatenate([p.ids for p in parts]),
+            np.concatenate([p.reps for p in parts]),
+            np.concatenate([p.vecs for p in parts]).astype(np.int8))
+        return ([] if tail is segs else segs[:1]) + [merged]
+
+    def referenced(self, state: dict) -> set[str]:
+        return {e[0] for segs in state["segments"].values() for e in segs}
+
+    def remove_replaced(self, before: dict, after: dict) -> int:
+        """Remove the files ``before`` listed and ``after`` (saved) no longer does: slices
+        merged into a cluster's file. Run after ``after`` is saved, same generation only."""
+        if before.get("generation") != after.get("generation"):
+            return 0
+        gone = self.referenced(before) - self.referenced(after)
+        for rel in gone:
+            path = self.path(f"g{after['generation']}/{rel}")
+            if storage.is_object_store(path):
+                if path.exists():
+                    path.fs.rm(path.path)
+            else:
+                path.unlink(missing_ok=True)
+        return len(gone)
 
     def remove_generations(self, keep: int) -> int:
         """Remove every generation folder but ``keep`` (after the state naming it is saved)."""

@@ -361,16 +361,12 @@ def store_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple,
     """One group of clusters: the new rows homed there appended to the store. Returns the
     clusters' segment lists and (rows, flagged) appended."""
     ids, vecs, near = batch
-    qid, rep, dup = resolved.ids, resolved.rep, resolved.dup
-    out, counts = {}, np.zeros(2, np.int64)
     homes = near[:, 0] if len(near) else np.zeros(0, np.int64)
-    for c in np.unique(homes[(homes >= lo) & (homes < hi)]).tolist():
-        sel = homes == c
-        at = np.searchsorted(qid, ids[sel])
-        out[str(c)] = store.append(state["generation"], c, state["segments"].get(str(c), []),
-                                   ids[sel], rep[at], vecs[sel])
-        counts += [int(sel.sum()), int(dup[at].sum())]
-    return out, counts
+    sel = (homes >= lo) & (homes < hi)
+    at = np.searchsorted(resolved.ids, ids[sel])
+    out = store.append_run(state["generation"], state["segments"], homes[sel], ids[sel],
+                           resolved.rep[at], vecs[sel])
+    return out, np.array([int(sel.sum()), int(resolved.dup[at].sum())], np.int64)
 
 
 def sample_group(store: sc.Store, state: dict, lo: int, hi: int, rate: float,
@@ -543,10 +539,11 @@ def catch_up(table: Table, ds: lance.LanceDataset, store: sc.Store, state: dict 
         sel = home == c
         segments[str(c)] = store.append(state["generation"], c, segments.get(str(c), []),
                                         ids[sel], reps[sel], vecs[sel])
-    state = {**state, "segments": segments, "rows": int(state["rows"]) + len(ids),
-             "flagged": int(state["flagged"]) + flagged,
-             "ids_through": max(int(state["ids_through"]), int(ids.max()))}
+    before, state = state, {**state, "segments": segments, "rows": int(state["rows"]) + len(ids),
+                            "flagged": int(state["flagged"]) + flagged,
+                            "ids_through": max(int(state["ids_through"]), int(ids.max()))}
     store.save_state(state)
+    store.remove_replaced(before, state)
     return state, len(ids)
 
 
@@ -786,12 +783,14 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
             segments.update(got)
         added += np.sum(tasks.get([a[1] for a in appended]) or [np.zeros(2, np.int64)], axis=0)
         last_new = max((int(spans[f][1]) for f in committed if spans[f][2]), default=-1)
-        store.save_state({**state, "segments": segments,
-                          "rows": int(state["rows"]) + int(added[0]),
-                          "flagged": int(state["flagged"]) + int(added[1]),
-                          "since_rows": int(state["since_rows"]) + int(drift[0]),
-                          "since_distance": float(state["since_distance"]) + float(drift[1]),
-                          "ids_through": max(int(state["ids_through"]), last_new)})
+        after = {**state, "segments": segments,
+                 "rows": int(state["rows"]) + int(added[0]),
+                 "flagged": int(state["flagged"]) + int(added[1]),
+                 "since_rows": int(state["since_rows"]) + int(drift[0]),
+                 "since_distance": float(state["since_distance"]) + float(drift[1]),
+                 "ids_through": max(int(state["ids_through"]), last_new)}
+        store.save_state(after)
+        store.remove_replaced(state, after)
         return report, stats
 
     def run_and_elect(ds: lance.LanceDataset):
