@@ -95,7 +95,7 @@ def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path):
     before = lance.dataset(uri)
     old_rows, old_files = rows(root, sd.COLUMNS), data_files_by_field(before, "semantic_dup")
     stored = get_json_config(before, keys.SEMANTIC_DUP_KEY)
-    state = sd._store(Table.of(root)).load_state()
+    state = sd.side_store(Table.of(root)).load_state()
     assert state["clusters"] == 3 and state["rows"] == len(first)
     assert not any(r["semantic_dup"] for r in old_rows)
     assert len({r["semantic_cluster"] for r in old_rows}) == 3
@@ -114,7 +114,7 @@ def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path):
         original = old_rows[position[planted.copy_of[src]]]
         assert r["semantic_dup"] and r["semantic_rep"] == original["id"], r
     assert stats.flagged_against_earlier_runs == len(second_src)
-    assert sd._store(Table.of(root)).load_state()["rows"] == len(planted.texts)
+    assert sd.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts)
     assert sd.semantic_dup(root, settings, log=quiet)[0].nothing_to_do
 
 
@@ -336,7 +336,7 @@ def test_a_run_killed_before_its_store_append_is_caught_up(tmp_path, monkeypatch
     add_rows(root, tmp_path / "c.jsonl", later[1:])
     _, stats = sd.semantic_dup(root, ALL, log=quiet)
     assert stats.caught_up == 2
-    assert sd._store(Table.of(root)).load_state()["rows"] == len(planted.texts) + 1
+    assert sd.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts) + 1
     assert all(r["semantic_dup"] for r in rows(root)[len(first) + 2:])
 
 

@@ -39,7 +39,7 @@ def test_ray_tasks_per_cluster_group_write_the_local_columns(ray_cluster, tmp_pa
             reasons[where].append(stats.retrained)
         got[where] = lance.dataset(paths.table_uri(root)).to_table(
             columns=["id", *sd.COLUMNS]).sort_by("id")
-        state = sd._store(Table.of(root)).load_state()
+        state = sd.side_store(Table.of(root)).load_state()
         states[where] = {k: v for k, v in state.items() if k != "segments"}
     assert reasons["ray"] == reasons["local"] and reasons["local"][1].startswith("grown")
     assert got["ray"].equals(got["local"])

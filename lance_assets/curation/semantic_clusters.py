@@ -12,9 +12,9 @@ Layout::
     g<gen>/c<cluster>/<first>-<last>-<rows>.bin   a cluster's rows: ids, reps, 1/norms, vectors
     g<gen>/r<cluster>/<first>-<last>-<rows>.bin   a run's new rows of a group of clusters
 
-A segment holds its rows' vectors as float32 copies of the int8 ones (exact: small integers), so
-a run maps it into memory and multiplies without converting it (reading a cluster costs what
-the matrix product reads, not a conversion per element); 1.5 kB a row, a tenth of the
+A file holds its rows' vectors as float32 copies of the int8 ones (exact: small integers), by
+dimension (384 x rows: the layout the matrix product streams fastest), so a run maps it into
+memory and multiplies without converting or copying it; 1.5 kB a row, a tenth of the
 ``chunk_embeddings`` it replaces.
 
 A cluster's rows are a few slices of files (the state lists, per cluster, [file, rows, first
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 import os
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ OLD_BLOCK = 8192  # candidate rows per matrix product: 1024 x 8192 float32 (32 M
 KMEANS_ITERATIONS = 25
 MAX_SEGMENTS = 8  # files a cluster is read from, at most
 NONE = np.int64(-1)
+MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
 # ---------------------------------------------------------------------------- vectors
@@ -200,15 +202,19 @@ class Store:
         path = self.path(f"g{generation}/{rel}")
         if storage.is_object_store(path):
             buf = np.frombuffer(storage.read_bytes(path), np.uint8)
-        else:  # mapped: the pages are read by the product itself, nothing is copied
-            buf = np.memmap(os.fspath(path), dtype=np.uint8, mode="r")
+        else:  # mapped, every page at once (one fault per page costs more than the product)
+            with open(os.fspath(path), "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                buf = np.frombuffer(mmap.mmap(fh.fileno(), size, flags=MAP_FLAGS,
+                                              prot=mmap.PROT_READ), np.uint8) if size else \
+                    np.zeros(0, np.uint8)
         if len(buf) != n * (20 + 4 * DIM):
             raise RuntimeError(f"{path}: {len(buf)} bytes, not {n} rows; remove "
                                f"{self.uri} and run again (it is made again from the columns)")
         end = start + rows
         return Segment(buf[:8 * n].view("<i8")[start:end], buf[8 * n:16 * n].view("<i8")[start:end],
                        buf[16 * n:20 * n].view("<f4")[start:end],
-                       buf[20 * n:].view("<f4").reshape(n, DIM)[start:end])
+                       buf[20 * n:].view("<f4").reshape(DIM, n).T[start:end])
 
     def write_rows(self, generation: int, folder: str, ids: np.ndarray, reps: np.ndarray,
                    vecs: np.ndarray) -> str:
@@ -217,7 +223,7 @@ class Store:
         x, inv = as_unit(vecs)
         rel = f"{folder}/{int(ids.min())}-{int(ids.max())}-{len(ids)}.bin"
         data = b"".join([ids.astype("<i8").tobytes(), reps.astype("<i8").tobytes(),
-                         inv.astype("<f4").tobytes(), x.astype("<f4").tobytes()])
+                         inv.astype("<f4").tobytes(), x.T.astype("<f4").tobytes()])
         storage.write_atomic(self.path(f"g{generation}/{rel}"), data)
         return rel
 

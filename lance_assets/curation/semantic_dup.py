@@ -489,7 +489,7 @@ class SemanticColumns:
             schema=pa.schema(FIELDS))
 
 
-def _store(table: Table) -> sc.Store:
+def side_store(table: Table) -> sc.Store:
     return sc.Store(storage.uri_of(paths.semantic_dup_dir(table.root)))
 
 
@@ -697,7 +697,7 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
         if where == "ray":
             executors.ensure_ray(log)
         tasks = executors.Tasks(where == "ray")
-        store = _store(table)
+        store = side_store(table)
         t0 = time.perf_counter()
         todo_ids = [f.fragment_id for f in todo]
         done = [f for f in ds.get_fragments() if f.fragment_id not in set(todo_ids)]
@@ -835,7 +835,7 @@ def compare_batch(ids: np.ndarray, unit: np.ndarray, cluster: np.ndarray,
 def write(table: Table, settings: SemanticDupSettings, options: WriteOptions) -> Produced:
     report, stats = semantic_dup(table, settings, fragments_per_commit=options.fragments_per_commit,
                                  executor=options.executor, log=options.log)
-    state = _store(table).load_state() or {}
+    state = side_store(table).load_state() or {}
     rows, flagged = int(state.get("rows", 0)), int(state.get("flagged", 0))
     return Produced(write=report, summary={
         "new_rows_flagged": stats.flagged,

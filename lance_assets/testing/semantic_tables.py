@@ -84,7 +84,7 @@ def grown_table(root: Path, rows: int, topics: int = 200, seed: int = 0,
     centroids = sc.spherical_kmeans(x[sample], k, settings.seed)
     home, best = sc.nearest(x, centroids)
     home = home[:, 0]
-    store = sd._store(Table.of(root))
+    store = sd.side_store(Table.of(root))
     store.save_centroids(0, centroids)
     segments = {}
     for c in range(len(centroids)):
