@@ -357,3 +357,29 @@ def test_cluster_groups_give_the_columns_of_one_group(tmp_path):
         got[parts] = rows(root, sd.COLUMNS)
     assert got[1] == got[4]
     assert sum(r["semantic_dup"] for r in got[1]) >= 24
+
+
+def test_the_store_compacts_a_cluster_read_from_many_runs_and_removes_what_it_replaced(tmp_path):
+    store = sc.Store(str(tmp_path / "store"))
+    rng = np.random.default_rng(0)
+    state = {"generation": 0, "segments": {}}
+    expected = {0: [], 1: []}
+    for run in range(20):  # one file a run for both clusters; compacted past MAX_SEGMENTS
+        ids = np.arange(run * 10, run * 10 + 10, dtype=np.int64)
+        homes = rng.integers(0, 2, 10)
+        vecs = rng.integers(-127, 128, (10, 384)).astype(np.int8)
+        got = store.append_run(0, state["segments"], homes, ids, ids + 1000, vecs)
+        after = {**state, "segments": {**state["segments"], **got}}
+        store.save_state(after)
+        store.remove_replaced(state, after)
+        state = after
+        for c in (0, 1):
+            expected[c] += [(int(i), v) for i, v, h in zip(ids, vecs, homes) if h == c]
+    for c in (0, 1):
+        assert len(state["segments"][str(c)]) <= sc.MAX_SEGMENTS
+        ids, reps, vecs = store.read_cluster(state, c)
+        assert ids.tolist() == [i for i, _ in expected[c]] and (reps == ids + 1000).all()
+        assert np.array_equal(vecs, np.stack([v for _, v in expected[c]]))
+    files = {p.relative_to(tmp_path / "store" / "g0").as_posix()
+             for p in (tmp_path / "store" / "g0").rglob("*.bin")}
+    assert files == store.referenced(state)  # nothing left that no state lists

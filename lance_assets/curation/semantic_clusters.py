@@ -239,9 +239,12 @@ class Store:
         """``segments`` of cluster ``c`` with the rows added (a new list; no file is removed:
         the state in force may still list them)."""
         segs = [list(e) for e in segments]
-        if len(ids):
-            segs.append(self.write_segment(generation, c, ids, reps, vecs))
-        return self.compacted(generation, c, segs)
+        if not len(ids):
+            return segs
+        segs.append(self.write_segment(generation, c, ids, reps, vecs))
+        out = self.compacted(generation, c, segs)
+        self._drop_if_unlisted(generation, segs[-1][0], [out])
+        return out
 
     def append_run(self, generation: int, segments: dict, homes: np.ndarray, ids: np.ndarray,
                    reps: np.ndarray, vecs: np.ndarray) -> dict:
@@ -257,7 +260,14 @@ class Store:
         for c, start, rows in zip(cs.tolist(), starts.tolist(), counts.tolist()):
             segs = [list(e) for e in segments.get(str(c), [])] + [[rel, rows, start]]
             out[str(c)] = self.compacted(generation, c, segs)
+        self._drop_if_unlisted(generation, rel, out.values())  # merged away at once
         return out
+
+    def _drop_if_unlisted(self, generation: int, rel: str, lists) -> None:
+        """A file this call wrote that no list names any more (merged at once): no state ever
+        listed it, so it goes now."""
+        if not any(e[0] == rel for segs in lists for e in segs):
+            self._remove(generation, rel)
 
     def compacted(self, generation: int, c: int, segs: list) -> list:
         """At most ``MAX_SEGMENTS`` entries: past it, every entry but the first (the cluster's
@@ -284,13 +294,16 @@ class Store:
             return 0
         gone = self.referenced(before) - self.referenced(after)
         for rel in gone:
-            path = self.path(f"g{after['generation']}/{rel}")
-            if storage.is_object_store(path):
-                if path.exists():
-                    path.fs.rm(path.path)
-            else:
-                path.unlink(missing_ok=True)
+            self._remove(after["generation"], rel)
         return len(gone)
+
+    def _remove(self, generation: int, rel: str) -> None:
+        path = self.path(f"g{generation}/{rel}")
+        if storage.is_object_store(path):
+            if path.exists():
+                path.fs.rm(path.path)
+        else:
+            path.unlink(missing_ok=True)
 
     def remove_generations(self, keep: int) -> int:
         """Remove every generation folder but ``keep`` (after the state naming it is saved)."""
