@@ -33,9 +33,13 @@ is compared with every earlier row homed in its ``probes`` nearest clusters (mul
 copy on a boundary between clusters still meets its original.
 
 The trade: ``rows_per_cluster`` x ``probes`` comparisons per new row whatever the table's size
-(flat cost; the cluster a copy and its original share is found with high probability, not
-always: SemDeDup's trade of recall for cost, narrowed by the probes). The store holds document
-vectors (``forget`` removes it; the next run makes it again from the columns).
+(the cluster a copy and its original share is found with high probability, not always:
+SemDeDup's trade of recall for cost, narrowed by the probes; over increments that bring new
+topics the copies found equal a batch run's, docs/benchmarks.md). A run also reads each probed
+cluster's stored rows once: a small increment that probes every cluster reads the whole store
+(measured: a 1,000-row increment costs 1.8x per row at 320 k rows what it costs at 20 k; 5,000
+rows, flat). The store holds document vectors (``forget`` removes it; the next run makes it
+again from the columns).
 
 - ``semantic_cluster`` (int64): the cluster the row was homed in when written (ids stay unique
   over retrainings).
