@@ -9,7 +9,7 @@ cost per document at two sizes against ``near_dup``'s in the same run.
   ``--copies`` reworded copies each, as many distractors on the same topics), at two rewording
   strengths. The table gets `embedding`, `chunk_embeddings` (the real model on CPU), `near_dup`
   and `semantic_dup` (the defaults). Then the threshold sweep: the producer's own comparison
-  (``semantic_dup.compare``, the clusters of the run) on the chunk-mean vectors it uses, and on
+  (``semantic_dup.compare_batch``, the clusters of the run) on the chunk-mean vectors it uses, and on
   the first-chunk vectors (`embedding`, what NeMo's eps=0.01 is meant for) for contrast.
   Recall: planted copies flagged with their original as representative, among the copies
   ``near_dup`` does not flag. Precision: flagged rows that are planted copies.
@@ -51,7 +51,8 @@ STRENGTHS = {  # drop share of sentences, share of synonym-able words replaced, 
     "mild": {"drop": 0.1, "synonyms": 0.4, "shuffle": 0.5},
     "heavy": {"drop": 0.2, "synonyms": 0.7, "shuffle": 0.6},
 }
-THRESHOLDS = (0.80, 0.85, 0.88, 0.90, 0.92, 0.95, 0.99)
+THRESHOLDS = (0.80, 0.85, 0.87, 0.88, 0.90, 0.92, 0.95, 0.99)
+ALL_LANGUAGES = sd.SemanticDupSettings(languages=[])  # the planted sets have no `lang`
 
 
 def quiet(_msg: str) -> None:
@@ -87,7 +88,7 @@ def quality(work: Path, originals: int, copies: int, seed: int, backend: str = "
         chunk_s = time.perf_counter() - t
         nd.near_dup(root, log=quiet)
         t = time.perf_counter()
-        sd_report, stats = sd.semantic_dup(root, log=quiet)
+        sd_report, stats = sd.semantic_dup(root, ALL_LANGUAGES, log=quiet)
         sd_s = time.perf_counter() - t
         ds = lance.dataset(paths.table_uri(root))
         tbl = ds.to_table(columns=["id", "near_dup", "near_dup_cluster", keys.EMBEDDING,
@@ -134,13 +135,11 @@ def quality(work: Path, originals: int, copies: int, seed: int, backend: str = "
               f"{np.max(other):.3f}")
         print("\n| threshold | recall (chunk mean) | precision (chunk mean) | recall (first chunk) "
               "| precision (first chunk) |\n|---|---|---|---|---|")
-        empty = np.zeros(0, np.int64)
         for th in THRESHOLDS:
             row = []
             for vecs in (mean_vecs, first):
-                r = sd.compare(ids, vecs, cluster, empty, np.zeros((0, vecs.shape[1]), np.float32),
-                               empty, empty, th, sd.SemanticDupStats())
-                s = scores(r.dup, r.rep, planted, missed)
+                dup, rep, _ = sd.compare_batch(ids, vecs, cluster, th)
+                s = scores(dup, rep, planted, missed)
                 row += [f"{s['recall']:.3f}", f"{s['precision']:.3f}"]
             print(f"| {th:.2f} | " + " | ".join(row) + " |")
 
@@ -159,7 +158,7 @@ def cost(work: Path, sizes: list[int]) -> None:
         ingest(root, str(work / f"cost-{rows}-a.jsonl"), rows_per_fragment=4096, log=quiet)
         chunks.chunk_embeddings(root, embedder=SynonymBagEmbedder(), log=quiet)
         t = time.perf_counter()
-        _, stats = sd.semantic_dup(root, log=quiet)
+        _, stats = sd.semantic_dup(root, ALL_LANGUAGES, log=quiet)
         sd_s = time.perf_counter() - t
         t = time.perf_counter()
         nd.near_dup(root, log=quiet)
@@ -167,7 +166,7 @@ def cost(work: Path, sizes: list[int]) -> None:
         ingest(root, str(work / f"cost-{rows}-b.jsonl"), rows_per_fragment=4096, log=quiet)
         chunks.chunk_embeddings(root, embedder=SynonymBagEmbedder(), log=quiet)
         t = time.perf_counter()
-        sd.semantic_dup(root, log=quiet)
+        sd.semantic_dup(root, ALL_LANGUAGES, log=quiet)
         sd_inc = time.perf_counter() - t
         t = time.perf_counter()
         nd.near_dup(root, log=quiet)
@@ -187,7 +186,7 @@ def demo(work: Path, rows: int) -> None:
     chunks.chunk_embeddings(root, log=quiet)
     nd.near_dup(root, log=quiet)
     t = time.perf_counter()
-    _, stats = sd.semantic_dup(root, log=quiet)
+    _, stats = sd.semantic_dup(root, ALL_LANGUAGES, log=quiet)
     sd_s = time.perf_counter() - t
     ds = lance.dataset(paths.table_uri(root))
     n = ds.count_rows()
@@ -198,14 +197,12 @@ def demo(work: Path, rows: int) -> None:
           f"{flagged['semantic_dup']}, of which {only} not by near_dup")
     tbl = ds.to_table(columns=["id", keys.CHUNK_EMBEDDINGS, sd.SEMANTIC_CLUSTER.name]).sort_by("id")
     vecs, _ = sd.document_vectors(tbl.column(keys.CHUNK_EMBEDDINGS))
-    empty = np.zeros(0, np.int64)
     shares = []
     for th in THRESHOLDS:
-        r = sd.compare(tbl.column("id").to_numpy(), vecs,
-                       np.asarray(tbl.column(sd.SEMANTIC_CLUSTER.name).to_pylist()), empty,
-                       np.zeros((0, vecs.shape[1]), np.float32), empty, empty, th,
-                       sd.SemanticDupStats())
-        shares.append(f"{th:.2f}: {r.dup.mean():.1%}")
+        dup, _, _ = sd.compare_batch(tbl.column("id").to_numpy(), vecs,
+                                     np.asarray(tbl.column(sd.SEMANTIC_CLUSTER.name).to_pylist()),
+                                     th)
+        shares.append(f"{th:.2f}: {dup.mean():.1%}")
     print("share flagged by threshold: " + ", ".join(shares))
 
 

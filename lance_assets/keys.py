@@ -17,7 +17,7 @@ QUALITY_MODEL_KEY = "lance_assets.quality_model"  # the model file `quality_scor
 TOKEN_REDACTION_KEY = "lance_assets.token_redaction"  # whether input_ids were redacted (PII)
 CHUNK_EMBEDDING_KEY = "lance_assets.chunk_embedding"  # the model and chunking of `chunk_embeddings`
 CHUNK_INDEX_KEY = "lance_assets.chunk_index"  # the ANN index on `chunk_embeddings`, its recall
-SEMANTIC_DUP_KEY = "lance_assets.semantic_dup"  # semantic_dup's settings and k-means centroids
+SEMANTIC_DUP_KEY = "lance_assets.semantic_dup"  # semantic_dup's settings (clusters: its side store)
 LANGUAGE_ID_KEY = "lance_assets.language_id"  # the detector `lang` / `lang_score` hold
 
 # Columns read across layers (the trainer, forensics and the benchmarks read what the corpus
@@ -33,6 +33,7 @@ SEMANTIC_CLUSTER = "semantic_cluster"
 SEMANTIC_REP = "semantic_rep"
 SEMANTIC_COS = "semantic_cos"
 SEMANTIC_DUP = "semantic_dup"
+SEMANTIC_VECTOR = "semantic_vector"
 TEXT_HASH = "text_hash"  # md5 of the whitespace-normalised text, kept by dedup_flag
 
 # Prompts the sampler continues when none are given (the `samples` asset and the CLI).

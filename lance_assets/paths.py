@@ -96,6 +96,13 @@ def partial_dir(root: str | os.PathLike, column: str) -> Location:
     return partials_dir(root) / column
 
 
+def semantic_dup_dir(root: str | os.PathLike) -> Location:
+    """``semantic_dup``'s side store: its cluster centroids and the kept document vectors
+    grouped by cluster (``curation/semantic_clusters.py``); derived from the table's columns,
+    removed by ``forget`` and made again from them by the next run."""
+    return _root(root) / "semantic_dup"
+
+
 def models_dir(root: str | os.PathLike) -> Location:
     """Small models trained on the corpus (the quality head), each file named by its sha256."""
     return _root(root) / "models"

@@ -127,8 +127,8 @@ def run(writer: str, root: str, source: str | None) -> None:
     elif writer == "semantic_dup":  # on a table that already has `chunk_embeddings`
         from lance_assets.curation import semantic_dup as sd
         from lance_assets.table.producer import produce
-        produce(sd.PRODUCER, root, sd.SemanticDupSettings(clusters=3), fragments_per_commit=1,
-                log=quiet)
+        produce(sd.PRODUCER, root, sd.SemanticDupSettings(rows_per_cluster=200, languages=[]),
+                fragments_per_commit=1, log=quiet)
     else:
         raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}")
 

@@ -40,7 +40,7 @@ def test_asset_graph_shape():
                        "embeddings": {"raw_text", "dedup_flag"}, "vector_index": {"embeddings"},
                        "chunk_embeddings": {"raw_text", "dedup_flag", "embeddings"},
                        "chunk_index": {"chunk_embeddings"},
-                       "semantic_dup": {"raw_text", "chunk_embeddings"},
+                       "semantic_dup": {"raw_text", "chunk_embeddings", "detected_language"},
                        "forensics": {"samples", "vector_index", "chunk_index", "text_index"},
                        "table_maintenance": {"raw_text"},
                        "document_stories": {"forensics", "curation_rules", "curation_ablation"}}

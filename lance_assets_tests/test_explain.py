@@ -250,7 +250,7 @@ def test_a_semantic_copy_names_its_cluster_and_the_original_kept(tmp_path):
     ingest(root, str(src), rows_per_fragment=10, log=quiet)
     chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8, embedder=SynonymBagEmbedder(),
                      log=quiet)
-    produce(sd.PRODUCER, root, sd.SemanticDupSettings(threshold=0.75), log=quiet)
+    produce(sd.PRODUCER, root, sd.SemanticDupSettings(threshold=0.75, languages=[]), log=quiet)
     rules.put_in_force(root, {"semantic_dup": "NOT semantic_dup"}, keep_languages=[],
                        drop_contaminated=False)
     copy, original = next(iter(planted.copy_of.items()))  # ids are positions here

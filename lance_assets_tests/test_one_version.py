@@ -52,8 +52,10 @@ WRITERS = {
                      "from lance_assets.table.producer import produce; "
                      "c(ROOT, chunk_tokens=32, overlap_tokens=8, embedder=E(), "
                      "fragments_per_commit=1, log=print); "
-                     "produce(sd.PRODUCER, ROOT, fragments_per_commit=1, log=print)",
-                     ["semantic_cluster", "semantic_rep", "semantic_cos", "semantic_dup"]),
+                     "produce(sd.PRODUCER, ROOT, sd.SemanticDupSettings(languages=[]), "
+                     "fragments_per_commit=1, log=print)",
+                     ["semantic_cluster", "semantic_rep", "semantic_cos", "semantic_dup",
+                      "semantic_vector"]),
 }
 
 

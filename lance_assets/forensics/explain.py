@@ -346,7 +346,8 @@ def _duplicates(ds: lance.LanceDataset, doc_id: int, row: dict, text: str | None
         cos = row.get("semantic_cos")
         out.append(_cluster("semantic", rep, members, doc_id, rep,
                             f"semantic_dup = {row.get('semantic_dup')}"
-                            + (f", cosine to the kept member {cos:.3f}" if cos is not None
+                            + (f", best cosine with an earlier document {cos:.3f}"
+                               if cos is not None
                                else "")))
     return out
 

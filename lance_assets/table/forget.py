@@ -14,6 +14,8 @@ until a compaction rewrites them. ``forget`` goes all the way:
 4. **Delete** the rows (by id, so the set cannot grow between steps), **release** the
    snapshots, **compact** every fragment that held them (the deleted rows are dropped from the
    rewritten files) and **clean up** every version older than now: the old data files go.
+   Side stores derived from the columns (``semantic_dup``'s document vectors by cluster, the
+   saved row ranges of unwritten fragments) are removed: the next run makes them again.
 5. **Verify**: no version left on disk holds any of the ids, and say so.
 
 The report goes to the run's metadata and to an append-only log (``<data>/forget.log.jsonl``).
@@ -334,6 +336,11 @@ def forget(table: Table | str | Path, where: str, *, force: bool = False,
         report.files_removed.append({"path": str(partial), "rebuild": "the next run of "
                                      "`embeddings` / `chunk_embeddings` embeds those rows again"})
         log(f"forget: removed {partial} (row ranges saved for fragments not written yet)")
+    side = paths.semantic_dup_dir(table.root)
+    if filters and storage.remove_tree(side) > 0:  # document vectors by cluster: derived
+        report.files_removed.append({"path": str(side), "rebuild": "the next run of "
+                                     "`semantic_dup` makes it again from the table's columns"})
+        log(f"forget: removed {side} (semantic_dup's side store: it held their vectors)")
     report.artifacts = artifacts(storage.location(table.root))
     report.versions_removed, report.bytes_reclaimed = maint.versions_removed, maint.bytes_reclaimed
 
