@@ -77,8 +77,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from functools import lru_cache
+from typing import Any
 
 import lance
 import numpy as np
@@ -95,11 +97,9 @@ from lance_assets.table import executor as executors
 from lance_assets.table.columns import (
     ColumnWriteReport,
     fragments_missing,
-    pinned_rows_end,
     rows_still_live,
-    write_columns,
 )
-from lance_assets.table.producer import ColumnProducer, Json, Produced, WriteOptions, setting
+from lance_assets.table.producer import ColumnProducer, Json, Run, Step, produce, setting
 
 SEMANTIC_CLUSTER = pa.field(keys.SEMANTIC_CLUSTER, pa.int64())
 SEMANTIC_REP = pa.field(keys.SEMANTIC_REP, pa.int64())
@@ -635,6 +635,253 @@ def retrain(store: sc.Store, state: dict | None, payloads: dict, rows_new: int,
     return new_state
 
 
+@dataclass(frozen=True)
+class SemanticDupRun(SemanticDupSettings):
+    """The asset's settings, and how many groups of clusters (library callers and tests)."""
+
+    partitions: int = 0
+
+
+def base_settings(settings: SemanticDupSettings) -> SemanticDupSettings:
+    """The settings the columns depend on (recorded in the table's config), without the run's."""
+    if type(settings) is SemanticDupSettings:
+        return settings
+    return SemanticDupSettings(**{f.name: getattr(settings, f.name)
+                                  for f in dataclass_fields(SemanticDupSettings)})
+
+
+@dataclass
+class Appending:
+    """What the store append after the write needs from the comparison."""
+
+    tasks: Any
+    store: sc.Store
+    state: dict
+    state_ref: Any
+    groups: list
+    frags: list
+    payloads: dict
+    homes: dict
+    spans: dict
+    resolved: Any
+    drift: np.ndarray
+    batch: Any
+
+
+@dataclass
+class Comparison:
+    """The step's state: the write (``compute``), the numbers, the fragments that wait for
+    their inputs, and the store append that follows the commit (None: nothing new)."""
+
+    compute: SemanticColumns
+    stats: SemanticDupStats
+    lacking: set = field(default_factory=set)
+    appending: Appending | None = None
+
+
+def compare(run: Run) -> Comparison:
+    """The step's state, on the pinned version: the settings checked and recorded, the store
+    caught up with committed rows, the new rows read, homed (the clusters trained again when
+    the table grew or drifted) and compared with the earlier rows of their probed clusters."""
+    try:
+        return _compare(run)
+    except Exception as exc:
+        _raise_task_failure(run.table, exc)
+        raise
+
+
+def _compare(run: Run) -> Comparison:
+    table, ds, log = run.table, run.pinned, run.log
+    settings = base_settings(run.settings)
+    where = run.where
+    partitions = getattr(run.settings, "partitions", 0)
+    parts = executors.resolve_partitions(partitions, where, "semantic_dup partitions") \
+        if partitions or where == "ray" else LOCAL_GROUPS
+    stats = SemanticDupStats(groups=parts)
+    if keys.CHUNK_EMBEDDINGS not in ds.schema.names:
+        raise MissingChunkEmbeddingsError(
+            f"{table.uri} has no `chunk_embeddings` column: materialize `chunk_embeddings` "
+            "first (semantic_dup compares the mean of each row's chunk vectors)")
+    if settings.languages and "lang" not in ds.schema.names:
+        raise MissingLanguageError(
+            f"{table.uri} has no `lang` column, and semantic_dup compares only rows in "
+            f"{settings.to_dict()['languages']}: materialize `detected_language` first, or "
+            "set languages: [] to compare every row")
+    chunking = get_json_config(ds, keys.CHUNK_EMBEDDING_KEY)
+    stored = get_json_config(ds, keys.SEMANTIC_DUP_KEY)
+    have = all(c in ds.schema.names for c in COLUMNS)
+    if not have and any(c in ds.schema.names for c in COLUMNS):
+        raise SettingsMismatchError(
+            f"{table.uri}: semantic-duplicate columns from an earlier version of semantic_dup "
+            f"(without `semantic_vector`); drop them first "
+            f"(Table.of(DATA).newest().drop_columns({[c for c in COLUMNS if c in ds.schema.names]})) "
+            "to compute them again.")
+    todo = fragments_missing(ds, COLUMNS) if have else ds.get_fragments()
+    written = have and len(todo) < len(ds.get_fragments())
+    wanted = {"settings": settings.to_dict(), "chunking": chunking, "vector": VECTOR}
+    if written and (stored is None or "vector" not in stored):
+        raise SettingsMismatchError(
+            f"{table.uri}: semantic-duplicate columns are written but the table's config has "
+            f"no record of how ({keys.SEMANTIC_DUP_KEY}); drop the columns first "
+            f"(Table.of(DATA).newest().drop_columns({COLUMNS})) to compute them again.")
+    if written and (stored["settings"] != wanted["settings"] or
+                    stored.get("chunking") != chunking):
+        raise SettingsMismatchError(
+            f"{table.uri}: semantic-duplicate columns were written with "
+            f"{stored['settings']} on chunking {stored.get('chunking')}, not "
+            f"{wanted['settings']} on {chunking}. Keep the stored settings, or drop the "
+            f"columns first (Table.of(DATA).newest().drop_columns({COLUMNS})).")
+    if not todo:
+        return Comparison(SemanticColumns(0, {}, {}, None), stats)
+    inputs = [keys.CHUNK_EMBEDDINGS] + (["lang"] if settings.languages else [])
+    lacking = {f.fragment_id for c in inputs for f in fragments_missing(
+        ds, [c], among=[f.fragment_id for f in todo])}
+    ready = [f.fragment_id for f in todo if f.fragment_id not in lacking]
+    if lacking and ready and min(lacking) > max(ready):
+        # rows ingested after `chunk_embeddings` (or `detected_language`) ran: they wait,
+        # for the next run (a row is compared with every earlier one: none may be skipped)
+        log(f"semantic_dup: fragments {sorted(lacking)} have no `chunk_embeddings` or "
+            "`lang` yet; they wait for the next run")
+        todo = [f for f in todo if f.fragment_id not in lacking]
+    elif lacking:
+        raise MissingChunkEmbeddingsError(
+            f"{table.uri}: fragments {sorted(lacking)} have no `chunk_embeddings` (or `lang`) "
+            "yet; materialize `chunk_embeddings` and `detected_language` first, then "
+            "semantic_dup")
+    if stored != wanted and not written:
+        table.set_config(keys.SEMANTIC_DUP_KEY, wanted, log=log)
+    if where == "ray":
+        executors.ensure_ray(log)
+    tasks = executors.Tasks(where == "ray")
+    store = side_store(table)
+    t0 = time.perf_counter()
+    todo_ids = [f.fragment_id for f in todo]
+    done = [f for f in ds.get_fragments() if f.fragment_id not in set(todo_ids)]
+    state = store.load_state() if written else None
+    state, stats.caught_up = catch_up(table, ds, store, state, done if written else [], log)
+    stats.earlier_rows = 0 if state is None else int(state["rows"])
+
+    scan = tasks.put(Scan(table, ds.version, tuple(settings.to_dict()["languages"])))
+    new_out = {f: tasks(read_new, scan, f, returns=2) for f in todo_ids}
+    spans = dict(zip(todo_ids, tasks.get([o[0] for o in new_out.values()])))
+    payloads = {f: o[1] for f, o in new_out.items()}
+    stats.documents = int(sum(s[3] for s in spans.values()))
+    stats.not_computed = int(sum(s[4] for s in spans.values()))
+    stats.other_languages = int(sum(s[5] for s in spans.values()))
+    last_new = max((int(s[1]) for s in spans.values() if s[2]), default=-1)
+    stats.read_s = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    homes: dict = {}
+    drift = np.zeros(2)
+    if state is not None:
+        c_ref = tasks.put(store.centroids(state))
+        assigned = {f: tasks(assign, c_ref, settings.probes, int(state["trained_through"]),
+                             p, returns=2) for f, p in payloads.items()}
+        homes = {f: a[0] for f, a in assigned.items()}
+        drift = np.sum(tasks.get([a[1] for a in assigned.values()]) or [np.zeros(2)], axis=0)
+    reason = retrain_reason(state, stats.documents, float(drift[0]), float(drift[1]),
+                            settings)
+    if reason:
+        state = retrain(store, state, payloads, stats.documents, last_new, settings, tasks,
+                        parts, reason, log)
+        stats.trained, stats.retrained = True, reason
+        c_ref = tasks.put(store.centroids(state))
+        assigned = {f: tasks(assign, c_ref, settings.probes, int(state["trained_through"]),
+                             p, returns=2) for f, p in payloads.items()}
+        homes = {f: a[0] for f, a in assigned.items()}
+        drift = np.sum(tasks.get([a[1] for a in assigned.values()]) or [np.zeros(2)], axis=0)
+    stats.train_s = time.perf_counter() - t1
+    stats.clusters = int(state["clusters"])
+
+    t2 = time.perf_counter()
+    frags = list(payloads)
+    batch = tasks(gather, len(frags), *[payloads[f] for f in frags],
+                  *[homes[f] for f in frags])[0]
+    state_ref = tasks.put(state)
+    groups = cut(stats.clusters, parts)
+    stats.groups = len(groups)
+    compared, counts = [], np.zeros(2, np.int64)
+    with progress(total=len(groups), desc="semantic_dup: compare", unit="group",
+                  log=log) as bar:
+        for lo, hi in groups:  # locally each call runs here and now; Ray tasks start
+            compared.append(tasks(compare_group, store, state_ref, lo, hi, batch,
+                                  returns=2))
+            if not tasks.ray:
+                counts += compared[-1][1]
+                bar.update(1)
+        for c in compared if tasks.ray else ():
+            counts += tasks.get([c[1]])[0]
+            bar.update(1)
+    stats.side_rows_read, stats.pairs_compared = int(counts[0]), int(counts[1])
+    resolved = tasks(resolve, settings.threshold, *[c[0] for c in compared])[0]
+    flags = tasks.get(tasks(_tally, resolved))[0]
+    stats.flagged, stats.flagged_against_earlier_runs = int(flags[0]), int(flags[1])
+    stats.compare_s = time.perf_counter() - t2
+    log(f"semantic_dup: {stats.documents} rows against {stats.earlier_rows} earlier ones in "
+        f"{stats.clusters} cluster(s), {settings.probes} probed each: {stats.flagged} "
+        f"flagged; {stats.other_languages} in other languages, {stats.not_computed} without "
+        "chunks")
+    return Comparison(SemanticColumns(int(state["first_cluster"]), payloads, homes, resolved),
+                      stats, lacking, Appending(tasks, store, state, state_ref, groups, frags,
+                                                payloads, homes, spans, resolved, drift, batch))
+
+
+def append_and_elect(run: Run, comparison: Comparison) -> int:
+    """After the write: the committed rows appended to the side store (after the commit, so it
+    never holds a row the table does not; a run killed before is caught up by the next), then
+    groups whose kept member was deleted keep their smallest live id."""
+    if comparison.appending is not None:
+        try:
+            _append(run, comparison.appending)
+        except Exception as exc:
+            _raise_task_failure(run.table, exc)
+            raise
+    comparison.stats.kept_after_deletes = elect(run.table, flag=SEMANTIC_DUP.name,
+                                                cluster=SEMANTIC_REP.name,
+                                                rows_end=run.rows_end, log=run.log)
+    return comparison.stats.kept_after_deletes
+
+
+def _append(run: Run, a: Appending) -> None:
+    tasks, store, state, state_ref, groups, resolved = (a.tasks, a.store, a.state, a.state_ref,
+                                                        a.groups, a.resolved)
+    frags, payloads, homes, spans, drift = a.frags, a.payloads, a.homes, a.spans, a.drift
+    report = run.reports[STEP]
+    # the store: the committed rows appended (after the commit: it never holds a row the
+    # table does not; a run killed before this line is caught up by the next)
+    committed = [f for f in frags if f in set(report.fragments_written)]
+    if committed != frags:
+        batch = tasks(gather, len(committed), *[payloads[f] for f in committed],
+                      *[homes[f] for f in committed])[0]
+    else:
+        batch = a.batch
+    appended = [tasks(store_group, store, state_ref, lo, hi, batch, resolved, returns=2)
+                for lo, hi in groups]
+    segments, added = dict(state["segments"]), np.zeros(2, np.int64)
+    for got in tasks.get([out[0] for out in appended]):
+        segments.update(got)
+    added += np.sum(tasks.get([out[1] for out in appended]) or [np.zeros(2, np.int64)], axis=0)
+    last_new = max((int(spans[f][1]) for f in committed if spans[f][2]), default=-1)
+    after = {**state, "segments": segments,
+             "rows": int(state["rows"]) + int(added[0]),
+             "flagged": int(state["flagged"]) + int(added[1]),
+             "since_rows": int(state["since_rows"]) + int(drift[0]),
+             "since_distance": float(state["since_distance"]) + float(drift[1]),
+             "ids_through": max(int(state["ids_through"]), last_new)}
+    store.save_state(after)
+    store.remove_replaced(state, after)
+
+
+def _raise_task_failure(table: Table, exc: BaseException) -> None:
+    """A Ray task's failure as one error that names the cause and the fix."""
+    cause = getattr(exc, "cause", None)
+    if type(exc).__module__.startswith("ray") and isinstance(cause, BaseException):
+        raise RuntimeError(f"semantic_dup of {table.uri}: a task failed "
+                           f"({type(cause).__name__}: {cause}); run again (committed "
+                           "fragments are kept).") from exc
+
+
 def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDupSettings(),  # noqa: B008 - frozen
                  *, fragments_per_commit: int | None = None, executor: str | None = None,
                  partitions: int = 0, log: Callable[[str], None] = print
@@ -643,182 +890,10 @@ def semantic_dup(table: Table | str, settings: SemanticDupSettings = SemanticDup
     them, each row against the earlier rows of its probed clusters. ``partitions``: groups of
     clusters, one task each (0: one per CPU of the Ray cluster under ``executor: ray``,
     ``LOCAL_GROUPS`` locally); the columns do not depend on it."""
-    table = Table.of(table)
-    where = executors.executor_name(executor)
-    parts = executors.resolve_partitions(partitions, where, "semantic_dup partitions") \
-        if partitions or where == "ray" else LOCAL_GROUPS
-
-    def run(ds: lance.LanceDataset) -> tuple[ColumnWriteReport | None, SemanticDupStats]:
-        stats = SemanticDupStats(groups=parts)
-        if keys.CHUNK_EMBEDDINGS not in ds.schema.names:
-            raise MissingChunkEmbeddingsError(
-                f"{table.uri} has no `chunk_embeddings` column: materialize `chunk_embeddings` "
-                "first (semantic_dup compares the mean of each row's chunk vectors)")
-        if settings.languages and "lang" not in ds.schema.names:
-            raise MissingLanguageError(
-                f"{table.uri} has no `lang` column, and semantic_dup compares only rows in "
-                f"{settings.to_dict()['languages']}: materialize `detected_language` first, or "
-                "set languages: [] to compare every row")
-        chunking = get_json_config(ds, keys.CHUNK_EMBEDDING_KEY)
-        stored = get_json_config(ds, keys.SEMANTIC_DUP_KEY)
-        have = all(c in ds.schema.names for c in COLUMNS)
-        if not have and any(c in ds.schema.names for c in COLUMNS):
-            raise SettingsMismatchError(
-                f"{table.uri}: semantic-duplicate columns from an earlier version of semantic_dup "
-                f"(without `semantic_vector`); drop them first "
-                f"(Table.of(DATA).newest().drop_columns({[c for c in COLUMNS if c in ds.schema.names]})) "
-                "to compute them again.")
-        todo = fragments_missing(ds, COLUMNS) if have else ds.get_fragments()
-        written = have and len(todo) < len(ds.get_fragments())
-        wanted = {"settings": settings.to_dict(), "chunking": chunking, "vector": VECTOR}
-        if written and (stored is None or "vector" not in stored):
-            raise SettingsMismatchError(
-                f"{table.uri}: semantic-duplicate columns are written but the table's config has "
-                f"no record of how ({keys.SEMANTIC_DUP_KEY}); drop the columns first "
-                f"(Table.of(DATA).newest().drop_columns({COLUMNS})) to compute them again.")
-        if written and (stored["settings"] != wanted["settings"] or
-                        stored.get("chunking") != chunking):
-            raise SettingsMismatchError(
-                f"{table.uri}: semantic-duplicate columns were written with "
-                f"{stored['settings']} on chunking {stored.get('chunking')}, not "
-                f"{wanted['settings']} on {chunking}. Keep the stored settings, or drop the "
-                f"columns first (Table.of(DATA).newest().drop_columns({COLUMNS})).")
-        if not todo:
-            return write_columns(table, FIELDS, SemanticColumns(0, {}, {}, None), pinned=ds,
-                                 fragments_per_commit=fragments_per_commit, executor=where,
-                                 log=log), stats
-        inputs = [keys.CHUNK_EMBEDDINGS] + (["lang"] if settings.languages else [])
-        lacking = {f.fragment_id for c in inputs for f in fragments_missing(
-            ds, [c], among=[f.fragment_id for f in todo])}
-        ready = [f.fragment_id for f in todo if f.fragment_id not in lacking]
-        if lacking and ready and min(lacking) > max(ready):
-            # rows ingested after `chunk_embeddings` (or `detected_language`) ran: they wait,
-            # for the next run (a row is compared with every earlier one: none may be skipped)
-            log(f"semantic_dup: fragments {sorted(lacking)} have no `chunk_embeddings` or "
-                "`lang` yet; they wait for the next run")
-            todo = [f for f in todo if f.fragment_id not in lacking]
-        elif lacking:
-            raise MissingChunkEmbeddingsError(
-                f"{table.uri}: fragments {sorted(lacking)} have no `chunk_embeddings` (or `lang`) "
-                "yet; materialize `chunk_embeddings` and `detected_language` first, then "
-                "semantic_dup")
-        if stored != wanted and not written:
-            table.set_config(keys.SEMANTIC_DUP_KEY, wanted, log=log)
-        if where == "ray":
-            executors.ensure_ray(log)
-        tasks = executors.Tasks(where == "ray")
-        store = side_store(table)
-        t0 = time.perf_counter()
-        todo_ids = [f.fragment_id for f in todo]
-        done = [f for f in ds.get_fragments() if f.fragment_id not in set(todo_ids)]
-        state = store.load_state() if written else None
-        state, stats.caught_up = catch_up(table, ds, store, state, done if written else [], log)
-        stats.earlier_rows = 0 if state is None else int(state["rows"])
-
-        scan = tasks.put(Scan(table, ds.version, tuple(settings.to_dict()["languages"])))
-        new_out = {f: tasks(read_new, scan, f, returns=2) for f in todo_ids}
-        spans = dict(zip(todo_ids, tasks.get([o[0] for o in new_out.values()])))
-        payloads = {f: o[1] for f, o in new_out.items()}
-        stats.documents = int(sum(s[3] for s in spans.values()))
-        stats.not_computed = int(sum(s[4] for s in spans.values()))
-        stats.other_languages = int(sum(s[5] for s in spans.values()))
-        last_new = max((int(s[1]) for s in spans.values() if s[2]), default=-1)
-        stats.read_s = time.perf_counter() - t0
-
-        t1 = time.perf_counter()
-        homes: dict = {}
-        drift = np.zeros(2)
-        if state is not None:
-            c_ref = tasks.put(store.centroids(state))
-            assigned = {f: tasks(assign, c_ref, settings.probes, int(state["trained_through"]),
-                                 p, returns=2) for f, p in payloads.items()}
-            homes = {f: a[0] for f, a in assigned.items()}
-            drift = np.sum(tasks.get([a[1] for a in assigned.values()]) or [np.zeros(2)], axis=0)
-        reason = retrain_reason(state, stats.documents, float(drift[0]), float(drift[1]),
-                                settings)
-        if reason:
-            state = retrain(store, state, payloads, stats.documents, last_new, settings, tasks,
-                            parts, reason, log)
-            stats.trained, stats.retrained = True, reason
-            c_ref = tasks.put(store.centroids(state))
-            assigned = {f: tasks(assign, c_ref, settings.probes, int(state["trained_through"]),
-                                 p, returns=2) for f, p in payloads.items()}
-            homes = {f: a[0] for f, a in assigned.items()}
-            drift = np.sum(tasks.get([a[1] for a in assigned.values()]) or [np.zeros(2)], axis=0)
-        stats.train_s = time.perf_counter() - t1
-        stats.clusters = int(state["clusters"])
-
-        t2 = time.perf_counter()
-        frags = list(payloads)
-        batch = tasks(gather, len(frags), *[payloads[f] for f in frags],
-                      *[homes[f] for f in frags])[0]
-        state_ref = tasks.put(state)
-        groups = cut(stats.clusters, parts)
-        stats.groups = len(groups)
-        compared, counts = [], np.zeros(2, np.int64)
-        with progress(total=len(groups), desc="semantic_dup: compare", unit="group",
-                      log=log) as bar:
-            for lo, hi in groups:  # locally each call runs here and now; Ray tasks start
-                compared.append(tasks(compare_group, store, state_ref, lo, hi, batch,
-                                      returns=2))
-                if not tasks.ray:
-                    counts += compared[-1][1]
-                    bar.update(1)
-            for c in compared if tasks.ray else ():
-                counts += tasks.get([c[1]])[0]
-                bar.update(1)
-        stats.side_rows_read, stats.pairs_compared = int(counts[0]), int(counts[1])
-        resolved = tasks(resolve, settings.threshold, *[c[0] for c in compared])[0]
-        flags = tasks.get(tasks(_tally, resolved))[0]
-        stats.flagged, stats.flagged_against_earlier_runs = int(flags[0]), int(flags[1])
-        stats.compare_s = time.perf_counter() - t2
-        log(f"semantic_dup: {stats.documents} rows against {stats.earlier_rows} earlier ones in "
-            f"{stats.clusters} cluster(s), {settings.probes} probed each: {stats.flagged} "
-            f"flagged; {stats.other_languages} in other languages, {stats.not_computed} without "
-            "chunks")
-        report = write_columns(table, FIELDS, SemanticColumns(int(state["first_cluster"]),
-                                                              payloads, homes, resolved),
-                               pinned=ds, fragments_per_commit=fragments_per_commit,
-                               executor=where, log=log, waiting=lacking)
-        # the store: the committed rows appended (after the commit: it never holds a row the
-        # table does not; a run killed before this line is caught up by the next)
-        committed = [f for f in frags if f in set(report.fragments_written)]
-        if committed != frags:
-            batch = tasks(gather, len(committed), *[payloads[f] for f in committed],
-                          *[homes[f] for f in committed])[0]
-        appended = [tasks(store_group, store, state_ref, lo, hi, batch, resolved, returns=2)
-                    for lo, hi in groups]
-        segments, added = dict(state["segments"]), np.zeros(2, np.int64)
-        for got in tasks.get([a[0] for a in appended]):
-            segments.update(got)
-        added += np.sum(tasks.get([a[1] for a in appended]) or [np.zeros(2, np.int64)], axis=0)
-        last_new = max((int(spans[f][1]) for f in committed if spans[f][2]), default=-1)
-        after = {**state, "segments": segments,
-                 "rows": int(state["rows"]) + int(added[0]),
-                 "flagged": int(state["flagged"]) + int(added[1]),
-                 "since_rows": int(state["since_rows"]) + int(drift[0]),
-                 "since_distance": float(state["since_distance"]) + float(drift[1]),
-                 "ids_through": max(int(state["ids_through"]), last_new)}
-        store.save_state(after)
-        store.remove_replaced(state, after)
-        return report, stats
-
-    def run_and_elect(ds: lance.LanceDataset):
-        report, stats = run(ds)
-        stats.kept_after_deletes = elect(table, flag=SEMANTIC_DUP.name,
-                                         cluster=SEMANTIC_REP.name,
-                                         rows_end=pinned_rows_end(table, ds), log=log)
-        return report, stats
-
-    try:
-        return table.pinned(run_and_elect, what="semantic_dup", log=log)
-    except Exception as exc:
-        cause = getattr(exc, "cause", None)
-        if type(exc).__module__.startswith("ray") and isinstance(cause, BaseException):
-            raise RuntimeError(f"semantic_dup of {table.uri}: a task failed "
-                               f"({type(cause).__name__}: {cause}); run again (committed "
-                               "fragments are kept).") from exc
-        raise
+    done = produce(PRODUCER, table, SemanticDupRun(**asdict(settings), partitions=partitions),
+                   executor=executor, fragments_per_commit=fragments_per_commit, log=log,
+                   summarize=False)
+    return done.write, done.run.states[STEP].stats
 
 
 def _tally(resolved: Resolved) -> np.ndarray:
@@ -842,12 +917,17 @@ def compare_batch(ids: np.ndarray, unit: np.ndarray, cluster: np.ndarray,
     return r.dup[order], r.rep[order], r.cos[order]
 
 
-def write(table: Table, settings: SemanticDupSettings, options: WriteOptions) -> Produced:
-    report, stats = semantic_dup(table, settings, fragments_per_commit=options.fragments_per_commit,
-                                 executor=options.executor, log=options.log)
-    state = side_store(table).load_state() or {}
+STEP = "semantic_dup"
+STEPS = (Step(fields=FIELDS, name=STEP, state=compare,
+              compute=lambda settings, state: state.compute,
+              waiting=lambda state: state.lacking, after=append_and_elect),)
+
+
+def summary(run: Run) -> dict:
+    stats: SemanticDupStats = run.states[STEP].stats
+    state = side_store(run.table).load_state() or {}
     rows, flagged = int(state.get("rows", 0)), int(state.get("flagged", 0))
-    return Produced(write=report, summary={
+    return {
         "new_rows_flagged": stats.flagged,
         "new_rows_flagged_against_earlier_runs": stats.flagged_against_earlier_runs,
         "not_computed": stats.not_computed,
@@ -861,8 +941,8 @@ def write(table: Table, settings: SemanticDupSettings, options: WriteOptions) ->
         "pairs_compared": stats.pairs_compared,
         "compare_us_per_doc": round(stats.compare_s / stats.documents * 1e6, 1)
         if stats.documents else 0.0,
-        "settings": Json(settings.to_dict()),
-    })
+        "settings": Json(base_settings(run.settings).to_dict()),
+    }
 
 
 PRODUCER = ColumnProducer(
@@ -875,7 +955,8 @@ PRODUCER = ColumnProducer(
         "clusters has cosine >= threshold with it. Rows outside `languages` (default English) "
         "are not compared. Finds rewordings MinHash misses. New rows are compared against old "
         "ones; old values are never rewritten. Opt-in rule: `NOT semantic_dup`.",
-    fields=FIELDS, descriptions=DESCRIPTIONS, write=write, settings=SemanticDupSettings,
+    fields=FIELDS, descriptions=DESCRIPTIONS, steps=STEPS, summary=summary,
+    settings=SemanticDupSettings,
     deps=("raw_text", "chunk_embeddings", "detected_language"), kinds=("lance", "numpy"),
     input_errors=(SettingsMismatchError, MissingLanguageError), version="2",
     reads={c: [("chunk_embeddings", keys.CHUNK_EMBEDDINGS), ("detected_language", "lang"),

@@ -25,8 +25,6 @@ calls ``write_columns`` itself.
   any write (``state(run)``: the detector ``detected_language`` records, the head
   ``quality_score`` trains). A state may return :class:`Skip` to write nothing (no labels to
   learn from): the run reports why;
-- ``write(table, settings, options) -> Produced``: the older whole-write form, left only for
-  ``semantic_dup`` until it declares its steps (a test keeps that list from growing);
 - ``settings``: a frozen dataclass of its knobs (``setting(default, help)``), which becomes the
   asset's run config next to the knobs every column asset has (executor, fragments per commit);
 - ``summary(run)``: extra numbers for the materialization (plain values, ``Markdown``, ``Json``,
@@ -104,17 +102,6 @@ def setting(default: Any = MISSING, help: str = "", *, default_factory: Any = MI
 @dataclass(frozen=True)
 class NoSettings:
     """A producer without knobs of its own."""
-
-
-@dataclass(frozen=True)
-class WriteOptions:
-    """How to write, the same for every producer: where per-fragment work runs (``local`` or
-    ``ray``), how many fragments per commit (None: batched by time), and where progress goes.
-    (What a ``write=`` producer gets.)"""
-
-    executor: str | None = None
-    fragments_per_commit: int | None = None
-    log: Log = print
 
 
 @dataclass(frozen=True)
@@ -250,7 +237,6 @@ class ColumnProducer:
     compute: Callable[[Any, Any], ComputeFn] | None = None
     steps: Sequence[Step] | Callable[[Run], Sequence[Step]] | None = None
     state: Callable[[Run], Any] | None = None
-    write: Callable[[Table, Any, WriteOptions], Produced] | None = None
     summary: Callable[[Run], dict] | None = None
     reported: Callable[[Run], Reported] | None = None
     overall: Callable[[Run], ColumnWriteReport] | None = None
@@ -275,13 +261,10 @@ class ColumnProducer:
         if not NAME_RE.match(self.name) or keyword.iskeyword(self.name):
             raise ValueError(f"{where}: the name must be a lowercase identifier (it is the "
                              "asset's key and its file's name)")
-        if sum(x is not None for x in (self.compute, self.steps, self.write)) != 1:
+        if (self.compute is None) == (self.steps is None):
             raise ValueError(f"{where}: declare exactly one of compute= (one group per "
                              "fragment) and steps= (groups written in order on one pinned "
                              "version)")
-        if self.state is not None and self.write is not None:
-            raise ValueError(f"{where}: state= feeds compute= or steps=; a write= producer "
-                             "builds its own")
         if isinstance(self.steps, Sequence) and not (
                 self.steps and all(isinstance(s, Step) for s in self.steps)):
             raise ValueError(f"{where}: steps= is a non-empty tuple of Step (or a function of "
@@ -339,10 +322,6 @@ def produce(producer: ColumnProducer, table: Table | str, settings: Any = None, 
     if fragments_per_commit is None:
         fragments_per_commit = producer.fragments_per_commit
     table.newest()  # a clear error when raw_text has not run yet
-    if producer.write is not None:
-        options = WriteOptions(executor=executor, fragments_per_commit=fragments_per_commit,
-                               log=log)
-        return producer.write(table, settings, options)
     started = time.perf_counter()
 
     def run_on(ds: lance.LanceDataset) -> Run:
