@@ -234,8 +234,8 @@ def first_line(root: Path, i: int) -> str:
 # ---------------------------------------------------------------------------- growth
 
 def growth(work: Path, sizes: list[int], new: int, topics: int, repeats: int) -> None:
+    from benchmarks.semantic_tables import add_rows, grown_table
     from lance_assets.curation import semantic_dup as sd
-    from lance_assets.testing.semantic_tables import add_rows, grown_table
 
     settings = sd.SemanticDupSettings()
     print(f"\n## Cost per new document: {new:,}-row increments, {topics} topics, "

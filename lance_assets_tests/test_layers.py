@@ -516,9 +516,8 @@ def test_the_private_api_checks_catch_every_spelling(tmp_path):
 CONTRACT_VERBS = {"write_columns", "pinned"}
 """What only ``table/`` calls: ``write_columns(...)`` and ``<table>.pinned(...)``. A producer
 declares ``compute`` or ``steps`` (``table/producer.py``) and ``produce`` pins and writes."""
-CONTRACT_EXEMPT = ("lance_assets.table", "lance_assets.ingest", "lance_assets.testing")
-"""The table layer itself, ingest (it appends rows, it writes no column), and the testing
-fixtures that build a table's columns directly (as a past run would have left them)."""
+CONTRACT_EXEMPT = ("lance_assets.table", "lance_assets.ingest")
+"""The table layer itself, and ingest (it appends rows, it writes no column)."""
 OWN_WRITES: set[str] = set()
 """Producers that still pin and write themselves (``write=``). The list may only shrink: a new
 one fails, and so does an entry that follows the contract now."""
