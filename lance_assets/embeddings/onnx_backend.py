@@ -7,13 +7,13 @@ model, so queries are embedded the way the column was):
 - ``torch``: sentence-transformers in PyTorch float32, the reference; the backend on a GPU.
 - ``torch-bf16``: the same model in PyTorch bfloat16, one batch shape for every pass
   (``torch_bf16.py``). About four times the chunks per CPU-second of ``torch`` on a CPU with
-  bfloat16 matrix units (AMX), with a median cosine of 0.99996 to ``torch``; 1.86 times on
+  bfloat16 matrix units (AMX), with a median cosine of 0.99996 to ``torch``; about 2 times on
   AVX-512 BF16 without AMX.
 - ``onnx-fp32``: the same graph exported to ONNX and fused by ONNX Runtime's transformer
   optimizer (attention, GELU, layer norms); float32, the same vectors to a cosine of 1.0000.
 - ``onnx-int8``: that graph with its weights quantized to int8 per channel (dynamic
-  quantization: activations are quantized per batch at run time). 2.46 to 2.6 times the chunks
-  per CPU-second of ``torch`` on the 2-core machines measured (AMD EPYC, Intel Xeon), with a
+  quantization: activations are quantized per batch at run time). 3.3 times the chunks per
+  CPU-second of ``torch`` on a 2-core AMD EPYC (2.6 on a Xeon before ``NOT_FUSED``), with a
   median cosine of 0.994 to the float32 vectors (``docs/benchmarks.md``, "Embedding
   backends"); the CPU backend where there are no AMX units.
 - ``auto`` (the default): the backend the column was written with when it holds vectors,

@@ -4,7 +4,7 @@ On a CPU with bfloat16 matrix units (Intel AMX; ``native_bf16``), oneDNN runs th
 products in bfloat16 with float32 accumulation: on an AMX Xeon (2 cores) the model in bfloat16
 embedded about four times the chunks per CPU-second of float32 PyTorch, with a median cosine of
 0.99996 to the float32 vectors, where ONNX Runtime's int8 graph gave 2.6x at 0.994. On AVX-512
-BF16 without AMX (AMD Zen 4) it gives 1.86x against int8's 2.46x (``docs/benchmarks.md``,
+BF16 without AMX (AMD Zen 4) it gives about 2x against int8's 3.3x (``docs/benchmarks.md``,
 "Embedding backends"). ``auto`` picks it on AMX CPUs only; elsewhere ``onnx-int8``.
 
 **A vector is a function of its text.** oneDNN chooses its kernels by the shapes of a product, and
@@ -30,8 +30,8 @@ BATCH = 32
 def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this CPU has bfloat16 matrix units, AMX (Linux: the flags in /proc/cpuinfo).
 
-    AVX-512 BF16 alone (AMD Zen 4, say) is not enough: there bfloat16 measured 1.86 times
-    PyTorch float32's chunks per CPU-second against 2.46 for ``onnx-int8`` (docs/benchmarks.md),
+    AVX-512 BF16 alone (AMD Zen 4, say) is not enough: there bfloat16 measured about 2 times
+    PyTorch float32's chunks per CPU-second against 3.3 for ``onnx-int8`` (docs/benchmarks.md),
     so ``auto`` keeps int8 on such CPUs."""
     try:
         with open(cpuinfo, encoding="ascii", errors="replace") as f:
