@@ -14,7 +14,8 @@ vectors blurs topics. The whole document's meaning lives in ``chunk_embeddings``
 PyTorch bfloat16 where the CPU has AMX bfloat16 units (``torch_bf16.py``: about four times
 the documents per CPU-second of float32, a median cosine of 0.99996 to its vectors), else ONNX
 Runtime int8 (3.3 times on an AMD EPYC, 0.994); ``torch`` and ``onnx-fp32`` on request. The
-backend is recorded with the model: one column holds one backend's vectors, and a table keeps its backend under ``auto``.
+backend is recorded with the model: one column holds one backend's vectors, and a table keeps
+its backend under ``auto``.
 
 Written per fragment with ``write_columns`` (a ``DataReplacement`` commit per group of fragments,
 resumable after a kill); texts are sorted by length inside each fragment so batches carry little
