@@ -47,6 +47,8 @@ from lance_assets.embeddings.embeddings import (
     MODEL_PACKAGE,
     EmbeddingMismatchError,
     EmbeddingSpec,
+    ModelPlan,
+    Swept,
     offline,
     resolve_backend,
     shared_embedder,
@@ -293,18 +295,7 @@ def has_chunk_data(ds: lance.LanceDataset) -> bool:
         fragments_missing(ds, [CHUNK_EMBEDDINGS.name])) < len(ds.get_fragments())
 
 
-@dataclass
-class ChunkPlan:
-    """The step's state: the compute, the chunking the column will hold, where the model runs."""
-
-    compute: ChunkFragment
-    spec: dict
-    on_ray: bool
-    todo: int = 0  # fragments lacking the column on the pinned version
-    device: str = ""
-    model_load_s: float = 0.0
-    write_started: float = 0.0
-    wall_s: float = 0.0
+ChunkPlan = ModelPlan
 
 
 def plan_chunks(run: Run) -> ChunkPlan:
@@ -358,11 +349,7 @@ def plan_chunks(run: Run) -> ChunkPlan:
     return plan
 
 
-def swept(run: Run, plan: ChunkPlan) -> None:
-    """After the write: the written fragments' saved ranges are removed."""
-    plan.wall_s = time.perf_counter() - plan.write_started
-    if plan.todo:
-        sweep(run.table, CHUNK_EMBEDDINGS.name, plan.spec)
+swept = Swept(CHUNK_EMBEDDINGS.name)
 
 
 def chunks_report(run: Run) -> ChunkEmbeddingsReport:

@@ -29,7 +29,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import lance
 import numpy as np
@@ -184,10 +184,11 @@ class EmbeddingsReport(ColumnWriteReport):
 
 
 @dataclass
-class EmbedPlan:
-    """The step's state: the compute, what the column will hold, and where the model runs."""
+class ModelPlan:
+    """The state of a model's step (``embedding``, ``chunk_embeddings``): the compute, what the
+    column will hold, and where the model runs."""
 
-    compute: EmbedFragment
+    compute: Any
     spec: dict
     on_ray: bool
     todo: int = 0  # fragments lacking the column on the pinned version
@@ -195,6 +196,9 @@ class EmbedPlan:
     model_load_s: float = 0.0
     write_started: float = 0.0
     wall_s: float = 0.0
+
+
+EmbedPlan = ModelPlan
 
 
 def plan_embedding(run: Run) -> EmbedPlan:
@@ -244,11 +248,20 @@ def plan_embedding(run: Run) -> EmbedPlan:
     return plan
 
 
-def swept(run: Run, plan: EmbedPlan) -> None:
-    """After the write: the written fragments' saved ranges are removed."""
-    plan.wall_s = time.perf_counter() - plan.write_started
-    if plan.todo:
-        sweep(run.table, EMBEDDING.name, plan.spec)
+@dataclass(frozen=True)
+class Swept:
+    """A model step's ``after`` hook: the written fragments' saved ranges of ``column`` are
+    removed, and the write's wall time is kept."""
+
+    column: str
+
+    def __call__(self, run: Run, plan: ModelPlan) -> None:
+        plan.wall_s = time.perf_counter() - plan.write_started
+        if plan.todo:
+            sweep(run.table, self.column, plan.spec)
+
+
+swept = Swept(EMBEDDING.name)
 
 
 def embeddings_report(run: Run) -> EmbeddingsReport:
