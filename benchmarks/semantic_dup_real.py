@@ -34,7 +34,6 @@ CPU seconds of this process (every thread) per new row, the median of ``--repeat
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -48,7 +47,7 @@ from pathlib import Path
 import lance
 import numpy as np
 
-from benchmarks.tokenize_bench import MAX_DOC_BYTES, local_text_files
+from benchmarks.tokenize_bench import local_texts
 from lance_assets import keys, paths
 from lance_assets.testing.semantic_planted import reworded
 
@@ -66,13 +65,8 @@ def real_documents(limit: int) -> tuple[list[str], list[bool]]:
     """Up to ``limit`` distinct local text files (gzip ones decompressed), in a fixed order, and
     whether each is documentation (not Python source)."""
     texts, prose, seen = [], [], set()
-    for path in local_text_files():
-        try:
-            raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-            text = raw.decode("utf-8")
-        except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile):
-            continue
-        if not text.strip() or len(raw) > MAX_DOC_BYTES or text in seen:
+    for path, _raw, text in local_texts():
+        if text in seen:
             continue
         seen.add(text)
         texts.append(text[:MAX_CHARS])

@@ -57,17 +57,23 @@ def local_text_files() -> list[Path]:
     return files
 
 
-def build_corpus(out: Path, target_bytes: int) -> tuple[Path, int, int]:
-    """A parquet file of local texts totalling at least ``target_bytes`` UTF-8 bytes."""
-    texts, total = [], 0
+def local_texts():
+    """``(path, raw bytes, text)`` of every readable local text file (gzip ones decompressed)
+    that is not empty and at most ``MAX_DOC_BYTES``, in ``local_text_files``' order."""
     for path in local_text_files():
         try:
             raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
             text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile):
             continue
-        if not text.strip() or len(raw) > MAX_DOC_BYTES:
-            continue
+        if text.strip() and len(raw) <= MAX_DOC_BYTES:
+            yield path, raw, text
+
+
+def build_corpus(out: Path, target_bytes: int) -> tuple[Path, int, int]:
+    """A parquet file of local texts totalling at least ``target_bytes`` UTF-8 bytes."""
+    texts, total = [], 0
+    for _path, raw, text in local_texts():
         texts.append(text)
         total += len(raw)
         if total >= target_bytes:
