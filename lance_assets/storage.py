@@ -186,6 +186,31 @@ def read_bytes(path: Location | str) -> bytes:
     return location(path).read_bytes()
 
 
+def read_ranges(path: Location | str, ranges: list[tuple[int, int]],
+                into: list[memoryview | None] | None = None) -> list[bytes | memoryview]:
+    """The bytes ``[start, end)`` of each range of one file (local: ``pread``; object storage:
+    fsspec's ranged reads). A range past the end of the file comes back short. ``into``: a
+    buffer per range (or None) to read it into, returned as the view of what was read."""
+    where = path if isinstance(path, str) and not is_object_store(path) else location(path)
+    into = into or [None] * len(ranges)
+    if is_object_store(where):
+        got = where.fs.cat_ranges([where.path] * len(ranges), [a for a, _ in ranges],
+                                  [b for _, b in ranges])
+        out: list[bytes | memoryview] = []
+        for data, buf in zip(got, into):
+            if buf is not None:
+                buf[:len(data)] = data
+                data = buf[:len(data)]
+            out.append(data)
+        return out
+    fd = os.open(os.fspath(where), os.O_RDONLY)
+    try:
+        return [os.pread(fd, b - a, a) if buf is None else buf[:os.preadv(fd, [buf[:b - a]], a)]
+                for (a, b), buf in zip(ranges, into)]
+    finally:
+        os.close(fd)
+
+
 def append_text(path: Location | str, text: str) -> None:
     """Append ``text`` to a small log file (training metrics). Local: an ``a``-mode write.
     Object storage has no append: the file is read and written back whole with one PUT, so a

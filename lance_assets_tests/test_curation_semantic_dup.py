@@ -165,6 +165,28 @@ def test_blocked_comparison_equals_brute_force(monkeypatch):
     assert dup.sum() > 5
 
 
+def test_the_integer_product_is_exact_and_equals_the_float_one_to_the_bit(monkeypatch):
+    """The store's cosines come from an int8 product (ONNX Runtime's MatMulInteger) where it is
+    exact, else from float32 BLAS: on extreme vectors (where a kernel summing pairs into 16 bits
+    saturates) and random ones, both give the exact dot products, so the same float32 bits."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([np.full((3, 384), 127, np.int8), np.full((3, 384), -127, np.int8),
+                        rng.integers(-127, 128, (40, 384)).astype(np.int8)])
+    x[1, 1::2] = -127
+    y = np.concatenate([x[::-1], rng.integers(-127, 128, (30, 384)).astype(np.int8)])
+    xi, yi = sc.inv_norms(x), sc.inv_norms(y)
+    exact = (x.astype(np.int64) @ y.T.astype(np.int64)).astype(np.float32)
+    expected = exact * xi[:, None]
+    expected *= yi[None, :]
+    got = sc.cosines(x, xi, y.T, yi)
+    assert sc.kernel() == "int8 MatMulInteger"  # the fast path on the test machines
+    assert got.dtype == np.float32 and np.array_equal(got, expected)
+    assert np.isclose(got[0, 0 + len(x) - 1], 1.0)  # two equal vectors: cosine 1 (x[0] = y[-1])
+    monkeypatch.setattr(sc, "_integer_product", lambda: None)
+    assert sc.kernel() == "float32 BLAS"
+    assert np.array_equal(sc.cosines(x, xi, y.T, yi), expected)
+
+
 def test_rows_without_chunks_get_nulls_and_are_counted(tmp_path):
     from lance_assets.embeddings.chunk_embeddings import CHUNK_EMBEDDINGS, to_arrow
 
@@ -338,6 +360,72 @@ def test_a_run_killed_before_its_store_append_is_caught_up(tmp_path, monkeypatch
     assert stats.caught_up == 2
     assert sd.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts) + 1
     assert all(r["semantic_dup"] for r in rows(root)[len(first) + 2:])
+
+
+def test_a_run_killed_before_its_commit_leaves_the_store_as_it_was(tmp_path, monkeypatch):
+    """The run names the fragments it writes in the store's state before its commit; killed
+    before the commit, the next run finds nothing of them written, clears the mark, and writes
+    them itself. A run that completes leaves no mark (the next one reads nothing back)."""
+    planted = planted_set(10, 1, 6, seed=19, **REWORD)
+    root = tmp_path / "data"
+    add_rows(root, tmp_path / "a.jsonl", planted.texts[:16])
+    sd.semantic_dup(root, ALL, log=quiet)
+    store = sd.side_store(Table.of(root))
+    assert "pending" not in store.load_state()
+    add_rows(root, tmp_path / "b.jsonl", planted.texts[16:])
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed before the commit")
+    monkeypatch.setattr("lance_assets.table.producer.write_columns", killed)
+    with pytest.raises(KeyboardInterrupt):
+        sd.semantic_dup(root, ALL, log=quiet)
+    monkeypatch.undo()
+    assert store.load_state()["pending"] and store.load_state()["rows"] == 16
+    _, stats = sd.semantic_dup(root, ALL, log=quiet)
+    assert stats.caught_up == 0 and stats.documents == len(planted.texts) - 16
+    state = store.load_state()
+    assert "pending" not in state and state["rows"] == len(planted.texts)
+    fresh = tmp_path / "fresh"
+    add_rows(fresh, tmp_path / "f.jsonl", planted.texts[:16])
+    sd.semantic_dup(fresh, ALL, log=quiet)
+    add_rows(fresh, tmp_path / "g.jsonl", planted.texts[16:])
+    sd.semantic_dup(fresh, ALL, log=quiet)
+    assert rows(root, sd.COLUMNS) == rows(fresh, sd.COLUMNS)
+
+
+def test_a_store_of_another_format_is_made_again_in_a_generation_of_its_own(tmp_path):
+    """A store an earlier release wrote (float32 vectors, format 1) is not read: the run makes
+    it again from the columns, in the next generation, and removes the old files."""
+    planted = planted_set(10, 1, 6, seed=23, **REWORD)
+    root = tmp_path / "data"
+    add_rows(root, tmp_path / "a.jsonl", planted.texts[:16])
+    sd.semantic_dup(root, ALL, log=quiet)
+    store_dir = paths.semantic_dup_dir(root)
+    state = json.loads((store_dir / "state.json").read_text())
+    old = {**state, "format": 1}
+    (store_dir / "state.json").write_text(json.dumps(old))
+    stale = store_dir / f"g{state['generation']}" / "c0" / "0-15-16.bin"
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_bytes(b"\0" * 100)  # what a format-1 file could be named: never read
+    add_rows(root, tmp_path / "b.jsonl", planted.texts[16:])
+    _, stats = sd.semantic_dup(root, ALL, log=quiet)
+    assert stats.retrained == "store made again" and stats.earlier_rows == 16
+    now = sd.side_store(Table.of(root)).load_state()
+    assert now["format"] == sc.FORMAT and now["generation"] > state["generation"] + 1
+    assert not stale.exists() and now["rows"] == len(planted.texts)
+    assert sum(r["semantic_dup"] for r in rows(root)) >= 5
+
+
+def test_a_truncated_store_file_is_refused_with_the_fix(tmp_path):
+    store = sc.Store(str(tmp_path / "store"))
+    vecs = np.random.default_rng(0).integers(-127, 128, (6, 384)).astype(np.int8)
+    ids = np.arange(6, dtype=np.int64)
+    entry = store.write_segment(0, 0, ids, ids, vecs)
+    assert np.array_equal(store.read_segment(0, entry).vt.T, vecs)
+    path = tmp_path / "store" / "g0" / entry[0]
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(RuntimeError, match="remove .*store and run again"):
+        store.read_segment(0, entry)
 
 
 def test_cluster_groups_give_the_columns_of_one_group(tmp_path):

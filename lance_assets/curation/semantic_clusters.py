@@ -8,14 +8,26 @@ is one task's work, called in this process locally and as a Ray task under ``exe
 Layout::
 
     state.json                        the generation in force (written last: the switch)
-    g<gen>/centroids.npy              (k, 384) float32 unit centroids
-    g<gen>/c<cluster>/<first>-<last>-<rows>.bin   a cluster's rows: ids, reps, 1/norms, vectors
+    g<gen>/c<cluster>/<first>-<last>-<rows>.bin   a cluster's rows
     g<gen>/r<cluster>/<first>-<last>-<rows>.bin   a run's new rows of a group of clusters
 
-A file holds its rows' vectors as float32 copies of the int8 ones (exact: small integers), by
-dimension (384 x rows: the layout the matrix product streams fastest), so a run maps it into
-memory and multiplies without converting or copying it; 1.5 kB a row, a tenth of the
-``chunk_embeddings`` it replaces.
+A file holds its rows sorted by cluster, then id: their ids (int64), representatives (int64),
+1 / norms (float32), then the int8 vectors cluster by cluster, each cluster's block by dimension
+(384 x its rows: the layout the integer product takes as it is). A run reads a cluster's share
+of a file with four ranged reads (``storage.read_ranges``) and multiplies it without converting
+or copying it: 404 bytes a row, under a thirtieth of the ``chunk_embeddings`` it replaces.
+(Reading into memory beats mapping the file here: a mapped cluster is read from memory twice,
+once to fault it in and once by the product, which finds it out of the cache.)
+
+**The product** (:func:`cosines`) is an integer one: ONNX Runtime's ``MatMulInteger`` (int8
+dot-product instructions: VNNI on x86, dot products on ARM) on the int8 vectors, exact in int32,
+then scaled by the norms in float32. A run reads each probed cluster once, and a small increment
+probes every cluster with a few rows each: that product is bound by reading the cluster, so the
+int8 kernel reads a quarter of the bytes float32 did and keeps its speed on a few rows (5x
+float32 BLAS at 47 rows by 5,000 on one core; docs/benchmarks.md). Each process checks once that
+the kernel is exact here (on extreme vectors, against numpy); where it is not (kernels that
+saturate 16-bit sums), the same cosines come from float32 BLAS on the vectors (exact too: every
+partial sum is an integer below 2**24), only slower.
 
 A cluster's rows are a few slices of files (the state lists, per cluster, [file, rows, first
 row]): its own file from its last compaction, and the slices of the run files appended since
@@ -34,9 +46,11 @@ from __future__ import annotations
 
 import io
 import json
-import mmap
 import os
+import threading
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -44,13 +58,13 @@ from lance_assets import storage
 
 DIM = 384
 STATE = "state.json"
-FORMAT = 1
+FORMAT = 2  # 1: float32 vectors (read as no store: made again from the columns)
 NEW_BLOCK = 1024  # new rows per matrix product
-OLD_BLOCK = 8192  # candidate rows per matrix product: 1024 x 8192 float32 (32 MB)
+OLD_BLOCK = 8192  # candidate rows per matrix product: 1024 x 8192 cosines (32 MB)
 KMEANS_ITERATIONS = 25
 MAX_SEGMENTS = 8  # files a cluster is read from, at most
 NONE = np.int64(-1)
-MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+ROW_BYTES = 8 + 8 + 4 + DIM  # id, representative, 1 / norm, int8 vector
 
 
 # ---------------------------------------------------------------------------- vectors
@@ -71,6 +85,11 @@ def as_unit(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = q.astype(np.float32)
     norms = np.sqrt(np.einsum("ij,ij->i", x, x))
     return x, (1.0 / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+
+def inv_norms(q: np.ndarray) -> np.ndarray:
+    """1 / the norm of each int8 vector (float32; 1 for zeros), as ``as_unit`` gives it."""
+    return as_unit(q)[1]
 
 
 def hashed_sample(ids: np.ndarray, rate: float, seed: int) -> np.ndarray:
@@ -144,12 +163,13 @@ def spherical_kmeans(x: np.ndarray, k: int, seed: int,
 
 @dataclass(frozen=True)
 class Segment:
-    """A segment's rows: ids ascending, representatives, 1 / norms, float32 vectors."""
+    """A segment's rows: ids ascending, representatives, 1 / norms, and the int8 vectors by
+    dimension (``vt``: 384 x rows)."""
 
     ids: np.ndarray
     reps: np.ndarray
     inv: np.ndarray
-    vecs: np.ndarray
+    vt: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -158,18 +178,30 @@ class Store:
 
     uri: str
 
+    @cached_property
+    def root(self):
+        return storage.location(self.uri)
+
     def path(self, name: str):
-        return storage.location(self.uri) / name
+        return self.root / name
 
     def load_state(self) -> dict | None:
-        p = self.path(STATE)
+        """The state in force; None when there is none, or it is of another format (the store
+        is then made again from the columns, in a generation of its own)."""
+        state = self._raw_state()
+        return state if state is not None and state.get("format") == FORMAT else None
+
+    def next_generation(self) -> int:
+        """A generation no file of the store uses yet (whatever the format of the one in
+        force)."""
+        state = self._raw_state()
+        return 0 if state is None else int(state.get("generation", -1)) + 1
+
+    def _raw_state(self) -> dict | None:
         try:
-            state = json.loads(storage.read_bytes(p))
+            return json.loads(storage.read_bytes(self.path(STATE)))
         except FileNotFoundError:
             return None
-        if state.get("format") != FORMAT:
-            return None
-        return state
 
     def save_state(self, state: dict) -> None:
         storage.write_atomic(self.path(STATE), json.dumps(state, sort_keys=True).encode())
@@ -184,7 +216,7 @@ class Store:
 
     def read_cluster(self, state: dict, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A cluster's rows (ids ascending, reps, int8 vectors)."""
-        parts = [(g.ids, g.reps, g.vecs.astype(np.int8)) for g in self.segments(state, c)]
+        parts = [(g.ids, g.reps, g.vt.T) for g in self.segments(state, c)]
         if not parts:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, DIM), np.int8)
         ids, reps, vecs = (np.concatenate(x) for x in zip(*parts))
@@ -195,35 +227,102 @@ class Store:
         return [self.read_segment(state["generation"], e)
                 for e in state["segments"].get(str(c), [])]
 
-    def read_segment(self, generation: int, entry: list) -> Segment:
-        """A cluster's rows in one file: ``entry`` is [file, rows, first row in the file]."""
+    def largest(self, state: dict, c: int) -> Segment | None:
+        """A cluster's largest segment (its rows at its last compaction, mostly), read into the
+        scratch buffer (valid until its next use)."""
+        entries = state["segments"].get(str(c), [])
+        if not entries:
+            return None
+        return self.read_segment(state["generation"], max(entries, key=lambda e: int(e[1])),
+                                 scratch=True)
+
+    def tails(self, state: dict, clusters: list[int]) -> dict[int, Segment]:
+        """Every segment but the largest of each cluster (the slices of the runs since its last
+        compaction), as one part per cluster, by id. Each file is read once, its span of these
+        clusters' slices (a run file holds every cluster's slice, by cluster)."""
+        gen = state["generation"]
+        wanted: dict[str, list[tuple[int, list]]] = {}
+        for c in clusters:
+            entries = state["segments"].get(str(c), [])
+            if len(entries) < 2:
+                continue
+            big = max(range(len(entries)), key=lambda i: int(entries[i][1]))
+            for i, e in enumerate(entries):
+                if i != big:
+                    wanted.setdefault(e[0], []).append((c, e))
+        parts: dict[int, list[Segment]] = {}
+        for rel, slices in wanted.items():
+            lo = min(int(e[2]) for _, e in slices)
+            hi = max(int(e[2]) + int(e[1]) for _, e in slices)
+            ids, reps, inv, raw = self._read_span(gen, rel, lo, hi)
+            for c, e in slices:
+                a, b = int(e[2]) - lo, int(e[2]) - lo + int(e[1])
+                parts.setdefault(c, []).append(Segment(
+                    ids[a:b], reps[a:b], inv[a:b],
+                    raw[DIM * a:DIM * b].reshape(DIM, b - a)))  # a slice is one cluster's block
+        out = {}
+        for c, got in parts.items():
+            ids = np.concatenate([g.ids for g in got])
+            order = np.argsort(ids, kind="stable")
+            out[c] = Segment(ids[order], np.concatenate([g.reps for g in got])[order],
+                             np.concatenate([g.inv for g in got])[order],
+                             np.concatenate([g.vt for g in got], axis=1)[:, order])
+        return out
+
+    def read_segment(self, generation: int, entry: list, scratch: bool = False) -> Segment:
+        """A cluster's rows in one file: ``entry`` is [file, rows, first row in the file]. Only
+        those rows are read (their ids, representatives, norms and their block of vectors).
+        ``scratch``: the vectors are read into this thread's scratch buffer, valid until its next
+        use (a fresh buffer per read costs more than the read: its pages are new to the
+        process, and out of the cache)."""
         rel, rows, start = entry[0], int(entry[1]), int(entry[2])
+        ids, reps, inv, raw = self._read_span(generation, rel, start, start + rows, scratch)
+        return Segment(ids, reps, inv, raw.reshape(DIM, rows))
+
+    def _read_span(self, generation: int, rel: str, start: int, end: int,
+                   scratch: bool = False) -> tuple[np.ndarray, ...]:
+        """Rows ``[start, end)`` of a file: ids, reps, 1 / norms and their vectors' bytes (the
+        blocks of the clusters they belong to, one after the other). A whole file is one read."""
         n = int(rel.rsplit("-", 1)[1].split(".")[0])
-        path = self.path(f"g{generation}/{rel}")
-        if storage.is_object_store(path):
-            buf = np.frombuffer(storage.read_bytes(path), np.uint8)
-        else:  # mapped, every page at once (one fault per page costs more than the product)
-            with open(os.fspath(path), "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                buf = np.frombuffer(mmap.mmap(fh.fileno(), size, flags=MAP_FLAGS,
-                                              prot=mmap.PROT_READ), np.uint8) if size else \
-                    np.zeros(0, np.uint8)
-        if len(buf) != n * (20 + 4 * DIM):
-            raise RuntimeError(f"{path}: {len(buf)} bytes, not {n} rows; remove "
-                               f"{self.uri} and run again (it is made again from the columns)")
-        end = start + rows
-        return Segment(buf[:8 * n].view("<i8")[start:end], buf[8 * n:16 * n].view("<i8")[start:end],
-                       buf[16 * n:20 * n].view("<f4")[start:end],
-                       buf[20 * n:].view("<f4").reshape(DIM, n).T[start:end])
+        path = self.file(generation, rel)
+        if start == 0 and end == n:
+            ranges = [(0, n * ROW_BYTES)]
+        else:
+            ranges = [(8 * start, 8 * end), (8 * (n + start), 8 * (n + end)),
+                      (16 * n + 4 * start, 16 * n + 4 * end),
+                      (20 * n + DIM * start, 20 * n + DIM * end)]
+        into = [scratch_buffer(b - a) if scratch and i == len(ranges) - 1 else None
+                for i, (a, b) in enumerate(ranges)]
+        parts = storage.read_ranges(path, ranges, into)
+        if [len(x) for x in parts] != [b - a for a, b in ranges]:
+            raise RuntimeError(f"{path}: shorter than its {n} rows; remove {self.uri} and run "
+                               "again (it is made again from the columns)")
+        if len(parts) == 1:
+            whole = parts[0]
+            parts = [whole[:8 * n], whole[8 * n:16 * n], whole[16 * n:20 * n], whole[20 * n:]]
+        return (np.frombuffer(parts[0], "<i8"), np.frombuffer(parts[1], "<i8"),
+                np.frombuffer(parts[2], "<f4"), np.frombuffer(parts[3], np.int8))
+
+    def file(self, generation: int, rel: str):
+        """A file of the store: a plain string locally (no path object to build per read)."""
+        if isinstance(self.root, Path):
+            return os.path.join(self.root, f"g{generation}", rel)
+        return self.path(f"g{generation}/{rel}")
 
     def write_rows(self, generation: int, folder: str, ids: np.ndarray, reps: np.ndarray,
-                   vecs: np.ndarray) -> str:
-        """One file of rows (int8 vectors), in the order given; returns its path in the
+                   vecs: np.ndarray, blocks: list[int] | None = None) -> str:
+        """One file of rows (int8 vectors), in the order given, their vectors by dimension in
+        ``blocks`` of rows (one per cluster; default: one); returns its path in the
         generation's folder."""
-        x, inv = as_unit(vecs)
+        vecs = np.asarray(vecs, np.int8)
+        bounds = np.cumsum([0] + (blocks or [len(ids)]))
+        if bounds[-1] != len(ids):
+            raise ValueError(f"blocks {blocks} do not add up to {len(ids)} rows")
         rel = f"{folder}/{int(ids.min())}-{int(ids.max())}-{len(ids)}.bin"
         data = b"".join([ids.astype("<i8").tobytes(), reps.astype("<i8").tobytes(),
-                         inv.astype("<f4").tobytes(), x.T.astype("<f4").tobytes()])
+                         inv_norms(vecs).astype("<f4").tobytes()] +
+                        [np.ascontiguousarray(vecs[lo:hi].T).tobytes()
+                         for lo, hi in zip(bounds[:-1], bounds[1:])])
         storage.write_atomic(self.path(f"g{generation}/{rel}"), data)
         return rel
 
@@ -254,8 +353,9 @@ class Store:
             return {}
         order = np.lexsort((ids, homes))
         homes, ids, reps, vecs = homes[order], ids[order], reps[order], vecs[order]
-        rel = self.write_rows(generation, f"r{int(homes[0])}", ids, reps, vecs)
         cs, starts, counts = np.unique(homes, return_index=True, return_counts=True)
+        rel = self.write_rows(generation, f"r{int(homes[0])}", ids, reps, vecs,
+                              blocks=counts.tolist())
         out = {}
         for c, start, rows in zip(cs.tolist(), starts.tolist(), counts.tolist()):
             segs = [list(e) for e in segments.get(str(c), [])] + [[rel, rows, start]]
@@ -281,7 +381,7 @@ class Store:
         merged = self.write_segment(
             generation, c, np.concatenate([p.ids for p in parts]),
             np.concatenate([p.reps for p in parts]),
-            np.concatenate([p.vecs for p in parts]).astype(np.int8))
+            np.concatenate([p.vt.T for p in parts]))
         return ([] if tail is segs else segs[:1]) + [merged]
 
     def referenced(self, state: dict) -> set[str]:
@@ -317,18 +417,87 @@ class Store:
         return removed
 
 
+_scratch = threading.local()
+
+
+def scratch_buffer(nbytes: int) -> memoryview:
+    """``nbytes`` of this thread's scratch buffer (grown as needed, kept for the process)."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _scratch.buf = bytearray(max(nbytes, 2 * len(buf) if buf is not None else 0))
+    return memoryview(buf)[:nbytes]
+
+
 def load_npy(path) -> np.ndarray:
     return np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False)
 
 
 # ---------------------------------------------------------------------------- comparing
 
+@lru_cache(maxsize=1)
+def _integer_product():
+    """This process's ONNX Runtime session of one ``MatMulInteger`` (uint8 rows with zero point
+    128 times int8 columns, int32 out) when it is exact here, else None."""
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return None
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "zero"], ["y"])], "cosines",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, ["m", DIM]),
+         helper.make_tensor_value_info("b", TensorProto.INT8, [DIM, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, ["m", "n"])],
+        initializer=[helper.make_tensor("zero", TensorProto.UINT8, [], [128])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1  # Ray runs a task per core; locally, one product at a time
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), opts,
+                                   providers=["CPUExecutionProvider"])
+    # exact here? extreme vectors (a kernel summing pairs into 16 bits saturates on them) and
+    # random ones, against numpy's int64 product
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.full((2, DIM), 127, np.int8), np.full((2, DIM), -127, np.int8),
+                        rng.integers(-127, 128, (28, DIM)).astype(np.int8)])
+    x[1, ::2] = -127
+    x[3, ::2] = 127
+    y = np.ascontiguousarray(x[::-1].T)
+    got = session.run(None, {"a": x.view(np.uint8) ^ np.uint8(0x80), "b": y})[0]
+    return session if np.array_equal(got, x.astype(np.int64) @ y.astype(np.int64)) else None
+
+
+def kernel() -> str:
+    """The product this process uses (reported with a run's numbers)."""
+    return "int8 MatMulInteger" if _integer_product() is not None else "float32 BLAS"
+
+
+def cosines(x: np.ndarray, xi: np.ndarray, yt: np.ndarray, yi: np.ndarray) -> np.ndarray:
+    """(m, n) float32 cosines of int8 rows ``x`` (m, 384) and int8 columns ``yt`` (384, n), given
+    1 / their norms: the exact integer dot product, times ``xi``, times ``yi``, in float32. The
+    same bits whichever kernel computes the product."""
+    session = _integer_product()
+    if session is not None:
+        s = session.run(None, {"a": x.view(np.uint8) ^ np.uint8(0x80),
+                               "b": np.ascontiguousarray(yt)})[0].astype(np.float32)
+    else:  # exact too: integer sums below 2**24
+        s = x.astype(np.float32) @ yt.astype(np.float32)
+    s *= xi[:, None]
+    s *= yi[None, :]
+    return s
+
+
 def best_earlier(new_ids: np.ndarray, x: np.ndarray, xi: np.ndarray, cand_ids: np.ndarray,
-                 y: np.ndarray, yi: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """For each new row (ids ascending; ``x`` float32 copies of int8 vectors, ``xi`` 1 / their
-    norms), its best cosine with a candidate of smaller id (``cand_ids`` ascending, ``y``,
-    ``yi`` likewise) and that candidate's position (-1 and -inf when there is none); ties go to
-    the smallest id. Returns also the pairs compared."""
+                 yt: np.ndarray, yi: np.ndarray, allowed: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, int]:
+    """For each new row (ids ascending; ``x`` int8 vectors (rows, 384), ``xi`` 1 / their norms),
+    its best cosine with a candidate of smaller id (``cand_ids`` ascending, ``yt`` their int8
+    vectors by dimension (384, rows), ``yi`` 1 / their norms; ``allowed``: a (rows, candidates)
+    mask of the pairs to compare, default all) and that candidate's position (-1 and -inf when
+    there is none); ties go to the smallest id. Returns also the pairs compared."""
     n = len(new_ids)
     best = np.full(n, -np.inf, np.float32)
     best_at = np.full(n, -1, np.int64)
@@ -337,18 +506,18 @@ def best_earlier(new_ids: np.ndarray, x: np.ndarray, xi: np.ndarray, cand_ids: n
     pairs = 0
     for clo in range(0, len(cand_ids), OLD_BLOCK):
         c_ids = cand_ids[clo:clo + OLD_BLOCK]
-        yb, yib = y[clo:clo + OLD_BLOCK], yi[clo:clo + OLD_BLOCK]
+        yb, yib = yt[:, clo:clo + OLD_BLOCK], yi[clo:clo + OLD_BLOCK]
         for lo in range(0, n, NEW_BLOCK):
             ids = new_ids[lo:lo + NEW_BLOCK]
             if c_ids[0] >= ids[-1]:
                 continue
-            s = x[lo:lo + NEW_BLOCK] @ yb.T  # exact: integer sums below 2**24
-            s *= xi[lo:lo + NEW_BLOCK, None]
-            s *= yib[None, :]
-            if c_ids[-1] < ids[0]:  # every candidate is earlier (stored rows, mostly)
+            s = cosines(x[lo:lo + NEW_BLOCK], xi[lo:lo + NEW_BLOCK], yb, yib)
+            if c_ids[-1] < ids[0] and allowed is None:  # every candidate is earlier (stored rows)
                 pairs += s.size
             else:
                 later = c_ids[None, :] >= ids[:, None]
+                if allowed is not None:
+                    later |= ~allowed[lo:lo + NEW_BLOCK, clo:clo + OLD_BLOCK]
                 s[later] = -np.inf
                 pairs += s.size - int(np.count_nonzero(later))
             j = np.argmax(s, axis=1)  # the first of equal values: the smallest id

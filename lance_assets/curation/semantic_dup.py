@@ -130,7 +130,8 @@ DRIFT_MARGIN = 0.01  # ... plus this (a cosine distance): the training rows may 
 DRIFT_MIN_ROWS = 32  # ... and at least this many rows were added since
 DRIFT_MIN_SHARE = 0.1  # ... and at least this share of the rows trained on
 VECTOR = "int8 of the normalised mean of chunk_embeddings"
-LOCAL_GROUPS = 16  # groups of clusters in a local run (its progress steps; no effect on values)
+LOCAL_GROUPS = 16  # groups of clusters in a local run, at most (its progress steps; no effect
+PAIRS_PER_GROUP = 2e9  # on values): one per this many pairs to compare (a few seconds each)
 
 
 class SettingsMismatchError(ValueError):
@@ -278,7 +279,7 @@ def assign(centroids: np.ndarray, probes: int, trained_through: int, payload: Pa
 
 def gather(n: int, *args) -> list[np.ndarray]:
     """The computed new rows of ``n`` fragments (their payloads, then their probes): (ids, int8
-    vectors, probes), by id. One object handed to every group's task."""
+    vectors, probes, 1 / norms), by id. One object handed to every group's task."""
     payloads, homes = args[:n], args[n:2 * n]
     ids = np.concatenate([p[0] for p in payloads]) if n else np.zeros(0, np.int64)
     vecs = np.concatenate([p[1] for p in payloads]) if n else np.zeros((0, DIM), np.int8)
@@ -286,7 +287,8 @@ def gather(n: int, *args) -> list[np.ndarray]:
     keep = near[:, 0] >= 0 if len(near) else np.zeros(0, bool)
     ids, vecs, near = ids[keep], vecs[keep], near[keep]
     order = np.argsort(ids, kind="stable")
-    return [ids[order], vecs[order], near[order]]  # a list: one result, not three
+    vecs = vecs[order]
+    return [ids[order], vecs, near[order], sc.inv_norms(vecs)]  # a list: one result, not four
 
 
 def _best(qid: np.ndarray, cos: np.ndarray, bid: np.ndarray, brep: np.ndarray) -> tuple:
@@ -299,43 +301,67 @@ def _best(qid: np.ndarray, cos: np.ndarray, bid: np.ndarray, brep: np.ndarray) -
     return qid[first], cos[first], bid[first], brep[first]
 
 
+NEW_PAIRS = 1 << 22  # new rows against new rows of a group in one product up to this many pairs
+
+
 def compare_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple) -> tuple:
     """One group of clusters ``[lo, hi)``: every new row probing one of them against the earlier
-    rows homed there (stored rows, mapped from the store here, and new rows). Returns (new id,
-    best cosine, its id, its representative when stored else NONE) and (stored rows read, pairs
-    compared)."""
-    ids, vecs, near = batch
-    x, xi = sc.as_unit(vecs)
-    out, read, pairs = [], 0, 0
-    probed = np.unique(near[(near >= lo) & (near < hi)])
-    for c in probed.tolist():
-        q = np.flatnonzero((near == c).any(axis=1))
-        best = np.full(len(q), -np.inf, np.float32)
-        bid = np.full(len(q), sc.NONE, np.int64)
-        brep = np.full(len(q), sc.NONE, np.int64)
-        for seg in store.segments(state, c):  # stored rows: all earlier than the new ones
+    rows homed there: the stored rows, read from the store here, a cluster at a time, and the
+    new rows (in one product for the group when it is small, else a cluster at a time: the same
+    pairs). Returns (new id, best cosine, its id, its representative when stored else NONE) and
+    (stored rows read, pairs compared)."""
+    ids, vecs, near, xi = batch
+    in_group = (near >= lo) & (near < hi)
+    queries = np.flatnonzero(in_group.any(axis=1))
+    best = np.full(len(queries), -np.inf, np.float32)
+    bid = np.full(len(queries), sc.NONE, np.int64)
+    brep = np.full(len(queries), sc.NONE, np.int64)
+    at_query = np.full(len(ids), -1, np.int64)
+    at_query[queries] = np.arange(len(queries))
+    read = pairs = 0
+
+    def merge(rows: np.ndarray, v: np.ndarray, vid: np.ndarray, vrep: np.ndarray) -> None:
+        k = at_query[rows]
+        b, i, r = best[k], bid[k], brep[k]
+        before = i.copy()
+        sc.merge_best(b, i, v, vid)
+        took = i != before
+        r[took] = vrep[took]
+        best[k], bid[k], brep[k] = b, i, r
+
+    rows, probe = np.nonzero(in_group)  # (row, cluster) pairs, by cluster then row
+    probed = near[rows, probe]
+    order = np.argsort(probed, kind="stable")
+    rows, probed = rows[order], probed[order]
+    starts = np.flatnonzero(np.r_[True, probed[1:] != probed[:-1]])
+    clusters = probed[starts].tolist()
+    tails = store.tails(state, clusters)  # the small slices of recent runs: each file read once
+    for c, q in zip(clusters, np.split(rows, starts[1:])):
+        qids, qvecs, qxi = ids[q], vecs[q], xi[q]
+        for seg in (store.largest(state, c), tails.get(c)):  # all earlier than the new rows
+            if seg is None:
+                continue
             read += len(seg.ids)
-            v, at, p = sc.best_earlier(ids[q], x[q], xi[q], seg.ids, seg.vecs, seg.inv)
+            v, at, p = sc.best_earlier(qids, qvecs, qxi, seg.ids, seg.vt, seg.inv)
             pairs += p
-            vid = np.where(at >= 0, seg.ids[np.maximum(at, 0)], sc.NONE)
-            before = bid.copy()
-            sc.merge_best(best, bid, v, vid)
-            took = bid != before
-            brep[took] = seg.reps[at[took]]
-        home = np.flatnonzero(near[:, 0] == c)  # new rows homed here
-        if len(home):
-            v, at, p = sc.best_earlier(ids[q], x[q], xi[q], ids[home], x[home], xi[home])
-            pairs += p
-            vid = np.where(at >= 0, ids[home][np.maximum(at, 0)], sc.NONE)
-            before = bid.copy()
-            sc.merge_best(best, bid, v, vid)
-            brep[bid != before] = sc.NONE
-        out.append((ids[q], best, bid, brep))
-    if not out:
-        empty = np.zeros(0, np.int64)
-        return (empty, np.zeros(0, np.float32), empty, empty), np.array([read, pairs])
-    got = _best(*(np.concatenate(x) for x in zip(*out)))
-    return got, np.array([read, pairs], np.int64)
+            ok = at >= 0
+            merge(q, v, np.where(ok, seg.ids[np.maximum(at, 0)], sc.NONE),
+                  np.where(ok, seg.reps[np.maximum(at, 0)], sc.NONE))
+    home = near[:, 0]
+    cand = np.flatnonzero((home >= lo) & (home < hi))  # new rows homed in the group
+    if len(cand) and len(queries) * len(cand) <= NEW_PAIRS:
+        allowed = (near[queries][:, :, None] == home[cand][None, None, :]).any(axis=1)
+        parts = [(queries, allowed, cand)]
+    else:
+        parts = [(np.flatnonzero((near == c).any(axis=1)), None, cand[home[cand] == c])
+                 for c in np.unique(home[cand]).tolist()]
+    for q, allowed, homed in parts:
+        v, at, p = sc.best_earlier(ids[q], vecs[q], xi[q], ids[homed], vecs[homed].T, xi[homed],
+                                   allowed)
+        pairs += p
+        merge(q, v, np.where(at >= 0, ids[homed][np.maximum(at, 0)], sc.NONE),
+              np.full(len(q), sc.NONE, np.int64))
+    return (ids[queries], best, bid, brep), np.array([read, pairs], np.int64)
 
 
 @dataclass(frozen=True)
@@ -370,7 +396,7 @@ def store_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple,
                 resolved: Resolved) -> tuple:
     """One group of clusters: the new rows homed there appended to the store. Returns the
     clusters' segment lists and (rows, flagged) appended."""
-    ids, vecs, near = batch
+    ids, vecs, near, _ = batch
     homes = near[:, 0] if len(near) else np.zeros(0, np.int64)
     sel = (homes >= lo) & (homes < hi)
     at = np.searchsorted(resolved.ids, ids[sel])
@@ -421,6 +447,22 @@ def write_group(store: sc.Store, generation: int, *pieces) -> dict:
         sel = home == c
         out[str(c)] = [store.write_segment(generation, c, ids[sel], reps[sel], vecs[sel])]
     return out
+
+
+def local_groups(state: dict, homes: list[np.ndarray]) -> int:
+    """How many groups a local run compares in: its progress steps, one per
+    ``PAIRS_PER_GROUP`` pairs it will compare (up to ``LOCAL_GROUPS``), so a small increment
+    is one step and pays the per-step costs (reads of the run files, one product of its new
+    rows) once."""
+    k = int(state["clusters"])
+    stored = np.zeros(k)
+    for c, entries in state["segments"].items():
+        stored[int(c)] = sum(int(e[1]) for e in entries)
+    near = np.concatenate(homes) if homes else np.zeros((0, 1), np.int64)
+    probes = near[near >= 0]
+    work = float(np.bincount(probes, minlength=k)[:k] @ stored) + \
+        len(near) * len(probes) / (2 * k)  # new rows against new rows of their probes
+    return int(min(LOCAL_GROUPS, max(1, np.ceil(work / PAIRS_PER_GROUP))))
 
 
 def cut(k: int, groups: int) -> list[tuple[int, int]]:
@@ -507,15 +549,29 @@ def catch_up(table: Table, ds: lance.LanceDataset, store: sc.Store, state: dict 
              done: list, log: Callable[[str], None]) -> tuple[dict | None, int]:
     """The store made to hold every row written: rows committed after its last append (a run
     killed between its commit and its append) are added; a store that is missing (``forget``
-    removed it) is made again from the columns, as one cluster that the run then retrains."""
+    removed it) is made again from the columns, as one cluster that the run then retrains.
+
+    A run names the fragments it is about to write in the state (``pending``) before its commit
+    and its append clears it, so only a run that finds ``pending`` reads columns back: those
+    fragments' rows after ``ids_through`` (every written fragment's when compaction replaced
+    one of them)."""
+    if state is not None and "pending" not in state:
+        return state, 0  # the last run appended what it committed
     if not done:
         return state, 0
     since = -1 if state is None else int(state["ids_through"])
+    frags = done
+    if state is not None and set(state["pending"]) <= {f.fragment_id for f in ds.get_fragments()}:
+        frags = [f for f in done if f.fragment_id in set(state["pending"])]
     cols = ["id", SEMANTIC_CLUSTER.name, SEMANTIC_REP.name, SEMANTIC_DUP.name,
             SEMANTIC_VECTOR.name]
-    t = ds.scanner(columns=cols, fragments=done,
-                   filter=f"{SEMANTIC_CLUSTER.name} IS NOT NULL AND id > {since}").to_table()
-    if t.num_rows == 0:
+    t = ds.scanner(columns=cols, fragments=frags,
+                   filter=f"{SEMANTIC_CLUSTER.name} IS NOT NULL AND id > {since}").to_table() \
+        if frags else None
+    if t is None or t.num_rows == 0:
+        if state is not None:
+            state = {k: v for k, v in state.items() if k != "pending"}
+            store.save_state(state)
         return state, 0
     t = t.sort_by("id")
     ids = t.column("id").to_numpy()
@@ -525,8 +581,7 @@ def catch_up(table: Table, ds: lance.LanceDataset, store: sc.Store, state: dict 
     vecs = t.column(SEMANTIC_VECTOR.name).combine_chunks().flatten().to_numpy(
         zero_copy_only=False).reshape(-1, DIM).astype(np.int8)
     if state is None:
-        old = store.load_state()
-        gen = 0 if old is None else int(old["generation"]) + 1
+        gen = store.next_generation()
         x, inv = sc.as_unit(vecs)
         mean = (x * inv[:, None]).sum(axis=0)
         store.save_centroids(gen, (mean / max(np.linalg.norm(mean), 1e-12))[None, :])
@@ -549,6 +604,7 @@ def catch_up(table: Table, ds: lance.LanceDataset, store: sc.Store, state: dict 
         sel = home == c
         segments[str(c)] = store.append(state["generation"], c, segments.get(str(c), []),
                                         ids[sel], reps[sel], vecs[sel])
+    state = {k: v for k, v in state.items() if k != "pending"}
     before, state = state, {**state, "segments": segments, "rows": int(state["rows"]) + len(ids),
                             "flagged": int(state["flagged"]) + flagged,
                             "ids_through": max(int(state["ids_through"]), int(ids.max()))}
@@ -602,10 +658,7 @@ def retrain(store: sc.Store, state: dict | None, payloads: dict, rows_new: int,
         x[0, 0] = 1.0
     centroids = sc.spherical_kmeans(x, k, settings.seed)
     distance = float(np.mean(1.0 - sc.nearest(x, centroids)[1]))
-    gen = 0 if state is None else int(state["generation"]) + 1
-    stale = store.load_state()
-    if stale is not None:
-        gen = max(gen, int(stale["generation"]) + 1)
+    gen = store.next_generation()
     store.save_centroids(gen, centroids)
     k = len(centroids)
     segments: dict = {}
@@ -799,6 +852,8 @@ def _compare(run: Run) -> Comparison:
     batch = tasks(gather, len(frags), *[payloads[f] for f in frags],
                   *[homes[f] for f in frags])[0]
     state_ref = tasks.put(state)
+    if not (partitions or where == "ray"):
+        parts = local_groups(state, [executors.value_of(homes[f]) for f in frags])
     groups = cut(stats.clusters, parts)
     stats.groups = len(groups)
     compared, counts = [], np.zeros(2, np.int64)
@@ -818,6 +873,8 @@ def _compare(run: Run) -> Comparison:
     flags = tasks.get(tasks(_tally, resolved))[0]
     stats.flagged, stats.flagged_against_earlier_runs = int(flags[0]), int(flags[1])
     stats.compare_s = time.perf_counter() - t2
+    if stats.documents:  # the fragments written next: a run killed before its append is caught up
+        store.save_state({**state, "pending": todo_ids})
     log(f"semantic_dup: {stats.documents} rows against {stats.earlier_rows} earlier ones in "
         f"{stats.clusters} cluster(s), {settings.probes} probed each: {stats.flagged} "
         f"flagged; {stats.other_languages} in other languages, {stats.not_computed} without "
@@ -857,7 +914,8 @@ def _append(run: Run, a: Appending) -> None:
     else:
         batch = a.batch
     appended = [tasks(store_group, store, state_ref, lo, hi, batch, resolved, returns=2)
-                for lo, hi in groups]
+                for lo, hi in (groups if tasks.ray else [(0, int(state["clusters"]))])]
+    # (a file per group's task under Ray; one file locally)
     segments, added = dict(state["segments"]), np.zeros(2, np.int64)
     for got in tasks.get([out[0] for out in appended]):
         segments.update(got)
@@ -905,11 +963,12 @@ def compare_batch(ids: np.ndarray, unit: np.ndarray, cluster: np.ndarray,
     """One batch of rows (``ids`` ascending), each against the earlier rows of its cluster, as
     a run compares them (int8 vectors, exact cosines): (flag, representative, cosine). For
     benchmarks and tests."""
-    x, xi = sc.as_unit(sc.quantize(unit))
+    q = sc.quantize(unit)
+    xi = sc.inv_norms(q)
     results = []
     for c in np.unique(cluster):
         sel = np.flatnonzero(cluster == c)
-        best, at, _ = sc.best_earlier(ids[sel], x[sel], xi[sel], ids[sel], x[sel], xi[sel])
+        best, at, _ = sc.best_earlier(ids[sel], q[sel], xi[sel], ids[sel], q[sel].T, xi[sel])
         bid = np.where(at >= 0, ids[sel][np.maximum(at, 0)], sc.NONE)
         results.append((ids[sel], best, bid, np.full(len(sel), sc.NONE)))
     r = resolve(threshold, *results)
