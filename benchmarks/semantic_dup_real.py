@@ -3,6 +3,7 @@
     LANCE_LOG=error python -m benchmarks.semantic_dup_real [--docs 2000] [--rewordings 200]
         [--work DIR]               # keep the embedded table there, and reuse it on the next run
     python -m benchmarks.semantic_dup_real --growth [--sizes 20000,80000,320000] [--new 1000]
+    python -m benchmarks.semantic_dup_real --kernels
 
 **Quality (the default).** Real documents found on this machine, offline (the tokenizer
 benchmark's corpus: the Python sources and docs installed here and ``/usr/share/doc``, one file
@@ -279,6 +280,37 @@ def growth(work: Path, sizes: list[int], new: int, topics: int, repeats: int) ->
               f"({np.quantile(ratios, 0.25):.2f}-{np.quantile(ratios, 0.75):.2f}) |", flush=True)
 
 
+def kernels(repeats: int) -> None:
+    """The comparison's product, int8 (ONNX Runtime's MatMulInteger) against float32 BLAS on the
+    same int8 vectors, at the shapes a run multiplies: a cluster of 5,000 stored rows against
+    the new rows probing it (a few in a small increment on a large table, hundreds in a batch)."""
+    from lance_assets.curation import semantic_clusters as sc
+
+    rng = np.random.default_rng(0)
+    n = 5000
+    y = rng.integers(-127, 128, (sc.DIM, n)).astype(np.int8)
+    yi = sc.inv_norms(np.ascontiguousarray(y.T))
+    print(f"\n## The product: {sc.kernel()} against float32 BLAS, cosines of q new rows and "
+          f"{n:,} stored ones, one thread, best of {repeats} x 20\n")
+    print("| new rows | int8 (ms) | float32 BLAS (ms) | speed-up | int8 G pairs x dims / s |\n"
+          "|---|---|---|---|---|")
+    for q in (1, 16, 47, 188, 750):
+        x = rng.integers(-127, 128, (q, sc.DIM)).astype(np.int8)
+        xi = sc.inv_norms(x)
+        assert np.array_equal(sc.cosines(x, xi, y, yi), sc.float_cosines(x, xi, y, yi))
+        t = {}
+        for name, fn in (("int8", sc.cosines), ("float", sc.float_cosines)):
+            best = np.inf
+            for _ in range(repeats):
+                c0 = time.process_time()
+                for _ in range(20):
+                    fn(x, xi, y, yi)
+                best = min(best, (time.process_time() - c0) / 20)
+            t[name] = best
+        print(f"| {q} | {t['int8'] * 1e3:.2f} | {t['float'] * 1e3:.2f} | "
+              f"{t['float'] / t['int8']:.1f}x | {q * n * sc.DIM / t['int8'] / 1e9:.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=2000)
@@ -287,6 +319,8 @@ def main() -> None:
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--work", type=Path, default=None, help="keep (and reuse) the tables here")
     ap.add_argument("--growth", action="store_true")
+    ap.add_argument("--kernels", action="store_true", help="the product alone: int8 against "
+                    "float32 BLAS")
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")],
                     default=[20_000, 80_000, 320_000])
     ap.add_argument("--new", type=int, default=1000)
@@ -298,7 +332,9 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="semantic-dup-real-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        if args.growth:
+        if args.kernels:
+            kernels(args.repeats)
+        elif args.growth:
             growth(work, args.sizes, args.new, args.topics, args.repeats)
         else:
             quality(work, args.docs, args.rewordings, args.seed, args.backend)

@@ -211,6 +211,26 @@ def read_ranges(path: Location | str, ranges: list[tuple[int, int]],
         os.close(fd)
 
 
+def read_scattered(path: Location | str, start: int, buffers: list[memoryview]) -> int:
+    """Fill ``buffers`` in order with the file's bytes from ``start`` on (local: one
+    ``preadv``); returns how many bytes were read (short: the file ended first)."""
+    where = path if isinstance(path, str) and not is_object_store(path) else location(path)
+    if is_object_store(where):
+        total = sum(len(b) for b in buffers)
+        data = memoryview(where.fs.cat_file(where.path, start, start + total))
+        at = 0
+        for buf in buffers:
+            part = data[at:at + len(buf)]
+            buf[:len(part)] = part
+            at += len(part)
+        return at
+    fd = os.open(os.fspath(where), os.O_RDONLY)
+    try:
+        return os.preadv(fd, buffers, start)
+    finally:
+        os.close(fd)
+
+
 def append_text(path: Location | str, text: str) -> None:
     """Append ``text`` to a small log file (training metrics). Local: an ``a``-mode write.
     Object storage has no append: the file is read and written back whole with one PUT, so a

@@ -471,3 +471,42 @@ def test_the_store_compacts_a_cluster_read_from_many_runs_and_removes_what_it_re
     files = {p.relative_to(tmp_path / "store" / "g0").as_posix()
              for p in (tmp_path / "store" / "g0").rglob("*.bin")}
     assert files == store.referenced(state)  # nothing left that no state lists
+
+
+def test_a_cluster_is_read_for_comparing_as_one_part_in_id_order(tmp_path):
+    """The comparison reads a cluster as its largest file plus the slices of the runs since,
+    each run file read once for the clusters of a group; together, in id order, they are the
+    cluster's rows. Slices whose ids do not follow the largest file's come back as a second
+    part (the same rows)."""
+    store = sc.Store(str(tmp_path / "store"))
+    rng = np.random.default_rng(3)
+
+    def vecs(n):
+        return rng.integers(-127, 128, (n, 384)).astype(np.int8)
+    segments = {str(c): [store.write_segment(0, c, np.arange(c * 50, c * 50 + 40),
+                                             np.arange(c * 50, c * 50 + 40), vecs(40))]
+                for c in (0, 1, 2)}
+    state = {"generation": 0, "segments": segments}
+    for run in range(3):  # three runs, one file each for every cluster's new rows
+        ids = np.arange(1000 + 100 * run, 1000 + 100 * run + 12)
+        got = store.append_run(0, state["segments"], rng.integers(0, 3, 12), ids, ids + 7,
+                               vecs(12))
+        state = {**state, "segments": {**state["segments"], **got}}
+    tails = store.tails(state, [0, 1, 2])
+    for c in (0, 1, 2):
+        parts = store.cluster(state, c, tails)
+        ids, reps, v = store.read_cluster(state, c)
+        assert len(parts) == 1 and len(state["segments"][str(c)]) > 1
+        got = parts[0]
+        assert got.ids.tolist() == ids.tolist() and got.reps.tolist() == reps.tolist()
+        assert np.array_equal(got.vt.T, v) and np.array_equal(got.inv, sc.inv_norms(v))
+    # a slice of smaller ids than the largest file's: two parts, the same rows
+    early = store.write_segment(0, 0, np.arange(3, 6), np.arange(3, 6), vecs(3))
+    state["segments"]["0"] = state["segments"]["0"] + [early]
+    parts = store.cluster(state, 0, store.tails(state, [0]))
+    ids, _, v = store.read_cluster(state, 0)
+    assert len(parts) == 2
+    both = np.concatenate([p.ids for p in parts])
+    order = np.argsort(both)
+    assert both[order].tolist() == ids.tolist()
+    assert np.array_equal(np.concatenate([p.vt for p in parts], axis=1)[:, order].T, v)

@@ -23,8 +23,12 @@ once to fault it in and once by the product, which finds it out of the cache.)
 dot-product instructions: VNNI on x86, dot products on ARM) on the int8 vectors, exact in int32,
 then scaled by the norms in float32. A run reads each probed cluster once, and a small increment
 probes every cluster with a few rows each: that product is bound by reading the cluster, so the
-int8 kernel reads a quarter of the bytes float32 did and keeps its speed on a few rows (5x
-float32 BLAS at 47 rows by 5,000 on one core; docs/benchmarks.md). Each process checks once that
+int8 kernel reads a quarter of the bytes float32 would and keeps its speed on a few rows (3.6x
+float32 BLAS on the same vectors at 47 rows by 5,000, one core: ``benchmarks.semantic_dup_real
+--kernels``). A cluster is read as two parts, two products: its largest segment into a scratch
+buffer reused by every read (fresh memory per read costs more than the read), and the small
+slices of the runs since its compaction, each run file read once for all of them. Each process
+checks once that
 the kernel is exact here (on extreme vectors, against numpy); where it is not (kernels that
 saturate 16-bit sums), the same cosines come from float32 BLAS on the vectors (exact too: every
 partial sum is an integer below 2**24), only slower.
@@ -227,14 +231,39 @@ class Store:
         return [self.read_segment(state["generation"], e)
                 for e in state["segments"].get(str(c), [])]
 
-    def largest(self, state: dict, c: int) -> Segment | None:
-        """A cluster's largest segment (its rows at its last compaction, mostly), read into the
-        scratch buffer (valid until its next use)."""
+    def cluster(self, state: dict, c: int, tails: dict[int, Segment]) -> list[Segment]:
+        """A cluster's stored rows as one part, one product: its largest segment read straight
+        into the first columns of the scratch buffer (valid until its next use), the small
+        slices of the runs since (``tails``, read for the group beforehand) copied after it,
+        ids ascending. Two parts when the slices' ids do not all follow the largest segment's
+        file (never, as the store appends)."""
         entries = state["segments"].get(str(c), [])
         if not entries:
-            return None
-        return self.read_segment(state["generation"], max(entries, key=lambda e: int(e[1])),
-                                 scratch=True)
+            return []
+        gen = state["generation"]
+        big = max(entries, key=lambda e: int(e[1]))
+        tail = tails.get(c)
+        rel, rows, start = big[0], int(big[1]), int(big[2])
+        last = int(rel.rsplit("/", 1)[-1].split("-")[1])  # the file's largest id
+        if tail is None or int(tail.ids[0]) <= last:
+            return [self.read_segment(gen, big, scratch=True)] + ([tail] if tail is not None else [])
+        n = int(rel.rsplit("-", 1)[1].split(".")[0])
+        total = rows + len(tail.ids)
+        buf = scratch_buffer(DIM * total)
+        vt = np.frombuffer(buf, np.int8).reshape(DIM, total)
+        path = self.file(gen, rel)
+        ranges = [(8 * start, 8 * (start + rows)), (8 * (n + start), 8 * (n + start + rows)),
+                  (16 * n + 4 * start, 16 * n + 4 * (start + rows))]
+        parts = storage.read_ranges(path, ranges)
+        got = storage.read_scattered(path, 20 * n + DIM * start,
+                                     [buf[d * total:d * total + rows] for d in range(DIM)])
+        if [len(x) for x in parts] != [b - a for a, b in ranges] or got != DIM * rows:
+            raise RuntimeError(f"{path}: shorter than its {n} rows; remove {self.uri} and run "
+                               "again (it is made again from the columns)")
+        vt[:, rows:] = tail.vt
+        return [Segment(np.concatenate([np.frombuffer(parts[0], "<i8"), tail.ids]),
+                        np.concatenate([np.frombuffer(parts[1], "<i8"), tail.reps]),
+                        np.concatenate([np.frombuffer(parts[2], "<f4"), tail.inv]), vt)]
 
     def tails(self, state: dict, clusters: list[int]) -> dict[int, Segment]:
         """Every segment but the largest of each cluster (the slices of the runs since its last
@@ -480,11 +509,18 @@ def cosines(x: np.ndarray, xi: np.ndarray, yt: np.ndarray, yi: np.ndarray) -> np
     1 / their norms: the exact integer dot product, times ``xi``, times ``yi``, in float32. The
     same bits whichever kernel computes the product."""
     session = _integer_product()
-    if session is not None:
-        s = session.run(None, {"a": x.view(np.uint8) ^ np.uint8(0x80),
-                               "b": np.ascontiguousarray(yt)})[0].astype(np.float32)
-    else:  # exact too: integer sums below 2**24
-        s = x.astype(np.float32) @ yt.astype(np.float32)
+    if session is None:
+        return float_cosines(x, xi, yt, yi)
+    s = session.run(None, {"a": x.view(np.uint8) ^ np.uint8(0x80),
+                           "b": np.ascontiguousarray(yt)})[0].astype(np.float32)
+    s *= xi[:, None]
+    s *= yi[None, :]
+    return s
+
+
+def float_cosines(x: np.ndarray, xi: np.ndarray, yt: np.ndarray, yi: np.ndarray) -> np.ndarray:
+    """``cosines`` with float32 BLAS: exact too (integer sums below 2**24), slower."""
+    s = x.astype(np.float32) @ yt.astype(np.float32)
     s *= xi[:, None]
     s *= yi[None, :]
     return s

@@ -42,9 +42,9 @@ The trade: ``rows_per_cluster`` x ``probes`` comparisons per new row whatever th
 SemDeDup's trade of recall for cost, narrowed by the probes; over increments that bring new
 topics the copies found equal a batch run's, docs/benchmarks.md). A run also reads each probed
 cluster's stored rows once: a small increment that probes every cluster reads the whole store
-(measured: a 1,000-row increment costs 1.8x per row at 320 k rows what it costs at 20 k; 5,000
-rows, flat). The store holds document vectors (``forget`` removes it; the next run makes it
-again from the columns).
+(404 bytes a row, int8, compared by an int8 product; measured: a 1,000-row increment costs 1.2x
+per row at 320 k rows what it costs at 20 k, docs/benchmarks.md). The store holds document
+vectors (``forget`` removes it; the next run makes it again from the columns).
 
 - ``semantic_cluster`` (int64): the cluster the row was homed in when written (ids stay unique
   over retrainings).
@@ -66,11 +66,14 @@ The driver holds references, counts and the store's state (O(clusters)).
 
 Incremental: one pinned version; the fragments lacking the columns are computed, values already
 written never change (but ``kept.elect`` after deletes). The store is written after the columns
-are committed; a run finds the rows committed since the store's last append
-(``id > ids_through``) and adds them first, so a run killed anywhere is continued equal to an
-uninterrupted one. Settings that differ from the stored ones on a written column are refused.
-One run at a time per table: two concurrent runs would each append their rows to the store and
-the last state written wins.
+are committed: a run names the fragments it is about to write in the store's state first
+(``pending``), and its append clears the name; a run that finds it set reads those fragments'
+rows committed since the store's last append (``id > ids_through``) and adds them first, so a
+run killed anywhere is continued equal to an uninterrupted one, and no other run reads columns
+back. Locally the comparison runs in as many groups of clusters as its work needs (its progress
+steps, up to ``LOCAL_GROUPS``): a small increment is one. Settings that differ from the stored
+ones on a written column are refused. One run at a time per table: two concurrent runs would
+each append their rows to the store and the last state written wins.
 """
 
 from __future__ import annotations
@@ -338,9 +341,7 @@ def compare_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple) 
     tails = store.tails(state, clusters)  # the small slices of recent runs: each file read once
     for c, q in zip(clusters, np.split(rows, starts[1:])):
         qids, qvecs, qxi = ids[q], vecs[q], xi[q]
-        for seg in (store.largest(state, c), tails.get(c)):  # all earlier than the new rows
-            if seg is None:
-                continue
+        for seg in store.cluster(state, c, tails):  # stored rows: all earlier than the new ones
             read += len(seg.ids)
             v, at, p = sc.best_earlier(qids, qvecs, qxi, seg.ids, seg.vt, seg.inv)
             pairs += p
