@@ -217,7 +217,7 @@ def read_scattered(path: Location | str, start: int, buffers: list[memoryview]) 
     where = path if isinstance(path, str) and not is_object_store(path) else location(path)
     if is_object_store(where):
         total = sum(len(b) for b in buffers)
-        data = memoryview(where.fs.cat_file(where.path, start, start + total))
+        data = memoryview(where.fs.cat_file(where.path, start=start, end=start + total))
         at = 0
         for buf in buffers:
             part = data[at:at + len(buf)]

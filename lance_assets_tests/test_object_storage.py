@@ -438,3 +438,36 @@ def test_ingest_where_no_lease_is_possible_is_refused_unless_one_ingest_is_promi
     monkeypatch.setenv(SINGLE_INGEST_ENV, "1")
     with ingest_lock("gs://bucket/prefix", log=quiet) as held:
         held.check()  # no lock to lose
+
+
+def test_semantic_dup_store_on_s3_reads_what_a_local_one_reads(s3, tmp_path):
+    """The side store's ranged and scattered reads through fsspec: a cluster's file, the slices
+    of run files, read for comparing and whole, equal the same store on local disk."""
+    import numpy as np
+
+    from lance_assets.curation import semantic_clusters as sc
+
+    bucket, _, _ = s3
+    stores = [sc.Store(f"s3://{bucket}/semantic_dup"), sc.Store(str(tmp_path / "semantic_dup"))]
+    rng = np.random.default_rng(11)
+    first = rng.integers(-127, 128, (30, 384)).astype(np.int8)
+    runs = [(np.arange(100 * r, 100 * r + 9), rng.integers(0, 2, 9),
+             rng.integers(-127, 128, (9, 384)).astype(np.int8)) for r in (1, 2)]
+    got = []
+    for store in stores:
+        state = {"generation": 0, "segments": {
+            str(c): [store.write_segment(0, c, np.arange(c * 15, c * 15 + 15),
+                                         np.arange(c * 15, c * 15 + 15), first[c * 15:c * 15 + 15])]
+            for c in (0, 1)}}
+        for ids, homes, vecs in runs:
+            state["segments"].update(store.append_run(0, state["segments"], homes, ids, ids,
+                                                      vecs))
+        tails = store.tails(state, [0, 1])
+        got.append([(p.ids.tolist(), p.reps.tolist(), p.inv.tolist(), p.vt.copy())
+                    for c in (0, 1) for p in store.cluster(state, c, tails)]
+                   + [store.read_cluster(state, c) for c in (0, 1)])
+    s3_parts, local_parts = got
+    assert len(s3_parts) == len(local_parts) == 4
+    for a, b in zip(s3_parts, local_parts):
+        for x, y in zip(a, b):
+            assert np.array_equal(np.asarray(x), np.asarray(y))
