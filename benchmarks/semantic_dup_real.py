@@ -234,11 +234,11 @@ def first_line(root: Path, i: int) -> str:
 
 def growth(work: Path, sizes: list[int], new: int, topics: int, repeats: int) -> None:
     from benchmarks.semantic_tables import add_rows, grown_table
-    from lance_assets.curation import semantic_clusters as sc
     from lance_assets.curation import semantic_dup as sd
+    from lance_assets.embeddings import int8_vectors as iv
 
     settings = sd.SemanticDupSettings()
-    kernel = sc.kernel()  # loaded once per process, before the clock starts
+    kernel = iv.kernel()  # loaded once per process, before the clock starts
     print(f"\n## Cost per new document: {new:,}-row increments, {topics} topics, "
           f"{settings.rows_per_cluster} rows per cluster, {settings.probes} probes, product: "
           f"{kernel}; the median of {repeats} increments")
@@ -284,22 +284,22 @@ def kernels(repeats: int) -> None:
     """The comparison's product, int8 (ONNX Runtime's MatMulInteger) against float32 BLAS on the
     same int8 vectors, at the shapes a run multiplies: a cluster of 5,000 stored rows against
     the new rows probing it (a few in a small increment on a large table, hundreds in a batch)."""
-    from lance_assets.curation import semantic_clusters as sc
+    from lance_assets.embeddings import int8_vectors as iv
 
     rng = np.random.default_rng(0)
     n = 5000
-    y = rng.integers(-127, 128, (sc.DIM, n)).astype(np.int8)
-    yi = sc.inv_norms(np.ascontiguousarray(y.T))
-    print(f"\n## The product: {sc.kernel()} against float32 BLAS, cosines of q new rows and "
+    y = rng.integers(-127, 128, (iv.DIM, n)).astype(np.int8)
+    yi = iv.inv_norms(np.ascontiguousarray(y.T))
+    print(f"\n## The product: {iv.kernel()} against float32 BLAS, cosines of q new rows and "
           f"{n:,} stored ones, one thread, best of {repeats} x 20\n")
     print("| new rows | int8 (ms) | float32 BLAS (ms) | speed-up | int8 G pairs x dims / s |\n"
           "|---|---|---|---|---|")
     for q in (1, 16, 47, 188, 750):
-        x = rng.integers(-127, 128, (q, sc.DIM)).astype(np.int8)
-        xi = sc.inv_norms(x)
-        assert np.array_equal(sc.cosines(x, xi, y, yi), sc.float_cosines(x, xi, y, yi))
+        x = rng.integers(-127, 128, (q, iv.DIM)).astype(np.int8)
+        xi = iv.inv_norms(x)
+        assert np.array_equal(iv.cosines(x, xi, y, yi), iv.float_cosines(x, xi, y, yi))
         t = {}
-        for name, fn in (("int8", sc.cosines), ("float", sc.float_cosines)):
+        for name, fn in (("int8", iv.cosines), ("float", iv.float_cosines)):
             best = np.inf
             for _ in range(repeats):
                 c0 = time.process_time()
@@ -308,7 +308,7 @@ def kernels(repeats: int) -> None:
                 best = min(best, (time.process_time() - c0) / 20)
             t[name] = best
         print(f"| {q} | {t['int8'] * 1e3:.2f} | {t['float'] * 1e3:.2f} | "
-              f"{t['float'] / t['int8']:.1f}x | {q * n * sc.DIM / t['int8'] / 1e9:.0f} |")
+              f"{t['float'] / t['int8']:.1f}x | {q * n * iv.DIM / t['int8'] / 1e9:.0f} |")
 
 
 def main() -> None:

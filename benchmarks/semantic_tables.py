@@ -18,6 +18,7 @@ from lance_assets import keys
 from lance_assets.curation import semantic_clusters as sc
 from lance_assets.curation import semantic_dup as sd
 from lance_assets.curation.detected_language import LANG, LANG_SCORE
+from lance_assets.embeddings import int8_vectors as iv
 from lance_assets.embeddings.chunk_embeddings import CHUNK_EMBEDDINGS, to_arrow
 from lance_assets.embeddings.embeddings import DIM
 from lance_assets.ingest.raw_text import ingest
@@ -74,15 +75,15 @@ def grown_table(root: Path, rows: int, topics: int = 200, seed: int = 0,
 
     write_columns(root, [CHUNK_EMBEDDINGS], no_chunks, log=_quiet)
     unit = topic_vectors(rows, topics, seed, 0)
-    q = sc.quantize(unit)
-    x, inv = sc.as_unit(q)
+    q = iv.quantize(unit)
+    x, inv = iv.as_unit(q)
     x *= inv[:, None]
     k = sd.auto_clusters(rows, settings.rows_per_cluster)
     rate = min(1.0, max(sd.TRAIN_ROWS, sd.TRAIN_ROWS_PER_CLUSTER * k) / rows)
     ids = np.arange(rows, dtype=np.int64)
     sample = sc.hashed_sample(ids, rate, settings.seed)
-    centroids = sc.spherical_kmeans(x[sample], k, settings.seed)
-    home, best = sc.nearest(x, centroids)
+    centroids = iv.spherical_kmeans(x[sample], k, settings.seed)
+    home, best = iv.nearest(x, centroids)
     home = home[:, 0]
     store = sd.side_store(Table.of(root))
     store.save_centroids(0, centroids)

@@ -16,6 +16,7 @@ from lance_assets.curation import minhash, rules
 from lance_assets.curation import semantic_clusters as sc
 from lance_assets.curation import semantic_dup as sd
 from lance_assets.curation.detected_language import LANG, LANG_SCORE
+from lance_assets.embeddings import int8_vectors as iv
 from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table, data_files_by_field, get_json_config
@@ -152,7 +153,7 @@ def test_blocked_comparison_equals_brute_force(monkeypatch):
     ids = np.sort(rng.choice(1000, 80, replace=False)).astype(np.int64)
     cluster = rng.integers(0, 2, 80)
     dup, rep, cos = sd.compare_batch(ids, vecs, cluster, 0.9)
-    q = sc.quantize(vecs).astype(np.float64)
+    q = iv.quantize(vecs).astype(np.float64)
     unit = q / np.linalg.norm(q, axis=1, keepdims=True)
     rep_of = {}
     for i in range(80):  # brute force, in id order
@@ -174,17 +175,17 @@ def test_the_integer_product_is_exact_and_equals_the_float_one_to_the_bit(monkey
                         rng.integers(-127, 128, (40, 384)).astype(np.int8)])
     x[1, 1::2] = -127
     y = np.concatenate([x[::-1], rng.integers(-127, 128, (30, 384)).astype(np.int8)])
-    xi, yi = sc.inv_norms(x), sc.inv_norms(y)
+    xi, yi = iv.inv_norms(x), iv.inv_norms(y)
     exact = (x.astype(np.int64) @ y.T.astype(np.int64)).astype(np.float32)
     expected = exact * xi[:, None]
     expected *= yi[None, :]
-    got = sc.cosines(x, xi, y.T, yi)
-    assert sc.kernel() == "int8 MatMulInteger"  # the fast path on the test machines
+    got = iv.cosines(x, xi, y.T, yi)
+    assert iv.kernel() == "int8 MatMulInteger"  # the fast path on the test machines
     assert got.dtype == np.float32 and np.array_equal(got, expected)
     assert np.isclose(got[0, 0 + len(x) - 1], 1.0)  # two equal vectors: cosine 1 (x[0] = y[-1])
-    monkeypatch.setattr(sc, "_integer_product", lambda: None)
-    assert sc.kernel() == "float32 BLAS"
-    assert np.array_equal(sc.cosines(x, xi, y.T, yi), expected)
+    monkeypatch.setattr(iv, "_integer_product", lambda: None)
+    assert iv.kernel() == "float32 BLAS"
+    assert np.array_equal(iv.cosines(x, xi, y.T, yi), expected)
 
 
 def test_rows_without_chunks_get_nulls_and_are_counted(tmp_path):
@@ -499,7 +500,7 @@ def test_a_cluster_is_read_for_comparing_as_one_part_in_id_order(tmp_path):
         assert len(parts) == 1 and len(state["segments"][str(c)]) > 1
         got = parts[0]
         assert got.ids.tolist() == ids.tolist() and got.reps.tolist() == reps.tolist()
-        assert np.array_equal(got.vt.T, v) and np.array_equal(got.inv, sc.inv_norms(v))
+        assert np.array_equal(got.vt.T, v) and np.array_equal(got.inv, iv.inv_norms(v))
     # a slice of smaller ids than the largest file's: two parts, the same rows
     early = store.write_segment(0, 0, np.arange(3, 6), np.arange(3, 6), vecs(3))
     state["segments"]["0"] = state["segments"]["0"] + [early]

@@ -93,6 +93,7 @@ import pyarrow.compute as pc
 from lance_assets import keys, paths, storage
 from lance_assets.curation import semantic_clusters as sc
 from lance_assets.curation.kept import elect
+from lance_assets.embeddings import int8_vectors as iv
 from lance_assets.embeddings.embeddings import DIM
 from lance_assets.progress import progress
 from lance_assets.table import Table, get_json_config
@@ -215,7 +216,7 @@ def document_vectors(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.nd
     return out, ok
 
 
-quantize = sc.quantize
+quantize = iv.quantize
 
 
 def auto_clusters(rows: int, rows_per_cluster: int) -> int:
@@ -258,7 +259,7 @@ def read_new(scan: Scan, fragment_id: int) -> tuple:
             lang = np.asarray(b.column("lang").to_pylist(), dtype=object)
             st[ok & ~np.isin(lang, list(scan.languages))] = OTHER_LANGUAGE
         ids.append(b.column("id").to_numpy(zero_copy_only=False))
-        vecs.append(sc.quantize(unit))
+        vecs.append(iv.quantize(unit))
         status.append(st)
     i = np.concatenate(ids) if ids else np.zeros(0, np.int64)
     v = np.concatenate(vecs) if vecs else np.zeros((0, DIM), np.int8)
@@ -273,8 +274,8 @@ def assign(centroids: np.ndarray, probes: int, trained_through: int, payload: Pa
     """A fragment's computed rows homed: their ``probes`` nearest clusters (the first: home; -1
     for rows not computed), and (rows added since training, their summed distance to home)."""
     ids, vecs, status = payload
-    x, inv = sc.as_unit(vecs)
-    near, best = sc.nearest(x * inv[:, None], centroids, probes)
+    x, inv = iv.as_unit(vecs)
+    near, best = iv.nearest(x * inv[:, None], centroids, probes)
     near[status != COMPUTED] = -1
     since = (status == COMPUTED) & (ids > trained_through)
     return near, np.array([float(since.sum()), float((1.0 - best[since]).sum())])
@@ -291,7 +292,7 @@ def gather(n: int, *args) -> list[np.ndarray]:
     ids, vecs, near = ids[keep], vecs[keep], near[keep]
     order = np.argsort(ids, kind="stable")
     vecs = vecs[order]
-    return [ids[order], vecs, near[order], sc.inv_norms(vecs)]  # a list: one result, not four
+    return [ids[order], vecs, near[order], iv.inv_norms(vecs)]  # a list: one result, not four
 
 
 def _best(qid: np.ndarray, cos: np.ndarray, bid: np.ndarray, brep: np.ndarray) -> tuple:
@@ -432,8 +433,8 @@ def rehome_group(store: sc.Store, state: dict, lo: int, hi: int, centroids: np.n
     ids = np.concatenate([p[0] for p in parts] or [np.zeros(0, np.int64)])
     reps = np.concatenate([p[1] for p in parts] or [np.zeros(0, np.int64)])
     vecs = np.concatenate([p[2] for p in parts] or [np.zeros((0, DIM), np.int8)])
-    x, inv = sc.as_unit(vecs)
-    home = sc.nearest(x * inv[:, None], centroids)[0][:, 0] if len(ids) else \
+    x, inv = iv.as_unit(vecs)
+    home = iv.nearest(x * inv[:, None], centroids)[0][:, 0] if len(ids) else \
         np.zeros(0, np.int64)
     group = np.searchsorted(starts, home, side="right")
     return tuple((ids[group == g], reps[group == g], vecs[group == g], home[group == g])
@@ -583,7 +584,7 @@ def catch_up(table: Table, ds: lance.LanceDataset, store: sc.Store, state: dict 
         zero_copy_only=False).reshape(-1, DIM).astype(np.int8)
     if state is None:
         gen = store.next_generation()
-        x, inv = sc.as_unit(vecs)
+        x, inv = iv.as_unit(vecs)
         mean = (x * inv[:, None]).sum(axis=0)
         store.save_centroids(gen, (mean / max(np.linalg.norm(mean), 1e-12))[None, :])
         state = {"format": sc.FORMAT, "generation": gen, "first_cluster": int(cluster.max()) + 1,
@@ -597,8 +598,8 @@ def catch_up(table: Table, ds: lance.LanceDataset, store: sc.Store, state: dict 
         inside = (local >= 0) & (local < int(state["clusters"]))
         home = np.where(inside, local, 0)
         if (~inside).any():
-            x, inv = sc.as_unit(vecs[~inside])
-            home[~inside] = sc.nearest(x * inv[:, None], store.centroids(state))[0][:, 0]
+            x, inv = iv.as_unit(vecs[~inside])
+            home[~inside] = iv.nearest(x * inv[:, None], store.centroids(state))[0][:, 0]
         log(f"semantic_dup: {len(ids)} row(s) committed by an earlier run added to the store")
     segments = dict(state["segments"])
     for c in np.unique(home).tolist():
@@ -652,13 +653,13 @@ def retrain(store: sc.Store, state: dict | None, payloads: dict, rows_new: int,
     ids = np.concatenate(tasks.get([p[0] for p in pieces]) or [np.zeros(0, np.int64)])
     vecs = np.concatenate(tasks.get([p[1] for p in pieces]) or [np.zeros((0, DIM), np.int8)])
     order = np.argsort(ids, kind="stable")
-    x, inv = sc.as_unit(vecs[order])
+    x, inv = iv.as_unit(vecs[order])
     x *= inv[:, None]
     if not len(x):
         x = np.zeros((1, DIM), np.float32)
         x[0, 0] = 1.0
-    centroids = sc.spherical_kmeans(x, k, settings.seed)
-    distance = float(np.mean(1.0 - sc.nearest(x, centroids)[1]))
+    centroids = iv.spherical_kmeans(x, k, settings.seed)
+    distance = float(np.mean(1.0 - iv.nearest(x, centroids)[1]))
     gen = store.next_generation()
     store.save_centroids(gen, centroids)
     k = len(centroids)
@@ -964,8 +965,8 @@ def compare_batch(ids: np.ndarray, unit: np.ndarray, cluster: np.ndarray,
     """One batch of rows (``ids`` ascending), each against the earlier rows of its cluster, as
     a run compares them (int8 vectors, exact cosines): (flag, representative, cosine). For
     benchmarks and tests."""
-    q = sc.quantize(unit)
-    xi = sc.inv_norms(q)
+    q = iv.quantize(unit)
+    xi = iv.inv_norms(q)
     results = []
     for c in np.unique(cluster):
         sel = np.flatnonzero(cluster == c)
