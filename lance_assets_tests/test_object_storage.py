@@ -78,7 +78,7 @@ def test_whole_graph_on_s3_keeps_everything_in_the_bucket_and_no_secret_anywhere
     monkeypatch.setenv("LANCE_ASSETS_SOURCE", "synthetic:600")
     monkeypatch.chdir(tmp_path)  # the default ./data would land here: it must stay empty
     run_config = {"ops": {
-        "raw_text": {"config": {"rows_per_fragment": 200}},
+        "raw_text": {"config": {"rows_per_fragment": 300}},
         "pretrained_model": {"config": {"steps": 10, "seq_len": 64, "batch_size": 8,
                                         "eval_every": 10, "ckpt_every": 5, "nproc_per_node": 1,
                                         "run_name": "s3run"}},
