@@ -157,22 +157,19 @@ class Store:
         big = max(entries, key=lambda e: int(e[1]))
         tail = tails.get(c)
         rel, rows, start = big[0], int(big[1]), int(big[2])
-        last = int(rel.rsplit("/", 1)[-1].split("-")[1])  # the file's largest id
+        _, last, n = file_rows(rel)
         if tail is None or int(tail.ids[0]) <= last:
             return [self.read_segment(gen, big, scratch=True)] + ([tail] if tail is not None else [])
-        n = int(rel.rsplit("-", 1)[1].split(".")[0])
         total = rows + len(tail.ids)
         buf = scratch_buffer(DIM * total)
         vt = np.frombuffer(buf, np.int8).reshape(DIM, total)
         path = self.file(gen, rel)
-        ranges = [(8 * start, 8 * (start + rows)), (8 * (n + start), 8 * (n + start + rows)),
-                  (16 * n + 4 * start, 16 * n + 4 * (start + rows))]
+        *ranges, (vectors, _) = row_ranges(n, start, start + rows)
         parts = storage.read_ranges(path, ranges)
-        got = storage.read_scattered(path, 20 * n + DIM * start,
+        got = storage.read_scattered(path, vectors,
                                      [buf[d * total:d * total + rows] for d in range(DIM)])
         if [len(x) for x in parts] != [b - a for a, b in ranges] or got != DIM * rows:
-            raise RuntimeError(f"{path}: shorter than its {n} rows; remove {self.uri} and run "
-                               "again (it is made again from the columns)")
+            self._short(path, n)
         vt[:, rows:] = tail.vt
         return [Segment(np.concatenate([np.frombuffer(parts[0], "<i8"), tail.ids]),
                         np.concatenate([np.frombuffer(parts[1], "<i8"), tail.reps]),
@@ -225,25 +222,23 @@ class Store:
                    scratch: bool = False) -> tuple[np.ndarray, ...]:
         """Rows ``[start, end)`` of a file: ids, reps, 1 / norms and their vectors' bytes (the
         blocks of the clusters they belong to, one after the other). A whole file is one read."""
-        n = int(rel.rsplit("-", 1)[1].split(".")[0])
+        n = file_rows(rel)[2]
         path = self.file(generation, rel)
-        if start == 0 and end == n:
-            ranges = [(0, n * ROW_BYTES)]
-        else:
-            ranges = [(8 * start, 8 * end), (8 * (n + start), 8 * (n + end)),
-                      (16 * n + 4 * start, 16 * n + 4 * end),
-                      (20 * n + DIM * start, 20 * n + DIM * end)]
+        ranges = [(0, n * ROW_BYTES)] if start == 0 and end == n else row_ranges(n, start, end)
         into = [scratch_buffer(b - a) if scratch and i == len(ranges) - 1 else None
                 for i, (a, b) in enumerate(ranges)]
         parts = storage.read_ranges(path, ranges, into)
         if [len(x) for x in parts] != [b - a for a, b in ranges]:
-            raise RuntimeError(f"{path}: shorter than its {n} rows; remove {self.uri} and run "
-                               "again (it is made again from the columns)")
+            self._short(path, n)
         if len(parts) == 1:
             whole = parts[0]
             parts = [whole[:8 * n], whole[8 * n:16 * n], whole[16 * n:20 * n], whole[20 * n:]]
         return (np.frombuffer(parts[0], "<i8"), np.frombuffer(parts[1], "<i8"),
                 np.frombuffer(parts[2], "<f4"), np.frombuffer(parts[3], np.int8))
+
+    def _short(self, path, n: int) -> None:
+        raise RuntimeError(f"{path}: shorter than its {n} rows; remove {self.uri} and run "
+                           "again (it is made again from the columns)")
 
     def file(self, generation: int, rel: str):
         """A file of the store: a plain string locally (no path object to build per read)."""
@@ -357,6 +352,19 @@ class Store:
             if p.name.startswith("g") and p.name[1:].isdigit() and int(p.name[1:]) != keep:
                 removed += storage.remove_tree(p)
         return removed
+
+
+def file_rows(rel: str) -> tuple[int, int, int]:
+    """A file's first id, last id and rows, from its name (``<first>-<last>-<rows>.bin``)."""
+    first, last, rows = rel.rsplit("/", 1)[-1].removesuffix(".bin").split("-")
+    return int(first), int(last), int(rows)
+
+
+def row_ranges(n: int, start: int, end: int) -> list[tuple[int, int]]:
+    """The byte ranges of rows ``[start, end)`` of a file of ``n`` rows: their ids, their
+    representatives, their 1 / norms and their vectors (one cluster's block, or several)."""
+    return [(8 * start, 8 * end), (8 * (n + start), 8 * (n + end)),
+            (16 * n + 4 * start, 16 * n + 4 * end), (20 * n + DIM * start, 20 * n + DIM * end)]
 
 
 _scratch = threading.local()
