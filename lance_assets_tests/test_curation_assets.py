@@ -84,7 +84,14 @@ def test_curation_assets_report_what_a_person_needs(curated, store):
     # the same counts as plain numbers (one key per rule) for Dagster's plots, and in tokens
     for rule, removed in cur["hit_counts"].items():
         assert cur[f"removed_rows/{rule}"] == removed
-        assert isinstance(cur[f"removed_tokens/{rule}"], int) and cur[f"removed_tokens/{rule}"] >= 0
+        # every row has tokens: a rule removes tokens exactly when it removes rows
+        assert (cur[f"removed_tokens/{rule}"] > 0) == (removed > 0), rule
+        assert cur[f"removed_tokens/{rule}"] <= cur["total_tokens"] - cur["kept_tokens"], rule
+    # recounted from the rows themselves: the exact copies' tokens (NULL counts as removed)
+    flags = ds.to_table(columns=["is_dup", "n_tokens"])
+    dup = flags.column("is_dup").to_pylist()
+    assert cur["removed_tokens/exact_dup"] == sum(
+        n for d, n in zip(dup, flags.column("n_tokens").to_pylist()) if d is not False) > 0
     assert 0 < cur["kept_tokens"] < cur["total_tokens"]
     assert rules.stored_curation(ds).rules == rules.DEFAULT_RULES
 

@@ -64,8 +64,10 @@ def test_matches_the_reference_including_hostile_inputs(tmp_path):
     assert got[first + 3] == pytest.approx(len("первый абзац.") / len("первый абзац.new"))
     assert sum(v == 1.0 for v in got) > 10  # the synthetic corpus's exact copies
     # documents without paragraph text (what ingest would skip) have none
-    doc, _, chars = para_dup.paragraphs(pa.array(HOSTILE[:5], pa.string()))
-    assert set(doc.tolist()) <= {4} and chars.sum() >= 0
+    doc, hashes, chars = para_dup.paragraphs(pa.array(HOSTILE[:5], pa.string()))
+    assert doc.tolist() == [4, 4]  # the control characters and the invalid bytes, each a paragraph
+    assert chars.tolist() == [len("\x00\x01\x02"), len("\xff\ufffd")]
+    assert hashes[0] != hashes[1]
 
 
 def test_incremental_runs_equal_one_run(tmp_path):
