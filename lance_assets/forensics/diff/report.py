@@ -184,6 +184,8 @@ def _tokenizer(t: dict) -> str:
     def name(x):
         return "none recorded" if not x else f"`{x.get('name')}` (sha256 {str(x.get('sha256'))[:12]}…)"
 
+    if t["same"] is None:
+        return "none recorded at either side (no `token_ids` yet)"
     if t["same"]:
         return f"same, {name(t['a'])}"
     return f"**changed**: A {name(t['a'])}, B {name(t['b'])}"
