@@ -174,14 +174,17 @@ def read_rows(ds: lance.LanceDataset, rows: np.ndarray | None, projections: dict
     todo = frags if wanted is None else wanted
     total = sum(f.count_rows() for f in todo)
     batches = []
-    with progress(total, f"diff: reading version {ds.version}", "row", log) as bar:
+    # a line every LOG_EVERY_S (rows done, rate, time left) while a long read runs; none for
+    # a short one
+    with progress(None, f"diff: reading version {ds.version}", "batch", log,
+                  rows_total=total) as bar:
         if todo:
             scan = ds.scanner(columns=projections, with_row_id=True, fragments=todo)
             for batch in scan.to_batches():
                 if rows is not None:
                     batch = batch.filter(pc.is_in(batch.column(ROWID), pa.array(rows, pa.uint64())))
                 batches.append(batch)
-                bar.update(batch.num_rows)
+                bar.update(0, rows=batch.num_rows)
     if batches:
         out = pa.Table.from_batches(batches)
     else:
