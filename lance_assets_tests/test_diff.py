@@ -262,6 +262,20 @@ def test_a_snapshot_cleanup_removed_names_the_retention_that_released_it(history
     assert "a cleanup then removed version" in message
 
 
+def test_a_snapshot_forget_released_names_forget(tmp_path):
+    """``forget`` releases the snapshots holding what it forgets without a reason of its own:
+    the diff finds the release in forget's log."""
+    from benchmarks.diff_bench import write_table
+
+    table = write_table(tmp_path / "data", rows=1_000, rows_per_fragment=500)
+    table.snapshots.hold("train-old", table.newest().version, owner="pretrained_model",
+                         kind=snaps.RUN)
+    forget(table, "id IN (3, 4)", log=quiet)
+    with pytest.raises(DiffError, match="tag train-old .* was released by `forget` at .*: it held "
+                       "documents being forgotten"):
+        diff(table, "train-old", table.newest().version)
+
+
 def test_a_release_killed_after_its_note_leaves_the_snapshot_readable(history):
     """``release`` writes its note before it deletes the tag: a process killed in between leaves
     a note for a tag that still exists, and the tag wins."""

@@ -40,6 +40,7 @@ ABLATION = "ablation"
 MANUAL = "manual"
 DEFAULT_KEEP_UNNAMED_RUNS = 3
 RELEASED = "released"  # the folder of release notes, next to the records
+NO_REASON = "released by hand or by forget (no reason given)"  # a note's reason when none is
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 
@@ -159,7 +160,7 @@ class Snapshots:
         snap = self._snapshot(tag, tags[tag])
         storage.write_atomic(self.folder / RELEASED / f"{tag}.json", json.dumps({
             **snap.to_dict(), "released": time.time(),
-            "why": why or "released by hand or by forget (no reason given)"},
+            "why": why or NO_REASON},
             sort_keys=True).encode())
         try:
             ds.tags.delete(tag)

@@ -26,6 +26,7 @@ from lance_assets.table.choice import RETENTION
 from lance_assets.table.maintenance import SNAPSHOT_PREFIX
 from lance_assets.table.read_record import load as load_read_record
 from lance_assets.table.read_record import rows_read
+from lance_assets.table.snapshots import NO_REASON
 
 ABLATION_PREFIX = "ablation-"
 FORGET_LOG = "forget.log.jsonl"
@@ -84,18 +85,8 @@ def _when(t) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(t)))
 
 
-def release_story(table: Table, tag: str | None, version: int | None) -> str:
-    """What became of a snapshot: the release note of ``tag`` (or of any tag that named
-    ``version``), else ``forget``'s log, else the retention rules in general."""
-    snaps = table.snapshots
-    notes = [n for n in ([snaps.released(tag)] if tag else []) if n]
-    if not notes and version is not None:
-        notes = [n for n in snaps.released_notes() if n.get("version") == version]
-    if notes:
-        n = notes[0]
-        return (f"tag {n['tag']} (version {n['version']}, held by {n.get('owner', 'unknown')}, "
-                f"{n.get('kind', '?')}) was released at {_when(n.get('released', 0))}: "
-                f"{n.get('why', 'no reason recorded')}")
+def _forgotten(table: Table, tag: str | None, version: int | None) -> str | None:
+    """``forget``'s own log of the release of ``tag`` (or of a tag naming ``version``)."""
     log = storage.location(table.root) / FORGET_LOG
     try:
         lines = log.read_text().splitlines() if log.is_file() else []
@@ -112,6 +103,27 @@ def release_story(table: Table, tag: str | None, version: int | None) -> str:
         if hit:
             return (f"tag {hit} (version {released[hit]}) was released by `forget` at "
                     f"{entry.get('at', '?')}: it held documents being forgotten")
+    return None
+
+
+def release_story(table: Table, tag: str | None, version: int | None) -> str:
+    """What became of a snapshot: the release note of ``tag`` (or of any tag that named
+    ``version``) with the reason it gives; ``forget``'s log where the note gives none (``forget``
+    releases without one); else the retention rules in general."""
+    snaps = table.snapshots
+    notes = [n for n in ([snaps.released(tag)] if tag else []) if n]
+    if not notes and version is not None:
+        notes = [n for n in snaps.released_notes() if n.get("version") == version]
+    note = notes[0] if notes else None
+    if note is None or note.get("why") == NO_REASON:
+        by_forget = _forgotten(table, note["tag"] if note else tag,
+                               note["version"] if note else version)
+        if by_forget:
+            return by_forget
+    if note:
+        return (f"tag {note['tag']} (version {note['version']}, held by "
+                f"{note.get('owner', 'unknown')}, {note.get('kind', '?')}) was released at "
+                f"{_when(note.get('released', 0))}: {note.get('why') or 'no reason recorded'}")
     return f"no release was recorded for it ({RETENTION})"
 
 
