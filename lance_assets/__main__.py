@@ -1,7 +1,9 @@
 """``python -m lance_assets``: table tools that are not assets.
 
     python -m lance_assets forget --where "<predicate>" [--force] [--json] [--data DIR]
-    python -m lance_assets explain --id N [--version V|TAG] [--json] [--data DIR]
+    python -m lance_assets explain --id N [--version V|TAG] [--against B] [--json] [--data DIR]
+    python -m lance_assets diff A B [--domain NAME=PREDICATE ...] [--full] [--json] [--data DIR]
+    python -m lance_assets diff --list [--data DIR]
 
 ``forget`` removes the documents the predicate selects from every version on disk
 (``table.forget``); the predicate goes through the curation rules' parser.
@@ -10,7 +12,15 @@
 and its verdict, its exact, near and semantic duplicate clusters and the member kept,
 contamination, every tagged snapshot, training run and ablation arm that read it (evaluated at
 their tagged versions), and the generated samples attributed to it. Exit status 1 when the
-document is not in the version read.
+document is not in the version read. With ``--against B`` it says how the document's state
+differs between the two snapshots (exit status 1 unless it is in both).
+
+``diff`` says what changed in the data between two snapshots A and B (``forensics.diff``): each
+a tag, a version number, a training run or an ablation arm (``<ablation>/<arm>``). Documents
+added and removed (ids, never text), documents and tokens each rule moved between kept and
+dropped, the same per source and per ``--domain``, every flag and signal column's flipped
+values, the tokenizer, and the overlap of what two runs read. ``--list`` names what there is to
+compare.
 """
 
 from __future__ import annotations
@@ -41,10 +51,29 @@ def main(argv: list[str] | None = None) -> int:
                    help="table version number or snapshot tag to read the signals and rules at "
                         "(default: the newest)")
     e.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
+    e.add_argument("--against", default=None,
+                   help="another snapshot (a tag, version, training run or ablation arm): say "
+                        "how the document's state differs between --version (default: the "
+                        "newest) and it")
     e.add_argument("--json", action="store_true", help="print the story as JSON")
+    d = sub.add_parser("diff", help="what changed in the data between two snapshots")
+    d.add_argument("a", nargs="?", help="the earlier side: a tag, a version number, a training "
+                   "run or an ablation arm (<ablation>/<arm>[/seed-N])")
+    d.add_argument("b", nargs="?", help="the later side, named the same way")
+    d.add_argument("--domain", action="append", default=[], metavar="NAME=PREDICATE",
+                   help="count documents and tokens per domain too: a name and a predicate "
+                        "over the table's columns (repeat for each domain)")
+    d.add_argument("--full", action="store_true",
+                   help="read every row of both versions, even where Lance's row versions say "
+                        "which rows changed")
+    d.add_argument("--list", action="store_true", help="list the tags, runs and ablations")
+    d.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
+    d.add_argument("--json", action="store_true", help="print the diff as JSON")
     args = parser.parse_args(argv)
     if args.command == "explain":
         return _explain(args)
+    if args.command == "diff":
+        return _diff(parser, args)
     log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
     try:
         report = forget(Table.of(args.data), args.where, force=args.force, log=log)
@@ -62,6 +91,20 @@ def _explain(args: argparse.Namespace) -> int:
     from lance_assets.forensics.explain import ExplainError, explain
 
     ref = args.version
+    if args.against is not None:
+        from lance_assets.forensics.diff import DiffError
+        from lance_assets.forensics.diff.document import document_diff
+
+        table = Table.of(args.data)
+        try:
+            change = document_diff(table, args.id, ref if ref is not None else
+                                   table.newest().version, args.against)
+        except (ExplainError, DiffError, TableMissingError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(json.dumps(change.to_dict(), indent=2, default=str) if args.json
+              else change.markdown())
+        return 0 if all(change.present) else 1
     try:
         story = explain(Table.of(args.data), args.id, ref=ref)
     except (ExplainError, TableMissingError) as err:
@@ -69,6 +112,32 @@ def _explain(args: argparse.Namespace) -> int:
         return 2
     print(json.dumps(story.to_dict(), indent=2, default=str) if args.json else story.markdown())
     return 0 if story.present else 1
+
+
+def _diff(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from lance_assets.forensics.diff import DiffError, diff, listing
+
+    try:
+        table = Table.of(args.data)
+        if args.list:
+            print(listing(table))
+            return 0
+        if not args.a or not args.b:
+            parser.error("diff: give two sides, A and B (or --list)")
+        domains = {}
+        for item in args.domain:
+            name, sep, predicate = item.partition("=")
+            if not sep or not name.strip():
+                raise DiffError(f"--domain {item!r}: give NAME=PREDICATE, e.g. --domain "
+                                "\"web=source LIKE 'file:%web%'\"")
+            domains[name.strip()] = predicate
+        log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
+        result = diff(table, args.a, args.b, domains=domains, full=args.full, log=log)
+    except (DiffError, TableMissingError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_dict(), indent=2, default=str) if args.json else result.markdown())
+    return 0
 
 
 if __name__ == "__main__":

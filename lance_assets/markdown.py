@@ -42,3 +42,27 @@ def line_plot_markdown(series: list[tuple[list[tuple[int, float]], dict]], alt: 
     fig.savefig(buf, format="png")
     plt.close(fig)
     return png_markdown(buf.getvalue(), alt)
+
+
+def bar_chart_markdown(labels: list[str], series: list[tuple[str, list[float]]], alt: str,
+                       xlabel: str) -> str:
+    """Horizontal bars, one group per label and one bar per series, as an inline PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    height = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(6, 0.6 + 0.35 * len(labels) * max(1, len(series))), dpi=100)
+    for i, (name, values) in enumerate(series):
+        ax.barh([y + i * height for y in range(len(labels))], values, height=height, label=name)
+    ax.set_yticks([y + height * (len(series) - 1) / 2 for y in range(len(labels))], labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.legend()
+    ax.grid(alpha=0.3, axis="x")
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return png_markdown(buf.getvalue(), alt)

@@ -254,6 +254,19 @@ def test_cancelled_ablation_resumes_and_names_the_arm_without_garbage(garbage_ro
     assert "drops_garbage" in meta["paired_leads"].value and "smallest_detectable_lead" in meta
     held = json.loads((second / "held_out.json").read_text())
     assert sum(held["doc_tokens"]) == done["eval_tokens"] and len(held["doc_tokens"]) > 1
+    # the data diff: a fresh instance has no earlier ablation; two arms differ by their rules
+    assert "No earlier materialization of `curation_ablation`" in meta["data_diff"].value
+    from lance_assets.forensics.diff import diff
+    from lance_assets.table.read_record import rows_read
+
+    name = unnamed(Table.of(garbage_root))
+    arms = diff(Table.of(garbage_root), f"{name}/keeps_garbage", f"{name}/drops_garbage")
+    assert arms.documents["added"] == arms.documents["removed"] == 0  # one pinned version
+    (quality,) = arms.rules
+    ds = lance.dataset(paths.table_uri(garbage_root), version=meta["lance/table_version"].value)
+    assert (quality.rule, quality.status) == ("quality", "added")
+    assert quality.out_docs == ds.count_rows(filter="NOT (score >= 3)") > 0
+    assert arms.read["a"] == len(rows_read(first)) and arms.read["b"] == len(rows_read(second))
 
 
 def test_the_trainer_evaluates_on_the_eval_filter_whatever_its_training_filter(garbage_root):

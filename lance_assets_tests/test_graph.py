@@ -4,6 +4,7 @@ import json
 
 import dagster as dg
 import lance
+import numpy as np
 
 from lance_assets import paths
 from lance_assets.definitions import defs
@@ -27,8 +28,9 @@ def test_materialize_whole_graph(tmp_path):
     }}
     resources = {"lance_store": LanceStore(data_dir=str(root), source="synthetic:600"),
                  "pipes_subprocess_client": TorchrunPipesClient()}
+    instance = dg.DagsterInstance.ephemeral()  # the second training run below compares with it
     result = dg.materialize([*assets, *CHECKS, *CORPUS_CHECKS, *TRAINING_CHECKS],
-                            resources=resources, run_config=run_config)
+                            resources=resources, run_config=run_config, instance=instance)
     assert result.success
 
     def meta(key):
@@ -111,3 +113,31 @@ def test_materialize_whole_graph(tmp_path):
         assert " ".join(text.split()[:8]) not in " ".join(meta[f"document_{doc}"].value.split())
         assert " ".join(text.split()[:8]) in " ".join(
             (paths.reports_dir(root) / "stories" / f"{doc}.md").read_text().split())
+
+    # the next training run carries what changed in the data since this one (the UI's data_diff)
+    from lance_assets.curation.rules import DEFAULT_RULES, put_in_force
+    from lance_assets.forensics.diff import diff
+    from lance_assets.table import Table
+
+    assert "No earlier materialization of `pretrained_model`" in model["data_diff"]
+    put_in_force(root, {**DEFAULT_RULES, "gopher_word_count": "word_count BETWEEN 120 AND 100000",
+                        "no_symbols": "symbol_word_ratio <= 0.02"},
+                 keep_languages=[], drop_contaminated=False)
+    Table.of(root).commit("delete", lambda d: d.delete("id IN (3, 4, 5)"))
+    again = dg.materialize([defs.get_assets_def("pretrained_model")], resources=resources,
+                           instance=instance, run_config={"ops": {"pretrained_model": {"config": {
+                               "steps": 2, "seq_len": 64, "batch_size": 8, "eval_every": 1000,
+                               "eval_blocks": 2, "ckpt_every": 1000, "run_name": "next"}}}})
+    second = {k: v.value for k, v in
+              again.asset_materializations_for_node("pretrained_model")[0].metadata.items()}
+    first_run = run_dir.name
+    want = diff(Table.of(root), first_run, "next")
+    md = second["data_diff"]
+    assert "| gopher_word_count | changed |" in md and "| no_symbols | added |" in md
+    assert "ids 3–5" in md and second["data_diff/against"] == first_run
+    assert second["data_diff_chart"].startswith("![documents moved per rule](data:image/png")
+    assert second["data_diff/documents_removed"] == want.documents["removed"] == 3
+    assert second["data_diff/training_docs_net"] == want.training["net_docs"] < 0
+    assert second["data_diff/rules_changed"] == 2
+    both = len(np.intersect1d(rows_read(run_dir), rows_read(paths.run_dir(root, "next"))))
+    assert want.read["both"] == both and f"{both:,} read by both" in md

@@ -278,7 +278,8 @@ def maintain(
                                fragments_before=len(ds.get_fragments()))
     snapshots = table.snapshots
     for tag in release:
-        report.tags_released[tag] = snapshots.release(tag)
+        report.tags_released[tag] = snapshots.release(
+            tag, "released on request (table_maintenance's release_snapshots)")
         report.retention[tag] = "released on request"
         log(f"released snapshot {tag} (version {report.tags_released[tag]})")
     if retention:
@@ -286,7 +287,8 @@ def maintain(
         report.retention.update(policy.keep)
         for tag, why in policy.release.items():
             try:
-                report.tags_released[tag] = snapshots.release(tag)
+                report.tags_released[tag] = snapshots.release(
+                    tag, f"table_maintenance's retention: {why}")
             except SnapshotError:
                 continue  # released meanwhile by another maintenance
             report.retention[tag] = why

@@ -17,7 +17,9 @@ decision that ``table_maintenance`` applies:
 
 The record is written after the tag and removed after it, so a process killed in between leaves
 at worst a tag without a record, which is kept: retention never releases what it cannot account
-for.
+for. A release leaves a note (``<tag>.json`` under ``released/``: who held it and why it was
+released) so that a reader who asks for the snapshot later is told what became of it; the note
+decides nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ RUN = "run"
 ABLATION = "ablation"
 MANUAL = "manual"
 DEFAULT_KEEP_UNNAMED_RUNS = 3
+RELEASED = "released"  # the folder of release notes, next to the records
+NO_REASON = "released by hand or by forget (no reason given)"  # a note's reason when none is
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 
@@ -144,14 +148,20 @@ class Snapshots:
             "created": time.time()}, sort_keys=True).encode())
         return version
 
-    def release(self, tag: str) -> int:
-        """Delete ``tag`` and its record; returns the version it named. The next cleanup may
+    def release(self, tag: str, why: str = "") -> int:
+        """Delete ``tag`` and its record, leaving a note of the release (``why``: the retention
+        rule or request that released it); returns the version it named. The next cleanup may
         remove that version (unless another tag names it, or it is the newest)."""
         ds = self.table.newest()
         tags = ds.tags.list()
         if tag not in tags:
             raise SnapshotError(f"{self.table.uri} has no tag {tag!r}; its tags: "
                                 f"{', '.join(sorted(tags)) or 'none'}")
+        snap = self._snapshot(tag, tags[tag])
+        storage.write_atomic(self.folder / RELEASED / f"{tag}.json", json.dumps({
+            **snap.to_dict(), "released": time.time(),
+            "why": why or NO_REASON},
+            sort_keys=True).encode())
         try:
             ds.tags.delete(tag)
         except (ValueError, OSError):
@@ -164,6 +174,28 @@ class Snapshots:
         else:
             record.unlink(missing_ok=True)
         return int(tags[tag]["version"])
+
+    def released(self, tag: str) -> dict | None:
+        """The note ``release`` left for ``tag`` (its version, owner, when and why), or None."""
+        try:
+            return json.loads((self.folder / RELEASED / f"{tag}.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def released_notes(self) -> list[dict]:
+        """Every release note, newest first."""
+        folder = self.folder / RELEASED
+        notes = []
+        try:
+            paths = [p for p in folder.iterdir() if p.name.endswith(".json")]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        for path in paths:
+            try:
+                notes.append(json.loads(path.read_text()))
+            except (FileNotFoundError, ValueError):
+                continue
+        return sorted(notes, key=lambda n: -float(n.get("released", 0)))
 
     # -- in use
     @contextmanager

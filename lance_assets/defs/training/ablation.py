@@ -25,7 +25,7 @@ from lance_assets.ablation.runner import (  # noqa: F401 (pinned_version, plan_f
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.resources import LanceStore
-from lance_assets.defs.training.assets import launch
+from lance_assets.defs.training.assets import data_diff_metadata, launch
 from lance_assets.defs.training.config import TrainConfig
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.train import config as train_config
@@ -167,7 +167,8 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
     mean ± sd over seeds and one run's held-out error, the best arm's paired lead over each arm
     with its 95 % interval), the paired differences seed by seed, the smallest detectable lead,
     their validation curves, `arm/<name>/val_bpb` per arm, and the best arm with whether its lead
-    is real. Finished runs are reused on a rerun; an interrupted one resumes."""
+    is real; `data_diff`: what changed in the data since the previous ablation's snapshot.
+    Finished runs are reused on a rerun; an interrupted one resumes."""
 
     def train(run: runner.Run) -> None:
         hint = (f"to continue, materialize curation_ablation again with the same config "
@@ -180,7 +181,9 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
                                      log=context.log.info, warn=context.log.warning)
     except AblationError as e:
         raise dg.Failure(str(e)) from None
-    return dg.MaterializeResult(metadata=ablation_metadata(report))
+    metadata = ablation_metadata(report)
+    metadata.update(data_diff_metadata(context, lance_store.table, report.name))
+    return dg.MaterializeResult(metadata=metadata)
 
 
 def ablation_metadata(report: runner.AblationReport) -> dict:

@@ -184,6 +184,50 @@ def loss_curve_table(records: list[dict]) -> dg.TableMetadataValue:
                                   schema=LOSS_CURVE_SCHEMA)
 
 
+def data_diff_metadata(context: dg.AssetExecutionContext, table: Table, current: str) -> dict:
+    """``data_diff``: what changed in the data between the asset's previous materialization on
+    this instance (its run folder, else its tag, else its version) and ``current`` (this run or
+    ablation): a short Markdown table, a chart of the documents each rule moved, and the
+    headline numbers (plotted across materializations). Never fails the run: a previous
+    snapshot that is gone is said so."""
+    from lance_assets.forensics.diff import DiffError, against_previous
+
+    what = context.asset_key.to_user_string()
+    event = context.instance.get_latest_materialization_event(context.asset_key)
+    before = event.asset_materialization if event is not None else None
+    meta = {k: v.value for k, v in (before.metadata if before else {}).items()}
+    if not meta:
+        return {"data_diff": dg.MetadataValue.md(
+            f"No earlier materialization of `{what}` on this instance: nothing to compare with.")}
+    folder = meta.get("run_dir") or meta.get("ablation_dir")
+    refs = [Path(folder).name if folder else None, meta.get("lance/snapshot_tag"),
+            meta.get("lance/table_version")]
+    try:
+        with phase(f"{what}: the data diff against the previous run", context.log.info,
+                   announce=False):
+            change = against_previous(table, refs, current, log=context.log.info)
+    except DiffError as err:
+        return {"data_diff": dg.MetadataValue.md(f"Cannot compare with the previous "
+                                                 f"materialization: {err}")}
+    except Exception as err:  # noqa: BLE001 - a report, never the reason a finished run fails
+        context.log.warning(f"the data diff against the previous run failed: {err!r}")
+        return {"data_diff": dg.MetadataValue.md(f"The data diff failed: {err!r}")}
+    out = {
+        "data_diff": dg.MetadataValue.md(f"What changed in the data since the previous "
+                                         f"materialization:\n\n{change.markdown(short=True)}"),
+        "data_diff/against": change.a["name"],
+        "data_diff/documents_added": change.documents["added"],
+        "data_diff/documents_removed": change.documents["removed"],
+        "data_diff/training_docs_net": change.training["net_docs"],
+        "data_diff/training_tokens_net": change.training["net_tokens"],
+        "data_diff/rules_changed": sum(r.status != "same" for r in change.rules),
+    }
+    chart = change.chart()
+    if chart:
+        out["data_diff_chart"] = dg.MetadataValue.md(chart)
+    return out
+
+
 def comparable_settings(cfg: TrainConfig) -> dict:
     """What decides a run's result: every setting but where it writes and how it resumes."""
     return {k: v for k, v in cfg.model_dump().items() if k not in {"run_name", "resume", "launcher"}}
@@ -198,7 +242,9 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     The loader packs and shuffles `input_ids` straight from the Lance table (filter: the
     `curation_rules` in force, a frozen validation split); rank 0 reports losses and tokens/s.
     Every rank and node reads one table version, resolved here and tagged `train-<run name>`
-    (no cleanup removes it; resume, `samples` and `forensics` read it too)."""
+    (no cleanup removes it; resume, `samples` and `forensics` read it too). Metadata: the loss
+    curve, the settings, and `data_diff`: what changed in the data since the previous run
+    (documents added and removed, what each rule moved, flags flipped, with a chart)."""
     root = lance_store.root
     out = paths.run_dir(root, config.run_name or context.run.run_id[:8])
     start = time.perf_counter()
@@ -222,6 +268,7 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     records = loss_curve_records(out / "metrics.jsonl")
     if records:
         metadata["loss_curve_table"] = loss_curve_table(records)
+    metadata.update(data_diff_metadata(context, lance_store.table, out.name))
     settings = comparable_settings(config)
     metadata["train_settings"] = dg.MetadataValue.json(settings)
     metadata["train_settings_digest"] = digest(settings)
