@@ -15,6 +15,7 @@ from lance_assets import keys, paths
 from lance_assets.curation import minhash, rules
 from lance_assets.curation import semantic_clusters as sc
 from lance_assets.curation import semantic_dup as sd
+from lance_assets.curation import semantic_store as ss
 from lance_assets.curation.detected_language import LANG, LANG_SCORE
 from lance_assets.embeddings import int8_vectors as iv
 from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
@@ -96,7 +97,7 @@ def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path):
     before = lance.dataset(uri)
     old_rows, old_files = rows(root, sd.COLUMNS), data_files_by_field(before, "semantic_dup")
     stored = get_json_config(before, keys.SEMANTIC_DUP_KEY)
-    state = sd.side_store(Table.of(root)).load_state()
+    state = ss.side_store(Table.of(root)).load_state()
     assert state["clusters"] == 3 and state["rows"] == len(first)
     assert not any(r["semantic_dup"] for r in old_rows)
     assert len({r["semantic_cluster"] for r in old_rows}) == 3
@@ -115,7 +116,7 @@ def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path):
         original = old_rows[position[planted.copy_of[src]]]
         assert r["semantic_dup"] and r["semantic_rep"] == original["id"], r
     assert stats.flagged_against_earlier_runs == len(second_src)
-    assert sd.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts)
+    assert ss.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts)
     assert sd.semantic_dup(root, settings, log=quiet)[0].nothing_to_do
 
 
@@ -311,6 +312,7 @@ def test_incremental_recall_follows_one_batch_run_when_increments_bring_new_topi
 
 def test_the_side_store_is_made_again_after_forget_and_a_rerun_equals_one_with_it(tmp_path):
     from lance_assets.table.forget import forget
+    from lance_assets.table.side import holds_files
 
     planted = planted_set(10, 1, 6, seed=13, **REWORD)
     copies = set(planted.copy_of)
@@ -321,10 +323,11 @@ def test_the_side_store_is_made_again_after_forget_and_a_rerun_equals_one_with_i
     add_rows(root, tmp_path / "a.jsonl", first + ["a document about nothing at all"])
     sd.semantic_dup(root, settings, log=quiet)
     store_dir = paths.semantic_dup_dir(root)
-    assert (store_dir / "state.json").is_file()
+    assert ss.side_store(Table.of(root)).load_state() is not None and holds_files(store_dir)
     report = forget(root, f"id = {len(first)}", log=quiet)
     assert any(f["path"] == str(store_dir) for f in report.files_removed)
-    assert not store_dir.exists()  # it held the forgotten row's vector
+    assert holds_files(store_dir) == []  # it held the forgotten row's vector
+    assert ss.side_store(Table.of(root)).load_state() is None
     add_rows(root, tmp_path / "b.jsonl", later)
     _, stats = sd.semantic_dup(root, settings, log=quiet)
     assert stats.retrained == "store made again" and stats.earlier_rows == len(first)
@@ -332,8 +335,9 @@ def test_the_side_store_is_made_again_after_forget_and_a_rerun_equals_one_with_i
     n_first = len(first) + 1
     flagged = [got[n_first + k]["semantic_dup"] for k in range(len(later))]
     assert all(flagged), flagged
-    ids = sc.Store(str(store_dir)).load_state()
-    assert ids["rows"] == len(first) + len(later)
+    state = ss.side_store(Table.of(root)).load_state()
+    assert state["rows"] == len(first) + len(later)
+    assert len(first) not in ss.side_store(Table.of(root)).ids(state)
 
 
 def test_a_run_killed_before_its_store_append_is_caught_up(tmp_path, monkeypatch):
@@ -359,20 +363,20 @@ def test_a_run_killed_before_its_store_append_is_caught_up(tmp_path, monkeypatch
     add_rows(root, tmp_path / "c.jsonl", later[1:])
     _, stats = sd.semantic_dup(root, ALL, log=quiet)
     assert stats.caught_up == 2
-    assert sd.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts) + 1
+    assert ss.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts) + 1
     assert all(r["semantic_dup"] for r in rows(root)[len(first) + 2:])
 
 
 def test_a_run_killed_before_its_commit_leaves_the_store_as_it_was(tmp_path, monkeypatch):
-    """The run names the fragments it writes in the store's state before its commit; killed
-    before the commit, the next run finds nothing of them written, clears the mark, and writes
-    them itself. A run that completes leaves no mark (the next one reads nothing back)."""
+    """Killed before its commit, a run leaves the store as it was (it switches the state only
+    after the commit); the next run finds it whole (no rows to add) and writes the rows itself,
+    equal to a run that was never killed."""
     planted = planted_set(10, 1, 6, seed=19, **REWORD)
     root = tmp_path / "data"
     add_rows(root, tmp_path / "a.jsonl", planted.texts[:16])
     sd.semantic_dup(root, ALL, log=quiet)
-    store = sd.side_store(Table.of(root))
-    assert "pending" not in store.load_state()
+    store = ss.side_store(Table.of(root))
+    before = store.read()
     add_rows(root, tmp_path / "b.jsonl", planted.texts[16:])
 
     def killed(*args, **kwargs):
@@ -381,11 +385,10 @@ def test_a_run_killed_before_its_commit_leaves_the_store_as_it_was(tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         sd.semantic_dup(root, ALL, log=quiet)
     monkeypatch.undo()
-    assert store.load_state()["pending"] and store.load_state()["rows"] == 16
+    assert store.read() == before and before.state["rows"] == 16
     _, stats = sd.semantic_dup(root, ALL, log=quiet)
     assert stats.caught_up == 0 and stats.documents == len(planted.texts) - 16
-    state = store.load_state()
-    assert "pending" not in state and state["rows"] == len(planted.texts)
+    assert store.load_state()["rows"] == len(planted.texts)
     fresh = tmp_path / "fresh"
     add_rows(fresh, tmp_path / "f.jsonl", planted.texts[:16])
     sd.semantic_dup(fresh, ALL, log=quiet)
@@ -394,26 +397,40 @@ def test_a_run_killed_before_its_commit_leaves_the_store_as_it_was(tmp_path, mon
     assert rows(root, sd.COLUMNS) == rows(fresh, sd.COLUMNS)
 
 
-def test_a_store_of_another_format_is_made_again_in_a_generation_of_its_own(tmp_path):
-    """A store an earlier release wrote (float32 vectors, format 1) is not read: the run makes
-    it again from the columns, in the next generation, and removes the old files."""
+def test_a_store_an_earlier_release_wrote_is_adopted_or_made_again(tmp_path):
+    """A state file of the release before (``state.json``, format 2) is adopted once, checked
+    against the table and removed; a store of float32 vectors (format 1) is not read: the run
+    makes it again from the columns and removes the old files."""
+    import shutil
+
     planted = planted_set(10, 1, 6, seed=23, **REWORD)
     root = tmp_path / "data"
     add_rows(root, tmp_path / "a.jsonl", planted.texts[:16])
     sd.semantic_dup(root, ALL, log=quiet)
     store_dir = paths.semantic_dup_dir(root)
-    state = json.loads((store_dir / "state.json").read_text())
-    old = {**state, "format": 1}
-    (store_dir / "state.json").write_text(json.dumps(old))
-    stale = store_dir / f"g{state['generation']}" / "c0" / "0-15-16.bin"
-    stale.parent.mkdir(parents=True, exist_ok=True)
-    stale.write_bytes(b"\0" * 100)  # what a format-1 file could be named: never read
-    add_rows(root, tmp_path / "b.jsonl", planted.texts[16:])
+    store = ss.side_store(Table.of(root))
+    state = store.load_state()
+    legacy = {k: v for k, v in state.items() if k != "digest"}
+    shutil.rmtree(store_dir / "state.lance")
+    (store_dir / "state.json").write_text(json.dumps(legacy))
+    assert store.load_state() == legacy
+    add_rows(root, tmp_path / "b.jsonl", planted.texts[16:20])
     _, stats = sd.semantic_dup(root, ALL, log=quiet)
-    assert stats.retrained == "store made again" and stats.earlier_rows == 16
-    now = sd.side_store(Table.of(root)).load_state()
-    assert now["format"] == sc.FORMAT and now["generation"] > state["generation"] + 1
+    assert stats.caught_up == 0 and not stats.trained and stats.earlier_rows == 16
+    assert not (store_dir / "state.json").exists()
+    now = store.load_state()
+    assert now["generation"] == state["generation"] and now["rows"] == 20
+
+    old = {**now, "format": 1}  # an older release's store: its files are never read
+    store.switch(store.read(), old)
+    stale = store_dir / f"g{now['generation']}" / "c0" / "0-15-16.bin"
+    add_rows(root, tmp_path / "c.jsonl", planted.texts[20:])
+    _, stats = sd.semantic_dup(root, ALL, log=quiet)
+    assert stats.retrained == "store made again" and stats.earlier_rows == 20
+    now = store.load_state()
+    assert now["format"] == sc.FORMAT and now["generation"] != old["generation"]
     assert not stale.exists() and now["rows"] == len(planted.texts)
+    assert not (store_dir / f"g{old['generation']}").exists()
     assert sum(r["semantic_dup"] for r in rows(root)) >= 5
 
 
@@ -425,7 +442,7 @@ def test_a_truncated_store_file_is_refused_with_the_fix(tmp_path):
     assert np.array_equal(store.read_segment(0, entry).vt.T, vecs)
     path = tmp_path / "store" / "g0" / entry[0]
     path.write_bytes(path.read_bytes()[:-10])
-    with pytest.raises(RuntimeError, match="remove .*store and run again"):
+    with pytest.raises(RuntimeError, match="shorter than its 6 rows; the next run"):
         store.read_segment(0, entry)
 
 
@@ -459,7 +476,6 @@ def test_the_store_compacts_a_cluster_read_from_many_runs_and_removes_what_it_re
         vecs = rng.integers(-127, 128, (10, 384)).astype(np.int8)
         got = store.append_run(0, state["segments"], homes, ids, ids + 1000, vecs)
         after = {**state, "segments": {**state["segments"], **got}}
-        store.save_state(after)
         store.remove_replaced(state, after)
         state = after
         for c in (0, 1):
@@ -511,3 +527,52 @@ def test_a_cluster_is_read_for_comparing_as_one_part_in_id_order(tmp_path):
     order = np.argsort(both)
     assert both[order].tolist() == ids.tolist()
     assert np.array_equal(np.concatenate([p.vt for p in parts], axis=1)[:, order].T, v)
+
+
+def _stored_rows(root) -> dict[int, int]:
+    """id -> representative of every row in the side store."""
+    store = ss.side_store(Table.of(root))
+    state = store.load_state()
+    out = {}
+    for c in range(int(state["clusters"])):
+        ids, reps, _ = store.files.read_cluster(state, c)
+        out.update(zip(ids.tolist(), reps.tolist()))
+    return out
+
+
+def test_two_runs_at_once_then_an_increment_flag_what_one_run_does(tmp_path):
+    """Two `semantic_dup` processes on one table at once (two Dagster instances would do the
+    same), then an increment of reworded copies: as many copies flagged as after one run, and
+    the side store holds what one clean run's holds."""
+    import shutil
+    import subprocess
+    import sys
+
+    from lance_assets_tests.fault_driver import run as run_writer
+
+    planted = planted_set(24, 1, 72, seed=31, **REWORD)
+    copies = set(planted.copy_of)
+    first = [t for i, t in enumerate(planted.texts) if i not in copies]
+    later = [planted.texts[i] for i in sorted(copies)]
+    settings = json.dumps({"threshold": THRESHOLD, "rows_per_cluster": 30})
+    base = tmp_path / "base"
+    add_rows(base, tmp_path / "a.jsonl", first)
+    clean, raced = tmp_path / "clean", tmp_path / "raced"
+    shutil.copytree(base, clean)
+    shutil.copytree(base, raced)
+    run_writer("semantic_dup", str(clean), settings)
+    procs = [subprocess.Popen([sys.executable, "-m", "lance_assets_tests.fault_driver",
+                               "semantic_dup", str(raced), "none", "0", settings],
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    assert _stored_rows(raced) == _stored_rows(clean)
+    for root in (clean, raced):
+        add_rows(root, tmp_path / f"{root.name}-b.jsonl", later)
+        run_writer("semantic_dup", str(root), settings)
+    flagged = {root.name: sum(r["semantic_dup"] for r in rows(root)[len(first):])
+               for root in (clean, raced)}
+    assert flagged["clean"] == len(later) and flagged["raced"] == flagged["clean"], flagged
+    assert rows(raced, sd.COLUMNS) == rows(clean, sd.COLUMNS)
+    assert _stored_rows(raced) == _stored_rows(clean)

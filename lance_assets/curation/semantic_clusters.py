@@ -1,48 +1,29 @@
-"""The clusters ``semantic_dup`` compares within, and its side store: the kept document vectors
-grouped by cluster, so a run reads the rows of the clusters its new rows probe and nothing else.
+"""The files of ``semantic_dup``'s side store: the kept document vectors grouped by cluster, so
+a run reads the rows of the clusters its new rows probe and nothing else. Pure numpy over files
+under ``<data root>/semantic_dup/`` read and written through ``storage`` (local disk or object
+storage): every function is one task's work, locally or as a Ray task. The state that lists the
+files (``semantic_store``) lives in a side Lance dataset next to them::
 
-Pure numpy over files under ``<data root>/semantic_dup/`` (``paths.semantic_dup_dir``), read and
-written through ``storage`` (local disk or object storage), no table access: every function here
-is one task's work, called in this process locally and as a Ray task under ``executor: ray``.
-
-Layout::
-
-    state.json                        the generation in force (written last: the switch)
+    state.lance                                   the state in force (a compare-and-swap)
     g<gen>/c<cluster>/<first>-<last>-<rows>.bin   a cluster's rows
     g<gen>/r<cluster>/<first>-<last>-<rows>.bin   a run's new rows of a group of clusters
 
-A file holds its rows sorted by cluster, then id: their ids (int64), representatives (int64),
-1 / norms (float32), then the int8 vectors cluster by cluster, each cluster's block by dimension
-(384 x its rows: the layout the integer product takes as it is). A run reads a cluster's share
-of a file with four ranged reads (``storage.read_ranges``) and multiplies it without converting
-or copying it: 404 bytes a row, under a thirtieth of the ``chunk_embeddings`` it replaces.
-(Reading into memory beats mapping the file here: a mapped cluster is read from memory twice,
-once to fault it in and once by the product, which finds it out of the cache.)
+A file holds its rows sorted by cluster, then id: ids (int64), representatives (int64), 1 / norms
+(float32), then the int8 vectors cluster by cluster, each cluster's block by dimension (the
+layout the exact int8 product, ``int8_vectors.cosines``, takes as it is): 404 bytes a row, read
+with four ranged reads and multiplied without a copy. A cluster is read as one part: its largest
+segment into a reused scratch buffer (fresh memory per read costs more than the read), the
+slices of the runs since after it, each run file read once for a group of clusters.
 
-**The product** is ``int8_vectors.cosines``: an exact int8 one (ONNX Runtime's
-``MatMulInteger``), so a small increment, which probes every cluster with a few rows each and is
-bound by reading the clusters, reads a quarter of the bytes float32 would. A cluster is read as
-one part, one product: its largest segment read straight into a scratch buffer reused by every
-read (fresh memory per read costs more than the read), and the small slices of the runs since
-its compaction after it, each run file read once for all the clusters of a group.
-
-A cluster's rows are a few slices of files (the state lists, per cluster, [file, rows, first
-row]): its own file from its last compaction, and the slices of the run files appended since
-(one file per run and group of clusters, so a run writes a few files, not one per cluster).
-Past ``MAX_SEGMENTS`` slices a cluster is compacted into a file of its own. Files are named by
-what they hold, written before the state that lists them, and never edited: a run killed
-anywhere leaves the state in force readable; files no state lists are removed after the next
-state is saved, or with their generation.
-
-The store holds what the table's columns hold (``id``, ``semantic_rep``, ``semantic_vector`` of
-the rows written, homed by cluster), so it can always be made again from them: ``forget``
-removes it, a run that finds the columns written and no store rebuilds it.
+A cluster's rows are a few slices of files ([file, rows, first row] per slice): its own file
+from its last compaction and the slices of run files appended since; past ``MAX_SEGMENTS``
+slices it is compacted into a file of its own. Files are named by what they hold, written before
+the state that lists them and never edited; files no state lists are removed after a switch.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
 import threading
 from dataclasses import dataclass
@@ -54,7 +35,6 @@ import numpy as np
 from lance_assets import storage
 from lance_assets.embeddings.int8_vectors import DIM, cosines, inv_norms
 
-STATE = "state.json"
 FORMAT = 2  # 1: float32 vectors (read as no store: made again from the columns)
 NEW_BLOCK = 1024  # new rows per matrix product
 OLD_BLOCK = 8192  # candidate rows per matrix product: 1024 x 8192 cosines (32 MB)
@@ -101,27 +81,6 @@ class Store:
 
     def path(self, name: str):
         return self.root / name
-
-    def load_state(self) -> dict | None:
-        """The state in force; None when there is none, or it is of another format (the store
-        is then made again from the columns, in a generation of its own)."""
-        state = self._raw_state()
-        return state if state is not None and state.get("format") == FORMAT else None
-
-    def next_generation(self) -> int:
-        """A generation no file of the store uses yet (whatever the format of the one in
-        force)."""
-        state = self._raw_state()
-        return 0 if state is None else int(state.get("generation", -1)) + 1
-
-    def _raw_state(self) -> dict | None:
-        try:
-            return json.loads(storage.read_bytes(self.path(STATE)))
-        except FileNotFoundError:
-            return None
-
-    def save_state(self, state: dict) -> None:
-        storage.write_atomic(self.path(STATE), json.dumps(state, sort_keys=True).encode())
 
     def centroids(self, state: dict) -> np.ndarray:
         return load_npy(self.path(f"g{state['generation']}/centroids.npy"))
@@ -237,8 +196,8 @@ class Store:
                 np.frombuffer(parts[2], "<f4"), np.frombuffer(parts[3], np.int8))
 
     def _short(self, path, n: int) -> None:
-        raise RuntimeError(f"{path}: shorter than its {n} rows; remove {self.uri} and run "
-                           "again (it is made again from the columns)")
+        raise RuntimeError(f"{path}: shorter than its {n} rows; the next run of semantic_dup "
+                           "makes the store again from the table's columns")
 
     def file(self, generation: int, rel: str):
         """A file of the store: a plain string locally (no path object to build per read)."""
@@ -341,17 +300,6 @@ class Store:
                 path.fs.rm(path.path)
         else:
             path.unlink(missing_ok=True)
-
-    def remove_generations(self, keep: int) -> int:
-        """Remove every generation folder but ``keep`` (after the state naming it is saved)."""
-        root = storage.location(self.uri)
-        if not root.exists():
-            return 0
-        removed = 0
-        for p in root.iterdir():
-            if p.name.startswith("g") and p.name[1:].isdigit() and int(p.name[1:]) != keep:
-                removed += storage.remove_tree(p)
-        return removed
 
 
 def file_rows(rel: str) -> tuple[int, int, int]:
