@@ -31,7 +31,7 @@ import lance.fragment
 
 WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
            "detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score",
-           "chunk_embeddings", "semantic_dup", "forget")
+           "chunk_embeddings", "semantic_dup")  # the table's writers; `forget` is run here too
 # The evaluation set the contamination writer checks against: a file under the data root (the
 # test copies the root, set and all; the set's fingerprint, not its path, names its column).
 EVAL_SET = "evalsets/planted.jsonl"
@@ -151,7 +151,7 @@ def run(writer: str, root: str, source: str | None) -> None:
         from lance_assets.table.forget import forget
         forget(root, source, log=quiet)
     else:
-        raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}")
+        raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}, forget")
 
 
 if __name__ == "__main__":

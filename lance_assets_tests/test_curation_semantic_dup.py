@@ -18,6 +18,7 @@ from lance_assets.curation import semantic_dup as sd
 from lance_assets.curation import semantic_store as ss
 from lance_assets.curation.detected_language import LANG, LANG_SCORE
 from lance_assets.embeddings import int8_vectors as iv
+from lance_assets.embeddings import vector_files as vf
 from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table, data_files_by_field, get_json_config
@@ -428,14 +429,14 @@ def test_a_store_an_earlier_release_wrote_is_adopted_or_made_again(tmp_path):
     _, stats = sd.semantic_dup(root, ALL, log=quiet)
     assert stats.retrained == "store made again" and stats.earlier_rows == 20
     now = store.load_state()
-    assert now["format"] == sc.FORMAT and now["generation"] != old["generation"]
+    assert now["format"] == vf.FORMAT and now["generation"] != old["generation"]
     assert not stale.exists() and now["rows"] == len(planted.texts)
     assert not (store_dir / f"g{old['generation']}").exists()
     assert sum(r["semantic_dup"] for r in rows(root)) >= 5
 
 
 def test_a_truncated_store_file_is_refused_with_the_fix(tmp_path):
-    store = sc.Store(str(tmp_path / "store"))
+    store = vf.Store(str(tmp_path / "store"))
     vecs = np.random.default_rng(0).integers(-127, 128, (6, 384)).astype(np.int8)
     ids = np.arange(6, dtype=np.int64)
     entry = store.write_segment(0, 0, ids, ids, vecs)
@@ -466,7 +467,7 @@ def test_cluster_groups_give_the_columns_of_one_group(tmp_path):
 
 
 def test_the_store_compacts_a_cluster_read_from_many_runs_and_removes_what_it_replaced(tmp_path):
-    store = sc.Store(str(tmp_path / "store"))
+    store = vf.Store(str(tmp_path / "store"))
     rng = np.random.default_rng(0)
     state = {"generation": 0, "segments": {}}
     expected = {0: [], 1: []}
@@ -481,7 +482,7 @@ def test_the_store_compacts_a_cluster_read_from_many_runs_and_removes_what_it_re
         for c in (0, 1):
             expected[c] += [(int(i), v) for i, v, h in zip(ids, vecs, homes) if h == c]
     for c in (0, 1):
-        assert len(state["segments"][str(c)]) <= sc.MAX_SEGMENTS
+        assert len(state["segments"][str(c)]) <= vf.MAX_SEGMENTS
         ids, reps, vecs = store.read_cluster(state, c)
         assert ids.tolist() == [i for i, _ in expected[c]] and (reps == ids + 1000).all()
         assert np.array_equal(vecs, np.stack([v for _, v in expected[c]]))
@@ -495,7 +496,7 @@ def test_a_cluster_is_read_for_comparing_as_one_part_in_id_order(tmp_path):
     each run file read once for the clusters of a group; together, in id order, they are the
     cluster's rows. Slices whose ids do not follow the largest file's come back as a second
     part (the same rows)."""
-    store = sc.Store(str(tmp_path / "store"))
+    store = vf.Store(str(tmp_path / "store"))
     rng = np.random.default_rng(3)
 
     def vecs(n):

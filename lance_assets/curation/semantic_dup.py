@@ -42,6 +42,7 @@ from lance_assets.curation import semantic_clusters as sc
 from lance_assets.curation import semantic_store as ss
 from lance_assets.curation.kept import elect
 from lance_assets.embeddings import int8_vectors as iv
+from lance_assets.embeddings import vector_files as vf
 from lance_assets.embeddings.embeddings import DIM
 from lance_assets.progress import progress
 from lance_assets.table import Table, get_json_config
@@ -256,7 +257,7 @@ def _best(qid: np.ndarray, cos: np.ndarray, bid: np.ndarray, brep: np.ndarray) -
 NEW_PAIRS = 1 << 22  # new rows against new rows of a group in one product up to this many pairs
 
 
-def compare_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple) -> tuple:
+def compare_group(store: vf.Store, state: dict, lo: int, hi: int, batch: tuple) -> tuple:
     """One group of clusters ``[lo, hi)``: every new row probing one of them against the earlier
     rows homed there: the stored rows, read from the store here, a cluster at a time, and the
     new rows (in one product for the group when it is small, else a cluster at a time: the same
@@ -342,7 +343,7 @@ def resolve(threshold: float, *results) -> Resolved:
     return Resolved(qid, rep, cos, dup, old)
 
 
-def store_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple,
+def store_group(store: vf.Store, state: dict, lo: int, hi: int, batch: tuple,
                 resolved: Resolved) -> tuple:
     """One group of clusters: the new rows homed there appended to the store. Returns the
     clusters' segment lists and (rows, flagged) appended."""
@@ -355,7 +356,7 @@ def store_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple,
     return out, np.array([int(sel.sum()), int(resolved.dup[at].sum())], np.int64)
 
 
-def sample_group(store: sc.Store, state: dict, lo: int, hi: int, rate: float,
+def sample_group(store: vf.Store, state: dict, lo: int, hi: int, rate: float,
                  seed: int) -> tuple:
     """The training sample among the stored rows of clusters ``[lo, hi)``: (ids, vectors)."""
     ids, vecs = [np.zeros(0, np.int64)], [np.zeros((0, DIM), np.int8)]
@@ -373,7 +374,7 @@ def sample_new(rate: float, seed: int, payload: Payload) -> tuple:
     return ids[keep], vecs[keep]
 
 
-def rehome_group(store: sc.Store, state: dict, lo: int, hi: int, centroids: np.ndarray,
+def rehome_group(store: vf.Store, state: dict, lo: int, hi: int, centroids: np.ndarray,
                  starts: np.ndarray) -> tuple:
     """Stored rows of old clusters ``[lo, hi)`` homed in the new ``centroids``, split by the
     group of their new cluster (``starts``: each group's first cluster but the first's)."""
@@ -389,7 +390,7 @@ def rehome_group(store: sc.Store, state: dict, lo: int, hi: int, centroids: np.n
                  for g in range(len(starts) + 1))
 
 
-def write_group(store: sc.Store, generation: int, *pieces) -> dict:
+def write_group(store: vf.Store, generation: int, *pieces) -> dict:
     """A group of new clusters: its rehomed rows written, one segment per cluster."""
     ids, reps, vecs, home = (np.concatenate(x) for x in zip(*pieces))
     out = {}
@@ -557,7 +558,7 @@ def retrain(side: ss.SideStore, snap: ss.Snapshot, state: dict | None, payloads:
                                                 *[r[g] for r in rehomed]))[0])
                 bar.update(1)
     first = 0 if state is None else int(state["first_cluster"]) + int(state["clusters"])
-    new_state = {"format": sc.FORMAT, "generation": gen, "first_cluster": first, "clusters": k,
+    new_state = {"format": vf.FORMAT, "generation": gen, "first_cluster": first, "clusters": k,
                  "segments": segments, "rows": old_rows,
                  "digest": ss.id_digest(np.zeros(0)) if state is None else state["digest"],
                  "trained_rows": total, "trained_through": int(last_new),
@@ -603,7 +604,6 @@ class Appending:
     frags: list
     payloads: dict
     homes: dict
-    spans: dict
     resolved: Any
     drift: np.ndarray
     batch: Any
@@ -804,8 +804,8 @@ def _compare(run: Run) -> Comparison:
         "chunks")
     return Comparison(SemanticColumns(int(state["first_cluster"]), payloads, homes, resolved),
                       stats, lacking, Appending(tasks, side, snap, state_ref, settings.probes,
-                                                groups, frags, payloads, homes, spans, resolved,
-                                                drift, batch))
+                                                groups, frags, payloads, homes, resolved, drift,
+                                                batch))
 
 
 def append_and_elect(run: Run, comparison: Comparison) -> int:

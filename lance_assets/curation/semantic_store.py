@@ -34,21 +34,20 @@ import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys, paths, storage
-from lance_assets.curation import semantic_clusters as sc
 from lance_assets.embeddings import int8_vectors as iv
+from lance_assets.embeddings import vector_files as vf
 from lance_assets.embeddings.embeddings import DIM
 from lance_assets.table import Table
 from lance_assets.table.side import (
     STATE_DATASET,
     SideMoved,
-    read_side,
-    replace_side,
+    read_state,
     reset_side_folder,
+    switch_state,
 )
 
 LEGACY_STATE = "state.json"  # an earlier release's state file: adopted once, then removed
 ORPHAN_AGE_S = 6 * 3600  # a generation no state lists, this old: a killed run's, removed
-_STATE_SCHEMA = pa.schema([pa.field("state", pa.string())])  # one row: the state as JSON
 
 
 class StoreMoved(RuntimeError):
@@ -81,8 +80,8 @@ class SideStore:
     uri: str
 
     @cached_property
-    def files(self) -> sc.Store:
-        return sc.Store(self.uri)
+    def files(self) -> vf.Store:
+        return vf.Store(self.uri)
 
     @property
     def state_uri(self) -> str:
@@ -90,30 +89,21 @@ class SideStore:
 
     # -- the state
     def read(self) -> Snapshot:
-        table, version = read_side(self.state_uri)
-        if table is None:
-            return Snapshot(self._legacy(), 0)
-        raw = table.column("state").to_pylist()
-        state = json.loads(raw[0]) if raw and raw[0] else None
-        return Snapshot(state if state is None or state.get("format") == sc.FORMAT else None,
-                        version)
+        state, version = read_state(self.state_uri)
+        if version == 0:  # the release before kept it in a file: adopted, removed on a switch
+            try:
+                state = json.loads(storage.read_bytes(storage.location(self.uri) / LEGACY_STATE))
+            except (FileNotFoundError, ValueError):
+                state = None
+        return Snapshot(state if state and state.get("format") == vf.FORMAT else None, version)
 
     def load_state(self) -> dict | None:
         return self.read().state
 
-    def _legacy(self) -> dict | None:
-        try:
-            state = json.loads(storage.read_bytes(storage.location(self.uri) / LEGACY_STATE))
-        except (FileNotFoundError, ValueError):
-            return None
-        return state if state.get("format") == sc.FORMAT else None
-
     def switch(self, read: Snapshot, state: dict | None) -> Snapshot:
         """Make ``state`` the one in force if ``read`` still is (``StoreMoved`` if not)."""
-        text = None if state is None else json.dumps(state, sort_keys=True)
         try:
-            version = replace_side(self.state_uri, pa.table({"state": [text]}, _STATE_SCHEMA),
-                                   read.version)
+            version = switch_state(self.state_uri, read.version, state)
         except SideMoved:
             raise StoreMoved(f"{self.uri}: another run switched the state meanwhile") from None
         if read.version == 0:
@@ -132,7 +122,7 @@ class SideStore:
                 path = self.files.file(int(state["generation"]), rel)
                 got = storage.read_ranges(path, [(8 * start, 8 * (start + rows))])[0]
                 if len(got) != 8 * rows:
-                    self.files._short(path, sc.file_rows(rel)[2])
+                    self.files._short(path, vf.file_rows(rel)[2])
                 parts.append(np.frombuffer(got, "<i8"))
             out[c] = np.concatenate(parts)
         return out
@@ -241,7 +231,7 @@ def made_again(side: SideStore, ds: lance.LanceDataset, log: Callable[[str], Non
     cluster = t.column(keys.SEMANTIC_CLUSTER).to_numpy()
     entry = side.files.write_segment(gen, 0, ids, t.column(keys.SEMANTIC_REP).to_numpy(), vecs)
     log(f"semantic_dup: no side store; made again from the {len(ids)} rows written")
-    return {"format": sc.FORMAT, "generation": gen, "first_cluster": int(cluster.max()) + 1,
+    return {"format": vf.FORMAT, "generation": gen, "first_cluster": int(cluster.max()) + 1,
             "clusters": 1, "segments": {"0": [entry]}, "rows": len(ids), "digest": id_digest(ids),
             "trained_rows": 0, "trained_through": -1, "trained_distance": 0.0, "since_rows": 0,
             "since_distance": 0.0}

@@ -11,6 +11,7 @@ writers that read one version one wins and the other gets ``SideMoved``) and ``a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -64,6 +65,21 @@ def replace_side(uri: str, table: pa.Table, read_version: int) -> int:
         raise
 
 
+def read_state(uri: str) -> tuple[dict | None, int]:
+    """A one-row state dataset (``STATE_DATASET``): its state (None when null or none) and the
+    version it was read at (0: nothing committed yet)."""
+    table, version = read_side(uri)
+    raw = [] if table is None else table.column("state").to_pylist()
+    return (json.loads(raw[0]) if raw and raw[0] else None), version
+
+
+def switch_state(uri: str, read_version: int, state: dict | None) -> int:
+    """Make ``state`` (None: null) the one in force if ``read_version`` still is; else
+    ``SideMoved``. Returns the new version."""
+    text = None if state is None else json.dumps(state, sort_keys=True)
+    return replace_side(uri, pa.table({"state": pa.array([text], pa.string())}), read_version)
+
+
 def read_side_version(uri: str) -> int:
     return open_side_dataset(uri).version if core.has_committed_version(uri) else 0
 
@@ -97,10 +113,9 @@ def reset_side_folder(uri: str, state: str = STATE_DATASET,
     if not storage.location(uri).exists():
         return 0
     state_uri = storage.uri_of(storage.location(uri) / state)
-    null = pa.table({"state": pa.array([None], pa.string())})
     for _ in range(core.MAX_COMMIT_ATTEMPTS):
         try:
-            replace_side(state_uri, null, read_side_version(state_uri))
+            switch_state(state_uri, read_side_version(state_uri), None)
             break
         except SideMoved:
             continue
