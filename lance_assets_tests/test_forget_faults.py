@@ -264,3 +264,32 @@ def test_a_forget_whose_rewrite_a_writer_keeps_preempting_fails_and_says_so(tmp_
     assert held_on_disk(root, {107})  # fragment 2 still holds it, behind a deletion file
     report = forget(root, "id IN (3, 107, 260)", log=quiet)
     assert report.still_readable == 0 and held_on_disk(root, {3, 107, 260}) == []
+
+
+def test_a_forget_landing_inside_a_semantic_dup_run_leaves_no_vector_of_it(semantic_table,
+                                                                           tmp_path,
+                                                                           monkeypatch):
+    """`semantic_dup` reads the earlier rows' vectors and writes its columns; a forget of one
+    of those rows lands before the run switches its rows into the store. The run's switch then
+    fails against the store `forget` reset and does not put the vector back; the next run makes
+    the store again from the remaining rows."""
+    root = _fresh(semantic_table, tmp_path)
+    planted = semantic_table["planted"]
+    ids = {semantic_table["original"], semantic_table["copy"]}
+    src = tmp_path / "more.jsonl"
+    src.write_text("".join(json.dumps({"text": planted.texts[i] + " more"}) + "\n"
+                           for i in range(3)))
+    ingest(root, str(src), rows_per_fragment=8, log=quiet)
+    chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8, embedder=SynonymBagEmbedder(),
+                     log=quiet)
+    real = sd._append
+
+    def forget_first(run, appending):
+        forget(root, f"id IN ({', '.join(map(str, sorted(ids)))})", log=quiet)
+        return real(run, appending)
+    monkeypatch.setattr(sd, "_append", forget_first)
+    sd.semantic_dup(root, SEMANTIC, log=quiet)
+    monkeypatch.undo()
+    assert not ids & stored_vectors(root) and held_on_disk(root, ids) == []
+    _copy_comes_back_unflagged(root, semantic_table)
+    assert not ids & stored_vectors(root)
