@@ -577,3 +577,66 @@ def test_two_runs_at_once_then_an_increment_flag_what_one_run_does(tmp_path):
     assert flagged["clean"] == len(later) and flagged["raced"] == flagged["clean"], flagged
     assert rows(raced, sd.COLUMNS) == rows(clean, sd.COLUMNS)
     assert _stored_rows(raced) == _stored_rows(clean)
+
+
+class _Killed(BaseException):
+    """Stands for a SIGKILL in this process: nothing after it runs."""
+
+
+def _dies_after(m, kind: str) -> None:
+    """The run is killed right after its first switch of the store's state of ``kind``
+    (``retrain``: a new generation; ``append``: rows added to the same generation; ``repair``:
+    rows added from the columns) or, for ``before append``, between its commit and its switch."""
+    if kind == "before append":
+        m.setattr(sd, "store_group", lambda *a: (_ for _ in ()).throw(_Killed(kind)))
+        return
+    real = ss.SideStore.switch
+
+    def switch(self, read, state):
+        out = real(self, read, state)
+        old = read.state
+        new_gen = state is not None and (old is None or state["generation"] != old["generation"])
+        grown = state is not None and old is not None and not new_gen and \
+            state["rows"] > old["rows"]
+        if {"retrain": new_gen and state.get("reason"), "append": grown and not kind_repair(),
+                "repair": grown and kind_repair()}[kind]:
+            raise _Killed(kind)
+        return out
+
+    def kind_repair() -> bool:  # a repair switches inside reconcile()
+        import traceback
+        return any(f.name == "reconcile" for f in traceback.extract_stack())
+    m.setattr(ss.SideStore, "switch", switch)
+
+
+@pytest.mark.parametrize("kills", [{1: "retrain"}, {1: "append"},
+                                   {1: "before append", 2: "repair"}],
+                         ids=["retrain", "append", "repair"])
+def test_a_run_killed_at_any_switch_of_its_store_is_continued_equal_to_a_clean_one(tmp_path,
+                                                                                 monkeypatch,
+                                                                                 kills):
+    """Killed right after a switch of the store's state (its clusters trained again, its rows
+    appended, its repair from the columns when the run with the next rows finds that a run died
+    before its append), the next run ends with the store and the columns one clean sequence of
+    runs leaves."""
+    planted = planted_set(10, 1, 6, seed=37, **REWORD)
+    steps = [planted.texts[:8], planted.texts[8:18], planted.texts[18:]]
+    settings = sd.SemanticDupSettings(threshold=THRESHOLD, rows_per_cluster=8, languages=[])
+
+    def run_all(root, kills=None):
+        for n, texts in enumerate(steps):
+            add_rows(root, tmp_path / f"{root.name}{n}.jsonl", texts)
+            if n in (kills or {}):
+                with monkeypatch.context() as m:
+                    _dies_after(m, kills[n])
+                    with pytest.raises(_Killed):
+                        sd.semantic_dup(root, settings, log=quiet)
+                if kills[n] == "before append":
+                    continue  # its rows are committed: the next run with new rows repairs
+            sd.semantic_dup(root, settings, log=quiet)
+
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    run_all(clean)
+    run_all(killed, kills)
+    assert rows(killed, sd.COLUMNS) == rows(clean, sd.COLUMNS)
+    assert _stored_rows(killed) == _stored_rows(clean)
