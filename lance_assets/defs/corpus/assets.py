@@ -12,7 +12,7 @@ import pydantic
 
 from lance_assets.defs.common import CORPUS_GROUP as GROUP
 from lance_assets.defs.common import DEDUP_FLAG, POOL, TABLE_TAGS
-from lance_assets.defs.conditions import ON_NEW_DATA
+from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE, ON_NEW_DATA
 from lance_assets.defs.metadata import (
     column_data_version,
     column_schema,
@@ -71,7 +71,7 @@ FILES_INGESTED = "files_ingested"
     group_name=GROUP, kinds={"lance", "python"}, code_version="2", pool=POOL, tags=TABLE_TAGS,
     metadata={"dagster/column_schema": RAW_TEXT_COLUMNS}, freshness_policy=INGEST_FRESHNESS,
     check_specs=[dg.AssetCheckSpec(
-        FILES_INGESTED, asset="raw_text", blocking=False,
+        FILES_INGESTED, asset="raw_text", blocking=False, automation_condition=CHECK_ON_ASSET_UPDATE,
         description="Every source file of the run was read: fails (without holding back what "
                     "follows) when a file could not be read or changed since it was ingested, "
                     "naming each with the reason and the fix.")],
