@@ -19,7 +19,7 @@ import numpy as np
 from lance.file import LanceFileReader
 
 from lance_assets import storage
-from lance_assets.table import Table, is_version_gone
+from lance_assets.table import Table, is_version_gone, leaf_field_ids
 from lance_assets.table.predicate import PredicateError, lance_problem, safe_predicate
 
 ID_CHUNK = 2000
@@ -71,8 +71,9 @@ def matching_ids(table: Table, where: str) -> np.ndarray:
             return
         if lance_problem(ds, pred):
             return
-        for frag in ds.get_fragments():
-            key = _fragment_key(frag) + (pred.lance,)
+        fields = {i for c in pred.columns | {"id"} for i in leaf_field_ids(ds, c)}
+        for frag in ds.get_fragments():  # the files holding its columns, and what is deleted
+            key = _fragment_key(frag, fields) + (pred.lance,)
             if key not in seen:
                 found.append(frag.to_table(columns=["id"], filter=pred.lance)
                              .column("id").to_numpy())
@@ -83,10 +84,12 @@ def matching_ids(table: Table, where: str) -> np.ndarray:
     return np.unique(np.concatenate(found)).astype(np.int64)
 
 
-def _fragment_key(frag) -> tuple:
+def _fragment_key(frag, fields: set[int]) -> tuple:
+    """What a scan of ``fields`` in a fragment depends on: the data files holding them and the
+    deletion file (a column written since changes neither)."""
     meta = frag.metadata
     deletion = meta.deletion_file
-    return (tuple(sorted(f.path for f in meta.data_files())),
+    return (tuple(sorted(f.path for f in meta.data_files() if fields & set(f.fields))),
             None if deletion is None else (deletion.id, deletion.read_version))
 
 
