@@ -18,7 +18,7 @@ SHINGLE_WORDS = 8
 # Files under the data root that may quote documents, and the asset that writes them again.
 QUOTING = ("reports", "samples")
 WRITER = {"stories": "document_stories", "forensics": "forensics", "samples": "samples",
-          "corpus_profile": "curation_profile"}
+          "corpus_profile": "corpus_profile"}
 TEXT_SUFFIXES = (".md", ".json", ".jsonl", ".txt", ".csv", ".html")
 MATERIALIZE = "dagster asset materialize -m lance_assets.definitions --select {}"
 
@@ -75,10 +75,11 @@ def quotes(text: str, fingerprints: dict[int, set[int]]) -> bool:
     return any(h in hashes for k, hashes in fingerprints.items() for h in _windows(words, k))
 
 
-def _writer(root, path) -> str:
+def _rebuild(root, path) -> str:
+    """The command that writes ``path`` again (none for a file no asset writes)."""
     rel = path.relative_to(root).parts
     key = rel[1] if len(rel) > 2 else (rel[0] if rel[0] == "samples" else path.stem)
-    return WRITER.get(key, key)
+    return MATERIALIZE.format(WRITER[key]) if key in WRITER else "(no asset writes it)"
 
 
 def scrub_files(root, fingerprints: dict[int, set[int]], ids: set[str],
@@ -103,7 +104,7 @@ def scrub_files(root, fingerprints: dict[int, set[int]], ids: set[str],
             if hit:
                 path.unlink()
                 removed.append({"path": str(path),
-                                "rebuild": MATERIALIZE.format(_writer(root, path))})
+                                "rebuild": _rebuild(root, path)})
                 log(f"forget: removed {path} (it quoted a forgotten document)")
     return removed
 
