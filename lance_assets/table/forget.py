@@ -460,6 +460,10 @@ def _release(table: Table, report: ForgetReport, log: Callable[[str], None]) -> 
     tags = table.snapshots.list()
     for h in report.holders:
         if h.tag in tags and h.tag not in report.released:
+            if not report.forced and table.snapshots.in_use(h.tag):  # a run started meanwhile
+                raise ForgetError(f"forget: snapshot {h.tag} keeps forgotten rows and a running "
+                                  "training run reads it; wait for it (or cancel it), or pass "
+                                  "force; then run forget again (it finishes this one)")
             try:
                 report.released[h.tag] = table.snapshots.release(h.tag)
             except ValueError:
