@@ -7,13 +7,15 @@ HF dataset), each read as numbered *parts* (a parquet row group, a block of JSON
 table itself is the ingest watermark: the next run resumes after the highest part committed for
 each unit, exactly once, whatever killed the previous run.
 
-A file's key carries a fingerprint of its content (size, first and last 64 KiB):
-``file:PATH#FP``. A file that changed since it was ingested is therefore noticed, never skipped
-in silence. JSON lines files may grow: each ingest reads the byte range that is new since the
-last one as a *generation* ``file:PATH@START-END#FP`` (the fingerprint of the first END bytes),
-so rows appended to a ``.jsonl`` are ingested by the next run. Any other change (a rewritten
-parquet, a jsonl whose ingested bytes changed) is refused with a message naming the file; the
-rows already stored stay as they are.
+A file is known by its content: its key is ``file:PATH#FP.SHA`` (``FP``: size, first and last
+64 KiB, checked on every run; ``SHA``: the sha256 of every byte, computed once), and a file at a
+path the table does not know is matched to the keys of the same content elsewhere, so a moved,
+renamed or copied file is not ingested twice. A file that changed since it was ingested is
+noticed, never skipped in silence. JSON lines files may grow: each ingest reads the byte range
+that is new since the last one as a *generation* ``file:PATH@START-END#FP.SHA`` (its sha256
+chained on the one before), so rows appended to a ``.jsonl`` are ingested by the next run; a
+malformed line is skipped and counted by its 1-based line number. Any other change (a rewritten
+parquet, a jsonl whose ingested bytes changed) is refused with a message naming the file.
 """
 
 from __future__ import annotations
