@@ -561,6 +561,8 @@ def retrain(side: ss.SideStore, snap: ss.Snapshot, state: dict | None, payloads:
     new_state = {"format": vf.FORMAT, "generation": gen, "first_cluster": first, "clusters": k,
                  "segments": segments, "rows": old_rows,
                  "digest": ss.id_digest(np.zeros(0)) if state is None else state["digest"],
+                 "flagged": 0 if state is None else int(state.get("flagged", 0)),
+                 "table_sig": None if state is None else state.get("table_sig"),
                  "trained_rows": total, "trained_through": int(last_new),
                  "trained_distance": distance, "since_rows": 0, "since_distance": 0.0,
                  "reason": reason}
@@ -602,6 +604,8 @@ class Appending:
     probes: int
     groups: list
     frags: list
+    entries: dict  # the pinned version's fragments holding the columns (semantic_store)
+    deletions: dict  # fragment -> its deletion file at the pinned version
     payloads: dict
     homes: dict
     resolved: Any
@@ -803,9 +807,10 @@ def _compare(run: Run) -> Comparison:
         f"flagged; {stats.other_languages} in other languages, {stats.not_computed} without "
         "chunks")
     return Comparison(SemanticColumns(int(state["first_cluster"]), payloads, homes, resolved),
-                      stats, lacking, Appending(tasks, side, snap, state_ref, settings.probes,
-                                                groups, frags, payloads, homes, resolved, drift,
-                                                batch))
+                      stats, lacking, Appending(
+                          tasks, side, snap, state_ref, settings.probes, groups, frags,
+                          ss.table_entries(ds), {f.fragment_id: _deletion(f) for f in todo},
+                          payloads, homes, resolved, drift, batch))
 
 
 def append_and_elect(run: Run, comparison: Comparison) -> int:
@@ -836,7 +841,7 @@ def _append(run: Run, a: Appending) -> None:
                       *[a.homes[f] for f in committed])[0]
     else:
         batch = a.batch
-    drift = a.drift
+    drift, rebased = a.drift, False
     state, state_ref, groups = snap.state, a.state_ref, a.groups
     for _ in range(MAX_RESTARTS):
         appended = [tasks(store_group, side.files, state_ref, lo, hi, batch, resolved, returns=2)
@@ -849,8 +854,11 @@ def _append(run: Run, a: Appending) -> None:
         ids = executors.value_of(batch)[0]
         after = {**state, "segments": segments, "rows": int(state["rows"]) + int(added[0]),
                  "digest": _digest_plus(state["digest"], ids),
+                 "flagged": int(state.get("flagged", 0)) + int(added[1]),
                  "since_rows": int(state["since_rows"]) + int(drift[0]),
-                 "since_distance": float(state["since_distance"]) + float(drift[1])}
+                 "since_distance": float(state["since_distance"]) + float(drift[1]),
+                 "table_sig": None if rebased else ss.after_commit(
+                     run.table.newest(), a.entries, a.deletions, committed)}
         try:
             side.switch(snap, after)
             side.files.remove_replaced(state, after)
@@ -862,13 +870,18 @@ def _append(run: Run, a: Appending) -> None:
             run.log("semantic_dup: the side store was reset meanwhile (forget); the next run "
                     "makes it again from the table's columns")
             return
-        state = snap.state
+        state, rebased = snap.state, True  # the next run checks the rows against the table
         batch, drift = _rebased(run.table, side, state, executors.value_of(batch), a.probes)
         state_ref = tasks.put(state)
         groups = cut(int(state["clusters"]), len(a.groups))
         run.log("semantic_dup: another run switched the side store; appending on its state")
     raise RuntimeError(f"semantic_dup of {run.table.uri}: the side store kept changing under "
                        f"{MAX_RESTARTS} appends (other runs); the next run adds these rows")
+
+
+def _deletion(frag) -> list | None:
+    d = frag.metadata.deletion_file
+    return None if d is None else [d.id, d.read_version]
 
 
 def _digest_plus(digest: str, ids: np.ndarray) -> str:
@@ -948,10 +961,8 @@ STEPS = (Step(fields=FIELDS, name=STEP, state=compare,
 
 def summary(run: Run) -> dict:
     stats: SemanticDupStats = run.states[STEP].stats
-    ds = run.table.newest()
-    rows, flagged = (ds.count_rows(filter=f"{SEMANTIC_CLUSTER.name} IS NOT NULL"),
-                     ds.count_rows(filter=SEMANTIC_DUP.name)) \
-        if SEMANTIC_DUP.name in ds.schema.names else (0, 0)
+    state = ss.side_store(run.table).load_state() or {}
+    rows, flagged = int(state.get("rows", 0)), int(state.get("flagged", 0))
     return {
         "new_rows_flagged": stats.flagged,
         "new_rows_flagged_against_earlier_runs": stats.flagged_against_earlier_runs,

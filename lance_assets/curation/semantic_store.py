@@ -22,6 +22,7 @@ empty state, then every file removed): the next run makes it again from the rema
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import time
@@ -37,7 +38,7 @@ from lance_assets import keys, paths, storage
 from lance_assets.embeddings import int8_vectors as iv
 from lance_assets.embeddings import vector_files as vf
 from lance_assets.embeddings.embeddings import DIM
-from lance_assets.table import Table
+from lance_assets.table import Table, leaf_field_ids
 from lance_assets.table.side import (
     STATE_DATASET,
     SideMoved,
@@ -185,10 +186,32 @@ def written_ids(ds: lance.LanceDataset) -> np.ndarray:
     return np.sort(t.column("id").to_numpy())
 
 
+def table_entries(ds: lance.LanceDataset) -> dict[int, list]:
+    """Per fragment holding the semantic columns: their data files and its deletion file, from
+    the manifest alone. While these are as the store last saw them, the written rows are too
+    (a write, a delete, a compaction changes them)."""
+    if keys.SEMANTIC_CLUSTER not in ds.schema.names:
+        return {}
+    fields = leaf_field_ids(ds, keys.SEMANTIC_CLUSTER)
+    out = {}
+    for frag in ds.get_fragments():
+        meta = frag.metadata
+        files = sorted(f.path for f in meta.data_files() if fields & set(f.fields))
+        if files:
+            d = meta.deletion_file
+            out[frag.fragment_id] = [files, None if d is None else [d.id, d.read_version]]
+    return out
+
+
+def signature(entries: dict[int, list]) -> str:
+    return hashlib.sha256(json.dumps(sorted(entries.items())).encode()).hexdigest()[:32]
+
+
 def _columns(ds: lance.LanceDataset, ids: np.ndarray) -> pa.Table:
-    """``id``, ``semantic_cluster``, ``semantic_rep``, ``semantic_vector`` of the written rows
-    ``ids`` (every written row when ``ids`` is None), by id."""
-    cols = ["id", keys.SEMANTIC_CLUSTER, keys.SEMANTIC_REP, keys.SEMANTIC_VECTOR]
+    """``id``, ``semantic_cluster``, ``semantic_rep``, ``semantic_dup``, ``semantic_vector`` of
+    the written rows ``ids``, by id."""
+    cols = ["id", keys.SEMANTIC_CLUSTER, keys.SEMANTIC_REP, keys.SEMANTIC_DUP,
+            keys.SEMANTIC_VECTOR]
     parts = []
     for batch in ds.to_batches(columns=cols, filter=f"{keys.SEMANTIC_CLUSTER} IS NOT NULL"):
         keep = np.isin(batch.column("id").to_numpy(zero_copy_only=False), ids)
@@ -233,8 +256,35 @@ def made_again(side: SideStore, ds: lance.LanceDataset, log: Callable[[str], Non
     log(f"semantic_dup: no side store; made again from the {len(ids)} rows written")
     return {"format": vf.FORMAT, "generation": gen, "first_cluster": int(cluster.max()) + 1,
             "clusters": 1, "segments": {"0": [entry]}, "rows": len(ids), "digest": id_digest(ids),
+            "flagged": _flagged(t), "table_sig": signature(table_entries(ds)),
             "trained_rows": 0, "trained_through": -1, "trained_distance": 0.0, "since_rows": 0,
             "since_distance": 0.0}
+
+
+def _flagged(t: pa.Table) -> int:
+    return int(np.sum(t.column(keys.SEMANTIC_DUP).to_numpy(zero_copy_only=False)))
+
+
+def _flags(ds: lance.LanceDataset, ids: np.ndarray) -> int:
+    """How many of the written rows ``ids`` are flagged (their ``semantic_dup`` only)."""
+    t = ds.to_table(columns=["id", keys.SEMANTIC_DUP],
+                    filter=f"{keys.SEMANTIC_CLUSTER} IS NOT NULL")
+    keep = np.isin(t.column("id").to_numpy(), ids)
+    return int(np.sum(t.column(keys.SEMANTIC_DUP).to_numpy(zero_copy_only=False)[keep]))
+
+
+def after_commit(ds: lance.LanceDataset, entries: dict[int, list], pinned: dict[int, object],
+                 committed: list[int]) -> str | None:
+    """The signature of the table as the store knows it after a run appended the rows it
+    committed: the pinned version's entries, those fragments' taken from ``ds`` (read after the
+    commit). None (the next run checks the rows) when one of them was deleted from meanwhile."""
+    now = table_entries(ds)
+    out = dict(entries)
+    for f in committed:
+        if f not in now or now[f][1] != pinned.get(f):
+            return None
+        out[f] = now[f]
+    return signature(out)
 
 
 def current(side: SideStore, table: Table, snap: Snapshot) -> dict | None:
@@ -256,8 +306,11 @@ def reconcile(side: SideStore, ds: lance.LanceDataset, snap: Snapshot,
     """The store made to hold every row written at ``ds`` (the pinned version), and no row
     deleted there: (the snapshot in force after, rows added, rows removed). Rows written after
     ``ds`` by other runs stay. ``StoreMoved`` when another run switched meanwhile."""
-    written = written_ids(ds)
     state = snap.state
+    sig = signature(table_entries(ds))
+    if state is not None and state.get("table_sig") == sig:
+        return snap, 0, 0  # no write, delete or rewrite since the store was known whole
+    written = written_ids(ds)
     if state is None:
         if not len(written):
             return snap, 0, 0
@@ -265,7 +318,7 @@ def reconcile(side: SideStore, ds: lance.LanceDataset, snap: Snapshot,
         side.remove_orphans(done.state, older_than_s=0)  # a store of another format, if any
         return done, len(written), 0
     if state.get("digest") == id_digest(written) and int(state["rows"]) == len(written):
-        return snap, 0, 0
+        return side.switch(snap, {**state, "table_sig": sig}), 0, 0
     try:
         by_cluster = side.cluster_ids(state)
     except (FileNotFoundError, RuntimeError) as exc:
@@ -284,9 +337,7 @@ def reconcile(side: SideStore, ds: lance.LanceDataset, snap: Snapshot,
     changed = [c for c in by_cluster if len(keep_ids[c]) != len(by_cluster[c])]
     missing = np.setdiff1d(written, seen)
     removed = sum(len(v) for v in by_cluster.values()) - len(seen)
-    if not (changed or len(missing)):  # it may hold rows written after ``ds``: they stay
-        if state.get("digest") == id_digest(seen) and int(state["rows"]) == len(seen):
-            return snap, 0, 0
+    if not (changed or len(missing)):  # it holds rows written after ``ds``: they stay
         return side.switch(snap, {**state, "rows": len(seen), "digest": id_digest(seen)}), 0, 0
     gen = int(state["generation"])
     segments = {c: [list(e) for e in v] for c, v in state["segments"].items()}
@@ -298,8 +349,10 @@ def reconcile(side: SideStore, ds: lance.LanceDataset, snap: Snapshot,
         keep &= np.isin(ids, keep_ids[c])
         segments[c] = [side.files.write_segment(gen, int(c), ids[keep], reps[keep],
                                                 vecs[keep])] if keep.any() else []
+    flagged = _flags(ds, seen) if changed else int(state.get("flagged", 0))
     if len(missing):
         t = _columns(ds, missing)
+        flagged += _flagged(t)
         ids, vecs = t.column("id").to_numpy(), _vectors(t)
         home = _homes(side, state, t.column(keys.SEMANTIC_CLUSTER).to_numpy(), vecs)
         reps = t.column(keys.SEMANTIC_REP).to_numpy()
@@ -309,7 +362,8 @@ def reconcile(side: SideStore, ds: lance.LanceDataset, snap: Snapshot,
                                                  reps[sel], vecs[sel])
     segments = {c: v for c, v in segments.items() if v}
     held = np.concatenate([seen, missing])
-    after = {**state, "segments": segments, "rows": len(held), "digest": id_digest(held)}
+    after = {**state, "segments": segments, "rows": len(held), "digest": id_digest(held),
+             "flagged": flagged, "table_sig": sig if len(held) == len(written) else None}
     done = side.switch(snap, after)
     side.files.remove_replaced(state, after)
     if len(missing):
