@@ -284,3 +284,9 @@ def test_a_malformed_jsonl_line_is_skipped_and_named_by_its_line_and_the_run_che
     assert "b.parquet" in check.description and "replace or remove" in check.description
     again = ingest(tmp_path / "data", str(src / "a.jsonl"), log=quiet)  # nothing twice
     assert again.rows_added == 0 and not again.files_failed
+    # a first ingest of nothing but a broken file says which file, not "materialize raw_text"
+    fresh = dg.materialize([defs.get_assets_def("raw_text")], raise_on_error=False,
+                           resources={"lance_store": LanceStore(data_dir=str(tmp_path / "fresh"),
+                                                                source=str(src / "b.parquet"))})
+    failure = fresh.failure_data_for_node("raw_text").error.message
+    assert not fresh.success and "b.parquet" in failure and "Materialize" not in failure

@@ -94,11 +94,9 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
     for path, why in report.files_failed.items():
         context.log.warning(f"not ingested: {path}: {why}")
     if not lance_store.table.exists():  # nothing was ever ingested: no table to report on
+        why = [f"{k}: {v}" for k, v in sorted(report.files_failed.items())] + report.warnings
         raise dg.Failure(f"raw_text: no document of {source!r} was ingested, so there is no "
-                         "table yet" + (": " + "; ".join(f"{k}: {v}" for k, v in sorted(
-                             report.files_failed.items())) if report.files_failed else
-                             "; " + "; ".join(report.warnings) if report.warnings else
-                             ": the source holds no document"))
+                         "table yet: " + ("; ".join(why) or "the source holds no document"))
     # the rows: the data files holding `text` change only when rows are appended (or compacted)
     version = column_data_version(context, lance_store.table, ["id", "text"])
     malformed = {k: v for k, v in report.rows_skipped.items() if k.startswith("malformed JSON")}
