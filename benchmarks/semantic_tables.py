@@ -17,8 +17,10 @@ import pyarrow as pa
 from lance_assets import keys
 from lance_assets.curation import semantic_clusters as sc
 from lance_assets.curation import semantic_dup as sd
+from lance_assets.curation import semantic_store as ss
 from lance_assets.curation.detected_language import LANG, LANG_SCORE
 from lance_assets.embeddings import int8_vectors as iv
+from lance_assets.embeddings import vector_files as vf
 from lance_assets.embeddings.chunk_embeddings import CHUNK_EMBEDDINGS, to_arrow
 from lance_assets.embeddings.embeddings import DIM
 from lance_assets.ingest.raw_text import ingest
@@ -85,18 +87,19 @@ def grown_table(root: Path, rows: int, topics: int = 200, seed: int = 0,
     centroids = iv.spherical_kmeans(x[sample], k, settings.seed)
     home, best = iv.nearest(x, centroids)
     home = home[:, 0]
-    store = sd.side_store(Table.of(root))
+    side = ss.side_store(Table.of(root))
+    store = side.files
     store.save_centroids(0, centroids)
     segments = {}
     for c in range(len(centroids)):
         sel = home == c
         if sel.any():
             segments[str(c)] = [store.write_segment(0, c, ids[sel], ids[sel], q[sel])]
-    store.save_state({"format": sc.FORMAT, "generation": 0, "first_cluster": 0,
-                      "clusters": len(centroids), "segments": segments, "rows": rows,
-                      "flagged": 0, "trained_rows": rows, "trained_through": rows - 1,
-                      "trained_distance": float(np.mean(1 - best[sample])), "since_rows": 0,
-                      "since_distance": 0.0, "ids_through": rows - 1})
+    side.switch(side.read(), {
+        "format": vf.FORMAT, "generation": 0, "first_cluster": 0, "clusters": len(centroids),
+        "segments": segments, "rows": rows, "digest": ss.id_digest(ids), "trained_rows": rows,
+        "trained_through": rows - 1, "trained_distance": float(np.mean(1 - best[sample])),
+        "since_rows": 0, "since_distance": 0.0})
 
     def semantic(frag):
         t = frag.to_table(columns=["id"])

@@ -1,12 +1,14 @@
 """``python -m lance_assets``: table tools that are not assets.
 
-    python -m lance_assets forget --where "<predicate>" [--force] [--json] [--data DIR]
+    python -m lance_assets forget --where "<predicate>" [--dry-run] [--max-share F] [--allow-all]
+                                  [--force] [--json] [--data DIR]
     python -m lance_assets explain --id N [--version V|TAG] [--against B] [--json] [--data DIR]
     python -m lance_assets diff A B [--domain NAME=PREDICATE ...] [--full] [--json] [--data DIR]
     python -m lance_assets diff --list [--data DIR]
 
 ``forget`` removes the documents the predicate selects from every version on disk
-(``table.forget``); the predicate goes through the curation rules' parser.
+(``table.forget``); the predicate goes through the curation rules' parser. It first finishes
+any forget that was interrupted; ``--dry-run`` changes nothing.
 
 ``explain`` tells one document's story (``forensics.explain``): every signal, each rule in force
 and its verdict, its exact, near and semantic duplicate clusters and the member kept,
@@ -30,7 +32,7 @@ import json
 import sys
 
 from lance_assets.table import Table, TableMissingError
-from lance_assets.table.forget import ForgetError, forget
+from lance_assets.table.forget import MAX_SHARE, ForgetError, forget
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
                         "'https://example.com/a'\" or \"id IN (4, 8)\"")
     f.add_argument("--force", action="store_true",
                    help="release snapshots even while a training run reads them")
+    f.add_argument("--dry-run", action="store_true",
+                   help="print how many documents would go, a few of their urls and the "
+                        "snapshots it would release; change nothing")
+    f.add_argument("--max-share", type=float, default=MAX_SHARE,
+                   help="refuse when the documents are more than this share of the table's "
+                        "rows (default: %(default)s)")
+    f.add_argument("--allow-all", action="store_true",
+                   help="allow a predicate that matches every row of the table")
     f.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
     f.add_argument("--json", action="store_true", help="print the report as JSON")
     e = sub.add_parser("explain", help="why a document is in or out, and what trained on it")
@@ -76,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return _diff(parser, args)
     log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
     try:
-        report = forget(Table.of(args.data), args.where, force=args.force, log=log)
+        report = forget(Table.of(args.data), args.where, force=args.force, dry_run=args.dry_run,
+                        max_share=args.max_share, allow_all=args.allow_all, log=log)
     except (ForgetError, TableMissingError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -84,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
         print(report.markdown())
-    return 0 if report.still_readable == 0 else 1
+    return 0 if report.still_readable == report.still_in_files == 0 else 1
 
 
 def _explain(args: argparse.Namespace) -> int:

@@ -43,7 +43,8 @@ UNIT_SECONDS = {
     "test_column_metadata": 25, "test_forensics_reformatted": 25, "test_embedding_backends": 20,
     "test_security_forensics_cli": 20, "test_collectives": 20, "test_curation_rules": 18,
     "test_graph": 40, "test_data_versions": 18, "test_curation_assets": 16,
-    "test_scale_paths": 14, "test_incremental": 12, "test_diff": 12, "test_readme_commands": 9,
+    "test_scale_paths": 14, "test_incremental": 12, "test_diff": 12, "test_forget_faults": 12,
+    "test_readme_commands": 9,
     "test_forensics_attribution": 9,
 }
 

@@ -2,13 +2,16 @@
 
     python -m lance_assets_tests.fault_driver WRITER ROOT POINT N [SOURCE]
 
+SOURCE is ingest's source, ``forget``'s predicate, or ``semantic_dup``'s settings as JSON.
+
 The injection points wrap the calls through which the library changes the table:
 
 - ``before-commit N``: the N-th commit is about to start (a version create, an ``Append`` or
   ``DataReplacement`` commit, an ``add_columns``, a config update, an index build);
 - ``during-commit N``: a timer fires a few milliseconds into the N-th commit;
 - ``after-commit N``: the N-th commit has returned, before the writer goes on;
-- ``files-written N``: the N-th batch of new data files is written but not yet committed.
+- ``files-written N``: the N-th batch of new data files is written but not yet committed;
+- ``after-delete N``: the N-th delete has committed (``forget``'s, or any writer's).
 
 Nothing here is imported by the package: the writers run unmodified, only the Lance entry
 points are wrapped. Exit status 0 means the point was never reached (the test then fails).
@@ -28,11 +31,11 @@ import lance.fragment
 
 WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
            "detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score",
-           "chunk_embeddings", "semantic_dup")
+           "chunk_embeddings", "semantic_dup")  # the table's writers; `forget` is run here too
 # The evaluation set the contamination writer checks against: a file under the data root (the
 # test copies the root, set and all; the set's fingerprint, not its path, names its column).
 EVAL_SET = "evalsets/planted.jsonl"
-POINTS = ("before-commit", "during-commit", "after-commit", "files-written")
+POINTS = ("before-commit", "during-commit", "after-commit", "files-written", "after-delete")
 
 
 def _die() -> None:
@@ -40,7 +43,7 @@ def _die() -> None:
 
 
 def install(point: str, n: int, seed: int = 0) -> None:
-    counts = {"commit": 0, "write": 0}
+    counts = {"commit": 0, "write": 0, "delete": 0}
 
     def committing(fn):
         @functools.wraps(fn)
@@ -67,7 +70,18 @@ def install(point: str, n: int, seed: int = 0) -> None:
             return out
         return inner
 
+    def deleting(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            counts["delete"] += 1
+            if point == "after-delete" and counts["delete"] == n:
+                _die()
+            return out
+        return inner
+
     ds_cls = lance.LanceDataset
+    ds_cls.delete = deleting(ds_cls.delete)
     ds_cls.commit = staticmethod(committing(ds_cls.commit))
     for name in ("add_columns", "update_config", "drop_columns", "create_scalar_index",
                  "create_index"):
@@ -125,12 +139,19 @@ def run(writer: str, root: str, source: str | None) -> None:
         chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8, embedder=ClusteredEmbedder(),
                          fragments_per_commit=1, log=quiet)
     elif writer == "semantic_dup":  # on a table that already has `chunk_embeddings`
+        import json
+
         from lance_assets.curation import semantic_dup as sd
         from lance_assets.table.producer import produce
-        produce(sd.PRODUCER, root, sd.SemanticDupSettings(rows_per_cluster=200, languages=[]),
-                fragments_per_commit=1, log=quiet)
+        given = json.loads(source) if source and source.startswith("{") else {}
+        settings = {"rows_per_cluster": 200, "languages": [], **given}
+        produce(sd.PRODUCER, root, sd.SemanticDupSettings(**settings), fragments_per_commit=1,
+                log=quiet)
+    elif writer == "forget":  # SOURCE is the predicate
+        from lance_assets.table.forget import forget
+        forget(root, source, log=quiet)
     else:
-        raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}")
+        raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}, forget")
 
 
 if __name__ == "__main__":

@@ -103,6 +103,7 @@ def test_curation_assets_report_what_a_person_needs(curated, store):
     assert prof["histogram"].startswith("![") and "image/png;base64," in prof["histogram"]
 
     evaluations = checks(curated)
+    assert evaluations.pop("files_ingested").passed  # raw_text's own, evaluated with it
     assert set(evaluations) == {c.check_key.name for c in CHECKS}
     assert all(e.passed and e.blocking for e in evaluations.values())
 

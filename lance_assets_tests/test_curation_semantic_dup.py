@@ -15,8 +15,10 @@ from lance_assets import keys, paths
 from lance_assets.curation import minhash, rules
 from lance_assets.curation import semantic_clusters as sc
 from lance_assets.curation import semantic_dup as sd
+from lance_assets.curation import semantic_store as ss
 from lance_assets.curation.detected_language import LANG, LANG_SCORE
 from lance_assets.embeddings import int8_vectors as iv
+from lance_assets.embeddings import vector_files as vf
 from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table, data_files_by_field, get_json_config
@@ -81,7 +83,7 @@ def test_planted_copies_are_flagged_against_their_original_and_distractors_kept(
         sd.semantic_dup(root, sd.SemanticDupSettings(threshold=0.9, languages=[]), log=quiet)
 
 
-def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path):
+def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path, monkeypatch):
     planted = planted_set(18, 1, 12, seed=5, **REWORD)
     copies = set(planted.copy_of)
     first = [t for i, t in enumerate(planted.texts) if i not in copies]
@@ -96,13 +98,15 @@ def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path):
     before = lance.dataset(uri)
     old_rows, old_files = rows(root, sd.COLUMNS), data_files_by_field(before, "semantic_dup")
     stored = get_json_config(before, keys.SEMANTIC_DUP_KEY)
-    state = sd.side_store(Table.of(root)).load_state()
+    state = ss.side_store(Table.of(root)).load_state()
     assert state["clusters"] == 3 and state["rows"] == len(first)
     assert not any(r["semantic_dup"] for r in old_rows)
     assert len({r["semantic_cluster"] for r in old_rows}) == 3
 
     add_rows(root, tmp_path / "b.jsonl", [planted.texts[i] for i in second_src])
-    report, stats = sd.semantic_dup(root, settings, log=quiet)
+    with monkeypatch.context() as m:  # the store was left whole: no run reads the table's ids
+        m.setattr(ss, "written_ids", lambda ds: pytest.fail("the written ids were read"))
+        report, stats = sd.semantic_dup(root, settings, log=quiet)
     assert report.rows_written == len(second_src) and stats.earlier_rows == len(first)
     assert not stats.trained and stats.side_rows_read <= len(first)
     after = lance.dataset(uri)
@@ -115,7 +119,7 @@ def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path):
         original = old_rows[position[planted.copy_of[src]]]
         assert r["semantic_dup"] and r["semantic_rep"] == original["id"], r
     assert stats.flagged_against_earlier_runs == len(second_src)
-    assert sd.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts)
+    assert ss.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts)
     assert sd.semantic_dup(root, settings, log=quiet)[0].nothing_to_do
 
 
@@ -311,6 +315,7 @@ def test_incremental_recall_follows_one_batch_run_when_increments_bring_new_topi
 
 def test_the_side_store_is_made_again_after_forget_and_a_rerun_equals_one_with_it(tmp_path):
     from lance_assets.table.forget import forget
+    from lance_assets.table.side import holds_files
 
     planted = planted_set(10, 1, 6, seed=13, **REWORD)
     copies = set(planted.copy_of)
@@ -321,10 +326,11 @@ def test_the_side_store_is_made_again_after_forget_and_a_rerun_equals_one_with_i
     add_rows(root, tmp_path / "a.jsonl", first + ["a document about nothing at all"])
     sd.semantic_dup(root, settings, log=quiet)
     store_dir = paths.semantic_dup_dir(root)
-    assert (store_dir / "state.json").is_file()
+    assert ss.side_store(Table.of(root)).load_state() is not None and holds_files(store_dir)
     report = forget(root, f"id = {len(first)}", log=quiet)
     assert any(f["path"] == str(store_dir) for f in report.files_removed)
-    assert not store_dir.exists()  # it held the forgotten row's vector
+    assert holds_files(store_dir) == []  # it held the forgotten row's vector
+    assert ss.side_store(Table.of(root)).load_state() is None
     add_rows(root, tmp_path / "b.jsonl", later)
     _, stats = sd.semantic_dup(root, settings, log=quiet)
     assert stats.retrained == "store made again" and stats.earlier_rows == len(first)
@@ -332,8 +338,9 @@ def test_the_side_store_is_made_again_after_forget_and_a_rerun_equals_one_with_i
     n_first = len(first) + 1
     flagged = [got[n_first + k]["semantic_dup"] for k in range(len(later))]
     assert all(flagged), flagged
-    ids = sc.Store(str(store_dir)).load_state()
-    assert ids["rows"] == len(first) + len(later)
+    state = ss.side_store(Table.of(root)).load_state()
+    assert state["rows"] == len(first) + len(later)
+    assert len(first) not in ss.side_store(Table.of(root)).ids(state)
 
 
 def test_a_run_killed_before_its_store_append_is_caught_up(tmp_path, monkeypatch):
@@ -359,20 +366,20 @@ def test_a_run_killed_before_its_store_append_is_caught_up(tmp_path, monkeypatch
     add_rows(root, tmp_path / "c.jsonl", later[1:])
     _, stats = sd.semantic_dup(root, ALL, log=quiet)
     assert stats.caught_up == 2
-    assert sd.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts) + 1
+    assert ss.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts) + 1
     assert all(r["semantic_dup"] for r in rows(root)[len(first) + 2:])
 
 
 def test_a_run_killed_before_its_commit_leaves_the_store_as_it_was(tmp_path, monkeypatch):
-    """The run names the fragments it writes in the store's state before its commit; killed
-    before the commit, the next run finds nothing of them written, clears the mark, and writes
-    them itself. A run that completes leaves no mark (the next one reads nothing back)."""
+    """Killed before its commit, a run leaves the store as it was (it switches the state only
+    after the commit); the next run finds it whole (no rows to add) and writes the rows itself,
+    equal to a run that was never killed."""
     planted = planted_set(10, 1, 6, seed=19, **REWORD)
     root = tmp_path / "data"
     add_rows(root, tmp_path / "a.jsonl", planted.texts[:16])
     sd.semantic_dup(root, ALL, log=quiet)
-    store = sd.side_store(Table.of(root))
-    assert "pending" not in store.load_state()
+    store = ss.side_store(Table.of(root))
+    before = store.read()
     add_rows(root, tmp_path / "b.jsonl", planted.texts[16:])
 
     def killed(*args, **kwargs):
@@ -381,11 +388,10 @@ def test_a_run_killed_before_its_commit_leaves_the_store_as_it_was(tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         sd.semantic_dup(root, ALL, log=quiet)
     monkeypatch.undo()
-    assert store.load_state()["pending"] and store.load_state()["rows"] == 16
+    assert store.read() == before and before.state["rows"] == 16
     _, stats = sd.semantic_dup(root, ALL, log=quiet)
     assert stats.caught_up == 0 and stats.documents == len(planted.texts) - 16
-    state = store.load_state()
-    assert "pending" not in state and state["rows"] == len(planted.texts)
+    assert store.load_state()["rows"] == len(planted.texts)
     fresh = tmp_path / "fresh"
     add_rows(fresh, tmp_path / "f.jsonl", planted.texts[:16])
     sd.semantic_dup(fresh, ALL, log=quiet)
@@ -394,38 +400,53 @@ def test_a_run_killed_before_its_commit_leaves_the_store_as_it_was(tmp_path, mon
     assert rows(root, sd.COLUMNS) == rows(fresh, sd.COLUMNS)
 
 
-def test_a_store_of_another_format_is_made_again_in_a_generation_of_its_own(tmp_path):
-    """A store an earlier release wrote (float32 vectors, format 1) is not read: the run makes
-    it again from the columns, in the next generation, and removes the old files."""
+def test_a_store_an_earlier_release_wrote_is_adopted_or_made_again(tmp_path):
+    """A state file of the release before (``state.json``, format 2) is adopted once, checked
+    against the table and removed; a store of float32 vectors (format 1) is not read: the run
+    makes it again from the columns and removes the old files."""
+    import shutil
+
     planted = planted_set(10, 1, 6, seed=23, **REWORD)
     root = tmp_path / "data"
     add_rows(root, tmp_path / "a.jsonl", planted.texts[:16])
     sd.semantic_dup(root, ALL, log=quiet)
     store_dir = paths.semantic_dup_dir(root)
-    state = json.loads((store_dir / "state.json").read_text())
-    old = {**state, "format": 1}
-    (store_dir / "state.json").write_text(json.dumps(old))
-    stale = store_dir / f"g{state['generation']}" / "c0" / "0-15-16.bin"
-    stale.parent.mkdir(parents=True, exist_ok=True)
-    stale.write_bytes(b"\0" * 100)  # what a format-1 file could be named: never read
-    add_rows(root, tmp_path / "b.jsonl", planted.texts[16:])
+    store = ss.side_store(Table.of(root))
+    state = store.load_state()
+    legacy = {k: v for k, v in state.items() if k not in ("digest", "table_sig")}
+    legacy["ids_through"] = 15  # what the release before kept instead
+    shutil.rmtree(store_dir / "state.lance")
+    (store_dir / "state.json").write_text(json.dumps(legacy))
+    assert store.load_state() == legacy
+    add_rows(root, tmp_path / "b.jsonl", planted.texts[16:20])
     _, stats = sd.semantic_dup(root, ALL, log=quiet)
-    assert stats.retrained == "store made again" and stats.earlier_rows == 16
-    now = sd.side_store(Table.of(root)).load_state()
-    assert now["format"] == sc.FORMAT and now["generation"] > state["generation"] + 1
+    assert stats.caught_up == 0 and not stats.trained and stats.earlier_rows == 16
+    assert not (store_dir / "state.json").exists()
+    now = store.load_state()
+    assert now["generation"] == state["generation"] and now["rows"] == 20
+
+    old = {**now, "format": 1}  # an older release's store: its files are never read
+    store.switch(store.read(), old)
+    stale = store_dir / f"g{now['generation']}" / "c0" / "0-15-16.bin"
+    add_rows(root, tmp_path / "c.jsonl", planted.texts[20:])
+    _, stats = sd.semantic_dup(root, ALL, log=quiet)
+    assert stats.retrained == "store made again" and stats.earlier_rows == 20
+    now = store.load_state()
+    assert now["format"] == vf.FORMAT and now["generation"] != old["generation"]
     assert not stale.exists() and now["rows"] == len(planted.texts)
+    assert not (store_dir / f"g{old['generation']}").exists()
     assert sum(r["semantic_dup"] for r in rows(root)) >= 5
 
 
 def test_a_truncated_store_file_is_refused_with_the_fix(tmp_path):
-    store = sc.Store(str(tmp_path / "store"))
+    store = vf.Store(str(tmp_path / "store"))
     vecs = np.random.default_rng(0).integers(-127, 128, (6, 384)).astype(np.int8)
     ids = np.arange(6, dtype=np.int64)
     entry = store.write_segment(0, 0, ids, ids, vecs)
     assert np.array_equal(store.read_segment(0, entry).vt.T, vecs)
     path = tmp_path / "store" / "g0" / entry[0]
     path.write_bytes(path.read_bytes()[:-10])
-    with pytest.raises(RuntimeError, match="remove .*store and run again"):
+    with pytest.raises(RuntimeError, match="shorter than its 6 rows; the next run"):
         store.read_segment(0, entry)
 
 
@@ -449,7 +470,7 @@ def test_cluster_groups_give_the_columns_of_one_group(tmp_path):
 
 
 def test_the_store_compacts_a_cluster_read_from_many_runs_and_removes_what_it_replaced(tmp_path):
-    store = sc.Store(str(tmp_path / "store"))
+    store = vf.Store(str(tmp_path / "store"))
     rng = np.random.default_rng(0)
     state = {"generation": 0, "segments": {}}
     expected = {0: [], 1: []}
@@ -459,13 +480,12 @@ def test_the_store_compacts_a_cluster_read_from_many_runs_and_removes_what_it_re
         vecs = rng.integers(-127, 128, (10, 384)).astype(np.int8)
         got = store.append_run(0, state["segments"], homes, ids, ids + 1000, vecs)
         after = {**state, "segments": {**state["segments"], **got}}
-        store.save_state(after)
         store.remove_replaced(state, after)
         state = after
         for c in (0, 1):
             expected[c] += [(int(i), v) for i, v, h in zip(ids, vecs, homes) if h == c]
     for c in (0, 1):
-        assert len(state["segments"][str(c)]) <= sc.MAX_SEGMENTS
+        assert len(state["segments"][str(c)]) <= vf.MAX_SEGMENTS
         ids, reps, vecs = store.read_cluster(state, c)
         assert ids.tolist() == [i for i, _ in expected[c]] and (reps == ids + 1000).all()
         assert np.array_equal(vecs, np.stack([v for _, v in expected[c]]))
@@ -479,7 +499,7 @@ def test_a_cluster_is_read_for_comparing_as_one_part_in_id_order(tmp_path):
     each run file read once for the clusters of a group; together, in id order, they are the
     cluster's rows. Slices whose ids do not follow the largest file's come back as a second
     part (the same rows)."""
-    store = sc.Store(str(tmp_path / "store"))
+    store = vf.Store(str(tmp_path / "store"))
     rng = np.random.default_rng(3)
 
     def vecs(n):
@@ -511,3 +531,115 @@ def test_a_cluster_is_read_for_comparing_as_one_part_in_id_order(tmp_path):
     order = np.argsort(both)
     assert both[order].tolist() == ids.tolist()
     assert np.array_equal(np.concatenate([p.vt for p in parts], axis=1)[:, order].T, v)
+
+
+def _stored_rows(root) -> dict[int, int]:
+    """id -> representative of every row in the side store."""
+    store = ss.side_store(Table.of(root))
+    state = store.load_state()
+    out = {}
+    for c in range(int(state["clusters"])):
+        ids, reps, _ = store.files.read_cluster(state, c)
+        out.update(zip(ids.tolist(), reps.tolist()))
+    return out
+
+
+def test_two_runs_at_once_then_an_increment_flag_what_one_run_does(tmp_path):
+    """Two `semantic_dup` processes on one table at once (two Dagster instances would do the
+    same), then an increment of reworded copies: as many copies flagged as after one run, and
+    the side store holds what one clean run's holds."""
+    import shutil
+    import subprocess
+    import sys
+
+    from lance_assets_tests.fault_driver import run as run_writer
+
+    planted = planted_set(24, 1, 72, seed=31, **REWORD)
+    copies = set(planted.copy_of)
+    first = [t for i, t in enumerate(planted.texts) if i not in copies]
+    later = [planted.texts[i] for i in sorted(copies)]
+    settings = json.dumps({"threshold": THRESHOLD, "rows_per_cluster": 30})
+    base = tmp_path / "base"
+    add_rows(base, tmp_path / "a.jsonl", first)
+    clean, raced = tmp_path / "clean", tmp_path / "raced"
+    shutil.copytree(base, clean)
+    shutil.copytree(base, raced)
+    run_writer("semantic_dup", str(clean), settings)
+    procs = [subprocess.Popen([sys.executable, "-m", "lance_assets_tests.fault_driver",
+                               "semantic_dup", str(raced), "none", "0", settings],
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    assert _stored_rows(raced) == _stored_rows(clean)
+    for root in (clean, raced):
+        add_rows(root, tmp_path / f"{root.name}-b.jsonl", later)
+        run_writer("semantic_dup", str(root), settings)
+    flagged = {root.name: sum(r["semantic_dup"] for r in rows(root)[len(first):])
+               for root in (clean, raced)}
+    assert flagged["clean"] == len(later) and flagged["raced"] == flagged["clean"], flagged
+    assert rows(raced, sd.COLUMNS) == rows(clean, sd.COLUMNS)
+    assert _stored_rows(raced) == _stored_rows(clean)
+
+
+class _Killed(BaseException):
+    """Stands for a SIGKILL in this process: nothing after it runs."""
+
+
+def _dies_after(m, kind: str) -> None:
+    """The run is killed right after its first switch of the store's state of ``kind``
+    (``retrain``: a new generation; ``append``: rows added to the same generation; ``repair``:
+    rows added from the columns) or, for ``before append``, between its commit and its switch."""
+    if kind == "before append":
+        m.setattr(sd, "store_group", lambda *a: (_ for _ in ()).throw(_Killed(kind)))
+        return
+    real = ss.SideStore.switch
+
+    def switch(self, read, state):
+        out = real(self, read, state)
+        old = read.state
+        new_gen = state is not None and (old is None or state["generation"] != old["generation"])
+        grown = state is not None and old is not None and not new_gen and \
+            state["rows"] > old["rows"]
+        if {"retrain": new_gen and state.get("reason"), "append": grown and not kind_repair(),
+                "repair": grown and kind_repair()}[kind]:
+            raise _Killed(kind)
+        return out
+
+    def kind_repair() -> bool:  # a repair switches inside reconcile()
+        import traceback
+        return any(f.name == "reconcile" for f in traceback.extract_stack())
+    m.setattr(ss.SideStore, "switch", switch)
+
+
+@pytest.mark.parametrize("kills", [{1: "retrain"}, {1: "append"},
+                                   {1: "before append", 2: "repair"}],
+                         ids=["retrain", "append", "repair"])
+def test_a_run_killed_at_any_switch_of_its_store_is_continued_equal_to_a_clean_one(tmp_path,
+                                                                                 monkeypatch,
+                                                                                 kills):
+    """Killed right after a switch of the store's state (its clusters trained again, its rows
+    appended, its repair from the columns when the run with the next rows finds that a run died
+    before its append), the next run ends with the store and the columns one clean sequence of
+    runs leaves."""
+    planted = planted_set(10, 1, 6, seed=37, **REWORD)
+    steps = [planted.texts[:8], planted.texts[8:18], planted.texts[18:]]
+    settings = sd.SemanticDupSettings(threshold=THRESHOLD, rows_per_cluster=8, languages=[])
+
+    def run_all(root, kills=None):
+        for n, texts in enumerate(steps):
+            add_rows(root, tmp_path / f"{root.name}{n}.jsonl", texts)
+            if n in (kills or {}):
+                with monkeypatch.context() as m:
+                    _dies_after(m, kills[n])
+                    with pytest.raises(_Killed):
+                        sd.semantic_dup(root, settings, log=quiet)
+                if kills[n] == "before append":
+                    continue  # its rows are committed: the next run with new rows repairs
+            sd.semantic_dup(root, settings, log=quiet)
+
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    run_all(clean)
+    run_all(killed, kills)
+    assert rows(killed, sd.COLUMNS) == rows(clean, sd.COLUMNS)
+    assert _stored_rows(killed) == _stored_rows(clean)

@@ -6,6 +6,7 @@ import json
 
 import dagster as dg
 import lance
+import pyarrow as pa
 import pytest
 
 from lance_assets import paths
@@ -31,6 +32,20 @@ def run_record(root, name, tag, version, filter_sql):
     (run / "summary.json").write_text(json.dumps({
         "checkpoint": str(run / "ckpt_0000010.pt"), "table_version": version,
         "table_tag": tag, "filter": filter_sql}))
+
+
+def read_record(run, version, ids, summary: dict | None = None):
+    """What a finished run's trainer leaves: ``read.json`` over a stored permutation of the rows
+    it read, and (``summary``) its ``summary.json``."""
+    run.mkdir(parents=True, exist_ok=True)
+    rows = str(run / "permutations" / "epoch-0.lance")
+    lance.write_dataset(pa.table({"row_id": pa.array(sorted(ids), pa.uint64())}), rows)
+    (run / "read.json").write_text(json.dumps({"format": 1, "table_version": version, "step": 10,
+                                               "epochs": [{"epoch": 0, "rows": rows,
+                                                           "split_sizes": [len(ids)],
+                                                           "positions": None}]}))
+    if summary is not None:
+        (run / "summary.json").write_text(json.dumps(summary))
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +74,16 @@ def corpus(tmp_path_factory):
     ds = table.newest()
     kept = sorted(ds.to_table(columns=["id"], filter=train_filter).column("id").to_pylist())
     trained = next(i for i in kept if i % 10)
+    # what each run and arm read: a part of what its filter kept (their read records)
+    reads = {"r1": set(kept[:len(kept) // 2]),
+             "rules": {i for i in kept if i % 10 and i % 3 != 2},
+             "no_rules": {i for i in range(0, 120) if i % 10}}
+    read_record(paths.run_dir(root, "r1"), version, reads["r1"])
+    for arm, seeds in (("rules", 2), ("no_rules", 1)):
+        ids = sorted(reads[arm])
+        for seed in range(seeds):
+            read_record(folder / f"{arm}-0123abcd" / f"seed-{seed}", version, ids[seed::seeds],
+                        {"table_version": version, "steps": 10})
     report = {"attributions": [{"prompt": "The lighthouse", "text": "...", "attribution": {
         "verdict": "near-verbatim", "table_version": version,
         "sources": [{"rank": 1, "id": trained, "coverage": 0.9, "cosine": 0.97,
@@ -69,7 +94,8 @@ def corpus(tmp_path_factory):
     rules.put_in_force(root, {**RULES, "long_only": "word_count >= 100000"}, keep_languages=[],
                        drop_contaminated=False)
     ingest(root, "synthetic:20", log=quiet)
-    return {"root": root, "version": version, "filter": train_filter, "trained": trained}
+    return {"root": root, "version": version, "filter": train_filter, "trained": trained,
+            "reads": reads}
 
 
 def rule_verdicts_by_lance(ds, doc_id, rule_set):
@@ -262,3 +288,43 @@ def test_a_semantic_copy_names_its_cluster_and_the_original_kept(tmp_path):
     kept = explain(Table.of(root), original)
     assert kept.kept_by_rules and next(c for c in kept.duplicates
                                        if c.kind == "semantic").this_kept
+
+
+def test_explain_document_stories_and_forget_agree_on_what_each_run_and_arm_read(corpus):
+    """A run and two ablation arms that read only part of what their filters kept (their read
+    records): `explain`, the `document_stories` asset and `forget` name the same readers for
+    every document, and none claims a document no run or seed read."""
+    from lance_assets.definitions import defs
+    from lance_assets.defs.resources import LanceStore
+    from lance_assets.table.forget import forget
+
+    root, reads = corpus["root"], corpus["reads"]
+    table = Table.of(root)
+    ds = lance.dataset(paths.table_uri(root), version=corpus["version"])
+    kept = set(ds.to_table(columns=["id"], filter=corpus["filter"]).column("id").to_pylist())
+    arms = reads["rules"] | reads["no_rules"]
+    sample = sorted({*sorted(reads["r1"])[:3], *sorted(kept - reads["r1"])[:3],
+                     *sorted(kept - arms)[:3], *sorted(arms - reads["r1"])[:3], 0, 10})
+    assert kept - reads["r1"] - arms  # documents a filter kept that nothing read
+    stories = {i: explain(table, i) for i in sample}
+    for i, story in stories.items():
+        readers = {s.name for s in story.trained_by}
+        expected = {"r1"} if i in reads["r1"] else set()
+        expected |= {f"a1/{arm}" for arm in ("rules", "no_rules") if i in reads[arm]}
+        assert readers == expected, (i, readers, expected)
+    report = forget(table, f"id IN ({', '.join(map(str, sample))})", dry_run=True, log=quiet)
+    held = {h.name: h for h in report.holders}
+    assert held["r1"].read_record and held["a1"].read_record
+    assert held["r1"].trained_on == sum(i in reads["r1"] for i in sample)
+    assert held["a1"].trained_on == sum(i in arms for i in sample)
+    result = dg.materialize(
+        [defs.get_assets_def("document_stories")],
+        resources={"lance_store": LanceStore(data_dir=str(root))},
+        run_config={"ops": {"document_stories": {"config": {"ids": sample}}}})
+    meta = result.asset_materializations_for_node("document_stories")[0].metadata
+    table_md = meta["documents"].value
+    for i, story in stories.items():
+        row = next(line for line in table_md.splitlines() if line.startswith(f"| {i} |"))
+        assert row.split("|")[4].strip() == ", ".join(s.name for s in story.trained_by), row
+        shown = meta[f"document_{i}"].value  # the instance keeps no url, signal or span
+        assert "### Signals" not in shown and "https://" not in shown, shown

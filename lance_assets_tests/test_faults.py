@@ -198,10 +198,12 @@ def jsonl_lines(n: int) -> list[str]:
     return [f'{{"text": "document {i}: ' + "some words of text " * 30 + '"}' for i in range(n)]
 
 
-def test_a_long_line_is_one_document_and_a_broken_first_ingest_leaves_a_valid_table(tmp_path):
+def test_a_long_line_is_one_document_and_a_broken_first_ingest_leaves_a_valid_table(tmp_path,
+                                                                                    monkeypatch):
     """A 900,000-character line at line 50 is read whole (parts are line-aligned, not fixed
-    blocks). A read error after the first parts of a first-ever ingest keeps those parts in a
-    valid table; the next run reports the same file again and adds nothing twice."""
+    blocks). A malformed line is skipped and named by its line; the rest of its file lands. A
+    read error after the first parts of a first-ever ingest keeps those parts in a valid
+    table."""
     src = tmp_path / "src"
     src.mkdir()
     lines = jsonl_lines(4000)
@@ -215,10 +217,25 @@ def test_a_long_line_is_one_document_and_a_broken_first_ingest_leaves_a_valid_ta
 
     lines[3900] = '{"text": broken'
     (src / "broken.jsonl").write_text("\n".join(lines) + "\n")
+    broken = str((src / "broken.jsonl").resolve())
     first = ingest(tmp_path / "fresh", str(src / "broken.jsonl"), rows_per_commit=500, log=quiet)
-    assert "not valid JSON" in first.files_failed[str((src / "broken.jsonl").resolve())]
-    assert 0 < first.rows_added < 3900 and Table.of(tmp_path / "fresh").exists()
-    again = ingest(tmp_path / "fresh", str(src / "broken.jsonl"), rows_per_commit=500, log=quiet)
-    assert again.rows_added == 0 and again.files_failed
-    ds = lance.dataset(paths.table_uri(tmp_path / "fresh"))
-    assert ds.count_rows() == first.rows_added
+    assert first.rows_skipped == {f"malformed JSON: {broken} line 3901": 1}
+    assert first.rows_added == 3999 and not first.files_failed
+    assert Table.of(tmp_path / "fresh").exists()
+    (src / "unreadable.jsonl").write_text("\n".join(lines) + "\n")  # three parts
+    from lance_assets.ingest import sources
+
+    real, calls = sources._parse_json_lines, {"n": 0}
+
+    def failing(*args, **kwargs):  # the disk fails while the third part is read
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise OSError("input/output error")
+        yield from real(*args, **kwargs)
+    monkeypatch.setattr(sources, "_parse_json_lines", failing)
+    cut = ingest(tmp_path / "cut", str(src / "unreadable.jsonl"), rows_per_commit=100, log=quiet)
+    monkeypatch.undo()
+    assert "input/output error" in cut.files_failed[str((src / "unreadable.jsonl").resolve())]
+    assert 0 < cut.rows_added < 4000 and Table.of(tmp_path / "cut").exists()
+    ds = lance.dataset(paths.table_uri(tmp_path / "cut"))
+    assert ds.count_rows() == cut.rows_added

@@ -97,9 +97,13 @@ def test_forget_removes_the_documents_from_every_version_on_disk_and_names_the_r
     run = root / "train" / "r1"
     run.mkdir(parents=True)
     tag, version = training_snapshot(TrainConfig(run_name="r1"), table, run)
-    (run / "summary.json").write_text(json.dumps({"table_version": version,
+    (run / "summary.json").write_text(json.dumps({"table_version": version, "table_tag": tag,
                                                   "filter": "id < 200"}))
     (run / "ckpt_0000010.pt").write_bytes(b"weights")
+    (root / "train" / "LATEST").write_text(str(run / "ckpt_0000010.pt"))  # the newest model
+    reports = root / "reports"
+    reports.mkdir()
+    (reports / "forensics.json").write_text(json.dumps({"excerpt": forgotten[0][:300]}))
     ingest(root, "synthetic:900", rows_per_fragment=100, rows_per_commit=200, log=quiet)
     dedup_flag(root, log=quiet)
     assert _on_disk(table.uri, forgotten)
@@ -123,6 +127,27 @@ def test_forget_removes_the_documents_from_every_version_on_disk_and_names_the_r
     assert gone and not _on_disk(table.uri, gone)
     log = (root / "forget.log.jsonl").read_text().splitlines()
     assert json.loads(log[-1])["ids"] == 3
+    # every rebuild command works as printed: the report pinned r1's released snapshot, so it
+    # is made again after a new model; r1's own folder goes before a run of the same name
+    import shlex
+
+    import dagster as dg
+
+    from lance_assets.definitions import defs
+    from lance_assets.forensics.pinned import resolve_pin
+
+    rebuild = next(f["rebuild"] for f in report["files_removed"]
+                   if f["path"].endswith("forensics.json"))
+    selection = shlex.split(rebuild)[shlex.split(rebuild).index("--select") + 1]
+    chosen = dg.AssetSelection.from_string(selection).resolve(defs.resolve_asset_graph())
+    assert {"pretrained_model", "samples", "forensics"} <= {k.to_user_string() for k in chosen}
+    with pytest.raises(FileNotFoundError) as gone:
+        resolve_pin(root)  # what `--select forensics` alone meets: its model's version is gone
+    assert str(gone.value).endswith("(forensics --version)") and selection in str(gone.value)
+    words = shlex.split(holder["rebuild"])
+    assert words[:3] == ["rm", "-rf", str(run)] and words[3] == "&&"
+    config = json.loads(words[-1])["ops"]["pretrained_model"]["config"]
+    assert config == {"run_name": "r1"}
 
 
 def test_forget_refuses_while_a_run_reads_a_snapshot_unless_forced(tmp_path):
@@ -248,3 +273,46 @@ def test_a_forget_that_matches_nothing_changes_nothing(tmp_path):
     assert report.ids == 0 and report.rows_deleted == 0 and report.versions_removed == 0
     assert [v["version"] for v in table.newest().versions()] == versions
     assert "nothing was deleted" in report.markdown()
+
+
+def _cli(capsys, root, *args) -> subprocess.CompletedProcess:
+    """``python -m lance_assets forget ARGS`` (its ``main``, in this process)."""
+    from lance_assets.__main__ import main
+
+    code = main(["forget", "--data", str(root), *args])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
+def test_forget_guards_a_large_or_total_erasure_and_a_dry_run_changes_nothing(tmp_path, capsys):
+    """`forget --where "text LIKE '%'"` erases nothing without --allow-all; more than
+    --max-share of the rows is refused likewise; --dry-run prints the count, a few urls and
+    the snapshots it would release, and changes nothing."""
+    root = tmp_path / "data"
+    src = tmp_path / "src" / "a.parquet"
+    src.parent.mkdir()
+    write_fineweb_parquet(src, [f"document {i}: " + " ".join(f"w{i}x{j}" for j in range(20))
+                                for i in range(200)])
+    ingest(root, str(src), rows_per_fragment=50, log=quiet)
+    table = Table.of(root)
+    tag, _ = training_snapshot(TrainConfig(run_name="r1"), table, root / "train" / "r1")
+    version = table.newest().version
+
+    everything = _cli(capsys, root, "--where", "text LIKE '%'")
+    assert everything.returncode == 2 and "--allow-all" in everything.stderr
+    assert "every one of the table's 200 rows" in everything.stderr
+    many = _cli(capsys, root, "--where", "id < 50")
+    assert many.returncode == 2 and "50 of the table's 200 rows (25%)" in many.stderr
+    assert "--max-share 0.26" in many.stderr
+    dry = _cli(capsys, root, "--where", "text LIKE '%'", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "Dry run: **200 document(s)**" in dry.stdout and f"`{tag}`" in dry.stdout
+    assert "https://site0.example/0" in dry.stdout  # a sample of what would go
+    assert table.newest().version == version and table.newest().count_rows() == 200
+    assert tag in table.snapshots.list()
+
+    done = _cli(capsys, root, "--where", "id < 50", "--max-share", "0.26", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows_deleted"] == 50
+    assert _cli(capsys, root, "--where", "id >= 0", "--allow-all", "--max-share", "1").returncode == 0
+    assert table.newest().count_rows() == 0 and not table.snapshots.list()

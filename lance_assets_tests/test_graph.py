@@ -45,7 +45,9 @@ def test_materialize_whole_graph(tmp_path):
     assert raw["lance/table_version"] < dup["lance/table_version"] < tok["lance/table_version"]
     assert meta("curation_rules")["lance/table_version"] == ds.version  # the last writer
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
-    assert len(evaluations) == len(CHECKS) + len(CORPUS_CHECKS) + len(TRAINING_CHECKS)
+    # and raw_text's own non-blocking check, evaluated with its materialization
+    assert len(evaluations) == len(CHECKS) + len(CORPUS_CHECKS) + len(TRAINING_CHECKS) + 1
+    assert evaluations["files_ingested"].description == "every file was read"
     assert all(e.passed for e in evaluations.values())  # training was not blocked
     # a fresh instance has nothing to compare with, and says so
     assert "no previous tokenizer" in evaluations["bytes_per_token_not_worse"].description

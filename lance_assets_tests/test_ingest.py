@@ -129,15 +129,18 @@ def test_bad_files_are_reported_others_ingest_and_nothing_stored_changes(tmp_pat
     report = ingest(root, str(folder), log=quiet)
 
     failed = {Path(k).name: v for k, v in report.files_failed.items()}
-    assert set(failed) == {"b_wrong_schema.parquet", "c_corrupt.parquet", "d_bad.jsonl"}
+    assert set(failed) == {"b_wrong_schema.parquet", "c_corrupt.parquet"}
     assert "text_column" in failed["b_wrong_schema.parquet"]
     assert "replace or remove" in failed["c_corrupt.parquet"]
-    # the one non-UTF-8 row is counted once, under its own reason (not also as null text)
+    # the one non-UTF-8 row is counted once, under its own reason (not also as null text); the
+    # malformed JSON line under its file and line, the file's good line ingested
+    bad_line = f"malformed JSON: {(folder / 'd_bad.jsonl').resolve()} line 2"
     assert report.rows_skipped == {"not_utf8": 1, "empty_text": 1,
-                                   "longer_than_1000000_chars": 1}
+                                   "longer_than_1000000_chars": 1, bad_line: 1}
     rows = read(root, ["id", "text"])
     assert rows[: len(before)] == before  # what was stored is untouched
-    assert [r["text"] for r in rows[len(before):]] == ["new text", "café ok", "a normal document"]
+    assert [r["text"] for r in rows[len(before):]] == ["new text", "fine", "café ok",
+                                                       "a normal document"]
     assert [r["id"] for r in rows] == list(range(len(rows)))
 
 
@@ -180,3 +183,110 @@ def test_a_damaged_row_group_is_skipped_and_named_and_the_groups_after_it_land(t
     again = ingest(root, str(src), log=quiet)
     assert again.rows_added == 0 and ds.count_rows() == 200
     assert lance.dataset(paths.table_uri(root)).count_rows() == 200
+
+
+@pytest.mark.parametrize("field, value", [("rows_per_fragment", 0), ("rows_per_fragment", -5),
+                                          ("rows_per_commit", 0), ("max_doc_chars", -1),
+                                          ("max_new_rows", 0), ("text_column", "")])
+def test_raw_text_run_config_names_each_bad_field_and_its_range(tmp_path, field, value):
+    """`rows_per_fragment: 0` was a Rust panic, `-5` an OverflowError, `max_new_rows: 0` on a
+    fresh root said to materialize `raw_text` first: each bad field is refused before the run,
+    named with its allowed range, and the library refuses it the same way."""
+    import dagster as dg
+
+    from lance_assets.definitions import defs
+    from lance_assets.defs.resources import LanceStore
+    from lance_assets.ingest.raw_text import IngestConfigError
+
+    root = tmp_path / "data"
+    with pytest.raises(Exception, match=f"{field} {value!r}: ") as refused:
+        dg.materialize([defs.get_assets_def("raw_text")],
+                       resources={"lance_store": LanceStore(data_dir=str(root))},
+                       run_config={"ops": {"raw_text": {"config": {
+                           "source": "synthetic:10", field: value}}}})
+    assert field == "text_column" or "from 1 to" in str(refused.value)
+    with pytest.raises(IngestConfigError, match=f"{field} {value!r}: "):
+        ingest(root, "synthetic:10", **{field: value}, log=quiet)
+    assert not (root / "lance").exists()  # nothing ran
+
+
+def test_a_moved_or_renamed_file_is_not_ingested_again_and_an_older_table_stays_readable(
+        tmp_path, monkeypatch):
+    """Files are known by their content: a source folder moved, a file renamed, copied, or
+    moved and grown (a JSON-lines file) adds only what is new. A table whose keys an earlier
+    release wrote (the path and the size and edges) does not ingest everything again."""
+    from lance_assets.ingest import sources
+
+    def make(folder):
+        folder.mkdir()
+        write_fineweb_parquet(folder / "a.parquet", [f"parquet doc {i}" for i in range(30)])
+        (folder / "b.jsonl").write_text("".join(
+            json.dumps({"text": f"jsonl doc {i}"}) + "\n" for i in range(40)))
+        (folder / "c.txt").write_text("one text document")
+
+    for release in ("this", "earlier"):
+        base = tmp_path / release
+        base.mkdir()
+        make(base / "src")
+        root = base / "data"
+        with monkeypatch.context() as m:
+            if release == "earlier":  # its keys: the path and the size-and-edges fingerprint
+                m.setattr(sources, "file_key", lambda path, fp, digest: f"file:{path}#{fp}")
+                m.setattr(sources, "generation_key",
+                          lambda path, start, end, fp, digest: f"file:{path}@{start}-{end}#{fp}")
+                m.setattr(sources, "content_digest", lambda *a, **k: "")
+            assert ingest(root, str(base / "src"), log=quiet).rows_added == 71
+        assert ingest(root, str(base / "src"), log=quiet).rows_added == 0
+        (base / "src").rename(base / "moved")
+        (base / "moved" / "a.parquet").rename(base / "moved" / "renamed.parquet")
+        again = ingest(root, str(base / "moved"), log=quiet)
+        assert again.rows_added == 0 and not again.files_failed, (release, again)
+        (base / "copy").mkdir()
+        (base / "copy" / "c2.txt").write_text("one text document")
+        (base / "moved" / "b.jsonl").rename(base / "copy" / "b2.jsonl")
+        with open(base / "copy" / "b2.jsonl", "a") as fh:  # moved, then grown
+            fh.write(json.dumps({"text": "a new line"}) + "\n")
+        grown = ingest(root, str(base / "copy"), log=quiet)
+        assert grown.rows_added == 1 and not grown.files_failed, (release, grown)
+        texts = read(root, ["text"])
+        assert sorted(r["text"] for r in texts).count("jsonl doc 0") == 1
+        assert len(texts) == 72
+
+
+def test_a_malformed_jsonl_line_is_skipped_and_named_by_its_line_and_the_run_check_fails(
+        tmp_path):
+    """One bad line no longer loses the file's good lines: it is skipped and counted under its
+    file and 1-based line number. A file that cannot be read at all fails the non-blocking
+    `files_ingested` check (the run succeeds; the UI shows the check failed)."""
+    import dagster as dg
+
+    from lance_assets.definitions import defs
+    from lance_assets.defs.resources import LanceStore
+
+    src = tmp_path / "src"
+    src.mkdir()
+    lines = [json.dumps({"text": f"line {i + 1} of the file"}) for i in range(10)]
+    lines[3] = '{"text": unquoted}'  # line 4
+    lines[7] = "[1, 2]"  # line 8: JSON, not an object
+    (src / "a.jsonl").write_text("\n".join(lines) + "\n")
+    (src / "b.parquet").write_bytes(b"PAR1 this is not parquet")
+    result = dg.materialize([defs.get_assets_def("raw_text")],
+                            resources={"lance_store": LanceStore(data_dir=str(tmp_path / "data"),
+                                                                 source=str(src))})
+    assert result.success
+    meta = result.asset_materializations_for_node("raw_text")[0].metadata
+    skipped = meta["rows_skipped_by_reason"].value
+    a = str((src / "a.jsonl").resolve())
+    assert skipped == {f"malformed JSON: {a} line 4": 1, f"malformed JSON: {a} line 8": 1}
+    assert meta["rows_added"].value == 8
+    (check,) = result.get_asset_check_evaluations()
+    assert check.check_name == "files_ingested" and not check.passed
+    assert "b.parquet" in check.description and "replace or remove" in check.description
+    again = ingest(tmp_path / "data", str(src / "a.jsonl"), log=quiet)  # nothing twice
+    assert again.rows_added == 0 and not again.files_failed
+    # a first ingest of nothing but a broken file says which file, not "materialize raw_text"
+    fresh = dg.materialize([defs.get_assets_def("raw_text")], raise_on_error=False,
+                           resources={"lance_store": LanceStore(data_dir=str(tmp_path / "fresh"),
+                                                                source=str(src / "b.parquet"))})
+    failure = fresh.failure_data_for_node("raw_text").error.message
+    assert not fresh.success and "b.parquet" in failure and "Materialize" not in failure

@@ -445,10 +445,10 @@ def test_semantic_dup_store_on_s3_reads_what_a_local_one_reads(s3, tmp_path):
     of run files, read for comparing and whole, equal the same store on local disk."""
     import numpy as np
 
-    from lance_assets.curation import semantic_clusters as sc
+    from lance_assets.embeddings import vector_files as vf
 
     bucket, _, _ = s3
-    stores = [sc.Store(f"s3://{bucket}/semantic_dup"), sc.Store(str(tmp_path / "semantic_dup"))]
+    stores = [vf.Store(f"s3://{bucket}/semantic_dup"), vf.Store(str(tmp_path / "semantic_dup"))]
     rng = np.random.default_rng(11)
     first = rng.integers(-127, 128, (30, 384)).astype(np.int8)
     runs = [(np.arange(100 * r, 100 * r + 9), rng.integers(0, 2, 9),

@@ -443,7 +443,8 @@ def test_a_mixed_run_keeps_every_row_once_and_every_value_equal_to_a_clean_run(t
     listed = ",".join(f"'{d}'" for d in DELETED)
     table.commit("delete", lambda ds: ds.delete(f"doc_id IN ({listed})"))
     report = forget(table, "doc_id IN (" + ",".join(f"'{d}'" for d in FORGOTTEN) + ")", log=quiet)
-    assert report.ids == len(set(FORGOTTEN) - set(DELETED)) and report.still_readable == 0
+    # the one deleted by hand first is found in the versions before that delete
+    assert report.ids == len(set(FORGOTTEN)) and report.still_readable == 0
     for name, proc in procs.items():
         if name not in outs:
             outs[name] = proc.communicate(timeout=600)[0]

@@ -10,6 +10,7 @@ import pytest
 
 from lance_assets import paths
 from lance_assets.curation import semantic_dup as sd
+from lance_assets.curation import semantic_store as ss
 from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
@@ -39,8 +40,12 @@ def test_ray_tasks_per_cluster_group_write_the_local_columns(ray_cluster, tmp_pa
             reasons[where].append(stats.retrained)
         got[where] = lance.dataset(paths.table_uri(root)).to_table(
             columns=["id", *sd.COLUMNS]).sort_by("id")
-        state = sd.side_store(Table.of(root)).load_state()
-        states[where] = {k: v for k, v in state.items() if k != "segments"}
+        side = ss.side_store(Table.of(root))
+        state = side.load_state()
+        states[where] = {k: v for k, v in state.items()  # a generation is drawn at random, a
+                         if k not in ("segments", "generation", "table_sig")}  # file named so
+        states[where]["clusters_held"] = {  # each cluster's rows (a generation is drawn at random)
+            c: sorted(ids.tolist()) for c, ids in side.cluster_ids(state).items()}
     assert reasons["ray"] == reasons["local"] and reasons["local"][1].startswith("grown")
     assert got["ray"].equals(got["local"])
     assert states["ray"] == states["local"]

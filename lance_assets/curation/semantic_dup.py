@@ -1,79 +1,26 @@
-"""Semantic duplicates from the table's own embeddings: the ``semantic_cluster``,
-``semantic_rep``, ``semantic_cos``, ``semantic_dup`` and ``semantic_vector`` columns.
+"""Semantic duplicates from the table's own embeddings (SemDeDup, Abbas et al. 2023): the
+``semantic_cluster``, ``semantic_rep``, ``semantic_cos``, ``semantic_dup`` and ``semantic_vector``
+columns. MinHash (``near_dup``) finds copies that share word 5-grams; this finds copies that say
+the same in other words.
 
-After SemDeDup (Abbas et al. 2023; NeMo Curator's ``SemDedup``): documents are embedded,
-clustered with k-means, and a document is dropped when an earlier one in its clusters is within
-cosine ``threshold`` of it. MinHash (``near_dup``) finds copies that share word 5-grams; this
-finds copies that say the same thing in other words (sentences reordered or dropped, words
-replaced), which share few 5-grams.
+A row's vector is the normalised mean of its ``chunk_embeddings``, kept as int8
+(``semantic_vector``: cosines on it are exact, so every executor computes the same bits). Rows
+are clustered by k-means (one cluster per ``rows_per_cluster`` rows; trained again when the
+table doubles or drifts, never changing a value written) and a row is flagged when an earlier
+row (smaller ``id``) of its ``probes`` nearest clusters has cosine ``>= threshold`` with it; its
+``semantic_rep`` is then that row's representative. The default threshold (0.94) was chosen on
+3,500 real files with planted rewordings (docs/benchmarks.md). Rows whose ``lang`` is outside
+``languages`` are not compared (``semantic_dup`` false, the rest null): the model is English.
 
-**The document vector** is the normalised mean of the row's ``chunk_embeddings`` (one
-all-MiniLM-L6-v2 vector per overlapping chunk covering the whole document), kept as int8 in
-``semantic_vector`` (each vector scaled so its largest component is +-127: 384 bytes a row
-against ~15 kB of chunks, and cosines on it are exact in float32, so every executor computes the
-same bits). No run reads earlier rows' ``chunk_embeddings`` again.
-
-**Right on real text.** The default threshold, 0.94, was chosen on 3,500 real files (Python
-sources and documentation found on the machine) with planted rewordings (docs/benchmarks.md,
-``benchmarks/semantic_dup_real.py``): distinct pages on one topic must stay apart, rewordings
-must meet. It flags 0.94% of the distinct English files (0.18% of the documentation pages) and
-92.5% of the rewordings MinHash misses; 0.88 (the threshold before, tuned on synthetic
-distractors) flags 5.3% of the distinct files, mostly generated sources sharing their
-boilerplate. Heavier rewordings (the synthetic planted set's) sit lower: a lower threshold is a
-setting, or a rule on ``semantic_cos`` (kept for every row) without a rerun.
-all-MiniLM-L6-v2 is an English model: rows whose ``lang`` is not in ``languages`` (default
-``["en"]``; ``[]``: every row) are not compared, since translations of different pages
-collapse onto one vector: ``semantic_dup`` false (never flagged, so ``NOT semantic_dup`` keeps
-them), null in the other columns, counted as ``other_languages``.
-
-**Clusters that follow the table.** k-means (cosine) centroids with one cluster per
-``rows_per_cluster`` rows, kept with the vectors in a side store under the data root
-(:mod:`lance_assets.curation.semantic_clusters`): the rows written, grouped by cluster. The
-centroids are trained on the first run and again when the table has doubled since (and wants
-more clusters), or drifted: when the rows added since training sit, on average, farther from
-their nearest centroid than the training rows did (``DRIFT_FACTOR``), as when increments bring
-new topics. A retraining homes every stored row in the new clusters (one pass over the store:
-amortised over the doubling, a constant per row) and never changes a value written. A new row
-is compared with every earlier row homed in its ``probes`` nearest clusters (multi-probe), so a
-copy on a boundary between clusters still meets its original.
-
-The trade: ``rows_per_cluster`` x ``probes`` comparisons per new row whatever the table's size
-(the cluster a copy and its original share is found with high probability, not always:
-SemDeDup's trade of recall for cost, narrowed by the probes; over increments that bring new
-topics the copies found equal a batch run's, docs/benchmarks.md). A run also reads each probed
-cluster's stored rows once: a small increment that probes every cluster reads the whole store
-(404 bytes a row, int8, compared by an int8 product; measured: a 1,000-row increment costs 1.2x
-per row at 320 k rows what it costs at 20 k, docs/benchmarks.md). The store holds document
-vectors (``forget`` removes it; the next run makes it again from the columns).
-
-- ``semantic_cluster`` (int64): the cluster the row was homed in when written (ids stay unique
-  over retrainings).
-- ``semantic_dup`` (bool): true when an earlier row (smaller ``id``) of its probed clusters has
-  cosine ``>= threshold`` with it: the row is dropped, the earlier one kept.
-- ``semantic_rep`` (int64): the ``id`` of the kept representative of its group: its own id
-  when it is kept, else the representative of its nearest earlier row (the group's first
-  member, so groups chain like ``near_dup`` clusters).
-- ``semantic_cos`` (float32): its highest cosine with an earlier row of its probed clusters (0
-  when there is none): how close the nearest earlier document is, flagged or not, so a stricter
-  threshold is a rule (``semantic_cos < 0.95``) without a rerun.
-- ``semantic_vector`` (fixed_size_list<int8, 384>): the document vector.
-
-No process holds the corpus: the steps are tasks (``executor: ray``: Ray tasks; locally the same
-functions in this process): read each new fragment's vectors; home them; compare per group of
-clusters (reading only those clusters from the store); resolve representatives in id order
-over the new rows; write per fragment; append the new rows to the store per group of clusters.
-The driver holds references, counts and the store's state (O(clusters)).
-
-Incremental: one pinned version; the fragments lacking the columns are computed, values already
-written never change (but ``kept.elect`` after deletes). The store is written after the columns
-are committed: a run names the fragments it is about to write in the store's state first
-(``pending``), and its append clears the name; a run that finds it set reads those fragments'
-rows committed since the store's last append (``id > ids_through``) and adds them first, so a
-run killed anywhere is continued equal to an uninterrupted one, and no other run reads columns
-back. Locally the comparison runs in as many groups of clusters as its work needs (its progress
-steps, up to ``LOCAL_GROUPS``): a small increment is one. Settings that differ from the stored
-ones on a written column are refused. One run at a time per table: two concurrent runs would
-each append their rows to the store and the last state written wins.
+The clusters and the stored rows' vectors are the side store (``semantic_store``: its state in a
+side Lance dataset, checked against the columns on every run). No process holds the corpus: the
+steps are tasks (Ray tasks under ``executor: ray``, the same functions locally): read each new
+fragment's vectors, home them, compare per group of clusters (reading only those clusters),
+resolve representatives in id order, write per fragment, then append the committed rows to the
+store. Incremental on one pinned version: values written never change (but ``kept.elect`` after
+deletes); settings that differ from the stored ones on written columns are refused. Any number
+of runs may run at once (each switch of the store is a compare-and-swap: the loser rebases); a
+run killed anywhere leaves rows the next run's check adds from the columns.
 """
 
 from __future__ import annotations
@@ -90,10 +37,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets import keys, paths, storage
+from lance_assets import keys
 from lance_assets.curation import semantic_clusters as sc
+from lance_assets.curation import semantic_store as ss
 from lance_assets.curation.kept import elect
 from lance_assets.embeddings import int8_vectors as iv
+from lance_assets.embeddings import vector_files as vf
 from lance_assets.embeddings.embeddings import DIM
 from lance_assets.progress import progress
 from lance_assets.table import Table, get_json_config
@@ -308,7 +257,7 @@ def _best(qid: np.ndarray, cos: np.ndarray, bid: np.ndarray, brep: np.ndarray) -
 NEW_PAIRS = 1 << 22  # new rows against new rows of a group in one product up to this many pairs
 
 
-def compare_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple) -> tuple:
+def compare_group(store: vf.Store, state: dict, lo: int, hi: int, batch: tuple) -> tuple:
     """One group of clusters ``[lo, hi)``: every new row probing one of them against the earlier
     rows homed there: the stored rows, read from the store here, a cluster at a time, and the
     new rows (in one product for the group when it is small, else a cluster at a time: the same
@@ -394,7 +343,7 @@ def resolve(threshold: float, *results) -> Resolved:
     return Resolved(qid, rep, cos, dup, old)
 
 
-def store_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple,
+def store_group(store: vf.Store, state: dict, lo: int, hi: int, batch: tuple,
                 resolved: Resolved) -> tuple:
     """One group of clusters: the new rows homed there appended to the store. Returns the
     clusters' segment lists and (rows, flagged) appended."""
@@ -407,7 +356,7 @@ def store_group(store: sc.Store, state: dict, lo: int, hi: int, batch: tuple,
     return out, np.array([int(sel.sum()), int(resolved.dup[at].sum())], np.int64)
 
 
-def sample_group(store: sc.Store, state: dict, lo: int, hi: int, rate: float,
+def sample_group(store: vf.Store, state: dict, lo: int, hi: int, rate: float,
                  seed: int) -> tuple:
     """The training sample among the stored rows of clusters ``[lo, hi)``: (ids, vectors)."""
     ids, vecs = [np.zeros(0, np.int64)], [np.zeros((0, DIM), np.int8)]
@@ -425,7 +374,7 @@ def sample_new(rate: float, seed: int, payload: Payload) -> tuple:
     return ids[keep], vecs[keep]
 
 
-def rehome_group(store: sc.Store, state: dict, lo: int, hi: int, centroids: np.ndarray,
+def rehome_group(store: vf.Store, state: dict, lo: int, hi: int, centroids: np.ndarray,
                  starts: np.ndarray) -> tuple:
     """Stored rows of old clusters ``[lo, hi)`` homed in the new ``centroids``, split by the
     group of their new cluster (``starts``: each group's first cluster but the first's)."""
@@ -441,7 +390,7 @@ def rehome_group(store: sc.Store, state: dict, lo: int, hi: int, centroids: np.n
                  for g in range(len(starts) + 1))
 
 
-def write_group(store: sc.Store, generation: int, *pieces) -> dict:
+def write_group(store: vf.Store, generation: int, *pieces) -> dict:
     """A group of new clusters: its rehomed rows written, one segment per cluster."""
     ids, reps, vecs, home = (np.concatenate(x) for x in zip(*pieces))
     out = {}
@@ -487,7 +436,8 @@ class SemanticDupStats:
     clusters: int = 0
     trained: bool = False
     retrained: str = ""  # why the clusters were trained in this run
-    caught_up: int = 0  # rows committed by a run that did not reach its store append
+    caught_up: int = 0  # rows written but missing from the store (a killed or raced run's)
+    removed_from_store: int = 0  # rows the store held that were deleted (or held twice)
     side_rows_read: int = 0
     pairs_compared: int = 0
     groups: int = 1
@@ -543,78 +493,6 @@ class SemanticColumns:
             schema=pa.schema(FIELDS))
 
 
-def side_store(table: Table) -> sc.Store:
-    return sc.Store(storage.uri_of(paths.semantic_dup_dir(table.root)))
-
-
-def catch_up(table: Table, ds: lance.LanceDataset, store: sc.Store, state: dict | None,
-             done: list, log: Callable[[str], None]) -> tuple[dict | None, int]:
-    """The store made to hold every row written: rows committed after its last append (a run
-    killed between its commit and its append) are added; a store that is missing (``forget``
-    removed it) is made again from the columns, as one cluster that the run then retrains.
-
-    A run names the fragments it is about to write in the state (``pending``) before its commit
-    and its append clears it, so only a run that finds ``pending`` reads columns back: those
-    fragments' rows after ``ids_through`` (every written fragment's when compaction replaced
-    one of them)."""
-    if state is not None and "pending" not in state:
-        return state, 0  # the last run appended what it committed
-    if not done:
-        return state, 0
-    since = -1 if state is None else int(state["ids_through"])
-    frags = done
-    if state is not None and set(state["pending"]) <= {f.fragment_id for f in ds.get_fragments()}:
-        frags = [f for f in done if f.fragment_id in set(state["pending"])]
-    cols = ["id", SEMANTIC_CLUSTER.name, SEMANTIC_REP.name, SEMANTIC_DUP.name,
-            SEMANTIC_VECTOR.name]
-    t = ds.scanner(columns=cols, fragments=frags,
-                   filter=f"{SEMANTIC_CLUSTER.name} IS NOT NULL AND id > {since}").to_table() \
-        if frags else None
-    if t is None or t.num_rows == 0:
-        if state is not None:
-            state = {k: v for k, v in state.items() if k != "pending"}
-            store.save_state(state)
-        return state, 0
-    t = t.sort_by("id")
-    ids = t.column("id").to_numpy()
-    cluster = t.column(SEMANTIC_CLUSTER.name).to_numpy()
-    reps = t.column(SEMANTIC_REP.name).to_numpy()
-    flagged = int(np.sum(t.column(SEMANTIC_DUP.name).to_numpy(zero_copy_only=False)))
-    vecs = t.column(SEMANTIC_VECTOR.name).combine_chunks().flatten().to_numpy(
-        zero_copy_only=False).reshape(-1, DIM).astype(np.int8)
-    if state is None:
-        gen = store.next_generation()
-        x, inv = iv.as_unit(vecs)
-        mean = (x * inv[:, None]).sum(axis=0)
-        store.save_centroids(gen, (mean / max(np.linalg.norm(mean), 1e-12))[None, :])
-        state = {"format": sc.FORMAT, "generation": gen, "first_cluster": int(cluster.max()) + 1,
-                 "clusters": 1, "segments": {}, "rows": 0, "flagged": 0, "trained_rows": 0,
-                 "trained_through": -1, "trained_distance": 0.0, "since_rows": 0,
-                 "since_distance": 0.0, "ids_through": -1}
-        home = np.zeros(len(ids), np.int64)
-        log(f"semantic_dup: no side store; made again from the {len(ids)} rows written")
-    else:
-        local = cluster - int(state["first_cluster"])
-        inside = (local >= 0) & (local < int(state["clusters"]))
-        home = np.where(inside, local, 0)
-        if (~inside).any():
-            x, inv = iv.as_unit(vecs[~inside])
-            home[~inside] = iv.nearest(x * inv[:, None], store.centroids(state))[0][:, 0]
-        log(f"semantic_dup: {len(ids)} row(s) committed by an earlier run added to the store")
-    segments = dict(state["segments"])
-    for c in np.unique(home).tolist():
-        sel = home == c
-        segments[str(c)] = store.append(state["generation"], c, segments.get(str(c), []),
-                                        ids[sel], reps[sel], vecs[sel])
-    state = {k: v for k, v in state.items() if k != "pending"}
-    before, state = state, {**state, "segments": segments, "rows": int(state["rows"]) + len(ids),
-                            "flagged": int(state["flagged"]) + flagged,
-                            "ids_through": max(int(state["ids_through"]), int(ids.max()))}
-    store.save_state(state)
-    store.remove_replaced(before, state)
-    return state, len(ids)
-
-
 def retrain_reason(state: dict | None, rows_new: int, since_rows: float, since_dist: float,
                    settings: SemanticDupSettings) -> str:
     if state is None:
@@ -636,11 +514,14 @@ def retrain_reason(state: dict | None, rows_new: int, since_rows: float, since_d
     return ""
 
 
-def retrain(store: sc.Store, state: dict | None, payloads: dict, rows_new: int,
-            last_new: int, settings: SemanticDupSettings, tasks: executors.Tasks, parts: int,
-            reason: str, log: Callable[[str], None]) -> dict:
+def retrain(side: ss.SideStore, snap: ss.Snapshot, state: dict | None, payloads: dict,
+            rows_new: int, last_new: int, settings: SemanticDupSettings,
+            tasks: executors.Tasks, parts: int, reason: str,
+            log: Callable[[str], None]) -> ss.Snapshot:
     """New centroids trained on the stored rows and the new ones; the stored rows homed in them
-    (a new generation of the store). Returns the new state (saved)."""
+    (a new generation of the store), switched in against ``snap`` (``StoreMoved`` when another
+    run switched first: this generation's files are removed). Returns the snapshot in force."""
+    store = side.files
     old_rows = 0 if state is None else int(state["rows"])
     total = old_rows + rows_new
     k = auto_clusters(total, settings.rows_per_cluster)
@@ -660,7 +541,7 @@ def retrain(store: sc.Store, state: dict | None, payloads: dict, rows_new: int,
         x[0, 0] = 1.0
     centroids = iv.spherical_kmeans(x, k, settings.seed)
     distance = float(np.mean(1.0 - iv.nearest(x, centroids)[1]))
-    gen = store.next_generation()
+    gen = ss.new_generation()
     store.save_centroids(gen, centroids)
     k = len(centroids)
     segments: dict = {}
@@ -677,17 +558,24 @@ def retrain(store: sc.Store, state: dict | None, payloads: dict, rows_new: int,
                                                 *[r[g] for r in rehomed]))[0])
                 bar.update(1)
     first = 0 if state is None else int(state["first_cluster"]) + int(state["clusters"])
-    new_state = {"format": sc.FORMAT, "generation": gen, "first_cluster": first, "clusters": k,
+    new_state = {"format": vf.FORMAT, "generation": gen, "first_cluster": first, "clusters": k,
                  "segments": segments, "rows": old_rows,
-                 "flagged": 0 if state is None else int(state["flagged"]),
+                 "digest": ss.id_digest(np.zeros(0)) if state is None else state["digest"],
+                 "flagged": 0 if state is None else int(state.get("flagged", 0)),
+                 "table_sig": None if state is None else state.get("table_sig"),
                  "trained_rows": total, "trained_through": int(last_new),
                  "trained_distance": distance, "since_rows": 0, "since_distance": 0.0,
-                 "ids_through": -1 if state is None else int(state["ids_through"]),
                  "reason": reason}
-    store.save_state(new_state)
-    store.remove_generations(keep=gen)
+    try:
+        done = side.switch(snap, new_state)
+    except ss.StoreMoved:
+        side.remove_generation(gen)
+        raise
+    if snap.state is not None and int(snap.state["generation"]) != gen:
+        side.remove_generation(int(snap.state["generation"]))
+    side.remove_orphans(new_state)
     log(f"semantic_dup: {k} cluster(s) trained on {len(x)} of {total} rows ({reason})")
-    return new_state
+    return done
 
 
 @dataclass(frozen=True)
@@ -710,14 +598,16 @@ class Appending:
     """What the store append after the write needs from the comparison."""
 
     tasks: Any
-    store: sc.Store
-    state: dict
+    side: ss.SideStore
+    snap: ss.Snapshot
     state_ref: Any
+    probes: int
     groups: list
     frags: list
+    entries: dict  # the pinned version's fragments holding the columns (semantic_store)
+    deletions: dict  # fragment -> its deletion file at the pinned version
     payloads: dict
     homes: dict
-    spans: dict
     resolved: Any
     drift: np.ndarray
     batch: Any
@@ -734,15 +624,47 @@ class Comparison:
     appending: Appending | None = None
 
 
+MAX_RESTARTS = 20  # comparisons started again because another run switched the store
+
+
 def compare(run: Run) -> Comparison:
     """The step's state, on the pinned version: the settings checked and recorded, the store
-    caught up with committed rows, the new rows read, homed (the clusters trained again when
-    the table grew or drifted) and compared with the earlier rows of their probed clusters."""
-    try:
-        return _compare(run)
-    except Exception as exc:
-        _raise_task_failure(run.table, exc)
-        raise
+    checked against the table (and repaired), the new rows read, homed (the clusters trained
+    again when the table grew or drifted) and compared with the earlier rows of their probed
+    clusters. Started again when another run switches the store meanwhile."""
+    side = ss.side_store(run.table)
+    for n in range(1, MAX_RESTARTS + 1):
+        read = side.read()
+        try:
+            return _compare(run)
+        except ss.StoreMoved:
+            run.log("semantic_dup: another run switched the side store; comparing again")
+        except Exception as exc:
+            cause = _store_failure(exc, side)
+            if cause is None or n == MAX_RESTARTS:
+                _raise_task_failure(run.table, exc)
+                raise
+            now = side.read()
+            if now.version == read.version:  # nobody moved it: a file is lost, make it again
+                run.log(f"semantic_dup: the side store cannot be read ({cause}); making it "
+                        "again from the table's columns")
+                try:
+                    side.switch(now, None)
+                except ss.StoreMoved:
+                    pass
+    raise RuntimeError(f"semantic_dup of {run.table.uri}: the side store kept changing under "
+                       f"{MAX_RESTARTS} comparisons (other runs); run again")
+
+
+def _store_failure(exc: BaseException, side: ss.SideStore) -> str | None:
+    """A store file missing or short (read while another run replaced it, or lost): what it
+    says; None for any other error."""
+    cause = getattr(exc, "cause", None) if type(exc).__module__.startswith("ray") else exc
+    if isinstance(cause, FileNotFoundError) and side.uri in str(cause):
+        return str(cause).splitlines()[0][:200]
+    if isinstance(cause, RuntimeError) and "shorter than its" in str(cause):
+        return str(cause).splitlines()[0][:200]
+    return None
 
 
 def _compare(run: Run) -> Comparison:
@@ -808,12 +730,16 @@ def _compare(run: Run) -> Comparison:
     if where == "ray":
         executors.ensure_ray(log)
     tasks = executors.Tasks(where == "ray")
-    store = side_store(table)
+    side = ss.side_store(table)
+    store = side.files
     t0 = time.perf_counter()
     todo_ids = [f.fragment_id for f in todo]
-    done = [f for f in ds.get_fragments() if f.fragment_id not in set(todo_ids)]
-    state = store.load_state() if written else None
-    state, stats.caught_up = catch_up(table, ds, store, state, done if written else [], log)
+    snap = side.read()
+    if written:
+        snap, stats.caught_up, stats.removed_from_store = ss.reconcile(side, ds, snap, log)
+        state = snap.state
+    else:  # a first run: a store another first run made meanwhile is this table's too
+        state = ss.current(side, table, snap)
     stats.earlier_rows = 0 if state is None else int(state["rows"])
 
     scan = tasks.put(Scan(table, ds.version, tuple(settings.to_dict()["languages"])))
@@ -838,8 +764,9 @@ def _compare(run: Run) -> Comparison:
     reason = retrain_reason(state, stats.documents, float(drift[0]), float(drift[1]),
                             settings)
     if reason:
-        state = retrain(store, state, payloads, stats.documents, last_new, settings, tasks,
-                        parts, reason, log)
+        snap = retrain(side, snap, state, payloads, stats.documents, last_new, settings, tasks,
+                       parts, reason, log)
+        state = snap.state
         stats.trained, stats.retrained = True, reason
         c_ref = tasks.put(store.centroids(state))
         assigned = {f: tasks(assign, c_ref, settings.probes, int(state["trained_through"]),
@@ -875,15 +802,15 @@ def _compare(run: Run) -> Comparison:
     flags = tasks.get(tasks(_tally, resolved))[0]
     stats.flagged, stats.flagged_against_earlier_runs = int(flags[0]), int(flags[1])
     stats.compare_s = time.perf_counter() - t2
-    if stats.documents:  # the fragments written next: a run killed before its append is caught up
-        store.save_state({**state, "pending": todo_ids})
     log(f"semantic_dup: {stats.documents} rows against {stats.earlier_rows} earlier ones in "
         f"{stats.clusters} cluster(s), {settings.probes} probed each: {stats.flagged} "
         f"flagged; {stats.other_languages} in other languages, {stats.not_computed} without "
         "chunks")
     return Comparison(SemanticColumns(int(state["first_cluster"]), payloads, homes, resolved),
-                      stats, lacking, Appending(tasks, store, state, state_ref, groups, frags,
-                                                payloads, homes, spans, resolved, drift, batch))
+                      stats, lacking, Appending(
+                          tasks, side, snap, state_ref, settings.probes, groups, frags,
+                          ss.table_entries(ds), {f.fragment_id: _deletion(f) for f in todo},
+                          payloads, homes, resolved, drift, batch))
 
 
 def append_and_elect(run: Run, comparison: Comparison) -> int:
@@ -903,34 +830,82 @@ def append_and_elect(run: Run, comparison: Comparison) -> int:
 
 
 def _append(run: Run, a: Appending) -> None:
-    tasks, store, state, state_ref, groups, resolved = (a.tasks, a.store, a.state, a.state_ref,
-                                                        a.groups, a.resolved)
-    frags, payloads, homes, spans, drift = a.frags, a.payloads, a.homes, a.spans, a.drift
+    """The committed rows appended to the store and switched in. When another run switched it
+    since it was read, the append is rebased on the state in force: the rows it already holds
+    or that the table no longer has are left out, the rest homed in its clusters."""
+    tasks, side, snap, resolved = a.tasks, a.side, a.snap, a.resolved
     report = run.reports[STEP]
-    # the store: the committed rows appended (after the commit: it never holds a row the
-    # table does not; a run killed before this line is caught up by the next)
-    committed = [f for f in frags if f in set(report.fragments_written)]
-    if committed != frags:
-        batch = tasks(gather, len(committed), *[payloads[f] for f in committed],
-                      *[homes[f] for f in committed])[0]
+    committed = [f for f in a.frags if f in set(report.fragments_written)]
+    if committed != a.frags:
+        batch = tasks(gather, len(committed), *[a.payloads[f] for f in committed],
+                      *[a.homes[f] for f in committed])[0]
     else:
         batch = a.batch
-    appended = [tasks(store_group, store, state_ref, lo, hi, batch, resolved, returns=2)
-                for lo, hi in (groups if tasks.ray else [(0, int(state["clusters"]))])]
-    # (a file per group's task under Ray; one file locally)
-    segments, added = dict(state["segments"]), np.zeros(2, np.int64)
-    for got in tasks.get([out[0] for out in appended]):
-        segments.update(got)
-    added += np.sum(tasks.get([out[1] for out in appended]) or [np.zeros(2, np.int64)], axis=0)
-    last_new = max((int(spans[f][1]) for f in committed if spans[f][2]), default=-1)
-    after = {**state, "segments": segments,
-             "rows": int(state["rows"]) + int(added[0]),
-             "flagged": int(state["flagged"]) + int(added[1]),
-             "since_rows": int(state["since_rows"]) + int(drift[0]),
-             "since_distance": float(state["since_distance"]) + float(drift[1]),
-             "ids_through": max(int(state["ids_through"]), last_new)}
-    store.save_state(after)
-    store.remove_replaced(state, after)
+    drift, rebased = a.drift, False
+    state, state_ref, groups = snap.state, a.state_ref, a.groups
+    for _ in range(MAX_RESTARTS):
+        appended = [tasks(store_group, side.files, state_ref, lo, hi, batch, resolved, returns=2)
+                    for lo, hi in (groups if tasks.ray else [(0, int(state["clusters"]))])]
+        # (a file per group's task under Ray; one file locally)
+        segments, added = dict(state["segments"]), np.zeros(2, np.int64)
+        for got in tasks.get([out[0] for out in appended]):
+            segments.update(got)
+        added += np.sum(tasks.get([out[1] for out in appended]) or [np.zeros(2, np.int64)], axis=0)
+        ids = executors.value_of(batch)[0]
+        after = {**state, "segments": segments, "rows": int(state["rows"]) + int(added[0]),
+                 "digest": _digest_plus(state["digest"], ids),
+                 "flagged": int(state.get("flagged", 0)) + int(added[1]),
+                 "since_rows": int(state["since_rows"]) + int(drift[0]),
+                 "since_distance": float(state["since_distance"]) + float(drift[1]),
+                 "table_sig": None if rebased else ss.after_commit(
+                     run.table.newest(), a.entries, a.deletions, committed)}
+        try:
+            side.switch(snap, after)
+            side.files.remove_replaced(state, after)
+            return
+        except ss.StoreMoved:
+            side.files.remove_replaced(after, state)  # this attempt's files: never in force
+        snap = side.read()
+        if snap.state is None:
+            run.log("semantic_dup: the side store was reset meanwhile (forget); the next run "
+                    "makes it again from the table's columns")
+            return
+        state, rebased = snap.state, True  # the next run checks the rows against the table
+        batch, drift = _rebased(run.table, side, state, executors.value_of(batch), a.probes)
+        state_ref = tasks.put(state)
+        groups = cut(int(state["clusters"]), len(a.groups))
+        run.log("semantic_dup: another run switched the side store; appending on its state")
+    raise RuntimeError(f"semantic_dup of {run.table.uri}: the side store kept changing under "
+                       f"{MAX_RESTARTS} appends (other runs); the next run adds these rows")
+
+
+def _deletion(frag) -> list | None:
+    d = frag.metadata.deletion_file
+    return None if d is None else [d.id, d.read_version]
+
+
+def _digest_plus(digest: str, ids: np.ndarray) -> str:
+    """The digest of a multiset of ids with ``ids`` added."""
+    total = (int(digest, 16) + int(ss.id_digest(ids), 16)) % (1 << 64)
+    return f"{total:016x}"
+
+
+def _rebased(table: Table, side: ss.SideStore, state: dict, batch: list,
+             probes: int) -> tuple[list, np.ndarray]:
+    """``batch`` (ids, vectors, probes, 1 / norms) without the rows ``state`` holds or the
+    newest table lacks (deleted, forgotten), homed in ``state``'s clusters; and its drift."""
+    ids, vecs = batch[0], batch[1]
+    if len(ids):
+        live = table.newest().to_table(
+            columns=["id"], filter=f"id >= {int(ids.min())} AND id <= {int(ids.max())}")
+        keep = np.isin(ids, live.column("id").to_numpy()) & ~np.isin(ids, side.ids(state))
+        ids, vecs = ids[keep], vecs[keep]
+    x, inv = iv.as_unit(vecs)
+    near, best = iv.nearest(x * inv[:, None], side.files.centroids(state), probes) \
+        if len(ids) else (np.zeros((0, probes), np.int64), np.zeros(0, np.float32))
+    since = ids > int(state["trained_through"])
+    drift = np.array([float(since.sum()), float((1.0 - best[since]).sum())])
+    return [ids, vecs, near, iv.inv_norms(vecs)], drift
 
 
 def _raise_task_failure(table: Table, exc: BaseException) -> None:
@@ -986,7 +961,7 @@ STEPS = (Step(fields=FIELDS, name=STEP, state=compare,
 
 def summary(run: Run) -> dict:
     stats: SemanticDupStats = run.states[STEP].stats
-    state = side_store(run.table).load_state() or {}
+    state = ss.side_store(run.table).load_state() or {}
     rows, flagged = int(state.get("rows", 0)), int(state.get("flagged", 0))
     return {
         "new_rows_flagged": stats.flagged,

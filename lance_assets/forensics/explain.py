@@ -26,6 +26,7 @@ trusted.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,7 +39,7 @@ from lance_assets import keys, paths
 from lance_assets.curation.predicate import PredicateError, safe_predicate
 from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, VersionChoiceError
-from lance_assets.train.read_record import rows_read
+from lance_assets.table.read_record import read_by
 
 MAX_LIST = 12  # longer lists are shown by their length and first items
 MAX_MEMBERS = 20  # cluster members listed (the size is always counted)
@@ -390,11 +391,7 @@ def _runs(table: Table, doc_id: int) -> list[RunVerdict]:
         tag = info.get("table_tag") or None
         version = int(info["table_version"])
         v = _verdict(table, doc_id, "run", run.name, tag, version, info.get("filter") or "")
-        read = rows_read(run) if v.trained_on else None
-        if read is not None:
-            v.read = bool(np.isin(doc_id, read))
-            v.note = (v.note + "; " if v.note else "") + (
-                "read by the run" if v.read else "kept by its filter, not read")
+        _read(v, doc_id, [run], "the run")
         out.append(v)
         seen_tags.add(tag or "")
     ablations = paths.ablation_dir(root, "x").parent
@@ -408,6 +405,7 @@ def _runs(table: Table, doc_id: int) -> list[RunVerdict]:
         for arm in plan["arms"]:
             v = _verdict(table, doc_id, "ablation arm", f"{folder.name}/{arm.get('name')}", tag,
                          version, arm.get("train_filter") or "", ds=ds)
+            _read(v, doc_id, _arm_runs(folder, str(arm.get("name"))), "a seed of the arm")
             if held and ds is not None and v.present:
                 in_held, _ = _keeps(ds, doc_id, held)
                 if in_held:
@@ -434,6 +432,24 @@ def _runs(table: Table, doc_id: int) -> list[RunVerdict]:
                 note += f"; rules at that version cannot be read: {str(e).splitlines()[0]}"
         out.append(RunVerdict("snapshot", tag, tag, snap.version, present, kept, "", note))
     return out
+
+
+def _read(v: RunVerdict, doc_id: int, runs: list, who: str) -> None:
+    """``v.read`` from the runs' read records (``table.read_record.read_by``, as ``forget``
+    counts them), where every run has one; else it stays None (the filter is the bound)."""
+    read = read_by(runs) if v.trained_on and runs else None
+    if read is not None:
+        v.read = bool(np.isin(doc_id, read))
+        v.note = (v.note + "; " if v.note else "") + (
+            f"read by {who}" if v.read else "kept by its filter, not read")
+
+
+def _arm_runs(folder, arm: str) -> list:
+    """The seed runs of an ablation arm: ``<ablation>/<arm>-<digest>/seed-<n>`` (one digest per
+    setting the arm was trained with)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", arm)  # ablation.plan.arm_folder's name
+    return [seed for d in _children(folder) if d.name.rsplit("-", 1)[0] == safe
+            for seed in _children(d) if seed.name.startswith("seed-")]
 
 
 def _verdict(table: Table, doc_id: int, kind: str, name: str, tag: str | None,

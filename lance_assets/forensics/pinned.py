@@ -110,5 +110,6 @@ def open_snapshot(table: Table, version: int, tag: str | None) -> lance.LanceDat
             f"{table.uri}: table version {version}, which the newest model trained on, no longer "
             "exists" + (f" (its snapshot tag {tag} was released and a cleanup removed it)"
                         if tag else " (a cleanup removed it)")
-            + f": {str(e).splitlines()[0][:300]}. Train again, or pin a version that exists "
-            "(forensics --version)") from None
+            + f" ({str(e).rstrip('.')}). Train again, then make the samples and this report "
+            "(dagster asset materialize -m lance_assets.definitions --select "
+            "'pretrained_model*'), or pin a version that exists (forensics --version)") from None

@@ -64,6 +64,33 @@ from lance_assets.table.maintenance import DEFAULT_ROWS_PER_FRAGMENT
 
 DEFAULT_ROWS_PER_COMMIT = 50_000
 DEFAULT_MAX_DOC_CHARS = 1_000_000
+# Each setting's allowed range (the asset's run config is checked against the same).
+INT32 = 2**31 - 1  # Lance counts a fragment's rows, and `n_chars` a document's, in 32 bits
+RANGES = {"rows_per_fragment": (1, INT32), "rows_per_commit": (1, INT32),
+          "max_doc_chars": (1, INT32), "max_new_rows": (1, 2**63 - 1)}
+
+
+class IngestConfigError(ValueError):
+    """A setting outside its allowed range; the message names it and the range."""
+
+
+def check_settings(**values) -> None:
+    """Every setting in ``values`` within ``RANGES`` (``max_new_rows`` may be None: no limit),
+    ``text_column`` a column name; else ``IngestConfigError`` naming the first one that is
+    not."""
+    for name, value in values.items():
+        if name == "text_column":
+            if not isinstance(value, str) or not value.strip():
+                raise IngestConfigError(f"text_column {value!r}: the name of the source's text "
+                                        "column, e.g. text")
+            continue
+        if name == "max_new_rows" and value is None:
+            continue
+        lo, hi = RANGES[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise IngestConfigError(f"{name} {value!r}: must be an integer from {lo:,} to {hi:,}"
+                                    + (" (leave it out for no limit)"
+                                       if name == "max_new_rows" else ""))
 
 
 @dataclass
@@ -347,6 +374,9 @@ def ingest(
     ``max_new_rows`` the run stops at the first commit boundary past that many rows (for
     endless streams such as ``hf:`` sources); the next run continues from there.
     """
+    check_settings(text_column=text_column, rows_per_fragment=rows_per_fragment,
+                   rows_per_commit=rows_per_commit, max_doc_chars=max_doc_chars,
+                   max_new_rows=max_new_rows)
     start = time.perf_counter()
     table = Table.of(root)
     report = IngestReport()

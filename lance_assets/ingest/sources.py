@@ -7,13 +7,15 @@ HF dataset), each read as numbered *parts* (a parquet row group, a block of JSON
 table itself is the ingest watermark: the next run resumes after the highest part committed for
 each unit, exactly once, whatever killed the previous run.
 
-A file's key carries a fingerprint of its content (size, first and last 64 KiB):
-``file:PATH#FP``. A file that changed since it was ingested is therefore noticed, never skipped
-in silence. JSON lines files may grow: each ingest reads the byte range that is new since the
-last one as a *generation* ``file:PATH@START-END#FP`` (the fingerprint of the first END bytes),
-so rows appended to a ``.jsonl`` are ingested by the next run. Any other change (a rewritten
-parquet, a jsonl whose ingested bytes changed) is refused with a message naming the file; the
-rows already stored stay as they are.
+A file is known by its content: its key is ``file:PATH#FP.SHA`` (``FP``: size, first and last
+64 KiB, checked on every run; ``SHA``: the sha256 of every byte, computed once), and a file at a
+path the table does not know is matched to the keys of the same content elsewhere, so a moved,
+renamed or copied file is not ingested twice. A file that changed since it was ingested is
+noticed, never skipped in silence. JSON lines files may grow: each ingest reads the byte range
+that is new since the last one as a *generation* ``file:PATH@START-END#FP.SHA`` (its sha256
+chained on the one before), so rows appended to a ``.jsonl`` are ingested by the next run; a
+malformed line is skipped and counted by its 1-based line number. Any other change (a rewritten
+parquet, a jsonl whose ingested bytes changed) is refused with a message naming the file.
 """
 
 from __future__ import annotations
@@ -103,12 +105,28 @@ def fingerprint(path: Path, end: int) -> str:
     return h.hexdigest()[:16]
 
 
-def file_key(path: Path, fp: str) -> str:
-    return f"file:{path}#{fp}"
+def content_digest(path: Path, start: int = 0, end: int | None = None, prev: str = "") -> str:
+    """The sha256 of bytes ``[start, end)`` of ``path``, chained on ``prev`` (a JSON-lines
+    file's generations: each digest covers every byte up to its end, reading only its own)."""
+    h = hashlib.sha256(prev.encode())
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        left = (path.stat().st_size if end is None else end) - start
+        while left > 0:
+            block = fh.read(min(left, 1 << 20))
+            if not block:
+                break
+            h.update(block)
+            left -= len(block)
+    return h.hexdigest()[:32]
 
 
-def generation_key(path: Path, start: int, end: int, fp: str) -> str:
-    return f"file:{path}@{start}-{end}#{fp}"
+def file_key(path: Path, fp: str, digest: str) -> str:
+    return f"file:{path}#{fp}.{digest}"
+
+
+def generation_key(path: Path, start: int, end: int, fp: str, digest: str) -> str:
+    return f"file:{path}@{start}-{end}#{fp}.{digest}"
 
 
 @dataclass(frozen=True)
@@ -120,6 +138,7 @@ class StoredKey:
     fp: Optional[str]  # None for keys written before fingerprints existed
     start: Optional[int] = None  # a JSON-lines generation's byte range
     end: Optional[int] = None
+    digest: Optional[str] = None  # the content's sha256 (None: keys written before it)
 
 
 def parse_file_key(key: str) -> Optional[StoredKey]:
@@ -128,12 +147,13 @@ def parse_file_key(key: str) -> Optional[StoredKey]:
     body, hash_sep, fp = key[len("file:"):].rpartition("#")
     if not hash_sep:
         return StoredKey(key, key[len("file:"):], None)
+    fp, _, digest = fp.partition(".")
     path, at, span = body.rpartition("@")
     if at and "-" in span:
         lo, _, hi = span.partition("-")
         if lo.isdigit() and hi.isdigit():
-            return StoredKey(key, path, fp, int(lo), int(hi))
-    return StoredKey(key, body, fp)
+            return StoredKey(key, path, fp, int(lo), int(hi), digest or None)
+    return StoredKey(key, body, fp, digest=digest or None)
 
 
 def stored_keys_by_path(keys) -> dict[str, list[StoredKey]]:
@@ -247,16 +267,58 @@ def _parquet_unit(path: Path, text_column: str, key: str) -> SourceUnit:
                       n_bytes=path.stat().st_size)
 
 
-def _parse_json_lines(chunk: bytes, where: str, text_column: str) -> Iterator[pa.RecordBatch]:
+MAX_LINES_NAMED = 20  # malformed lines named one by one per file; the rest are counted
+
+
+def _parse_json_lines(chunk: bytes, where: str, text_column: str, skipped: SkipCounter,
+                      first_line: Callable[[], int]) -> Iterator[pa.RecordBatch]:
+    """The JSON lines of ``chunk``. A line that is not a JSON object (or whose text is not a
+    string) is skipped and counted under a reason naming the file and its line, 1-based
+    (``first_line()``: the chunk's first line number, computed only then); the others land."""
     if not chunk.strip():
         return
     try:
         table = pajson.read_json(io.BytesIO(chunk), read_options=pajson.ReadOptions(
             block_size=max(len(chunk) + 1, 1 << 20)))
     except pa.ArrowInvalid as exc:
-        raise SourceError(f"{where}: not valid JSON lines ({exc}). Fix or remove the file.") from exc
+        good, line = [], first_line()
+        for n, raw in enumerate(chunk.splitlines(keepends=True), start=line):
+            if not raw.strip():
+                continue
+            try:
+                doc = json.loads(raw)
+                ok = isinstance(doc, dict) and isinstance(doc.get(text_column, ""), (str, type(None)))
+            except ValueError:
+                ok = False
+            if ok:
+                good.append(raw if raw.endswith(b"\n") else raw + b"\n")
+            else:
+                named = sum(k.startswith(f"malformed JSON: {where} line ") for k in skipped.counts)
+                skipped.add(f"malformed JSON: {where} line {n}" if named < MAX_LINES_NAMED else
+                            f"malformed JSON: {where}, lines after the first {MAX_LINES_NAMED}", 1)
+        if not good:
+            return
+        try:
+            table = pajson.read_json(io.BytesIO(b"".join(good)), read_options=pajson.ReadOptions(
+                block_size=max(len(chunk) + 1, 1 << 20)))
+        except pa.ArrowInvalid:  # every line is JSON, but their types disagree
+            raise SourceError(f"{where}: not valid JSON lines ({exc}). Fix or remove the "
+                              "file.") from exc
     for batch in table.to_batches(max_chunksize=READ_BATCH_ROWS):
         yield select_columns(batch, where, text_column)
+
+
+def _lines_before(path: Path, offset: int) -> int:
+    """How many lines start before byte ``offset`` of ``path``."""
+    n = 0
+    with open(path, "rb") as fh:
+        while offset > 0:
+            block = fh.read(min(offset, 1 << 20))
+            if not block:
+                break
+            n += block.count(b"\n")
+            offset -= len(block)
+    return n
 
 
 def _line_start_at_or_after(fh, pos: int, lo: int, hi: int) -> int:
@@ -272,14 +334,14 @@ def _line_start_at_or_after(fh, pos: int, lo: int, hi: int) -> int:
     return min(fh.tell(), hi)
 
 
-def _jsonl_generation_unit(path: Path, text_column: str, start: int, end: int,
-                           fp: str) -> SourceUnit:
+def _jsonl_generation_unit(path: Path, text_column: str, start: int, end: int, fp: str,
+                           digest: str = "", key: str | None = None) -> SourceUnit:
     """Bytes [start, end) of a JSON-lines file; part i holds the lines that *start* in the
     i-th MiB of the range, so parts are fixed by the bytes alone and a line of any length
     (even longer than a part) is read whole, once."""
     n_parts = max(1, -(-(end - start) // JSONL_PART_BYTES))
 
-    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
         with open(path, "rb") as fh:
             for part in range(first, n_parts):
                 lo = _line_start_at_or_after(fh, start + part * JSONL_PART_BYTES, start, end)
@@ -287,20 +349,22 @@ def _jsonl_generation_unit(path: Path, text_column: str, start: int, end: int,
                 if hi <= lo:
                     continue
                 fh.seek(lo)
-                for batch in _parse_json_lines(fh.read(hi - lo), str(path), text_column):
+                chunk = fh.read(hi - lo)
+                for batch in _parse_json_lines(chunk, str(path), text_column, skipped,
+                                               lambda lo=lo: _lines_before(path, lo) + 1):
                     yield part, batch
 
-    return SourceUnit(key=generation_key(path, start, end, fp), read=read, n_parts=n_parts,
-                      n_bytes=end - start)
+    return SourceUnit(key=key or generation_key(path, start, end, fp, digest), read=read,
+                      n_parts=n_parts, n_bytes=end - start)
 
 
 def _jsonl_gz_unit(path: Path, text_column: str, key: str) -> SourceUnit:
     """A gzipped JSON-lines file, read as a stream: part i is the i-th run of whole lines of
     about one MiB (uncompressed)."""
 
-    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
         with gzip.open(path, "rb") as fh:
-            part = 0
+            part, line = 0, 1
             while True:
                 chunk = fh.read(JSONL_PART_BYTES)
                 if not chunk:
@@ -308,9 +372,10 @@ def _jsonl_gz_unit(path: Path, text_column: str, key: str) -> SourceUnit:
                 if not chunk.endswith(b"\n"):
                     chunk += fh.readline()
                 if part >= first:
-                    for batch in _parse_json_lines(chunk, str(path), text_column):
+                    for batch in _parse_json_lines(chunk, str(path), text_column, skipped,
+                                                   lambda line=line: line):
                         yield part, batch
-                part += 1
+                part, line = part + 1, line + chunk.count(b"\n")
 
     return SourceUnit(key=key, read=read, n_bytes=path.stat().st_size)
 
@@ -399,15 +464,54 @@ def _changed(path: Path, stored: list[StoredKey], now: str) -> str:
             ".jsonl may also grow by appending lines), or move this file out of the source")
 
 
+def _same_content(path: Path, by_path: dict[str, list[StoredKey]],
+                  by_fp: dict[str, list[StoredKey]]) -> list[StoredKey]:
+    """The keys a file of the same content was stored under at another path (moved, renamed or
+    copied): its size and edges, then its whole content's digest where the key has one (a
+    JSON-lines file that grew since: its ingested bytes, if its old path is gone)."""
+    size = path.stat().st_size
+    for k in by_fp.get(fingerprint(path, size), []):
+        if _same_bytes(path, by_path[k.path], k):
+            return by_path[k.path]
+    if not path.name.endswith(".jsonl"):
+        return []
+    for old, group in by_path.items():
+        gens = sorted((k for k in group if k.end is not None), key=lambda k: k.end)
+        if gens and gens[-1].end < size and not Path(old).exists() and \
+                fingerprint(path, gens[-1].end) == gens[-1].fp and _same_bytes(path, group,
+                                                                               gens[-1]):
+            return group
+    return []
+
+
+def _same_bytes(path: Path, group: list[StoredKey], key: StoredKey) -> bool:
+    """``path`` holds the bytes ``key`` records a digest of: the whole file, or a JSON-lines
+    file's generations up to ``key``'s end (each digest chained on the one before). Keys
+    without a digest (an earlier release's) are trusted on their size and edges."""
+    if key.end is None:
+        return key.digest is None or key.digest == content_digest(path)
+    prev = ""
+    for g in sorted((k for k in group if k.end is not None and k.end <= key.end),
+                    key=lambda k: k.end):
+        got = content_digest(path, g.start, g.end, prev)
+        if g.digest is not None and g.digest != got:
+            return False
+        prev = g.digest or ""
+    return True
+
+
 def _file_units(path: Path, text_column: str, stored: list[StoredKey]) -> list[SourceUnit]:
-    """The units to read for ``path``, given the keys the table already holds for it."""
+    """The units to read for ``path``, given the keys the table already holds for it (or for
+    a file of the same content elsewhere)."""
     size = path.stat().st_size
     if path.name.endswith(".jsonl"):
         return _jsonl_units(path, text_column, size, stored)
     legacy = [k for k in stored if k.fp is None]
     fp = fingerprint(path, size)
-    key = legacy[0].key if legacy else file_key(path, fp)
-    if stored and not legacy and all(k.fp != fp for k in stored):
+    same = next((k for k in stored if k.fp == fp), None)
+    key = same.key if same else legacy[0].key if legacy else \
+        file_key(path, fp, content_digest(path))
+    if stored and not legacy and same is None:
         raise SourceError(_changed(path, stored, fp))
     if path.name.endswith(".parquet"):
         return [_parquet_unit(path, text_column, key)]
@@ -422,13 +526,14 @@ def _jsonl_units(path: Path, text_column: str, size: int,
     if not gens:
         if stored:  # ingested before generations existed: its byte ranges are unknown
             return []
-        return [_jsonl_generation_unit(path, text_column, 0, size, fingerprint(path, size))] \
-            if size else []
+        return [_jsonl_generation_unit(path, text_column, 0, size, fingerprint(path, size),
+                                       content_digest(path, 0, size))] if size else []
     last = gens[-1]
     if size < last.end or fingerprint(path, last.end) != last.fp:
         raise SourceError(_changed(path, gens, fingerprint(path, size)))
     # earlier generations first (a killed run may have left one unfinished), then the new bytes
-    units = [_jsonl_generation_unit(path, text_column, g.start, g.end, g.fp) for g in gens]
+    units = [_jsonl_generation_unit(path, text_column, g.start, g.end, g.fp, key=g.key)
+             for g in gens]
     if size > last.end:
         with open(path, "rb") as fh:
             fh.seek(last.end - 1)
@@ -438,8 +543,9 @@ def _jsonl_units(path: Path, text_column: str, size: int,
                 "grew since it was ingested, but its last ingested line had no newline, so the "
                 "new bytes continue a stored document. End every line with a newline; to ingest "
                 "the new lines, move them to a new file")
-        units.append(_jsonl_generation_unit(path, text_column, last.end, size,
-                                            fingerprint(path, size)))
+        units.append(_jsonl_generation_unit(  # its digest chained on the one before
+            path, text_column, last.end, size, fingerprint(path, size),
+            content_digest(path, last.end, size, last.digest or "")))
     return units
 
 
@@ -458,11 +564,17 @@ def resolve(spec: str, text_column: str = "text", *, hf_data_files: Optional[lis
     if spec.startswith("hf:"):
         return ResolvedSource([_hf_unit(spec, text_column, hf_data_files)], {})
     by_path = stored_keys_by_path(stored_keys)
+    by_fp: dict[str, list[StoredKey]] = {}
+    for keys in by_path.values():
+        for k in keys:
+            if k.fp:
+                by_fp.setdefault(k.fp, []).append(k)
     units, bad = [], {}
     files = expand_paths(spec)
     for path in files:
         try:
-            units.extend(_file_units(path, text_column, by_path.get(str(path), [])))
+            known = by_path.get(str(path)) or _same_content(path, by_path, by_fp)
+            units.extend(_file_units(path, text_column, known))
         except SourceError as exc:
             bad[str(path)] = str(exc)
         except (OSError, pa.ArrowException) as exc:

@@ -1,36 +1,33 @@
-"""Removing documents for good: ``forget``.
+"""Removing documents for good: ``forget``, a journaled operation that a rerun finishes.
 
-A delete alone removes rows from the newest version only: every older version, and above all
-every tagged snapshot (training runs, ablations), still holds them, and so do the data files
-until a compaction rewrites them. ``forget`` goes all the way:
+1. **Find** the documents: the predicate (the curation rules' parser: data, never SQL) is
+   evaluated on every version on disk, tagged or not, where its columns exist: an operator's
+   own delete, or an earlier forget that died, hides nothing. The holders are the snapshots
+   whose version reads one of them or keeps one in its data files behind a deletion file.
+2. **Guard**: more than ``max_share`` of the newest version's rows, or all of them, is refused
+   without an explicit setting; ``dry_run`` reports what would go and changes nothing; a
+   snapshot a running training run reads is not released unless forced.
+3. **Journal** the ids (``forget_journal``) before anything changes, then each phase: remove
+   the files that quote them (reports, stories, samples: read while the texts still exist);
+   delete the rows; release the holders; rewrite every fragment whose data files still hold one
+   (compaction); rebuild every index in force; clean up every untagged old version; reset the
+   side stores made from the columns (``semantic_dup``'s vectors, saved row ranges).
+4. **Verify** through Lance: no version on disk reads one of them and no data file a version
+   references holds one. A concurrent writer that keeps changing a fragment is met by another
+   round; after ``ROUNDS`` the forget fails and says so, and the journal keeps it pending.
 
-1. **Find** the documents: the predicate (through the same parser as the curation rules, so it
-   is data, never SQL pasted into a query) is evaluated on the newest version and on every
-   tagged snapshot where its columns exist; their ids are what is forgotten.
-2. **Account**: every tagged snapshot that holds one of them, the training run or ablation
-   behind it (its folder, its checkpoints, how many of the documents its filter trained on).
-3. **Refuse** while a training run still reads one of those snapshots (``Snapshots.using``),
-   unless forced.
-4. **Delete** the rows (by id, so the set cannot grow between steps), **release** the
-   snapshots, **compact** every fragment that held them (the deleted rows are dropped from the
-   rewritten files) and **clean up** every version older than now: the old data files go.
-   Side stores derived from the columns (``semantic_dup``'s document vectors by cluster, the
-   saved row ranges of unwritten fragments) are removed: the next run makes them again.
-5. **Verify**: no version left on disk holds any of the ids, and say so.
-
-The report goes to the run's metadata and to an append-only log (``<data>/forget.log.jsonl``).
-It names the documents by id count and range, never by text, and the predicate by its sha256
-(a predicate such as ``text LIKE '%…%'`` quotes the document). A predicate that matches nothing
-changes nothing: no delete, no release, no compaction, no cleanup of old versions.
+Every forget first finishes the pending ones. The report goes to the run's metadata and to
+``<data>/forget.log.jsonl`` (ids' count and range, the predicate's sha256: never text).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
 
@@ -38,23 +35,45 @@ import lance
 import numpy as np
 
 from lance_assets import paths, storage
-from lance_assets.table import Table
+from lance_assets.table import Table, is_version_gone
+from lance_assets.table.forget_files import (  # noqa: F401 - quotes, shingles: the helpers' API
+    MATERIALIZE,
+    artifacts,
+    quotes,
+    scrub_files,
+    shingles,
+    texts,
+)
+from lance_assets.table.forget_journal import DONE, Journal, Planned
+from lance_assets.table.forget_scan import (
+    Scanner,
+    count,
+    each_version,
+    id_filters,
+    matching_ids,
+    versions_on_disk,
+)
 from lance_assets.table.maintenance import (
     SNAPSHOT_PREFIX,
     MaintenanceReport,
     cleanup_versions,
     compact_table,
+    rebuild_indexes,
 )
 from lance_assets.table.predicate import PredicateError, lance_problem, safe_predicate
-from lance_assets.table.read_record import rows_read
+from lance_assets.table.read_record import read_by
+from lance_assets.table.side import reset_side_folder
 
 ABLATION_PREFIX = "ablation-"
 LOG_NAME = "forget.log.jsonl"
-ID_CHUNK = 2000
+MAX_SHARE = 0.1  # of the newest version's rows: more needs max_share raised
+ROUNDS = 3  # rewrite, cleanup and verify rounds before a forget racing writers gives up
+SAMPLE_URLS = 5
 
 
 class ForgetError(ValueError):
-    """A predicate that cannot be used, or a forget that must not run; the message says why."""
+    """A predicate that cannot be used, or a forget that must not run or could not finish; the
+    message says why and what to do."""
 
 
 @dataclass
@@ -63,7 +82,8 @@ class Holder:
 
     tag: str
     version: int
-    rows: int  # forgotten documents in that version
+    rows: int  # forgotten documents that version reads
+    in_files: int = 0  # of its fragments, those whose data files keep one behind a deletion
     kind: str = "snapshot"  # run | ablation | snapshot
     name: str = ""  # the run or ablation
     folder: str | None = None
@@ -87,13 +107,21 @@ class ForgetReport:
     ids: int = 0
     id_range: list[int] = field(default_factory=list)  # [smallest, largest]
     rows_deleted: int = 0
+    live: int = 0  # of them, rows of the newest version when the forget started
+    table_rows: int = 0  # rows of the newest version when the forget started
     holders: list[Holder] = field(default_factory=list)
     released: dict[str, int] = field(default_factory=dict)
     forced: bool = False
+    dry_run: bool = False
+    sample: list[str] = field(default_factory=list)  # dry run: a few urls (or ids) that go
+    resumed: list[dict] = field(default_factory=list)  # interrupted forgets finished first
+    pending: list[dict] = field(default_factory=list)  # dry run: interrupted forgets waiting
+    rounds: int = 0
     versions_removed: int = 0
     bytes_reclaimed: int = 0
     versions_checked: int = 0
     still_readable: int = 0  # forgotten ids readable from some version after the cleanup
+    still_in_files: int = 0  # fragments of versions on disk whose data files keep one
     indexes: list[dict] = field(default_factory=list)  # every index in force, rebuilt
     files_removed: list[dict] = field(default_factory=list)  # {path, rebuild}: quoted them
     artifacts: list[dict] = field(default_factory=list)  # {path, rebuild}: may hold them
@@ -115,32 +143,49 @@ class ForgetReport:
         return out
 
     def markdown(self) -> str:
-        if not self.ids:
-            return (f"No document matches the predicate ({self.predicate_sha256[:19]}…): nothing "
-                    f"was deleted, released or cleaned up; version {self.version_after} and every "
-                    "version before it are as they were.")
-        lines = [f"Forgot **{self.ids:,} document(s)** matching the predicate "
-                 f"({self.predicate_sha256[:19]}…) "
-                 f"({self.rows_deleted:,} deleted from the newest version). "
-                 f"{len(self.released)} snapshot(s) released; cleanup removed "
-                 f"{self.versions_removed} version(s), {self.bytes_reclaimed / 1e6:,.1f} MB. "
-                 f"Checked {self.versions_checked} version(s) left on disk: "
-                 + ("none holds a forgotten document." if not self.still_readable else
-                    f"**{self.still_readable} forgotten document(s) still readable**.")]
+        lines = [f"Finished an interrupted forget of {r['ids']:,} document(s) (journal `{r['op']}`"
+                 f"): {r['still_readable']} readable, {r['still_in_files']} fragment(s) holding "
+                 "them left." for r in self.resumed]
+        lines += [f"An interrupted forget of {p['ids']:,} document(s) is pending (journal "
+                  f"`{p['op']}`): the next forget finishes it." for p in self.pending]
+        digest = f"({self.predicate_sha256[:19]}…)"
+        if self.dry_run:
+            lines.append(f"Dry run: **{self.ids:,} document(s)** match the predicate {digest} in "
+                         f"the versions on disk ({self.live:,} of the newest version's "
+                         f"{self.table_rows:,} rows); nothing was changed. Would release: "
+                         + (", ".join(f"`{h.tag}`" for h in self.holders) or "no snapshot")
+                         + ". Sample: " + (", ".join(f"`{s}`" for s in self.sample) or "none"))
+        elif not self.ids:
+            lines.append(f"No document matches the predicate {digest} in any version on disk: "
+                         f"nothing was deleted, released or cleaned up; version "
+                         f"{self.version_after} and every version before it are as they were.")
+            return "\n".join(lines)
+        else:
+            lines.append(
+                f"Forgot **{self.ids:,} document(s)** matching the predicate {digest} "
+                f"({self.rows_deleted:,} deleted from the newest version). "
+                f"{len(self.released)} snapshot(s) released; cleanup removed "
+                f"{self.versions_removed} version(s), {self.bytes_reclaimed / 1e6:,.1f} MB. "
+                f"Checked {self.versions_checked} version(s) left on disk, their rows and "
+                "data files: " + ("none holds a forgotten document." if not (
+                    self.still_readable or self.still_in_files) else
+                    f"**{self.still_readable} still readable, {self.still_in_files} "
+                    "fragment(s) keep them**."))
         for i in self.indexes:
             lines.append(f"- index `{i['name']}` ({i['type']} on `{i['column']}`): rebuilt over "
                          f"{i['rows']:,} rows, none of them forgotten")
         for f in self.files_removed:
-            lines.append(f"- removed `{f['path']}` (it quoted a forgotten document); "
-                         f"rebuild: `{f['rebuild']}`")
+            lines.append(f"- removed `{f['path']}` (it quoted a forgotten document or held its "
+                         f"vector); rebuild: `{f['rebuild']}`")
         for a in self.artifacts:
             lines.append(f"- `{a['path']}` was made from documents including forgotten ones and "
                          f"cannot be edited; rebuild: `{a['rebuild']}`")
         if self.holders:
-            lines.append("\n| snapshot | version | held | kind | name | read by it | kept by "
-                         "its filter | checkpoints |\n|---|---|---|---|---|---|---|---|")
-            lines += [f"| `{h.tag}` | {h.version} | {h.rows} | {h.kind} | {h.name} | "
-                      f"{h.trained_on if h.read_record else '(no record)'} | "
+            lines.append("\n| snapshot | version | held | in data files | kind | name | read by "
+                         "it | kept by its filter | checkpoints |\n|---|---|---|---|---|---|---|"
+                         "---|---|")
+            lines += [f"| `{h.tag}` | {h.version} | {h.rows} | {h.in_files} | {h.kind} | {h.name}"
+                      f" | {h.trained_on if h.read_record else '(no record)'} | "
                       f"{'' if h.kept_by_filter is None else h.kept_by_filter} | "
                       f"{len(h.checkpoints)} |" for h in self.holders]
             lines += [f"- `{h.name}`: its {len(h.checkpoints)} checkpoint(s) and "
@@ -149,27 +194,10 @@ class ForgetReport:
         return "\n".join(lines)
 
 
-def _id_filters(ids: np.ndarray) -> list[str]:
-    """``id IN (...)`` filters over chunks of ``ids`` (integers only: nothing user-typed)."""
-    return [f"id IN ({','.join(str(int(i)) for i in ids[lo:lo + ID_CHUNK])})"
-            for lo in range(0, len(ids), ID_CHUNK)]
-
-
-def _count(ds: lance.LanceDataset, filters: list[str], extra: str | None = None) -> int:
-    return sum(ds.count_rows(filter=f if extra is None else f"({f}) AND ({extra})")
-               for f in filters)
-
-
-def _matching_ids(ds: lance.LanceDataset, where: str) -> np.ndarray | None:
-    """Ids matching ``where`` in ``ds``, or None when the predicate does not apply there (a
-    column it names is not in that version)."""
-    try:
-        pred = safe_predicate(where, ds.schema.names)
-    except PredicateError:
-        return None
-    if lance_problem(ds, pred):
-        return None
-    return ds.to_table(columns=["id"], filter=pred.lance).column("id").to_numpy()
+def _rm(folder) -> str:
+    """The first half of a rebuild command: an old run folder goes first (a run would resume
+    from its checkpoints, an ablation reuse its finished arms)."""
+    return "" if storage.is_object_store(folder) else f"rm -rf {shlex.quote(str(folder))} && "
 
 
 def _holder(table: Table, tag: str, version: int, rows: int) -> Holder:
@@ -186,36 +214,22 @@ def _holder(table: Table, tag: str, version: int, rows: int) -> Holder:
             summary = folder / "summary.json"
             if not summary.is_file() and storage.is_object_store(folder):
                 h.in_use = True  # no lock there: a run without its summary may still train
-        h.rebuild = (MATERIALIZE.format("pretrained_model") + " --config-json '{\"ops\": "
-                     f"{{\"pretrained_model\": {{\"config\": {{\"run_name\": \"{h.name}\"}}}}}}}}'"
-                     " (a new run on the table as it is now; remove the old folder)")
+        h.rebuild = _rm(folder) + MATERIALIZE.format("pretrained_model") + " --config-json '" + \
+            json.dumps({"ops": {"pretrained_model": {"config": {"run_name": h.name}}}}) + "'"
     elif tag.startswith(ABLATION_PREFIX):
         h.kind, h.name = "ablation", tag[len(ABLATION_PREFIX):]
         folder = paths.ablation_dir(root, h.name)
         h.folder = str(folder)
         if folder.is_dir():  # every arm's runs: <arm>/<seed>/ckpt_*.pt
             h.checkpoints = sorted(str(p) for p in folder.rglob("ckpt_*.pt"))
-        h.rebuild = (MATERIALIZE.format("curation_ablation") + " (a new ablation on the table "
-                     "as it is now; remove the old folder)")
+        h.rebuild = _rm(folder) + MATERIALIZE.format("curation_ablation") + ("" if h.name.startswith(
+            "data-") else " --config-json '" + json.dumps(
+                {"ops": {"curation_ablation": {"config": {"name": h.name}}}}) + "'")
     else:
         return h
     if folder.is_dir():
         h.permutations = sorted(str(p.parent) for p in folder.rglob("permutation.json"))
     return h
-
-
-def _read_by(folders: list) -> np.ndarray | None:
-    """The ids read by the finished runs in ``folders`` (``table.read_record``); None when one
-    has no exact record (killed between checkpoints, or from before records)."""
-    read = []
-    for folder in folders:
-        if not (folder / "summary.json").is_file():
-            return None
-        got = rows_read(folder)
-        if got is None:
-            return None
-        read.append(got)
-    return np.unique(np.concatenate(read)) if read else None
 
 
 def _trained_on(table: Table, h: Holder, ds: lance.LanceDataset, filters: list[str],
@@ -231,7 +245,7 @@ def _trained_on(table: Table, h: Holder, ds: lance.LanceDataset, filters: list[s
         runs = [folder]
     else:
         return
-    read = _read_by(runs) if runs else None
+    read = read_by(runs) if runs else None
     if h.kind == "run":
         summary = folder / "summary.json"
         try:
@@ -244,7 +258,7 @@ def _trained_on(table: Table, h: Holder, ds: lance.LanceDataset, filters: list[s
             except PredicateError:
                 pass
             else:
-                h.kept_by_filter = _count(ds, filters, pred.lance if pred else None)
+                h.kept_by_filter = count(ds, filters, pred.lance if pred else None)
     if read is not None:
         held = ids[np.isin(ids, ds.to_table(columns=["id"], filter=" OR ".join(
             f"({f})" for f in filters)).column("id").to_numpy())]
@@ -253,7 +267,41 @@ def _trained_on(table: Table, h: Holder, ds: lance.LanceDataset, filters: list[s
         h.trained_on = h.kept_by_filter
 
 
-def forget(table: Table | str | Path, where: str, *, force: bool = False,
+def _holders(table: Table, ids: np.ndarray, scanner: Scanner) -> list[Holder]:
+    """Every tagged snapshot whose version reads one of ``ids`` or keeps one in its files."""
+    filters = id_filters(ids)
+    out = []
+    for tag, snap in sorted(table.snapshots.list().items()):
+        try:
+            ds = table.open(tag)
+            rows, kept = scanner.holds(ds, ids)
+        except Exception as exc:  # noqa: BLE001 - released and cleaned up meanwhile: holds nothing
+            if isinstance(exc, (OSError, ValueError)) or is_version_gone(exc):
+                continue
+            raise
+        if rows or kept:
+            holder = _holder(table, tag, snap.version, rows)
+            holder.in_files = len(kept)
+            if rows:
+                _trained_on(table, holder, ds, filters, ids)
+            else:
+                holder.trained_on, holder.kept_by_filter = 0, 0
+            out.append(holder)
+    return out
+
+
+def _sample(table: Table, ids: np.ndarray) -> list[str]:
+    """A few urls of the documents (their ids where the table has no url), for a dry run."""
+    for ds in reversed(list(versions_on_disk(table))):
+        col = "url" if "url" in ds.schema.names else "id"
+        got = ds.to_table(columns=[col], filter=id_filters(ids[:SAMPLE_URLS])[0])
+        if got.num_rows:
+            return [str(v) for v in got.column(col).to_pylist()]
+    return [str(int(i)) for i in ids[:SAMPLE_URLS]]
+
+
+def forget(table: Table | str | Path, where: str, *, force: bool = False, dry_run: bool = False,
+           max_share: float = MAX_SHARE, allow_all: bool = False,
            log: Callable[[str], None] = print) -> ForgetReport:
     """Remove the documents ``where`` selects from every version on disk (module docstring)."""
     start = time.perf_counter()
@@ -266,101 +314,194 @@ def forget(table: Table | str | Path, where: str, *, force: bool = False,
     problem = lance_problem(newest, pred)
     if problem:
         raise ForgetError(f"forget --where {where!r}: {problem}")
-    report = ForgetReport(predicate=pred.source, forced=force)
+    if not 0 < max_share <= 1:
+        raise ForgetError(f"forget --max-share {max_share}: a share of the table's rows in (0, "
+                          "1], e.g. 0.1")
+    report = ForgetReport(predicate=pred.source, forced=force, dry_run=dry_run)
+    journal = Journal(table)
+    for planned in journal.pending():
+        if dry_run:
+            report.pending.append({"op": planned.op, "ids": len(planned.ids)})
+            continue
+        log(f"forget: finishing an interrupted forget of {len(planned.ids):,} document(s) "
+            f"(journal {planned.op})")
+        done = _finish(table, journal, planned, force, log)
+        report.resumed.append({"op": planned.op, "ids": done.ids,
+                               "still_readable": done.still_readable,
+                               "still_in_files": done.still_in_files})
+    newest = table.newest()
 
-    # 1. the documents: in the newest version and in every snapshot
-    snaps = table.snapshots.list()
-    found = [newest.to_table(columns=["id"], filter=pred.lance).column("id").to_numpy()]
-    opened = {}
-    for tag in snaps:
-        opened[tag] = table.open(tag)
-        got = _matching_ids(opened[tag], where)
-        if got is not None:
-            found.append(got)
-    ids = np.unique(np.concatenate(found)).astype(np.int64)
+    ids = matching_ids(table, pred.source)
     report.ids = len(ids)
     if len(ids):
         report.id_range = [int(ids[0]), int(ids[-1])]
-    filters = _id_filters(ids)
-    log(f"forget: {len(ids):,} document(s) match the predicate ({report.predicate_sha256[:19]}…)")
-
-    # 2. who holds them
-    for tag, snap in sorted(snaps.items()):
-        if not filters:
-            break
-        rows = _count(opened[tag], filters)
-        if rows:
-            holder = _holder(table, tag, snap.version, rows)
-            _trained_on(table, holder, opened[tag], filters, ids)
-            report.holders.append(holder)
-    busy = [h.tag for h in report.holders if h.in_use]
-    if busy and not force:
+    report.live, report.table_rows = count(newest, id_filters(ids)), newest.count_rows()
+    log(f"forget: {len(ids):,} document(s) match the predicate ({report.predicate_sha256[:19]}…) "
+        f"in the versions on disk, {report.live:,} of them in the newest version")
+    if dry_run:
+        pass  # a dry run reports; the guards below refuse only what would change the table
+    elif report.live and report.live == report.table_rows and not allow_all:
         raise ForgetError(
-            f"forget ({report.predicate_sha256[:19]}…): snapshot(s) {', '.join(busy)} hold some of the "
-            f"{len(ids):,} document(s) and a running training run still reads them. Wait for it "
-            "to finish (or cancel it), or pass force to release them anyway (the run then fails "
-            "on its next read of a removed file).")
-
-    if not filters:  # nothing matches: nothing changes, not even old versions
-        report.version_after = newest.version
+            f"forget ({report.predicate_sha256[:19]}…): the predicate matches every one of the "
+            f"table's {report.table_rows:,} rows; nothing was changed. Check it with --dry-run; "
+            "to erase the whole table, pass --allow-all (allow_all in forget_job).")
+    elif report.table_rows and report.live / report.table_rows > max_share:
+        raise ForgetError(
+            f"forget ({report.predicate_sha256[:19]}…): {report.live:,} of the table's "
+            f"{report.table_rows:,} rows ({report.live / report.table_rows:.0%}) match, more than "
+            f"--max-share {max_share:g}; nothing was changed. Check the predicate with --dry-run; "
+            f"to go on, pass --max-share {min(1.0, report.live / report.table_rows + 0.01):.2f} "
+            "(max_share in forget_job).")
+    scanner = Scanner(table)
+    report.holders = _holders(table, ids, scanner) if len(ids) else []
+    busy = [h.tag for h in report.holders if h.in_use]
+    if busy and not force and not dry_run:
+        raise ForgetError(
+            f"forget ({report.predicate_sha256[:19]}…): snapshot(s) {', '.join(busy)} hold some "
+            f"of the {len(ids):,} document(s) and a running training run still reads them. Wait "
+            "for it to finish (or cancel it), or pass force to release them anyway (the run "
+            "then fails on its next read of a removed file).")
+    if dry_run or not len(ids):  # a dry run, or nothing matches: nothing changes
+        if dry_run and len(ids):
+            report.sample = _sample(table, ids)
+        report.version_after = table.newest().version
         report.duration_s = time.perf_counter() - start
-        _log(table, report)
+        if not dry_run:
+            _log(table, report)
         log(report.markdown())
         return report
-
-    texts = _texts(newest, filters) + [t for tag in opened for t in _texts(opened[tag], filters)]
-    fingerprints = shingles(texts)
-
-    # 3. delete, release, compact, clean up
-    if filters:
-        before = newest.count_rows()
-        for f in filters:
-            table.commit("forget: delete", lambda d, f=f: d.delete(f), log=log)
-        report.rows_deleted = before - table.newest().count_rows()
-    for h in report.holders:
-        try:
-            report.released[h.tag] = table.snapshots.release(h.tag)
-        except ValueError:
-            pass  # released meanwhile
-        log(f"forget: released {h.tag} (version {h.version}, {h.rows} document(s))")
-    holding = {f.fragment_id for f in table.newest().get_fragments()
-               if f.metadata.deletion_file is not None}
-    maint = MaintenanceReport()
-    compact_table(table, include=holding, report=maint, log=log)
-    report.indexes = rebuild_indexes(table, log)  # before the cleanup: it removes the old ones
-    cleanup_versions(table, timedelta(0), maint, log)
-    report.files_removed = scrub_files(storage.location(table.root), fingerprints,
-                                       {str(int(i)) for i in ids}, log)
-    partial = paths.partials_dir(table.root)
-    if filters and storage.remove_tree(partial) > 0:  # vectors of unwritten fragments: a cache
-        report.files_removed.append({"path": str(partial), "rebuild": "the next run of "
-                                     "`embeddings` / `chunk_embeddings` embeds those rows again"})
-        log(f"forget: removed {partial} (row ranges saved for fragments not written yet)")
-    side = paths.semantic_dup_dir(table.root)
-    if filters and storage.remove_tree(side) > 0:  # document vectors by cluster: derived
-        report.files_removed.append({"path": str(side), "rebuild": "the next run of "
-                                     "`semantic_dup` makes it again from the table's columns"})
-        log(f"forget: removed {side} (semantic_dup's side store: it held their vectors)")
-    report.artifacts = artifacts(storage.location(table.root))
-    report.versions_removed, report.bytes_reclaimed = maint.versions_removed, maint.bytes_reclaimed
-
-    # 4. verify: no version left on disk reads any of them, no index in force covers them
-    final = table.newest()
-    report.version_after = final.version
-    for v in final.versions():
-        report.versions_checked += 1
-        if filters:
-            report.still_readable += _count(table.open(int(v["version"])), filters)
-    rows = final.count_rows()
-    for i in report.indexes:
-        i["indexed_rows_now"] = next((d.num_rows_indexed for d in final.describe_indices()
-                                      if d.name == i["name"]), 0)
-        if i["indexed_rows_now"] > rows:
-            report.still_readable += i["indexed_rows_now"] - rows
+    planned = journal.plan(ids, {"predicate_sha256": report.predicate_sha256, "forced": force,
+                                 "holders": [asdict(h) for h in report.holders],
+                                 "live": report.live, "table_rows": report.table_rows})
+    _finish(table, journal, planned, force, log, report, scanner)
     report.duration_s = time.perf_counter() - start
-    _log(table, report)
     log(report.markdown())
     return report
+
+
+def _finish(table: Table, journal: Journal, planned: Planned, force: bool,
+            log: Callable[[str], None], report: ForgetReport | None = None,
+            scanner: Scanner | None = None) -> ForgetReport:
+    """Every phase of ``planned`` not finished yet (each one safe to run again), then the
+    verification rounds; ``ForgetError`` when writers kept a data file holding one of the ids
+    through every round (the journal keeps the operation pending)."""
+    ids, filters = planned.ids, id_filters(planned.ids)
+    scanner = scanner or Scanner(table)
+    force = force or bool(planned.detail.get("forced"))
+    if report is None:
+        report = ForgetReport(predicate="", forced=force, ids=len(ids),
+                              id_range=[int(ids[0]), int(ids[-1])] if len(ids) else [])
+        known = {f.name for f in fields(Holder)}
+        report.holders = [Holder(**{k: v for k, v in h.items() if k in known})
+                          for h in planned.detail.get("holders", [])]
+    root = storage.location(table.root)
+    if not planned.has("files"):  # while the texts are still in the table
+        quoted = [t for got in each_version(table, lambda ds: texts(ds, filters)) for t in got]
+        removed = scrub_files(root, shingles(list(dict.fromkeys(quoted))),
+                              {str(int(i)) for i in ids}, log)
+        journal.finish(planned, "files", {"removed": _rebuilds(removed, report.holders)})
+    report.files_removed = list(planned.finished["files"]["removed"])
+    if not planned.has("delete"):
+        before = table.newest().count_rows()
+        for f in filters:
+            table.commit("forget: delete", lambda d, f=f: d.delete(f), log=log)
+        journal.finish(planned, "delete", {"rows": before - table.newest().count_rows()})
+    report.rows_deleted = int(planned.finished["delete"].get("rows", 0))
+    maint = MaintenanceReport()
+    for report.rounds in range(1, ROUNDS + 1):
+        _release(table, report, log)
+        holding = set(table.pinned(lambda ds: scanner.holds(ds, ids)[1], what="forget"))
+        compact_table(table, include=holding, report=maint, log=log)
+        if not planned.has("indexes"):  # before the cleanup: it removes the old index files
+            journal.finish(planned, "indexes", {"indexes": rebuild_indexes(table, log)})
+        cleanup_versions(table, timedelta(0), maint, log)
+        _side_stores(root, report, log)
+        if not _verify(table, report, scanner, ids, force, log):
+            break
+        log(f"forget: round {report.rounds}: {report.still_readable} readable, "
+            f"{report.still_in_files} fragment(s) keep forgotten rows (writers changed them "
+            "meanwhile); another round")
+    else:
+        raise ForgetError(
+            f"forget (journal {planned.op}): after {ROUNDS} rounds, {report.still_readable} "
+            f"forgotten row(s) are still readable and {report.still_in_files} fragment(s) keep "
+            "some in their data files: concurrent writers kept changing those fragments. "
+            "Nothing is lost; run forget again (it finishes this one) once they are done.")
+    report.indexes = planned.finished["indexes"]["indexes"]
+    rows = table.newest().count_rows()
+    for i in report.indexes:
+        i["indexed_rows_now"] = next((d.num_rows_indexed for d in table.newest().describe_indices()
+                                      if d.name == i["name"]), 0)
+        report.still_readable += max(0, i["indexed_rows_now"] - rows)
+    report.artifacts = artifacts(root)
+    report.versions_removed += maint.versions_removed
+    report.bytes_reclaimed += maint.bytes_reclaimed
+    report.version_after = table.newest().version
+    _log(table, report)  # before the journal closes it: a kill in between logs it twice
+    journal.finish(planned, DONE, {"still_readable": report.still_readable})
+    return report
+
+
+def _side_stores(root, report: ForgetReport, log: Callable[[str], None]) -> None:
+    """``semantic_dup``'s store (document vectors: reset under its own state, so a run that
+    read the old state fails its switch) and the saved row ranges of unwritten fragments (a
+    cache of vectors): the next runs make them again from the columns."""
+    store, partial = paths.semantic_dup_dir(root), paths.partials_dir(root)
+    gone = [(store, "semantic_dup", reset_side_folder(storage.uri_of(store), log=log)),
+            (partial, "embeddings` / `chunk_embeddings", storage.remove_tree(partial))]
+    for path, writer, n in gone:
+        if n and str(path) not in {f["path"] for f in report.files_removed}:
+            report.files_removed.append({"path": str(path), "rebuild": f"the next run of "
+                                         f"`{writer}` makes it again from the columns"})
+            log(f"forget: removed {path} (it held their vectors)")
+
+
+def _release(table: Table, report: ForgetReport, log: Callable[[str], None]) -> None:
+    tags = table.snapshots.list()
+    for h in report.holders:
+        if h.tag in tags and h.tag not in report.released:
+            if not report.forced and table.snapshots.in_use(h.tag):  # a run started meanwhile
+                raise ForgetError(f"forget: snapshot {h.tag} keeps forgotten rows and a running "
+                                  "training run reads it; wait for it (or cancel it), or pass "
+                                  "force; then run forget again (it finishes this one)")
+            try:
+                report.released[h.tag] = table.snapshots.release(h.tag)
+            except ValueError:
+                continue  # released meanwhile
+            log(f"forget: released {h.tag} (version {h.version}, {h.rows} document(s))")
+
+
+def _verify(table: Table, report: ForgetReport, scanner: Scanner, ids: np.ndarray,
+            force: bool, log: Callable[[str], None]) -> bool:
+    """Whether a version on disk still reads one of ``ids`` or references a data file that
+    keeps one (a snapshot tagged meanwhile becomes a holder, released next round)."""
+    holding = scanner.holding(ids)
+    report.versions_checked = len(table.newest().versions())
+    report.still_readable = sum(holding.readable.values())
+    report.still_in_files = sum(len(f) for f in holding.behind_deletions.values())
+    known = {h.tag for h in report.holders}
+    for tag, snap in table.snapshots.list().items():
+        if snap.version in holding.versions and tag not in known:
+            h = _holder(table, tag, snap.version, holding.readable.get(snap.version, 0))
+            h.in_files = len(holding.behind_deletions.get(snap.version, []))
+            if h.in_use and not force:
+                raise ForgetError(f"forget: snapshot {tag} (tagged while this forget ran) keeps "
+                                  "forgotten rows and a running training run reads it; wait for "
+                                  "it, or pass force; then run forget again (it finishes this one)")
+            report.holders.append(h)
+            log(f"forget: {tag} keeps forgotten rows in its data files; releasing it")
+    return bool(holding)
+
+
+def _rebuilds(removed: list[dict], holders: list[Holder]) -> list[dict]:
+    """The forensics report pins the newest model's snapshot: when this forget releases a run's
+    snapshot, only a new model makes the report again (``forensics`` alone would find its
+    version gone)."""
+    if not any(h.kind == "run" for h in holders):
+        return removed
+    model = MATERIALIZE.format("'pretrained_model*'")
+    return [{**f, "rebuild": model} if f["rebuild"].endswith("--select forensics") else f
+            for f in removed]
 
 
 def _log(table: Table, report: ForgetReport) -> None:
@@ -368,142 +509,3 @@ def _log(table: Table, report: ForgetReport) -> None:
     storage.append_text(storage.location(table.root) / LOG_NAME, json.dumps(
         {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **report.to_dict()},
         sort_keys=True, default=str) + "\n")
-
-
-# ---------------------------------------------------------------------------- beyond the table
-
-SHINGLE_WORDS = 8
-# Files under the data root that may quote documents, and the asset that writes them again.
-QUOTING = ("reports", "samples")
-WRITER = {"stories": "document_stories", "forensics": "forensics", "samples": "samples",
-          "corpus_profile": "curation_profile"}
-TEXT_SUFFIXES = (".md", ".json", ".jsonl", ".txt", ".csv", ".html")
-MATERIALIZE = "dagster asset materialize -m lance_assets.definitions --select {}"
-
-
-def _texts(ds: lance.LanceDataset, filters: list[str]) -> list[str]:
-    if "text" not in ds.schema.names:
-        return []
-    return [t for f in filters for t in ds.to_table(columns=["text"], filter=f)
-            .column("text").to_pylist() if t]
-
-
-def _windows(words: list[str], k: int) -> Iterator[int]:
-    return (hash(" ".join(words[i:i + k])) for i in range(len(words) - k + 1))
-
-
-def shingles(texts: list[str]) -> dict[int, set[int]]:
-    """``{k: hashes}`` of every run of SHINGLE_WORDS words of ``texts`` (k = SHINGLE_WORDS), or
-    of the whole text when it is shorter (k = its words): what a file quoting one of them holds,
-    whatever it cut or wrapped around the quote. Hashes live in this process only."""
-    out: dict[int, set[int]] = {}
-    for text in texts:
-        words = text.split()
-        k = min(SHINGLE_WORDS, len(words))
-        if k:
-            out.setdefault(k, set()).update(_windows(words, k))
-    return out
-
-
-def _strings(value) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-
-
-def _plain_text(path, raw: str) -> str:
-    """A file's text as a reader sees it: a JSON file's strings unescaped."""
-    if path.name.endswith((".json", ".jsonl")):
-        try:
-            docs = [json.loads(raw)] if path.name.endswith(".json") else \
-                [json.loads(line) for line in raw.splitlines() if line.strip()]
-            return "\n".join(s for d in docs for s in _strings(d))
-        except ValueError:
-            pass
-    return raw
-
-
-def quotes(text: str, fingerprints: dict[int, set[int]]) -> bool:
-    words = text.split()
-    return any(h in hashes for k, hashes in fingerprints.items() for h in _windows(words, k))
-
-
-def _writer(root, path) -> str:
-    rel = path.relative_to(root).parts
-    key = rel[1] if len(rel) > 2 else (rel[0] if rel[0] == "samples" else path.stem)
-    return WRITER.get(key, key)
-
-
-def scrub_files(root, fingerprints: dict[int, set[int]], ids: set[str],
-                log: Callable[[str], None]) -> list[dict]:
-    """Remove every file under the data root's reports and samples that quotes a forgotten
-    document (eight words of it in a row, or all of a shorter one), and every story named by a
-    forgotten id; returns what was removed and the asset that writes it again."""
-    removed = []
-    for folder in QUOTING:
-        base = root / folder
-        if not base.is_dir():
-            continue
-        for path in sorted(base.rglob("*")):
-            if not path.is_file() or not path.name.endswith(TEXT_SUFFIXES):
-                continue
-            named = path.parent.name == "stories" and path.stem in ids
-            try:
-                hit = named or quotes(_plain_text(path, path.read_text(errors="replace")),
-                                      fingerprints)
-            except FileNotFoundError:
-                continue
-            if hit:
-                path.unlink()
-                removed.append({"path": str(path),
-                                "rebuild": MATERIALIZE.format(_writer(root, path))})
-                log(f"forget: removed {path} (it quoted a forgotten document)")
-    return removed
-
-
-def artifacts(root) -> list[dict]:
-    """Artifacts made from the documents that cannot be edited: a corpus tokenizer (a BPE
-    learns its merges from every document it reads)."""
-    out = []
-    pointer = paths.tokenizers_dir(root) / "LATEST"
-    if pointer.is_file():
-        out.append({"path": str(paths.tokenizers_dir(root) / f"{pointer.read_text().strip()}.json"),
-                    "rebuild": MATERIALIZE.format("tokenizer")})
-    return out
-
-
-def rebuild_indexes(table: Table, log: Callable[[str], None]) -> list[dict]:
-    """Build every index in force again over the table as it is now, with the same kind and
-    parameters: an index keeps what it was built from (BM25's token dictionary and postings,
-    a vector index's centroids and codes) even after its rows are deleted and remapped."""
-    ds = table.newest()
-    out = []
-    for desc in ds.describe_indices():
-        name, column = desc.name, desc.field_names[0]
-        stats = ds.stats.index_stats(name)
-        kind = str(stats.get("index_type", ""))
-        detail = (stats.get("indices") or [{}])[0]
-        if kind.upper().startswith("IVF"):
-            kwargs = {"metric": detail.get("metric_type", "l2"),
-                      "num_partitions": int(detail.get("num_partitions") or 1)}
-            sub = detail.get("sub_index") or {}
-            if "num_sub_vectors" in sub and "PQ" in kind.upper():
-                kwargs["num_sub_vectors"] = int(sub["num_sub_vectors"])
-
-            def build(d, column=column, kind=kind, name=name, kwargs=kwargs):
-                return d.create_index(column, kind.upper(), name=name, replace=True, **kwargs)
-        else:
-            scalar = "INVERTED" if kind.lower() == "inverted" else kind.upper()
-
-            def build(d, column=column, scalar=scalar, name=name):
-                return d.create_scalar_index(column, scalar, name=name, replace=True)
-        table.commit(f"forget: rebuild index {name}", build, log=log)
-        rows = next(d.num_rows_indexed for d in table.newest().describe_indices() if d.name == name)
-        out.append({"name": name, "type": kind, "column": column, "rows": rows})
-        log(f"forget: index {name} rebuilt over {rows:,} rows")
-    return out

@@ -317,3 +317,35 @@ def maintain(
     report.tags_kept = {t: info["version"] for t, info in ds.tags.list().items()}
     report.duration_s = time.perf_counter() - start
     return report
+
+
+def rebuild_indexes(table: Table, log: Callable[[str], None]) -> list[dict]:
+    """Build every index in force again over the table as it is now, with the same kind and
+    parameters: an index keeps what it was built from (BM25's token dictionary and postings,
+    a vector index's centroids and codes) even after its rows are deleted and remapped."""
+    ds = table.newest()
+    out = []
+    for desc in ds.describe_indices():
+        name, column = desc.name, desc.field_names[0]
+        stats = ds.stats.index_stats(name)
+        kind = str(stats.get("index_type", ""))
+        detail = (stats.get("indices") or [{}])[0]
+        if kind.upper().startswith("IVF"):
+            kwargs = {"metric": detail.get("metric_type", "l2"),
+                      "num_partitions": int(detail.get("num_partitions") or 1)}
+            sub = detail.get("sub_index") or {}
+            if "num_sub_vectors" in sub and "PQ" in kind.upper():
+                kwargs["num_sub_vectors"] = int(sub["num_sub_vectors"])
+
+            def build(d, column=column, kind=kind, name=name, kwargs=kwargs):
+                return d.create_index(column, kind.upper(), name=name, replace=True, **kwargs)
+        else:
+            scalar = "INVERTED" if kind.lower() == "inverted" else kind.upper()
+
+            def build(d, column=column, scalar=scalar, name=name):
+                return d.create_scalar_index(column, scalar, name=name, replace=True)
+        table.commit(f"forget: rebuild index {name}", build, log=log)
+        rows = next(d.num_rows_indexed for d in table.newest().describe_indices() if d.name == name)
+        out.append({"name": name, "type": kind, "column": column, "rows": rows})
+        log(f"forget: index {name} rebuilt over {rows:,} rows")
+    return out

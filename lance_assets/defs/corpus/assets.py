@@ -8,10 +8,11 @@ from datetime import timedelta
 from typing import Optional
 
 import dagster as dg
+import pydantic
 
 from lance_assets.defs.common import CORPUS_GROUP as GROUP
 from lance_assets.defs.common import DEDUP_FLAG, POOL, TABLE_TAGS
-from lance_assets.defs.conditions import ON_NEW_DATA
+from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE, ON_NEW_DATA
 from lance_assets.defs.metadata import (
     column_data_version,
     column_schema,
@@ -36,14 +37,24 @@ class RawTextConfig(dg.Config):
     text_column: str = "text"
     """Name of the text column in parquet / jsonl / Hugging Face sources."""
     rows_per_fragment: int = ingest.DEFAULT_ROWS_PER_FRAGMENT
-    """Rows per Lance fragment: the unit of incremental column writes."""
+    """Rows per Lance fragment: the unit of incremental column writes (1 to 2,147,483,647)."""
     rows_per_commit: int = ingest.DEFAULT_ROWS_PER_COMMIT
-    """Rows per append commit (ends on a row-group boundary): a kill loses at most one commit."""
+    """Rows per append commit (ends on a row-group boundary): a kill loses at most one commit
+    (1 to 2,147,483,647)."""
     max_doc_chars: int = ingest.DEFAULT_MAX_DOC_CHARS
-    """Longer documents are skipped and counted."""
+    """Longer documents are skipped and counted (1 to 2,147,483,647)."""
     max_new_rows: Optional[int] = None
     """Stop after about this many new rows (at a commit boundary); the next run continues.
     Meant for endless streams such as hf: sources."""
+
+    @pydantic.model_validator(mode="after")
+    def _in_range(self):
+        """The library's own ranges (``ingest.raw_text.RANGES``), checked before the run."""
+        ingest.check_settings(text_column=self.text_column,
+                              rows_per_fragment=self.rows_per_fragment,
+                              rows_per_commit=self.rows_per_commit,
+                              max_doc_chars=self.max_doc_chars, max_new_rows=self.max_new_rows)
+        return self
 
 
 # The ingest schedule checks the source once a day by default (LANCE_ASSETS_INGEST_CRON): a
@@ -53,9 +64,17 @@ class RawTextConfig(dg.Config):
 INGEST_FRESHNESS = dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=25))
 
 
+FILES_INGESTED = "files_ingested"
+
+
 @dg.asset(
     group_name=GROUP, kinds={"lance", "python"}, code_version="2", pool=POOL, tags=TABLE_TAGS,
     metadata={"dagster/column_schema": RAW_TEXT_COLUMNS}, freshness_policy=INGEST_FRESHNESS,
+    check_specs=[dg.AssetCheckSpec(
+        FILES_INGESTED, asset="raw_text", blocking=False, automation_condition=CHECK_ON_ASSET_UPDATE,
+        description="Every source file of the run was read: fails (without holding back what "
+                    "follows) when a file could not be read or changed since it was ingested, "
+                    "naming each with the reason and the fix.")],
 )
 def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_store: LanceStore):
     """Documents appended to the `corpus` Lance table: `id`, `text`, `n_chars`, `source` /
@@ -74,9 +93,23 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
         context.log.warning(warning)
     for path, why in report.files_failed.items():
         context.log.warning(f"not ingested: {path}: {why}")
+    if not lance_store.table.exists():  # nothing was ever ingested: no table to report on
+        why = [f"{k}: {v}" for k, v in sorted(report.files_failed.items())] + report.warnings
+        raise dg.Failure(f"raw_text: no document of {source!r} was ingested, so there is no "
+                         "table yet: " + ("; ".join(why) or "the source holds no document"))
     # the rows: the data files holding `text` change only when rows are appended (or compacted)
     version = column_data_version(context, lance_store.table, ["id", "text"])
-    return dg.MaterializeResult(data_version=version, metadata={
+    malformed = {k: v for k, v in report.rows_skipped.items() if k.startswith("malformed JSON")}
+    check = dg.AssetCheckResult(
+        check_name=FILES_INGESTED, passed=not report.files_failed,
+        description=(f"{len(report.files_failed)} file(s) not ingested: " + "; ".join(
+            f"{k}: {v}" for k, v in sorted(report.files_failed.items()))) if report.files_failed
+        else "every file was read" + (f" ({sum(malformed.values())} malformed JSON line(s) "
+                                      "skipped, named in rows_skipped_by_reason)"
+                                      if malformed else ""),
+        metadata={"files_failed": dg.MetadataValue.json(report.files_failed),
+                  "malformed_lines": sum(malformed.values())})
+    return dg.MaterializeResult(data_version=version, check_results=[check], metadata={
         **table_metadata(lance_store.table, report.duration_s, rows_processed=report.rows_added,
                          columns=RAW_TEXT_COLUMNS),
         "summary": dg.MetadataValue.md(report.markdown()),

@@ -6,6 +6,7 @@ The column and index assets write the corpus table and take the ``lance_corpus``
 ``forensics`` only reads (the rows of the table version the newest model trained on).
 """
 
+import dataclasses
 
 import dagster as dg
 
@@ -151,6 +152,17 @@ def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
 MAX_STORIES = 50
 
 
+def _unquoted(story) -> str:
+    """A story as the instance keeps it: verdicts, clusters and runs by id, never what
+    identifies or quotes the document (url, source, signal values, matched spans). The instance
+    cannot be edited by ``forget``; the story's files hold the rest, and ``forget`` removes
+    them."""
+    return dataclasses.replace(
+        story, document={}, signals={},
+        samples=[{k: v for k, v in s.items() if k != "span"} for s in story.samples]
+    ).markdown(quote=False)
+
+
 class StoriesConfig(dg.Config):
     ids: list[int] = []
     """Documents to explain, by `id`. Empty: the top source of each forensics sample and the
@@ -186,7 +198,7 @@ def document_stories(context: dg.AssetExecutionContext, config: StoriesConfig,
             raise dg.Failure(str(err)) from None
         md_path, _ = ex.save(lance_store.table, story)
         context.log.info(story.headline())
-        metadata[f"document_{doc_id}"] = dg.MetadataValue.md(story.markdown(quote=False))
+        metadata[f"document_{doc_id}"] = dg.MetadataValue.md(_unquoted(story))
         rows.append({"id": doc_id, "in version": story.present,
                      "removed by": ", ".join(story.removed_by) or "",
                      "trained on by": ", ".join(s.name for s in story.trained_by),

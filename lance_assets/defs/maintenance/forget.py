@@ -5,7 +5,7 @@ metadata and a line of ``<data>/forget.log.jsonl``."""
 import dagster as dg
 
 from lance_assets.defs.resources import LanceStore
-from lance_assets.table.forget import ForgetError, forget
+from lance_assets.table.forget import MAX_SHARE, ForgetError, forget
 
 
 class ForgetConfig(dg.Config):
@@ -17,6 +17,13 @@ class ForgetConfig(dg.Config):
     force: bool = False
     """Release the snapshots that hold them even while a training run still reads one (that
     run then fails). Without it, the job refuses and names the run."""
+    dry_run: bool = False
+    """Report how many documents would go, a few of their urls and the snapshots it would
+    release; change nothing."""
+    max_share: float = MAX_SHARE
+    """Refuse when the documents are more than this share of the table's rows."""
+    allow_all: bool = False
+    """Allow a predicate that matches every row of the table."""
 
 
 @dg.op(tags={"lance_assets/table": "corpus"}, out=dg.Out(dg.Nothing))
@@ -26,12 +33,15 @@ def forget_documents(context: dg.OpExecutionContext, config: ForgetConfig,
     and ablations behind each), compact and clean up so that no version on disk reads them,
     then check that none does."""
     try:
-        report = forget(lance_store.table, config.where, force=config.force, log=context.log.info)
+        report = forget(lance_store.table, config.where, force=config.force,
+                        dry_run=config.dry_run, max_share=config.max_share,
+                        allow_all=config.allow_all, log=context.log.info)
     except ForgetError as e:
         raise dg.Failure(str(e)) from None
-    if report.still_readable:
+    if report.still_readable or report.still_in_files:
         raise dg.Failure(f"{report.still_readable} forgotten document(s) are still readable "
-                         "from a version on disk; see the log")
+                         f"and {report.still_in_files} fragment(s) keep some in their data "
+                         "files; see the log, then run forget again")
     yield dg.Output(None, metadata={
         "summary": dg.MetadataValue.md(report.markdown()),
         "documents": report.ids,
@@ -41,6 +51,9 @@ def forget_documents(context: dg.OpExecutionContext, config: ForgetConfig,
         "holders": dg.MetadataValue.json([vars(h) for h in report.holders]),
         "versions_removed": report.versions_removed,
         "still_readable": report.still_readable,
+        "still_in_files": report.still_in_files,
+        "dry_run": report.dry_run,
+        "resumed": dg.MetadataValue.json(report.resumed),
         "lance/table_version": report.version_after,
     })
 

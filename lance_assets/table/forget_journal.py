@@ -1,0 +1,79 @@
+"""``forget``'s journal: what a forget will erase, recorded before it erases anything, and each
+phase it finished, so that a forget killed anywhere is finished by the next one.
+
+The journal is a side Lance dataset next to the table (``<db>/corpus.forget.lance``), written
+only by appends (which never conflict: two forgets at once each record their own). A row is an
+event of one operation (``op``): ``plan`` carries the ids (ids only: never text, never the
+predicate, which is kept as its sha256) and the snapshots that held them; a phase's row says it
+finished; ``done`` closes the operation. An operation with a plan and no ``done`` is pending.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from lance_assets import storage
+from lance_assets.table import Table
+from lance_assets.table.side import append_side, read_side
+
+PLAN, DONE = "plan", "done"
+SCHEMA = pa.schema([pa.field("op", pa.string()), pa.field("event", pa.string()),
+                    pa.field("ids", pa.list_(pa.int64())), pa.field("detail", pa.string()),
+                    pa.field("at", pa.float64())])
+
+
+@dataclass
+class Planned:
+    """One forget operation as the journal has it."""
+
+    op: str
+    ids: np.ndarray
+    detail: dict
+    finished: dict[str, dict] = field(default_factory=dict)  # phase -> its detail
+
+    def has(self, phase: str) -> bool:
+        return phase in self.finished
+
+
+class Journal:
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.uri = storage.uri_of(storage.location(table.db_dir) / f"{table.name}.forget.lance")
+
+    def _append(self, op: str, event: str, ids=(), detail: dict | None = None) -> None:
+        append_side(self.uri, pa.table({
+            "op": [op], "event": [event], "ids": [list(map(int, ids))],
+            "detail": [json.dumps(detail or {}, sort_keys=True, default=str)],
+            "at": [time.time()]}, SCHEMA))
+
+    def plan(self, ids: np.ndarray, detail: dict) -> Planned:
+        op = secrets.token_hex(8)
+        self._append(op, PLAN, ids, detail)
+        return Planned(op, np.asarray(ids, np.int64), detail)
+
+    def finish(self, planned: Planned, phase: str, detail: dict | None = None) -> None:
+        self._append(planned.op, phase, (), detail)
+        planned.finished[phase] = detail or {}
+
+    def pending(self) -> list[Planned]:
+        """Operations planned and not done, oldest first."""
+        table, _ = read_side(self.uri)
+        if table is None:
+            return []
+        ops: dict[str, Planned] = {}
+        closed = set()
+        for row in sorted(table.to_pylist(), key=lambda r: r["at"]):
+            if row["event"] == PLAN:
+                ops[row["op"]] = Planned(row["op"], np.asarray(row["ids"], np.int64),
+                                         json.loads(row["detail"]))
+            elif row["event"] == DONE:
+                closed.add(row["op"])
+            elif row["op"] in ops:
+                ops[row["op"]].finished[row["event"]] = json.loads(row["detail"])
+        return [p for op, p in ops.items() if op not in closed]
