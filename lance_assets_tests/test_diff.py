@@ -263,15 +263,15 @@ def test_a_snapshot_cleanup_removed_names_the_retention_that_released_it(history
 
 
 def test_a_snapshot_forget_released_names_forget(tmp_path):
-    """``forget`` releases the snapshots holding what it forgets without a reason of its own:
-    the diff finds the release in forget's log."""
+    """``forget`` releases the snapshots holding what it forgets, and says so in the release
+    note the diff reads back."""
     from benchmarks.diff_bench import write_table
 
     table = write_table(tmp_path / "data", rows=1_000, rows_per_fragment=500)
     table.snapshots.hold("train-old", table.newest().version, owner="pretrained_model",
                          kind=snaps.RUN)
     forget(table, "id IN (3, 4)", log=quiet)
-    with pytest.raises(DiffError, match="tag train-old .* was released by `forget` at .*: it held "
+    with pytest.raises(DiffError, match="tag train-old .* was released at .*: forget: it held "
                        "documents being forgotten"):
         diff(table, "train-old", table.newest().version)
 

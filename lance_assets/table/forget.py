@@ -465,7 +465,8 @@ def _release(table: Table, report: ForgetReport, log: Callable[[str], None]) -> 
                                   "training run reads it; wait for it (or cancel it), or pass "
                                   "force; then run forget again (it finishes this one)")
             try:
-                report.released[h.tag] = table.snapshots.release(h.tag)
+                report.released[h.tag] = table.snapshots.release(
+                    h.tag, "forget: it held documents being forgotten")
             except ValueError:
                 continue  # released meanwhile
             log(f"forget: released {h.tag} (version {h.version}, {h.rows} document(s))")

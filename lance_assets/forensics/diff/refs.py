@@ -108,8 +108,8 @@ def _forgotten(table: Table, tag: str | None, version: int | None) -> str | None
 
 def release_story(table: Table, tag: str | None, version: int | None) -> str:
     """What became of a snapshot: the release note of ``tag`` (or of any tag that named
-    ``version``) with the reason it gives; ``forget``'s log where the note gives none (``forget``
-    releases without one); else the retention rules in general."""
+    ``version``) with the reason it gives; ``forget``'s log where the note gives none (a release
+    by hand); else the retention rules in general."""
     snaps = table.snapshots
     notes = [n for n in ([snaps.released(tag)] if tag else []) if n]
     if not notes and version is not None:
