@@ -1,0 +1,64 @@
+"""Write the data FineWeb's filters decide with to ``lance_assets/curation/fineweb_rules.json``:
+spaCy's English tokenizer rules (prefix, suffix, infix and URL patterns, special cases, the
+sentencizer's sentence ends: ``spacy.blank("en")``, which datatrove's filters split words with)
+and datatrove's punctuation and terminal punctuation sets. ``curation/web_words.py`` and
+``curation/fineweb_signals.py`` read it; nothing at run time imports spaCy or datatrove (both
+Apache-2.0 / MIT licensed).
+
+    scripts/peers_venv.sh datatrove && .venv-datatrove/bin/python scripts/fineweb_rules.py
+"""
+
+import json
+from pathlib import Path
+
+import datatrove
+import spacy
+from datatrove.utils.text import PUNCTUATION_SET, TERMINAL_PUNCTUATION
+from spacy.attrs import ORTH
+
+OUT = Path(__file__).resolve().parents[1] / "lance_assets" / "curation" / "fineweb_rules.json"
+
+
+def main() -> None:
+    nlp = spacy.blank("en")
+    tok = nlp.tokenizer
+    strings = nlp.vocab.strings
+    specials = {}
+    for orth, tokens in sorted(tok.rules.items()):
+        if orth.isspace():
+            continue
+        specials[orth] = [t[ORTH] if isinstance(t[ORTH], str) else strings[t[ORTH]] for t in tokens]
+    # spaCy re-merges a special case its affix rules cut into pieces (its special matcher): the
+    # pieces each such case is cut into, from a tokenizer without special cases
+    bare = spacy.blank("en")
+    bare.tokenizer.rules = {}
+    pieces = {}
+    for orth in specials:
+        if tok.prefix_search(orth) or tok.suffix_search(orth) or list(tok.infix_finditer(orth)):
+            cut = [t.text for t in bare.tokenizer(orth)]
+            if len(cut) > 1:
+                pieces[orth] = cut
+    rules = {
+        "spacy_version": spacy.__version__,
+        "datatrove_version": datatrove.__version__ if hasattr(datatrove, "__version__") else
+        __import__("importlib.metadata").metadata.version("datatrove"),
+        "license": "spaCy (MIT): spacy.blank('en') tokenizer and sentencizer; datatrove "
+                   "(Apache-2.0): datatrove.utils.text PUNCTUATION_SET, TERMINAL_PUNCTUATION",
+        "prefix": tok.prefix_search.__self__.pattern,
+        "suffix": tok.suffix_search.__self__.pattern,
+        "infix": tok.infix_finditer.__self__.pattern,
+        "url": tok.url_match.__self__.pattern,
+        "special_cases": specials,
+        "special_pieces": pieces,
+        "sentence_end": sorted(nlp.add_pipe("sentencizer").punct_chars),
+        "punctuation": sorted(PUNCTUATION_SET),
+        "terminal_punctuation": sorted(TERMINAL_PUNCTUATION),
+    }
+    OUT.write_text(json.dumps(rules, ensure_ascii=False, indent=0, sort_keys=True) + "\n",
+                   encoding="utf-8")
+    print(f"{OUT}: {len(specials)} special cases, spaCy {rules['spacy_version']}, "
+          f"datatrove {rules['datatrove_version']}")
+
+
+if __name__ == "__main__":
+    main()
