@@ -143,59 +143,78 @@ def _duplicates(parents: np.ndarray, values: pa.Array, lengths: np.ndarray, n: i
     return _count(gp, n, extra), _count(gp, n, extra * _np(groups["len_max"]))
 
 
-def _ngram_runs(parents, ids, k, doc_bits):
-    """Every window of ``k`` words inside one document, sorted by (document, n-gram), stable:
-    (start positions, sorted order, new-run flags, documents in sorted order)."""
-    m = len(ids) - k + 1
-    start = np.flatnonzero(parents[:m] == parents[k - 1:])
-    key = np.zeros(len(start), dtype=np.uint64)
-    for j in range(k):
-        key = (key ^ ids[start + j]) * np.uint64(0x100000001B3)
-    doc = parents[start]
-    sort_key = (doc.astype(np.uint64) << np.uint64(64 - doc_bits)) | (key >> np.uint64(doc_bits))
-    order = np.argsort(sort_key, kind="stable")
-    sk = sort_key[order]
-    new_run = np.ones(len(order), dtype=bool)
-    new_run[1:] = sk[1:] != sk[:-1]
-    return start, order, new_run, doc[order], sort_key
-
-
 def _ngram_signals(parents, ids, wlen, n_docs, n_chars) -> dict[str, np.ndarray]:
-    """Gopher repetition's n-gram signals: top (most frequent, earliest on ties) and the
-    greedy repeated-n-gram scan of datatrove's ``find_all_duplicate``."""
-    out: dict[str, np.ndarray] = {}
+    """Gopher repetition's n-gram signals: the top n-gram (the most frequent, the earliest of
+    equals, as ``Counter.most_common``) and datatrove's greedy scan for repeated n-grams.
+
+    Each window of k words inside one document gets a 64-bit key, built from the (k-1)-word
+    key of the same start (one pass per k). Windows are grouped by one plain sort of a word
+    that holds the key's high bits over the window's index, then split where the document or
+    the full key changes: the order of a stable argsort, at the speed of a sort."""
+    out = {name: np.zeros(n_docs) for name in
+           [*(f"gr_top_{k}gram_char_share" for k in TOP_NGRAMS),
+            *(f"gr_dup_{k}gram_char_share" for k in DUP_NGRAMS)]}
+    n = len(ids)
     cum = np.concatenate([[0], np.cumsum(wlen, dtype=np.int64)])
-    ids = ids.astype(np.uint64) + np.uint64(1)
-    doc_bits = max(1, int(n_docs).bit_length())
-    for k in (*TOP_NGRAMS, *DUP_NGRAMS):
-        name = f"gr_top_{k}gram_char_share" if k in TOP_NGRAMS else f"gr_dup_{k}gram_char_share"
-        if len(ids) - k + 1 <= 0:
-            out[name] = np.zeros(n_docs)
-            continue
-        start, order, new_run, doc_s, sort_key = _ngram_runs(parents, ids, k, doc_bits)
+    acc = (ids.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    word = acc.copy()
+    for k in range(2, max(DUP_NGRAMS) + 1):
+        m = n - k + 1
+        if m <= 0:
+            break
+        acc = (acc[:m] * np.uint64(0x100000001B3)) ^ word[k - 1:]
+        acc ^= acc >> np.uint64(29)
+        start = np.flatnonzero(parents[:m] == parents[k - 1:])
         if len(start) == 0:
-            out[name] = np.zeros(n_docs)
             continue
-        run_id = np.cumsum(new_run) - 1
-        run_count = np.bincount(run_id)
+        key = acc[start]
+        order = _grouping_order(key)
+        key_s, start_s = key[order], start[order]
+        doc_s = parents[start_s]
+        new = np.r_[True, (key_s[1:] != key_s[:-1]) | (doc_s[1:] != doc_s[:-1])]
+        run = np.cumsum(new) - 1
+        count = np.bincount(run)
         if k in TOP_NGRAMS:
-            first = start[order][new_run]  # the earliest window of each n-gram
-            run_doc = doc_s[new_run]
-            # per document: the highest count, then the earliest first window
-            pick = np.lexsort((first, -run_count, run_doc))
-            heads = pick[np.r_[True, run_doc[pick][1:] != run_doc[pick][:-1]]]
+            first, rdoc = start_s[new], doc_s[new]  # each n-gram's first window, document
+            most = np.zeros(n_docs, dtype=np.int64)
+            np.maximum.at(most, rdoc, count)
+            top = count == most[rdoc]
+            pos = np.full(n_docs, np.iinfo(np.int64).max)
+            np.minimum.at(pos, rdoc[top], first[top])
+            has = pos < np.iinfo(np.int64).max
+            p = pos[has]
             best = np.zeros(n_docs, dtype=np.int64)
-            p = first[heads]
-            best[run_doc[heads]] = (cum[p + k] - cum[p] + (k - 1)) * run_count[heads]
-            out[name] = _ratio(best, n_chars)
+            best[has] = (cum[p + k] - cum[p] + (k - 1)) * most[has]
+            out[f"gr_top_{k}gram_char_share"] = _ratio(best, n_chars)
         else:
-            # only windows whose n-gram occurs twice or more can be (or make) a repeat
-            repeated = run_count[run_id] > 1
-            events = np.sort(start[order][repeated])
-            keys = sort_key[np.searchsorted(start, events)]
-            at = _greedy_repeats(events, keys, k)
-            out[name] = _ratio(_count(parents[at], n_docs, cum[at + k] - cum[at]), n_chars)
+            # only n-grams that occur twice or more can be (or make) a repeat
+            repeated = count[run] > 1
+            events = np.argsort(start_s[repeated], kind="stable")
+            at = _greedy_repeats(start_s[repeated][events], run[repeated][events], k)
+            out[f"gr_dup_{k}gram_char_share"] = _ratio(
+                _count(parents[at], n_docs, cum[at + k] - cum[at]), n_chars)
     return out
+
+
+def _grouping_order(key: np.ndarray) -> np.ndarray:
+    """Indices that sort ``key``, equal keys in index order (a stable argsort): one ``np.sort``
+    of the key's high bits and the index packed in a word. Keys equal in those bits but not
+    in full (a few per million) are put in order block by block."""
+    bits = max(1, int(len(key)).bit_length())
+    low = np.uint64((1 << bits) - 1)
+    packed = (key & ~low) | np.arange(len(key), dtype=np.uint64)
+    order = (np.sort(packed) & low).astype(np.int64)
+    key_s = key[order]
+    high = key_s >> np.uint64(bits)
+    clash = np.flatnonzero((key_s[1:] != key_s[:-1]) & (high[1:] == high[:-1])) + 1
+    if len(clash):
+        blocks = np.flatnonzero(np.r_[True, high[1:] != high[:-1]])
+        for i in np.unique(np.searchsorted(blocks, clash, side="right") - 1).tolist():
+            lo = blocks[i]
+            hi = blocks[i + 1] if i + 1 < len(blocks) else len(order)
+            part = order[lo:hi]
+            order[lo:hi] = part[np.lexsort((part, key[part]))]
+    return order
 
 
 def _greedy_repeats(events: np.ndarray, keys: np.ndarray, k: int) -> np.ndarray:
@@ -243,20 +262,24 @@ def compute_signals(texts: pa.Array) -> pa.RecordBatch:
     n_lines = _count(lparent, n)
 
     # words of every line (a document's words are its lines' words, in order)
+    # per distinct word, then spread to every word: the regexes run once per distinct word
     words = web_words.words_of(lines)
+    encoded = pc.dictionary_encode(words.words)
+    ids = _np(encoded.indices).astype(np.int64)
+    distinct = encoded.dictionary
+    wlen = _np(pc.utf8_length(distinct)).astype(np.int64)[ids]
+    real = _np(pc.match_substring_regex(distinct, not_punct))[ids]
+    alpha = _np(pc.match_substring_regex(distinct, r"\pL"))[ids]
+    stop = _np(pc.index_in(distinct, value_set=pa.array(STOP_WORDS)).fill_null(-1))[ids]
+    ends, punct = (f[ids] for f in web_words.sentence_flags(distinct))
     line_words = _count(words.parents, len(lines))
     wparent = lparent[words.parents]
-    wlen = _np(pc.utf8_length(words.words)).astype(np.int64)
-    real = _np(pc.match_substring_regex(words.words, not_punct))
-    alpha = _np(pc.match_substring_regex(words.words, r"\pL"))
-    stop = _np(pc.index_in(words.words, value_set=pa.array(STOP_WORDS)).fill_null(-1))
     n_words = _count(wparent, n)
     word_count = _count(wparent[real], n)
     stop_kinds = np.zeros((n, len(STOP_WORDS)), dtype=bool)
     stop_kinds[wparent[stop >= 0], stop[stop >= 0]] = True
     hashes = _np(pc.count_substring(texts, "#"))
     ellipses = _np(pc.count_substring(texts, "...")) + _np(pc.count_substring(texts, "…"))
-    ids = _np(pc.dictionary_encode(words.words).indices).astype(np.int64)
 
     def line_share(pattern: str) -> np.ndarray:
         return _ratio(_count(lparent, n, _np(pc.match_substring_regex(lines, pattern))), n_lines)
@@ -280,13 +303,15 @@ def compute_signals(texts: pa.Array) -> pa.RecordBatch:
     # the words and sentences of a kept line are those of its cleaned text: the same as the
     # raw line's unless a citation was cut out
     changed = c4_kept & _np(pc.not_equal(cleaned, stripped))
-    sentences = web_words.sentence_counts(words, len(lines))
+    sentences = web_words.sentence_counts(words.parents, ends, punct, len(lines))
     kept_words = line_words.copy()
     if changed.any():
         which = np.flatnonzero(changed)
         redo = web_words.words_of(cleaned.take(pa.array(which)))
         kept_words[which] = _count(redo.parents, len(which))
-        sentences[which] = web_words.sentence_counts(redo, len(which))
+        sentences[which] = web_words.sentence_counts(redo.parents,
+                                                     *web_words.sentence_flags(redo.words),
+                                                     len(which))
 
     # FineWeb: the text C4 hands on is its kept lines joined by \n, then stripped
     fw = _fineweb(cleaned.filter(pa.array(c4_kept)), lparent[c4_kept], kept_words[c4_kept],

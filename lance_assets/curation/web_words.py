@@ -47,6 +47,7 @@ class Rules:
     url: re.Pattern
     special: dict[str, tuple[str, ...]]
     pieces: dict[tuple[str, ...], str]  # a special case cut by the affix rules -> the case
+    piece_starts: frozenset[str]
     longest_pieces: int
     sentence_end: frozenset[str]
 
@@ -58,6 +59,7 @@ def rules() -> Rules:
                  infix=re.compile(raw["infix"]), url=re.compile(raw["url"]),
                  special={k: tuple(v) for k, v in raw["special_cases"].items()},
                  pieces={tuple(v): k for k, v in raw["special_pieces"].items()},
+                 piece_starts=frozenset(v[0] for v in raw["special_pieces"].values()),
                  longest_pieces=max(map(len, raw["special_pieces"].values())),
                  sentence_end=frozenset(raw["sentence_end"]))
 
@@ -136,10 +138,13 @@ def split_chunk(substring: str) -> tuple[str, ...]:
             suf = -1 if pre >= 0 else suffix_length(substring)
         if not substring:
             continue
-        if r.url.match(substring):
+        # a URL has a dot (its host); letters and digits alone hold no infix
+        if "." in substring and r.url.match(substring):
             tokens.append(substring)
         elif substring in special:
             tokens.extend(special[substring])
+        elif substring.isalnum():
+            tokens.append(substring)
         else:
             offset = 0
             for m in r.infix.finditer(substring):
@@ -167,7 +172,7 @@ def _merge_specials(tokens: list[str], r: Rules) -> tuple[str, ...]:
     """spaCy's special matcher: runs of words that are a special case cut by the affix rules
     (``):`` cut into ``)`` ``:``) become the case's words again, longest runs first, then the
     earliest (``spacy.util.filter_spans``)."""
-    spans = [(i, j) for i in range(len(tokens))
+    spans = [(i, j) for i, t in enumerate(tokens) if t in r.piece_starts
              for j in range(i + 2, min(len(tokens), i + r.longest_pieces) + 1)
              if tuple(tokens[i:j]) in r.pieces]
     if not spans:
@@ -203,6 +208,18 @@ class Words:
     parents: np.ndarray
 
 
+# A chunk that is letters (underscores inside) with at most one opening and one closing mark
+# that spaCy always splits off: those marks and the letters, unless a special case is met.
+AFFIXED = r"^(?P<pre>[(\[{\"']?)(?P<core>\pL(?:[\pL_]*\pL)?)(?P<post>[,;:!?)\]}\"']?)$"
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``starts[i], starts[i] + 1, ... (counts[i] of them)`` for every i, concatenated."""
+    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts,
+                                                                      counts)
+    return np.repeat(starts, counts) + within
+
+
 def words_of(strings: pa.Array) -> Words:
     """Every word of every string of ``strings`` (a string array without nulls), in order."""
     strings = pc.cast(strings, pa.string())
@@ -212,47 +229,84 @@ def words_of(strings: pa.Array) -> Words:
     n_chunks = len(chunks)
     if n_chunks == 0:
         return Words(pa.array([], pa.string()), np.zeros(0, dtype=np.int64))
+    specials = _special_keys()
     # a chunk of letters only, or of digits only, is one word unless it is a special case
     simple = pc.and_(pc.or_(pc.utf8_is_alpha(chunks), pc.utf8_is_digit(chunks)),
-                     pc.invert(pc.is_in(chunks, value_set=_special_keys())))
+                     pc.invert(pc.is_in(chunks, value_set=specials)))
     simple = simple.to_numpy(zero_copy_only=False)
-    complex_idx = np.flatnonzero(~simple)
+    rest = np.flatnonzero(~simple)
     counts = np.ones(n_chunks, dtype=np.int64)
-    src_start = np.arange(n_chunks, dtype=np.int64)
-    pool = chunks
-    if len(complex_idx):
-        encoded = pc.dictionary_encode(chunks.take(pa.array(complex_idx)))
+    pools = [chunks]
+    size = n_chunks
+    fast = np.zeros(0, dtype=np.int64)
+    if len(rest):
+        parts = pc.extract_regex(chunks.take(pa.array(rest)), AFFIXED)
+        pre, core, post = (parts.field(i) for i in range(3))
+        ok = pc.fill_null(pc.invert(pc.or_(
+            pc.or_(pc.is_in(pc.binary_join_element_wise(pre, core, post, ""), value_set=specials),
+                   pc.is_in(core, value_set=specials)),
+            pc.or_(pc.is_in(pc.binary_join_element_wise(pre, core, ""), value_set=specials),
+                   pc.is_in(pc.binary_join_element_wise(core, post, ""), value_set=specials)))),
+            False).to_numpy(zero_copy_only=False) & parts.is_valid().to_numpy(zero_copy_only=False)
+        fast, rest = rest[ok], rest[~ok]
+        if len(fast):
+            sel = pa.array(np.flatnonzero(ok))
+            pre, core, post = pre.take(sel), core.take(sel), post.take(sel)
+            has_pre = pc.not_equal(pc.utf8_length(pre), 0).to_numpy(zero_copy_only=False)
+            has_post = pc.not_equal(pc.utf8_length(post), 0).to_numpy(zero_copy_only=False)
+            counts[fast] = 1 + has_pre + has_post
+            idx = np.arange(len(fast), dtype=np.int64)
+            pools += [pre, core, post]
+            base = size
+            size += 3 * len(fast)
+            fast_slots = (idx, has_pre, has_post, base)
+    if len(rest):
+        encoded = pc.dictionary_encode(chunks.take(pa.array(rest)))
         if isinstance(encoded, pa.ChunkedArray):
             encoded = encoded.combine_chunks()
         split = [split_chunk(s) for s in encoded.dictionary.to_pylist()]
         ucount = np.fromiter((len(t) for t in split), dtype=np.int64, count=len(split))
-        uoff = np.concatenate([[0], np.cumsum(ucount)[:-1]]) if len(split) else ucount
+        uoff = np.cumsum(ucount) - ucount
         which = encoded.indices.to_numpy(zero_copy_only=False)
-        counts[complex_idx] = ucount[which]
-        src_start[complex_idx] = n_chunks + uoff[which]
-        pool = pa.concat_arrays([chunks, pa.array([w for t in split for w in t], pa.string())])
-    total = int(counts.sum())
+        counts[rest] = ucount[which]
+        pools.append(pa.array([w for t in split for w in t], pa.string()))
+        rest_src = size + uoff[which]
+        size += int(ucount.sum())
     out_start = np.cumsum(counts) - counts
-    within = np.arange(total, dtype=np.int64) - np.repeat(out_start, counts)
-    take = np.repeat(src_start, counts) + within
+    take = np.empty(int(counts.sum()), dtype=np.int64)
+    plain = np.flatnonzero(simple)
+    take[out_start[plain]] = plain
+    if len(fast):
+        idx, has_pre, has_post, base = fast_slots
+        at = out_start[fast]
+        take[at[has_pre]] = base + idx[has_pre]
+        take[at + has_pre] = base + len(fast) + idx
+        take[(at + has_pre + 1)[has_post]] = base + 2 * len(fast) + idx[has_post]
+    if len(rest):
+        take[_ranges(out_start[rest], counts[rest])] = _ranges(rest_src, counts[rest])
+    pool = pa.concat_arrays(pools) if len(pools) > 1 else chunks
     return Words(pool.take(pa.array(take)), np.repeat(chunk_parent, counts))
 
 
-def sentence_counts(words: Words, n: int) -> np.ndarray:
-    """Per string, the sentences spaCy's sentencizer finds in it (1 + the words that are not
-    punctuation and follow a sentence end with only other punctuation between), as datatrove's
+def sentence_flags(words: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per word: does it end a sentence (the sentencizer's characters), is it punctuation only
+    (spaCy's ``is_punct``: every character of a Unicode P category)."""
+    ends = pc.is_in(words, value_set=pa.array(sorted(rules().sentence_end)))
+    punct = pc.match_substring_regex(words, r"^\p{P}+$")
+    return ends.to_numpy(zero_copy_only=False), punct.to_numpy(zero_copy_only=False)
+
+
+def sentence_counts(parents: np.ndarray, ends: np.ndarray, punct: np.ndarray, n: int
+                    ) -> np.ndarray:
+    """Per string, the sentences spaCy's sentencizer finds in its words (``parents``: each
+    word's string; ``sentence_flags``): 1 + the words that are not punctuation and follow a
+    sentence end with only other punctuation between, as datatrove's
     ``split_into_sentences`` counts them; 0 for a string without words."""
-    if len(words.words) == 0:
-        return np.zeros(n, dtype=np.int64)
-    ends = pc.is_in(words.words, value_set=pa.array(sorted(rules().sentence_end))).to_numpy(
-        zero_copy_only=False)
-    punct = pc.match_substring_regex(words.words, r"^\p{P}+$").to_numpy(zero_copy_only=False)
     plain = ~punct & ~ends
-    event = ends | plain  # other punctuation neither ends nor starts a sentence
-    idx = np.flatnonzero(event)
-    par = words.parents[idx]
+    idx = np.flatnonzero(ends | plain)  # other punctuation neither ends nor starts a sentence
+    par = parents[idx]
     prev_end = np.zeros(len(idx), dtype=bool)
     prev_end[1:] = ends[idx[:-1]] & (par[1:] == par[:-1])
     starts = plain[idx] & prev_end
-    has_words = np.bincount(words.parents, minlength=n)[:n] > 0
+    has_words = np.bincount(parents, minlength=n)[:n] > 0
     return has_words.astype(np.int64) + np.bincount(par[starts], minlength=n)[:n]
