@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets.curation import web_words
+from lance_assets.curation.quality_signals import ngram_windows
 from lance_assets.table.producer import ColumnProducer, fixed
 
 # datatrove's constants (pipeline/filters/gopher_quality_filter.py, c4_filters.py)
@@ -146,75 +147,39 @@ def _duplicates(parents: np.ndarray, values: pa.Array, lengths: np.ndarray, n: i
 def _ngram_signals(parents, ids, wlen, n_docs, n_chars) -> dict[str, np.ndarray]:
     """Gopher repetition's n-gram signals: the top n-gram (the most frequent, the earliest of
     equals, as ``Counter.most_common``) and datatrove's greedy scan for repeated n-grams.
-
-    Each window of k words inside one document gets a 64-bit key, built from the (k-1)-word
-    key of the same start (one pass per k). Windows are grouped by one plain sort of a word
-    that holds the key's high bits over the window's index, then split where the document or
-    the full key changes: the order of a stable argsort, at the speed of a sort."""
+    Windows grouped as ``quality_signals`` groups them (only those that may repeat)."""
     out = {name: np.zeros(n_docs) for name in
            [*(f"gr_top_{k}gram_char_share" for k in TOP_NGRAMS),
             *(f"gr_dup_{k}gram_char_share" for k in DUP_NGRAMS)]}
-    n = len(ids)
     cum = np.concatenate([[0], np.cumsum(wlen, dtype=np.int64)])
-    acc = (ids.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
-    word = acc.copy()
-    for k in range(2, max(DUP_NGRAMS) + 1):
-        m = n - k + 1
-        if m <= 0:
-            break
-        acc = (acc[:m] * np.uint64(0x100000001B3)) ^ word[k - 1:]
-        acc ^= acc >> np.uint64(29)
-        start = np.flatnonzero(parents[:m] == parents[k - 1:])
-        if len(start) == 0:
-            continue
-        key = acc[start]
-        order = _grouping_order(key)
-        key_s, start_s = key[order], start[order]
-        doc_s = parents[start_s]
-        new = np.r_[True, (key_s[1:] != key_s[:-1]) | (doc_s[1:] != doc_s[:-1])]
-        run = np.cumsum(new) - 1
-        count = np.bincount(run)
+    for k, valid, w in ngram_windows(parents, ids, range(min(TOP_NGRAMS), max(DUP_NGRAMS) + 1)):
+        twice = w.count[w.group] > 1
         if k in TOP_NGRAMS:
-            first, rdoc = start_s[new], doc_s[new]  # each n-gram's first window, document
-            most = np.zeros(n_docs, dtype=np.int64)
-            np.maximum.at(most, rdoc, count)
-            top = count == most[rdoc]
-            pos = np.full(n_docs, np.iinfo(np.int64).max)
-            np.minimum.at(pos, rdoc[top], first[top])
-            has = pos < np.iinfo(np.int64).max
-            p = pos[has]
+            if len(valid) == 0:
+                continue
+            # a document without a repeated n-gram: its first one, once (Counter's first key)
+            lead = valid[np.r_[True, parents[valid][1:] != parents[valid][:-1]]]
             best = np.zeros(n_docs, dtype=np.int64)
-            best[has] = (cum[p + k] - cum[p] + (k - 1)) * most[has]
+            best[parents[lead]] = cum[lead + k] - cum[lead] + (k - 1)
+            heads = np.flatnonzero(w.first & twice)  # each repeated n-gram's first window
+            if len(heads):
+                first, doc, count = w.start[heads], w.doc[heads], w.count[w.group[heads]]
+                most = np.zeros(n_docs, dtype=np.int64)
+                np.maximum.at(most, doc, count)
+                top = count == most[doc]
+                pos = np.full(n_docs, len(cum))
+                np.minimum.at(pos, doc[top], first[top])  # the earliest of the most frequent
+                has = pos < len(cum)
+                p = pos[has]
+                best[has] = (cum[p + k] - cum[p] + (k - 1)) * most[has]
             out[f"gr_top_{k}gram_char_share"] = _ratio(best, n_chars)
         else:
             # only n-grams that occur twice or more can be (or make) a repeat
-            repeated = count[run] > 1
-            events = np.argsort(start_s[repeated], kind="stable")
-            at = _greedy_repeats(start_s[repeated][events], run[repeated][events], k)
+            events = np.argsort(w.start[twice], kind="stable")
+            at = _greedy_repeats(w.start[twice][events], w.group[twice][events], k)
             out[f"gr_dup_{k}gram_char_share"] = _ratio(
                 _count(parents[at], n_docs, cum[at + k] - cum[at]), n_chars)
     return out
-
-
-def _grouping_order(key: np.ndarray) -> np.ndarray:
-    """Indices that sort ``key``, equal keys in index order (a stable argsort): one ``np.sort``
-    of the key's high bits and the index packed in a word. Keys equal in those bits but not
-    in full (a few per million) are put in order block by block."""
-    bits = max(1, int(len(key)).bit_length())
-    low = np.uint64((1 << bits) - 1)
-    packed = (key & ~low) | np.arange(len(key), dtype=np.uint64)
-    order = (np.sort(packed) & low).astype(np.int64)
-    key_s = key[order]
-    high = key_s >> np.uint64(bits)
-    clash = np.flatnonzero((key_s[1:] != key_s[:-1]) & (high[1:] == high[:-1])) + 1
-    if len(clash):
-        blocks = np.flatnonzero(np.r_[True, high[1:] != high[:-1]])
-        for i in np.unique(np.searchsorted(blocks, clash, side="right") - 1).tolist():
-            lo = blocks[i]
-            hi = blocks[i + 1] if i + 1 < len(blocks) else len(order)
-            part = order[lo:hi]
-            order[lo:hi] = part[np.lexsort((part, key[part]))]
-    return order
 
 
 def _greedy_repeats(events: np.ndarray, keys: np.ndarray, k: int) -> np.ndarray:
