@@ -160,6 +160,11 @@ def compare(name: str, texts: list[str], rounds: int, work: Path, report: dict) 
                 for i in range(n)]
         agree["all four"] = sum(both) / n
         result["agreement"][set_name] = {k: round(v, 4) for k, v in agree.items()}
+        result.setdefault("kept", {})[set_name] = {
+            **{f: sum(got[f]) for f in rules.FAMILIES},
+            "all four": sum(all(got[f][i] for f in rules.FAMILIES) for i in range(n))}
+    result["kept"]["datatrove"] = {**result["datatrove_kept"], "all four": sum(
+        all(peer[f][i] for f in rules.FAMILIES) for i in range(n))}
     fw = sets["fineweb"]
     for i in range(n):
         wrong = [f for f in rules.FAMILIES if fw[f][i] != peer[f][i]]
@@ -177,6 +182,9 @@ def compare(name: str, texts: list[str], rounds: int, work: Path, report: dict) 
     print("  same keep/drop as datatrove | " + " | ".join([*rules.FAMILIES, "all four"]))
     for set_name, agree in result["agreement"].items():
         print(f"  RULE_SETS[{set_name!r}] | " + " | ".join(f"{v:.2%}" for v in agree.values()))
+    print("  documents kept | " + " | ".join([*rules.FAMILIES, "all four"]))
+    for side, kept in result["kept"].items():
+        print(f"  {side} | " + " | ".join(f"{v:,}" for v in kept.values()))
     print(f"  disagreements (fineweb set): {len(result['disagreements'])}")
 
 

@@ -9,12 +9,14 @@ Apache-2.0 / MIT licensed).
 """
 
 import json
+import re
 from pathlib import Path
 
 import datatrove
 import spacy
 from datatrove.utils.text import PUNCTUATION_SET, TERMINAL_PUNCTUATION
 from spacy.attrs import ORTH
+from spacy.lang.char_classes import CURRENCY, UNITS
 
 OUT = Path(__file__).resolve().parents[1] / "lance_assets" / "curation" / "fineweb_rules.json"
 
@@ -38,6 +40,15 @@ def main() -> None:
             cut = [t.text for t in bare.tokenizer(orth)]
             if len(cut) > 1:
                 pieces[orth] = cut
+    # the characters a prefix can start with and a suffix can end with (every code point tried
+    # in the contexts the patterns look at): a chunk outside them skips the searches
+    heads = ["", "a", "A", "AA", "0", "'", "’", "°F", "°c"]
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    prefix_first = [c for c in points
+                    if any(tok.prefix_search(c + t) for t in ("", "a", "0", "S$", "$", "."))]
+    # units and currencies after a number ('5km', '5US$') end a suffix with their last character
+    suffix_last = sorted({c for c in points if any(tok.suffix_search(h + c) for h in heads)}
+                         | {u[-1] for u in re.split(r"[|\s]+", UNITS + "|" + CURRENCY) if u})
     rules = {
         "spacy_version": spacy.__version__,
         "datatrove_version": datatrove.__version__ if hasattr(datatrove, "__version__") else
@@ -50,6 +61,8 @@ def main() -> None:
         "url": tok.url_match.__self__.pattern,
         "special_cases": specials,
         "special_pieces": pieces,
+        "prefix_first": "".join(prefix_first),
+        "suffix_last": "".join(suffix_last),
         "sentence_end": sorted(nlp.add_pipe("sentencizer").punct_chars),
         "punctuation": sorted(PUNCTUATION_SET),
         "terminal_punctuation": sorted(TERMINAL_PUNCTUATION),

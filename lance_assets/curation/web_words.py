@@ -49,6 +49,8 @@ class Rules:
     pieces: dict[tuple[str, ...], str]  # a special case cut by the affix rules -> the case
     piece_starts: frozenset[str]
     longest_pieces: int
+    prefix_first: frozenset[str]  # the characters a prefix can start with
+    suffix_last: frozenset[str]  # ... and a suffix end with
     sentence_end: frozenset[str]
 
 
@@ -61,6 +63,8 @@ def rules() -> Rules:
                  pieces={tuple(v): k for k, v in raw["special_pieces"].items()},
                  piece_starts=frozenset(v[0] for v in raw["special_pieces"].values()),
                  longest_pieces=max(map(len, raw["special_pieces"].values())),
+                 prefix_first=frozenset(raw["prefix_first"]),
+                 suffix_last=frozenset(raw["suffix_last"]),
                  sentence_end=frozenset(raw["sentence_end"]))
 
 
@@ -70,6 +74,8 @@ _suffix_cache: dict[str, int] = {}
 
 def prefix_length(s: str) -> int:
     """The length of the prefix spaCy splits off ``s``, -1 for none."""
+    if not s or s[0] not in rules().prefix_first:
+        return -1
     if s.startswith(".."):
         m = rules().prefix.match(s)
         return m.end() if m else -1
@@ -83,6 +89,8 @@ def prefix_length(s: str) -> int:
 
 def suffix_length(s: str) -> int:
     """The length of the suffix spaCy splits off ``s``, -1 for none."""
+    if not s or s[-1] not in rules().suffix_last:
+        return -1
     if s.endswith(".."):
         m = rules().suffix.search(s)
         return len(s) - m.start() if m else -1
