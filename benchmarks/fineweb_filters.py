@@ -75,7 +75,8 @@ def our_arm(src: str, out: str) -> None:
     """The child process of our side: both producers' signals for every document."""
     import pyarrow.compute as pc
 
-    from lance_assets.curation import fineweb_signals, quality_signals
+    from lance_assets.curation import quality_signals
+    from lance_assets.fineweb import fineweb_signals
 
     texts = pq.read_table(src, columns=["text"]).column("text").combine_chunks()
     fineweb_signals.compute_signals(pa.array(["Warm up: load the word rules."]))

@@ -95,7 +95,7 @@ def run(writer: str, root: str, source: str | None) -> None:
         from lance_assets.curation.quality_signals import quality_signals
         quality_signals(root, fragments_per_commit=1, log=quiet)
     elif writer == "fineweb_signals":
-        from lance_assets.curation.fineweb_signals import PRODUCER
+        from lance_assets.fineweb.fineweb_signals import PRODUCER
         from lance_assets.table.producer import produce
         produce(PRODUCER, root, fragments_per_commit=1, log=quiet)
     elif writer == "near_dup":

@@ -12,9 +12,10 @@ import pyarrow as pa
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation import fineweb_signals, rules, web_words
+from lance_assets.curation import rules
+from lance_assets.fineweb import fineweb_signals, web_words
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table.producer import produce
+from lance_assets.table.producer import produce, producers
 from lance_assets_tests.helpers import quiet
 
 PROSE_LINES = [
@@ -148,12 +149,17 @@ def test_words_split_as_spacy_english_splits_them(text, words):
     assert got.words.to_pylist() == words and set(got.parents.tolist()) == {0}
 
 
-def test_the_fineweb_set_by_name_puts_its_signals_on_the_path_to_training():
-    from lance_assets_tests.test_training_path import upstream
-
-    assert rules.configured_rules("fineweb") == rules.FINEWEB_RULES
+def test_the_fineweb_set_by_name_puts_its_signals_on_the_path_to_training(monkeypatch):
+    # LANCE_ASSETS_RULES=fineweb: the rules the definitions start from, and so the producers
+    # upstream of curation_rules (defs/curation/assets.py: RULE_DEPS, as a rules file's are in
+    # test_training_path.py)
+    monkeypatch.setenv(rules.RULES_ENV, "fineweb")
+    configured = rules.configured_rules()
+    assert configured == rules.FINEWEB_RULES
+    writers = {f.name: p.name for p in producers() for f in p.fields}
+    assert {writers[c] for c in rules.rule_columns(configured, frozenset(writers))} == {
+        "fineweb_signals", "dedup_flag", "near_dup"}
     for family in rules.FAMILIES:  # every family has rules, named after it
         assert rules.family_rules(rules.FINEWEB_RULES, family)
-    got = upstream({rules.RULES_ENV: "fineweb"})
-    assert "fineweb_signals" in got["pretrained_model"]
-    assert "quality_signals" not in got["pretrained_model"]
+    assert sum(len(rules.family_rules(rules.FINEWEB_RULES, f)) for f in rules.FAMILIES) == \
+        len(rules.FINEWEB_RULES) - 2  # all but exact_dup and near_dup

@@ -1,8 +1,8 @@
-"""Write the data FineWeb's filters decide with to ``lance_assets/curation/fineweb_rules.json``:
+"""Write the data FineWeb's filters decide with to ``lance_assets/fineweb/fineweb_rules.json``:
 spaCy's English tokenizer rules (prefix, suffix, infix and URL patterns, special cases, the
 sentencizer's sentence ends: ``spacy.blank("en")``, which datatrove's filters split words with)
-and datatrove's punctuation and terminal punctuation sets. ``curation/web_words.py`` and
-``curation/fineweb_signals.py`` read it; nothing at run time imports spaCy or datatrove (both
+and datatrove's punctuation and terminal punctuation sets. ``fineweb/web_words.py`` and
+``fineweb/fineweb_signals.py`` read it; nothing at run time imports spaCy or datatrove (both
 Apache-2.0 / MIT licensed).
 
     scripts/peers_venv.sh datatrove && .venv-datatrove/bin/python scripts/fineweb_rules.py
@@ -18,7 +18,7 @@ from datatrove.utils.text import PUNCTUATION_SET, TERMINAL_PUNCTUATION
 from spacy.attrs import ORTH
 from spacy.lang.char_classes import CURRENCY, UNITS
 
-OUT = Path(__file__).resolve().parents[1] / "lance_assets" / "curation" / "fineweb_rules.json"
+OUT = Path(__file__).resolve().parents[1] / "lance_assets" / "fineweb" / "fineweb_rules.json"
 
 
 def main() -> None:

@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets.curation import web_words
 from lance_assets.curation.quality_signals import ngram_windows
+from lance_assets.fineweb import web_words
 from lance_assets.table.producer import ColumnProducer, fixed
 
 # datatrove's constants (pipeline/filters/gopher_quality_filter.py, c4_filters.py)
