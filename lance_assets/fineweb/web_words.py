@@ -12,8 +12,10 @@ only or digits only (most of any text) is one word without a regex; every other 
 is split once per process (a bounded cache, as spaCy keeps one); and a batch is handled as flat
 Arrow arrays (chunks, their words, parent indices), never a Python loop per word.
 
-Not reproduced: spaCy's special-case matcher pass that re-merges a special case cut by affixes
-(emoticons such as ``(:``); whitespace tokens, which datatrove drops anyway.
+spaCy's special-case matcher (a special case its affix rules cut, ``):``, made whole again) runs
+here within one chunk, not over the whole document: a rare ``''`` or ``:]`` comes out
+differently (no decision changed on the benchmark's corpora: docs/curation.md).
+Whitespace tokens are not made; datatrove drops them.
 """
 
 from __future__ import annotations
