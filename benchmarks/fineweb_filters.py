@@ -19,7 +19,7 @@ documents per CPU-second and the ratio follow. Then each family's keep/drop is c
 ours is the AND of the family's rules of ``RULE_SETS["fineweb"]`` evaluated by DuckDB on our
 columns (the predicates as the training filter renders them), datatrove's its filter's verdict.
 The project's own set (``RULE_SETS["lance_assets"]``, its rules grouped by family) is compared
-the same way. Disagreeing documents are written to ``--out`` (JSON) with their signals.
+the same way. ``--out FILE`` writes the report, each disagreeing document with its signals.
 """
 
 from __future__ import annotations
@@ -194,7 +194,8 @@ def main() -> None:
     parser.add_argument("--real", type=int, default=2000, help="real documents (0: none)")
     parser.add_argument("--web", type=int, default=20000, help="synthetic-web documents (0: none)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", default="fineweb_filters.json", help="the report (JSON)")
+    parser.add_argument("--out", default="", help="write the report, disagreements included "
+                        "(JSON), to this file")
     parser.add_argument("--arm", nargs=2, metavar=("TEXTS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.arm:
@@ -209,8 +210,9 @@ def main() -> None:
             compare("real", real_texts(args.real), args.rounds, Path(tmp), report)
         if args.web:
             compare("synthetic-web", web_texts(args.web), args.rounds, Path(tmp), report)
-    Path(args.out).write_text(json.dumps(report, indent=1, default=str))
-    print(f"report: {args.out}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+        print(f"report: {args.out}")
 
 
 if __name__ == "__main__":
