@@ -29,9 +29,9 @@ import threading
 import lance
 import lance.fragment
 
-WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
-           "detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score",
-           "chunk_embeddings", "semantic_dup")  # the table's writers; `forget` is run here too
+WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "fineweb_signals", "near_dup",
+           "embeddings", "detected_language", "personal_data", "paragraph_dups", "contamination",
+           "quality_score", "chunk_embeddings", "semantic_dup")  # the table's writers; `forget` too
 # The evaluation set the contamination writer checks against: a file under the data root (the
 # test copies the root, set and all; the set's fingerprint, not its path, names its column).
 EVAL_SET = "evalsets/planted.jsonl"
@@ -108,6 +108,10 @@ def run(writer: str, root: str, source: str | None) -> None:
     elif writer == "quality_signals":
         from lance_assets.curation.quality_signals import quality_signals
         quality_signals(root, fragments_per_commit=1, log=quiet)
+    elif writer == "fineweb_signals":
+        from lance_assets.fineweb.fineweb_signals import PRODUCER
+        from lance_assets.table.producer import produce
+        produce(PRODUCER, root, fragments_per_commit=1, log=quiet)
     elif writer == "near_dup":
         from lance_assets.curation.near_dup import near_dup
         near_dup(root, fragments_per_commit=1, log=quiet)

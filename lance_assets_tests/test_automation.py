@@ -22,7 +22,7 @@ from lance_assets.defs import conditions
 from lance_assets.defs.resources import LanceStore
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 
-COLUMN_CHAIN = {"dedup_flag", "tokenizer", "token_ids", "quality_signals", "near_dup",
+COLUMN_CHAIN = {"dedup_flag", "tokenizer", "token_ids", "quality_signals", "fineweb_signals", "near_dup",
                 "text_index", "curation_rules", "corpus_profile", "embeddings", "vector_index",
                 "detected_language", "personal_data", "paragraph_dups", "contamination",
                 "quality_score", "chunk_embeddings", "chunk_index", "semantic_dup"}

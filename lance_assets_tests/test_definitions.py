@@ -18,7 +18,7 @@ def test_asset_graph_shape():
                     "embeddings", "vector_index", "chunk_embeddings", "chunk_index", "forensics",
                     "detected_language", "personal_data", "paragraph_dups", "contamination",
                     "quality_score", "table_maintenance", "curation_ablation", "document_stories",
-                    "semantic_dup"}
+                    "semantic_dup", "fineweb_signals"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
@@ -27,13 +27,14 @@ def test_asset_graph_shape():
                        "samples": {"pretrained_model"},
                        "curation_ablation": {"token_ids", "curation_rules"},
                        "quality_signals": {"raw_text"}, "near_dup": {"raw_text"},
+                       "fineweb_signals": {"raw_text"},
                        "text_index": {"raw_text"},
                        # training waits only for what the default rules read (and the
                        # taggers' rules: `lang`, `contaminated`); no embedding model on its path
                        "curation_rules": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
                                           "detected_language", "contamination"},
                        "corpus_profile": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
-                                          *TAGGERS},
+                                          "fineweb_signals", *TAGGERS},
                        "detected_language": {"raw_text"}, "personal_data": {"raw_text"},
                        "paragraph_dups": {"raw_text"}, "contamination": {"raw_text"},
                        "quality_score": {"raw_text", "embeddings"},
@@ -61,7 +62,7 @@ def test_asset_graph_shape():
     covered = {k.asset_key.to_user_string() for k in graph.asset_check_keys
                if k.name == "columns_written"}
     assert covered == {"dedup_flag", "quality_signals", "near_dup", "token_ids", "embeddings",
-                       "chunk_embeddings", *TAGGERS}
+                       "chunk_embeddings", "fineweb_signals", *TAGGERS}
     blocking = {k.name for k in graph.asset_check_keys if graph.get_check_spec(k).blocking}
     assert guards <= blocking and "columns_written" in blocking
     # the comparisons with earlier runs only warn

@@ -33,9 +33,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ingest creates the table; "later" points land in the middle of the per-fragment commits.
 COLUMN_FAULTS = [("before-commit", 1), ("after-commit", 1), ("files-written", 2),
                  ("during-commit", 4), ("after-commit", 4)]
-COLUMN_WRITERS = ["dedup_flag", "token_ids", "quality_signals", "near_dup", "embeddings",
-                  "detected_language", "personal_data", "paragraph_dups", "contamination",
-                  "quality_score", "chunk_embeddings", "semantic_dup"]
+COLUMN_WRITERS = ["dedup_flag", "token_ids", "quality_signals", "fineweb_signals", "near_dup",
+                  "embeddings", "detected_language", "personal_data", "paragraph_dups",
+                  "contamination", "quality_score", "chunk_embeddings", "semantic_dup"]
 # Every writer commits through one path (``write_columns``: add_columns, then one
 # DataReplacement per fragment; Table.write_fragments for the data files). That path gets every
 # fault twice: through a writer whose first commit is its add_columns (quality_signals) and one

@@ -121,13 +121,76 @@ def _repeats(parents: np.ndarray, values: pa.Array, lengths: np.ndarray, n: int)
     return _count(gp, n, extra), _count(gp, n, extra * _np(groups["len_max"]))
 
 
-def _ngram_keys(ids: np.ndarray, k: int) -> np.ndarray:
-    """A 64-bit key per window of ``k`` word ids starting at each position (wrapping arithmetic)."""
-    m = len(ids) - k + 1
-    key = np.zeros(m, dtype=np.uint64)
-    for j in range(k):
-        key = (key ^ ids[j : j + m]) * np.uint64(0x100000001B3)
-    return key
+def grouping_order(key: np.ndarray) -> np.ndarray:
+    """Indices that sort ``key``, equal keys in index order (a stable argsort): one ``np.sort``
+    of the key's high bits and the index packed in a word. Keys equal in those bits but not
+    in full (a few per million) are put in order block by block."""
+    bits = max(1, int(len(key)).bit_length())
+    low = np.uint64((1 << bits) - 1)
+    packed = (key & ~low) | np.arange(len(key), dtype=np.uint64)
+    order = (np.sort(packed) & low).astype(np.int64)
+    key_s = key[order]
+    high = key_s >> np.uint64(bits)
+    clash = np.flatnonzero((key_s[1:] != key_s[:-1]) & (high[1:] == high[:-1])) + 1
+    if len(clash):
+        blocks = np.flatnonzero(np.r_[True, high[1:] != high[:-1]])
+        for i in np.unique(np.searchsorted(blocks, clash, side="right") - 1).tolist():
+            lo = blocks[i]
+            hi = blocks[i + 1] if i + 1 < len(blocks) else len(order)
+            part = order[lo:hi]
+            order[lo:hi] = part[np.lexsort((part, key[part]))]
+    return order
+
+
+@dataclass
+class Windows:
+    """Word windows grouped by (document, n-gram), each group's windows in position order:
+    ``start`` (sorted), ``doc``, ``first`` (leads its group), ``group``, ``count`` (per group)."""
+
+    start: np.ndarray
+    doc: np.ndarray
+    first: np.ndarray
+    group: np.ndarray
+    count: np.ndarray
+
+
+def window_groups(key: np.ndarray, start: np.ndarray, parents: np.ndarray) -> Windows:
+    """The windows at ``start`` (their n-gram keys ``key``) grouped by document and n-gram."""
+    order = grouping_order(key)
+    key_s, start_s = key[order], start[order]
+    doc_s = parents[start_s]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (key_s[1:] != key_s[:-1]) | (doc_s[1:] != doc_s[:-1])
+    group = np.cumsum(first) - 1
+    return Windows(start_s, doc_s, first, group, np.bincount(group, minlength=0))
+
+
+def ngram_windows(parents: np.ndarray, ids: np.ndarray, sizes: range
+                  ) -> Iterator[tuple[int, np.ndarray, Windows]]:
+    """For each n-gram size k of ``sizes`` (from 2 up, consecutive): the starts of the windows
+    of k words inside one document, and those whose n-gram may occur twice grouped.
+
+    A window's 64-bit key is built from the (k-1)-word key of the same start (one pass per
+    k), and a k-gram occurs twice only if its (k-1)-gram does: only those windows are grouped
+    (the others occur once), so each size sorts fewer windows than the one before."""
+    n = len(ids)
+    acc = (ids.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    word = acc.copy()
+    maybe = np.ones(n, dtype=bool)
+    for k in range(2, sizes.stop):
+        m = n - k + 1
+        if m <= 0:
+            return
+        acc = (acc[:m] * np.uint64(0x100000001B3)) ^ word[k - 1:]
+        acc ^= acc >> np.uint64(29)
+        inside = parents[:m] == parents[k - 1:]
+        start = np.flatnonzero(inside & maybe[:m])
+        groups = window_groups(acc[start], start, parents)
+        twice = groups.count[groups.group] > 1
+        maybe = np.zeros(m, dtype=bool)
+        maybe[groups.start[twice]] = True
+        if k >= sizes.start:
+            yield k, np.flatnonzero(inside), groups
 
 
 def _ngram_signals(parents: np.ndarray, ids: np.ndarray, wlen: np.ndarray, n_docs: int,
@@ -137,47 +200,27 @@ def _ngram_signals(parents: np.ndarray, ids: np.ndarray, wlen: np.ndarray, n_doc
     ``parents``/``ids``/``wlen``: the batch's words in document order (document index, a
     per-batch word id, characters). Windows that cross a document boundary are dropped.
     """
-    out: dict[str, np.ndarray] = {}
+    out = {**{f"top_{k}gram_char_share": np.zeros(n_docs, dtype=np.float32) for k in TOP_NGRAMS},
+           **{f"dup_{k}gram_char_share": np.zeros(n_docs, dtype=np.float32) for k in DUP_NGRAMS}}
     cum = np.concatenate([[0], np.cumsum(wlen, dtype=np.int64)])
-    ids = ids.astype(np.uint64) + np.uint64(1)
-    doc_bits = max(1, int(n_docs).bit_length())
-    key_bits = 64 - doc_bits
-    for k in (*TOP_NGRAMS, *DUP_NGRAMS):
-        name = f"top_{k}gram_char_share" if k in TOP_NGRAMS else f"dup_{k}gram_char_share"
-        m = len(ids) - k + 1
-        if m <= 0:
-            out[name] = np.zeros(n_docs, dtype=np.float32)
-            continue
-        start = np.arange(m)
-        valid = parents[:m] == parents[k - 1 :]
-        start = start[valid]
-        doc = parents[start]
-        key = _ngram_keys(ids, k)[valid]
-        # one sort on (document in the high bits, key in the rest); stable, so the first
-        # occurrence of an n-gram leads its run
-        sort_key = (doc.astype(np.uint64) << np.uint64(key_bits)) | (key >> np.uint64(doc_bits))
-        order = np.argsort(sort_key, kind="stable")
-        sorted_key, doc_s, start_s = sort_key[order], doc[order], start[order]
-        new_run = np.ones(len(order), dtype=bool)
-        new_run[1:] = sorted_key[1:] != sorted_key[:-1]
+    for k, valid, w in ngram_windows(parents, ids, range(min(TOP_NGRAMS), max(DUP_NGRAMS) + 1)):
+        twice = w.count[w.group] > 1
         if k in TOP_NGRAMS:
-            run_id = np.cumsum(new_run) - 1
-            run_count = np.bincount(run_id)
-            first = start_s[new_run]
-            run_chars = (cum[first + k] - cum[first] + (k - 1)) * run_count
-            run_doc = doc_s[new_run]  # ascending
-            heads = np.flatnonzero(np.r_[True, run_doc[1:] != run_doc[:-1]])
+            # the largest count x length: a single window's length, or a repeated n-gram's
             best = np.zeros(n_docs, dtype=np.int64)
-            best[run_doc[heads]] = np.maximum.reduceat(run_chars, heads)
-            out[name] = _ratio(best, n_chars)
+            np.maximum.at(best, parents[valid], cum[valid + k] - cum[valid] + (k - 1))
+            lead = w.first & twice
+            s = w.start[lead]
+            np.maximum.at(best, w.doc[lead], (cum[s + k] - cum[s] + (k - 1)) * w.count[w.group[lead]])
+            out[f"top_{k}gram_char_share"] = _ratio(best, n_chars)
         else:
             # words covered by any repeated occurrence (Gopher's definition; overlaps once)
-            rep = start_s[~new_run]
+            rep = w.start[twice & ~w.first]
             size = len(ids) + 1
             diff = np.bincount(rep, minlength=size) - np.bincount(rep + k, minlength=size)
             covered = np.cumsum(diff[:-1]) > 0
             chars = _count(parents[covered], n_docs, wlen[covered] + 1.0)
-            out[name] = _ratio(chars, n_chars)
+            out[f"dup_{k}gram_char_share"] = _ratio(chars, n_chars)
     return out
 
 

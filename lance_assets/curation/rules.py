@@ -29,10 +29,11 @@ from lance_assets.curation.predicate import Predicate, PredicateError, combine, 
 from lance_assets.keys import CURATION_KEY
 from lance_assets.table import Table, get_json_config
 
-# name -> keep-predicate. Thresholds: Gopher (Rae et al. 2021, table A1), C4 (Raffel et al.
-# 2020) and FineWeb (Penedo et al. 2024) as in datatrove's GopherQualityFilter,
-# GopherRepetitionFilter, C4QualityFilter and FineWebQualityFilter.
-DEFAULT_RULES: dict[str, str] = {
+# name -> keep-predicate. The project's own rule set: Gopher (Rae et al. 2021, table A1), C4
+# (Raffel et al. 2020) and FineWeb (Penedo et al. 2024) thresholds over `quality_signals`, whose
+# words are whitespace tokens without punctuation (docs/curation.md lists how it differs from
+# FineWeb's filters and why).
+LANCE_ASSETS_RULES: dict[str, str] = {
     "exact_dup": "NOT is_dup",
     "near_dup": "NOT near_dup",
     "gopher_word_count": "word_count BETWEEN 50 AND 100000",
@@ -60,6 +61,57 @@ DEFAULT_RULES: dict[str, str] = {
     "fineweb_dup_line_chars": "dup_line_char_share < 0.01",
     "fineweb_newlines": "newline_word_ratio <= 0.3",
 }
+# FineWeb's pipeline, decision for decision (datatrove's filters as examples/fineweb.py sets
+# them) over `fineweb_signals`, plus the MinHash near-duplicates FineWeb removes and exact
+# copies. A family's decision is the AND of the rules named after it; the thresholds are
+# datatrove's defaults, kept or dropped on the same side of each bound.
+FINEWEB_RULES: dict[str, str] = {
+    "exact_dup": "NOT is_dup",
+    "near_dup": "NOT near_dup",
+    "gopher_repetition_not_empty": "n_chars > 0",
+    "gopher_repetition_dup_paragraphs": "gr_dup_para_share <= 0.3 AND gr_dup_para_char_share <= 0.2",
+    "gopher_repetition_dup_lines": "gr_dup_line_share <= 0.3 AND gr_dup_line_char_share <= 0.2",
+    "gopher_repetition_top_ngrams": (
+        "gr_top_2gram_char_share <= 0.2 AND gr_top_3gram_char_share <= 0.18 "
+        "AND gr_top_4gram_char_share <= 0.16"
+    ),
+    "gopher_repetition_dup_ngrams": (
+        "gr_dup_5gram_char_share <= 0.15 AND gr_dup_6gram_char_share <= 0.14 "
+        "AND gr_dup_7gram_char_share <= 0.13 AND gr_dup_8gram_char_share <= 0.12 "
+        "AND gr_dup_9gram_char_share <= 0.11 AND gr_dup_10gram_char_share <= 0.1"
+    ),
+    "gopher_quality_word_count": "gq_word_count BETWEEN 50 AND 100000",
+    "gopher_quality_mean_word_length": "gq_mean_word_length BETWEEN 3 AND 10",
+    "gopher_quality_symbol_word_ratio": "gq_symbol_word_ratio <= 0.1",
+    "gopher_quality_bullet_lines": "gq_bullet_line_share <= 0.9",
+    "gopher_quality_ellipsis_lines": "gq_ellipsis_line_share <= 0.3",
+    "gopher_quality_alpha_words": "gq_alpha_word_share >= 0.8",
+    "gopher_quality_stop_words": "gq_stop_words >= 2",
+    "c4_lorem_ipsum": "NOT c4_lorem_ipsum_line",
+    "c4_curly_bracket": "NOT c4_curly_bracket_line",
+    "c4_sentences": "c4_sentences >= 5",
+    "fineweb_not_empty": "fw_lines > 0",
+    "fineweb_line_punct": "fw_terminal_punct_line_share >= 0.12",
+    "fineweb_short_lines": "fw_short_line_share <= 0.67",
+    "fineweb_dup_line_chars": "fw_dup_line_char_share <= 0.01",
+    "fineweb_newlines": "fw_newline_word_ratio <= 0.3",
+}
+# Named rule sets, each the whole `rules` map of `curation_rules` (pick one in the launchpad, or
+# by name in LANCE_ASSETS_RULES). The default is the project's own: docs/curation.md says why.
+RULE_SETS: dict[str, dict[str, str]] = {"lance_assets": LANCE_ASSETS_RULES,
+                                        "fineweb": FINEWEB_RULES}
+DEFAULT_RULE_SET = "lance_assets"
+DEFAULT_RULES: dict[str, str] = RULE_SETS[DEFAULT_RULE_SET]
+# The rule families of FineWeb's pipeline, by the prefix of their rules' names.
+FAMILIES = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
+
+
+def family_rules(rules: dict[str, str], family: str) -> dict[str, str]:
+    """The rules of ``rules`` that belong to ``family`` (named ``<family>_*``): the family's
+    decision is their AND."""
+    return {k: v for k, v in rules.items() if k.startswith(family + "_")}
+
+
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LANGUAGE_CODE_RE = re.compile(r"^[a-z]{2,3}(-[A-Za-z]{2,4})?$")
 LANGUAGE_RULE = "main_language"
@@ -181,7 +233,8 @@ class RulesFileError(ValueError):
 
 def configured_rules(path: str | os.PathLike | None = None) -> dict[str, str]:
     """The rules the definitions start from: the JSON object (name -> predicate) in the file
-    ``path``, else ``$LANCE_ASSETS_RULES``, else ``DEFAULT_RULES``. They are the default of the
+    ``path``, else ``$LANCE_ASSETS_RULES``, else ``DEFAULT_RULES``; a value that names a rule
+    set of ``RULE_SETS`` (``fineweb``) and no file is that set. They are the default of the
     ``curation_rules`` asset's ``rules``, and the signals they read are upstream of training
     (``rule_columns``). The file is data: it is parsed as JSON, never run, and each predicate is
     checked like any rule when ``curation_rules`` puts it in force."""
@@ -190,13 +243,16 @@ def configured_rules(path: str | os.PathLike | None = None) -> dict[str, str]:
     path = path or os.environ.get(RULES_ENV) or None
     if path is None:
         return dict(DEFAULT_RULES)
+    if str(path) in RULE_SETS and not os.path.exists(path):
+        return dict(RULE_SETS[str(path)])
     try:
         with open(path, encoding="utf-8") as f:
             rules = json.load(f)
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise RulesFileError(f"{RULES_ENV}={path}: cannot be read as JSON ({err}). Give a JSON "
                              'object of rule name -> SQL predicate, e.g. {"exact_dup": "NOT '
-                             'is_dup"}, or unset it for the default rules') from None
+                             f'is_dup"}}, a rule set name ({", ".join(RULE_SETS)}), or unset it '
+                             "for the default rules") from None
     bad = [] if isinstance(rules, dict) and rules else ["(not a non-empty object)"]
     bad += [repr(k) for k, v in (rules.items() if isinstance(rules, dict) else [])
             if not isinstance(k, str) or not NAME_RE.match(k) or not isinstance(v, str)]

@@ -7,6 +7,7 @@ from lance_assets.defs.training.ablation import DEMO_RUN_CONFIG
 end_to_end_job = dg.define_asset_job(
     "end_to_end", selection=dg.AssetSelection.all(),
     description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
+                "fineweb_signals, "
                 "near_dup, text_index, curation_rules, corpus_profile; the taggers detected_language, "
                 "personal_data, paragraph_dups, contamination, quality_score, semantic_dup); "
                 "tokenizer and "

@@ -1,0 +1,2 @@
+"""FineWeb's quality filters decision for decision: spaCy's English words without spaCy
+(``web_words``) and the columns datatrove's four filters decide on (``fineweb_signals``)."""
