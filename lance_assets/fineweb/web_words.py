@@ -15,7 +15,9 @@ Arrow arrays (chunks, their words, parent indices), never a Python loop per word
 spaCy's special-case matcher (a special case its affix rules cut, ``):``, made whole again) runs
 here within one chunk, not over the whole document: a rare ``''`` or ``:]`` comes out
 differently (no decision changed on the benchmark's corpora: docs/curation.md).
-Whitespace tokens are not made; datatrove drops them.
+Whitespace tokens are not made; datatrove drops them. The rules and the loop of ``split_chunk``
+are spaCy's (MIT License, Copyright (c) 2016-2024 ExplosionAI GmbH, 2016 spaCy GmbH, 2015
+Matthew Honnibal).
 """
 
 from __future__ import annotations
