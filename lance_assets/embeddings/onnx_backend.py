@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from lance_assets.embeddings import torch_bf16
+from lance_assets.table.settings import InputError
 
 EXPORT_VERSION = 2  # bump when the exported graph changes: the cache key changes with it
 BACKENDS = ("torch", "torch-bf16", "onnx-fp32", "onnx-int8")
@@ -65,8 +66,8 @@ graph's time, where the add and a ``LayerNormalization`` take 5%: 1.21x the chun
 CPU-second with the same vectors (cosine 0.9999998; one thread, a 130-piece chunk, AMD EPYC)."""
 
 
-class BackendError(ValueError):
-    pass
+class BackendError(InputError):
+    """A backend that is unknown or cannot run here."""
 
 
 def check_backend(name: str) -> str:
