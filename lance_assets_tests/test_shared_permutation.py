@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 import torch
 from lancedb import streaming
-from lancedb.streaming import StreamingDataLoader, StreamingDataset
+from lancedb.streaming import StreamingDataset
 
 from lance_assets.train import data, streaming_adapter
 
@@ -105,27 +105,32 @@ def test_resume_from_a_state_on_another_world_size_matches_the_per_rank_build(sn
         assert own and all(torch.equal(a, b) for a, b in zip(own, shared, strict=True))
 
 
-def test_dataloader_workers_read_the_stored_permutation(snap, tmp_path):
-    """Spawned workers get the dataset pickled: the stored permutation travels as its location,
-    not its rows, and each worker reads its own splits from it."""
+@pytest.mark.parametrize("pack", [True, False])
+def test_loader_workers_read_the_stored_permutation_in_the_order_of_no_workers(snap, tmp_path, pack):
+    """The trainer's loader with worker processes and its default start method: the dataset
+    pickles with the stored permutation as its location, not its rows, and the workers' blocks
+    come out exactly as without workers, a batch size that cuts across cycles included."""
     stored_root = tmp_path / "permutations"
-    bpe = data.count_blocks(snap, FILTER, BLOCK_LEN, NUM_SPLITS)
+    bpe = (data.count_blocks(snap, FILTER, BLOCK_LEN, NUM_SPLITS) if pack
+           else data.count_rows(snap, FILTER, NUM_SPLITS))
     kw = dict(filter=FILTER, block_len=BLOCK_LEN, blocks_per_epoch=bpe, num_splits=NUM_SPLITS,
-              rank=0, world_size=1, seed=7, epoch=0)
+              rank=0, world_size=1, seed=7, epoch=0, pack=pack, permutations=stored_root)
 
-    def read(ds):
-        loader = StreamingDataLoader(ds, batch_size=2, num_workers=2,
-                                     multiprocessing_context="spawn")
-        return [b for batch in loader for b in batch["input_ids"]]
+    def read(workers):
+        loader = data.train_loader(data.train_dataset(snap, **kw), 7, workers,
+                                   splits_per_rank=NUM_SPLITS)
+        return [b for batch in loader for b in batch["input_ids"]], loader
 
-    own = read(data.train_dataset(snap, **kw))
-    ds = data.train_dataset(snap, permutations=stored_root, **kw)
+    ds = data.train_dataset(snap, **kw)
     assert isinstance(ds, data.SharedPermutationDataset)
     state = ds.__getstate__()
     assert isinstance(state["_stored_permutation"], data.StoredPermutation)
     assert state["_perm_table"][1].num_rows == 0  # no permutation rows in the pickle
-    shared = read(ds)
-    assert own and all(torch.equal(a, b) for a, b in zip(own, shared, strict=True))
+    alone, _ = read(0)
+    together, loader = read(2)
+    assert len(alone) == bpe and len(alone) % 7  # the last batch is short
+    assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True))
+    assert loader.holding == 0
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])

@@ -42,6 +42,7 @@ from lance_assets.keys import TOKENIZER_KEY
 from lance_assets.table import Table
 from lance_assets.table.side import open_side_dataset, write_side_dataset
 from lance_assets.train.streaming_adapter import PermutationError, SharedPermutationDataset, permutation_seed
+from lance_assets.train.workers import InOrderBatches
 
 
 @dataclass(frozen=True)
@@ -391,8 +392,16 @@ def tokens_per_byte(snap: TableSnapshot, filter: str) -> float | None:
     return tokens / n_bytes if n_bytes else None
 
 
-def train_loader(dataset: StreamingDataset, batch_size: int, num_workers: int = 0):
-    return StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
+def train_loader(dataset: StreamingDataset, batch_size: int, num_workers: int = 0, *,
+                 splits_per_rank: int | None = None, start_method: str = "forkserver"):
+    """This rank's batches: read in this process, or by ``num_workers`` worker processes started
+    by ``start_method`` and handed out in the same order (``workers.InOrderBatches``)."""
+    if num_workers == 0:
+        return StreamingDataLoader(dataset, batch_size=batch_size)
+    if splits_per_rank is None:
+        raise ValueError("train_loader with workers needs splits_per_rank (num_splits // world_size)")
+    return InOrderBatches(dataset, batch_size, splits_per_rank=splits_per_rank,
+                          num_workers=num_workers, start_method=start_method)
 
 
 class TrainBatches:
@@ -400,16 +409,25 @@ class TrainBatches:
     reshuffled); ``state_dict()`` is the loader position a checkpoint resumes from."""
 
     def __init__(self, snap: TableSnapshot, *, epoch: int, state: dict | None, batch_size: int,
-                 num_workers: int = 0, **dataset_kw):
+                 num_workers: int = 0, start_method: str = "forkserver", **dataset_kw):
         self.snap, self.epoch, self.dataset_kw = snap, epoch, dataset_kw
-        self.batch_size, self.num_workers = batch_size, num_workers
+        self.batch_size, self.num_workers, self.start_method = batch_size, num_workers, start_method
+        self._it: Iterator | None = None
         self._open(state)
 
     def _open(self, state: dict | None) -> None:
+        self.close()
         self.dataset = train_dataset(self.snap, epoch=self.epoch, **self.dataset_kw)
         if state is not None:
             self.dataset.load_state_dict(state)
-        self._it: Iterator = iter(train_loader(self.dataset, self.batch_size, self.num_workers))
+        splits = self.dataset_kw["num_splits"] // self.dataset_kw.get("world_size", 1)
+        self._it = iter(train_loader(self.dataset, self.batch_size, self.num_workers,
+                                     splits_per_rank=splits, start_method=self.start_method))
+
+    def close(self) -> None:
+        """Stop this epoch's worker processes, if any."""
+        if isinstance(self._it, InOrderBatches):
+            self._it.close()
 
     def __iter__(self) -> TrainBatches:
         return self
@@ -423,6 +441,10 @@ class TrainBatches:
             return next(self._it)["input_ids"]
 
     def state_dict(self) -> dict:
+        if isinstance(self._it, InOrderBatches) and self._it.holding:
+            raise RuntimeError(f"{self._it.holding} blocks read but not yet trained on: save at a "
+                               "step boundary (batch size x grad accum a multiple of the splits "
+                               "per rank)")
         return self.dataset.state_dict()
 
     @staticmethod
