@@ -16,15 +16,21 @@ taken with one count resumes with any other (tested through torchrun).
 Workers never act on SIGINT or SIGTERM: Ctrl-C and torchrun signal the rank's whole process
 group, and the rank stops its workers itself once it finished its step and wrote its checkpoint.
 The workers (and the forkserver) are started with both signals blocked, a mask they inherit from
-their first instruction; a worker whose rank died exits by itself (torch's watchdog of its
-parent), and the forkserver exits with its rank.
+their first instruction. A worker whose rank was killed exits at once: it watches the rank's
+process itself, since a forkserver's worker is the server's child, and the server lives as long
+as any of its children does (torch's own watchdog only sees the parent).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
+import os
+import select
 import signal
+import threading
+import time
 from collections.abc import Iterator
 
 import torch
@@ -35,11 +41,29 @@ START_METHODS = ("forkserver", "spawn")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def ignore_stop_signals(_worker_id: int = 0) -> None:
-    """A worker's ``worker_init_fn``: the rank, not its workers, answers SIGINT and SIGTERM
-    (for a forkserver another part of the process started without the mask)."""
+def worker_started(rank_pid: int, _worker_id: int) -> None:
+    """A worker's ``worker_init_fn``: the rank, not its workers, answers SIGINT and SIGTERM (for
+    a forkserver that another part of the process started without the mask), and the worker
+    exits as soon as the rank's process is gone."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(rank_pid,), name="rank-watch", daemon=True).start()
+
+
+def _exit_with(pid: int) -> None:
+    try:
+        fd = os.pidfd_open(pid)  # readable when the process exits
+    except ProcessLookupError:
+        os._exit(0)
+    except OSError:  # no pidfd here: look once a second
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+            time.sleep(1.0)
+    select.select([fd], [], [])
+    os._exit(0)
 
 
 @contextlib.contextmanager
@@ -77,7 +101,8 @@ def worker_loader(dataset, splits_per_rank: int, num_workers: int,
                          "the world size x --num-workers")
     return StreamingDataLoader(
         dataset, batch_size=splits_per_rank // num_workers, num_workers=num_workers,
-        multiprocessing_context=start_context(start_method), worker_init_fn=ignore_stop_signals)
+        multiprocessing_context=start_context(start_method),
+        worker_init_fn=functools.partial(worker_started, os.getpid()))
 
 
 class InOrderBatches:
