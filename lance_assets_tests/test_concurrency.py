@@ -205,14 +205,13 @@ def test_two_raw_text_runs_on_different_instances_add_every_document_once(tmp_pa
     assert len(set(rows.column("id").to_pylist())) == 20_000
 
 
-@pytest.mark.parametrize("attempt", [1, 2])
-def test_design_selection_on_a_fresh_instance_without_dagster_yaml(tmp_path, attempt):
+def test_design_selection_on_a_fresh_instance_without_dagster_yaml(tmp_path):
     """raw_text, dedup_flag, near_dup and quality_signals in one CLI run on an instance with no
-    dagster.yaml (no pool limit): the column steps overlap and must not fail."""
-    home = tmp_path / "home" if attempt == 1 else None  # the second time: no DAGSTER_HOME at all
+    dagster.yaml (no pool limit): the column steps overlap and must not fail. With no
+    DAGSTER_HOME at all: test_seeds.py's laptop smoke test."""
     run = cli(["--select", "raw_text,dedup_flag,near_dup,quality_signals", "--config-json",
                '{"ops": {"raw_text": {"config": {"rows_per_fragment": 125}}}}'],
-              home, tmp_path / "data", "synthetic:6000", cwd=tmp_path)
+              tmp_path / "home", tmp_path / "data", "synthetic:6000", cwd=tmp_path)
     out, _ = run.communicate(timeout=600)
     assert run.returncode == 0, out[-4000:]
     ds = lance.dataset(paths.table_uri(tmp_path / "data"))

@@ -10,21 +10,15 @@ import time
 import pytest
 
 from lance_assets.train import checkpoint
+from lance_assets_tests import seed_lines
 from lance_assets_tests.helpers import descendants, steps_logged, still_running
 
-# The reference recipe's 8-GPU line (lancedb/training examples/llm_pretraining,
-# runs/train_small.sh) on 2 CPU ranks, every loader flag as typed there, sizes scaled down
-# (tiny, seq 16, a few steps; no --compile on CPU); its kill -9 and half-the-world resume are
-# runs/resume_demo.sh. docs/seeds.md maps both; test_seeds.py checks the map against these lines.
-STEPS = 10
-CKPT_EVERY = 3
-EIGHT_GPU_LINE = ["--model", "tiny", "--pack", "--batch-size", "32", "--grad-accum", "2",
-                  "--seq-len", "16", "--steps", str(STEPS), "--num-splits", "128",
-                  "--read-batch-size", "8", "--io-queue-depth", "1", "--transform-parallelism", "2",
-                  "--transform-queue-depth", "16", "--num-workers", "2",
-                  "--ckpt-every", str(CKPT_EVERY), "--eval-every", "1500", "--eval-blocks", "8",
-                  "--log-every", "50"]
-HALF_WORLD_RESUME = ["--batch-size", "64", "--grad-accum", "2", "--resume", "auto"]
+# The reference recipe's 8-GPU line (runs/train_small.sh) on 2 CPU ranks, every loader flag as
+# typed there, and its kill -9 and half-the-world resume (runs/resume_demo.sh): seed_lines.py.
+EIGHT_GPU_LINE = seed_lines.trainer_args(seed_lines.EIGHT_GPU_LINE)
+STEPS = int(seed_lines.flags(EIGHT_GPU_LINE)["--steps"])
+CKPT_EVERY = int(seed_lines.flags(EIGHT_GPU_LINE)["--ckpt-every"])
+HALF_WORLD_LINE = seed_lines.trainer_args(seed_lines.HALF_WORLD_LINE)
 
 
 def torchrun(nproc, root, out, *flags, **kw):
@@ -76,15 +70,18 @@ def test_the_reference_line_with_workers_reads_the_blocks_of_no_workers_and_resu
     proc.communicate(timeout=60)
     assert still_running(tree, wait_s=30) == [], "loader workers outlived their killed rank"
     logged = steps_logged(run)
-    k = checkpoint.load(checkpoint.list_checkpoints(run)[-1])["step"]
+    saved = checkpoint.load(checkpoint.list_checkpoints(run)[-1])
+    k = saved["step"]
     assert k % CKPT_EVERY == 0 and CKPT_EVERY <= k < max(logged) < STEPS
+    # both ranks' loader states merged: every split emitted one block per step (64 per rank)
+    assert saved["world_size"] == 2 and saved["loader"]["blocks_emitted_per_split"] == [k] * 128
     for step in logged:  # with 2 workers, the blocks of 0 workers
         assert logged[step]["batch_hashes"] == reference[step]["batch_hashes"], step
 
     # half the world, twice the batch, workers: the blocks of the uninterrupted run
     half = tmp_path / "half"
     shutil.copytree(run, half)
-    finish(torchrun(1, tokenized_root, half, *EIGHT_GPU_LINE, *HALF_WORLD_RESUME))
+    finish(torchrun(1, tokenized_root, half, *HALF_WORLD_LINE))
     resumed = steps_logged(half)
     assert sorted(resumed) == list(range(1, STEPS + 1))
     for step in range(k + 1, STEPS + 1):

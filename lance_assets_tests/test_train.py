@@ -86,25 +86,6 @@ def test_validation_blocks_are_frozen_and_disjoint_from_training(tokenized_root)
     assert dup_ids and not dup_ids & (val_ids | train_ids)
 
 
-def test_torchrun_two_ranks_merges_loader_state(tokenized_root, tmp_path):
-    """Real DDP on CPU (gloo): both ranks' loader states end up merged in one checkpoint."""
-    import subprocess
-    import sys
-
-    out = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "lance_assets.train", "--data", str(tokenized_root), "--out", str(out),
-           "--steps", "6", "--seq-len", "32", "--batch-size", "4", "--eval-every", "3",
-           "--ckpt-every", "3"]
-    subprocess.run(cmd, check=True, timeout=300, capture_output=True)
-    ckpt = checkpoint.load(out / "ckpt_0000006.pt")
-    loader = ckpt["loader"]
-    # 8 splits, 2 ranks x 4 blocks per step x 6 steps = 48 blocks: 6 from every split
-    assert loader["blocks_emitted_per_split"] == [6] * 8
-    assert ckpt["args"]["batch_size"] == 4
-    assert json.loads((out / "summary.json").read_text())["world_size"] == 2
-
-
 def test_resume_auto_falls_back_past_a_corrupt_newest_checkpoint(tokenized_root, tmp_path, capsys):
     out = tmp_path / "run"
     common = ["--data", str(tokenized_root), "--out", str(out), "--seq-len", "32", "--batch-size", "8",
