@@ -87,6 +87,24 @@ def test_every_command_on_the_page_is_the_one_the_suite_runs():
     assert compared == lines, f"lines of seed_lines.py no row of the page runs: {lines - compared}"
 
 
+def test_every_selection_on_the_page_names_assets_we_define():
+    """The page's `dagster asset materialize --select` (run by the suite or not) selects exactly
+    the assets it names, through Dagster's own selection parser."""
+    import dagster as dg
+
+    from lance_assets.definitions import defs
+
+    graph = defs.get_repository_def().asset_graph
+    selections = [seed_lines.flags(command(here))["--select"] for here in
+                  (cells[1] for cells in page_rows().values())
+                  if CODE.search(here) and command(here)[:1] == ["dagster"]]
+    assert len(selections) >= 5
+    for select in selections:
+        names = select.split(",")
+        found = dg.AssetSelection.from_coercible(names).resolve(graph)
+        assert {k.to_user_string() for k in found} == set(names), select
+
+
 @pytest.mark.parametrize("flag", [*reference_flags.EQUIVALENTS, "--tokenizer"])
 def test_a_reference_only_flag_is_refused_naming_the_equivalent(flag, capsys):
     value = "hf:gpt2" if flag == "--tokenizer" else "1"
