@@ -51,19 +51,20 @@ def worker_started(rank_pid: int, _worker_id: int) -> None:
 
 
 def _exit_with(pid: int) -> None:
+    """End this process as soon as process ``pid`` has exited."""
     try:
         fd = os.pidfd_open(pid)  # readable when the process exits
+        select.select([fd], [], [])
     except ProcessLookupError:
-        os._exit(0)
+        pass
     except OSError:  # no pidfd here: look once a second
         while True:
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
-                os._exit(0)
+                break
             time.sleep(1.0)
-    select.select([fd], [], [])
-    os._exit(0)
+    os.kill(os.getpid(), signal.SIGKILL)  # nothing of this worker's is worth finishing
 
 
 @contextlib.contextmanager
@@ -117,8 +118,10 @@ class InOrderBatches:
                  start_method: str = "forkserver"):
         self.batch_size = batch_size
         loader = worker_loader(dataset, splits_per_rank, num_workers, start_method)
+        before = {p.pid for p in multiprocessing.active_children()}
         with stop_signals_blocked():
             self._it = iter(loader)
+        self._workers = [p for p in multiprocessing.active_children() if p.pid not in before]
         self._held: list[dict] = []
         self._n = 0
 
@@ -148,12 +151,12 @@ class InOrderBatches:
         return {k: v[:take] for k, v in joined.items()}
 
     def close(self) -> None:
-        """Stop the workers now: asked to finish (torch's shutdown), then killed if one is still
-        there (they ignore SIGTERM, which the interpreter's exit would send them)."""
-        shutdown = getattr(self._it, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-        for process in getattr(self._it, "_workers", ()):
+        """Stop the workers now: lancedb's iterator, once collected, asks them to finish and
+        joins them; one still there is killed (they ignore SIGTERM, which the interpreter's
+        exit would send them, and would keep it waiting)."""
+        self._it = iter(())
+        for process in self._workers:
+            process.join(timeout=5)
             if process.is_alive():
                 process.kill()
                 process.join(timeout=5)
