@@ -11,7 +11,8 @@ Workers (``--workers``): one rank's loader as the trainer builds it (``data.trai
 run's stored permutation, ``--num-workers N``) on real long documents (the Python sources and docs
 on this machine) and on FineWeb-shaped synthetic text, at each sequence length. Per worker count:
 the loader alone (steady-state tokens/s after the first batch, tokens per CPU-second of the rank
-and its workers together, the training thread's CPU share, first-batch latency), with the
+and its workers together, the training thread's CPU share, first-batch latency; a step of 64
+blocks read at a time, as the trainer does for batch 32 x accum 2), with the
 library's thread defaults and with the reference recipe's (read batch 8, one read in flight, two
 transform threads); then `tiny` trained from it against the same blocks from memory (the
 in-memory control). Arms alternate in rounds and each reports its median.
@@ -134,14 +135,19 @@ def tree_cpu() -> float:
     return total
 
 
+STEP_BLOCKS = 64  # one rank's step of the reference's 8-GPU line: batch 32 x accum 2
+
+
 def rank_loader(snap, seq_len: int, workers: int, threads: str, batch: int, permutations: Path):
+    """One rank's loader as the trainer opens it: a step's cycles read at a time."""
     block_len = seq_len + 1
     tfilter = train_filter(snap)
     ds = data.train_dataset(snap, filter=tfilter, block_len=block_len,
                             blocks_per_epoch=data.count_blocks(snap, tfilter, block_len, SPLITS),
                             num_splits=SPLITS, rank=0, world_size=1, seed=0, epoch=0,
                             permutations=permutations, **THREADS[threads])
-    return data.train_loader(ds, batch, workers, splits_per_rank=SPLITS)
+    return data.train_loader(ds, batch, workers, splits_per_rank=SPLITS,
+                             cycles=STEP_BLOCKS // SPLITS)
 
 
 def close(loader) -> None:

@@ -116,9 +116,9 @@ def test_loader_workers_read_the_stored_permutation_in_the_order_of_no_workers(s
     kw = dict(filter=FILTER, block_len=BLOCK_LEN, blocks_per_epoch=bpe, num_splits=NUM_SPLITS,
               rank=0, world_size=1, seed=7, epoch=0, pack=pack, permutations=stored_root)
 
-    def read(workers):
+    def read(workers, cycles=1):
         loader = data.train_loader(data.train_dataset(snap, **kw), 7, workers,
-                                   splits_per_rank=NUM_SPLITS)
+                                   splits_per_rank=NUM_SPLITS, cycles=cycles)
         return [b for batch in loader for b in batch["input_ids"]], loader
 
     ds = data.train_dataset(snap, **kw)
@@ -127,10 +127,12 @@ def test_loader_workers_read_the_stored_permutation_in_the_order_of_no_workers(s
     assert isinstance(state["_stored_permutation"], data.StoredPermutation)
     assert state["_perm_table"][1].num_rows == 0  # no permutation rows in the pickle
     alone, _ = read(0)
-    together, loader = read(2)
     assert len(alone) == bpe and len(alone) % 7  # the last batch is short
-    assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True))
-    assert loader.holding == 0
+    # a cycle at a time, or a step's cycles at a time (the last round short too), 0 or 2 workers
+    for workers, cycles in ((2, 3), (0, 5)):
+        together, loader = read(workers, cycles)
+        assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True)), (workers, cycles)
+        assert loader.holding == 0
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])

@@ -393,15 +393,18 @@ def tokens_per_byte(snap: TableSnapshot, filter: str) -> float | None:
 
 
 def train_loader(dataset: StreamingDataset, batch_size: int, num_workers: int = 0, *,
-                 splits_per_rank: int | None = None, start_method: str = "forkserver"):
+                 splits_per_rank: int | None = None, start_method: str = "forkserver",
+                 cycles: int = 1):
     """This rank's batches: read in this process, or by ``num_workers`` worker processes started
-    by ``start_method`` and handed out in the same order (``workers.InOrderBatches``)."""
-    if num_workers == 0:
+    by ``start_method``, in the same order either way; with ``cycles``, read that many cycles of
+    the rank's splits at a time (``workers.InOrderBatches``)."""
+    if num_workers == 0 and cycles == 1:
         return StreamingDataLoader(dataset, batch_size=batch_size)
     if splits_per_rank is None:
-        raise ValueError("train_loader with workers needs splits_per_rank (num_splits // world_size)")
+        raise ValueError("train_loader with workers or cycles needs splits_per_rank "
+                         "(num_splits // world_size)")
     return InOrderBatches(dataset, batch_size, splits_per_rank=splits_per_rank,
-                          num_workers=num_workers, start_method=start_method)
+                          num_workers=num_workers, start_method=start_method, cycles=cycles)
 
 
 class TrainBatches:
@@ -409,9 +412,11 @@ class TrainBatches:
     reshuffled); ``state_dict()`` is the loader position a checkpoint resumes from."""
 
     def __init__(self, snap: TableSnapshot, *, epoch: int, state: dict | None, batch_size: int,
-                 num_workers: int = 0, start_method: str = "forkserver", **dataset_kw):
+                 num_workers: int = 0, start_method: str = "forkserver", grad_accum: int = 1,
+                 **dataset_kw):
         self.snap, self.epoch, self.dataset_kw = snap, epoch, dataset_kw
         self.batch_size, self.num_workers, self.start_method = batch_size, num_workers, start_method
+        self.grad_accum = grad_accum
         self._it: Iterator | None = None
         self._open(state)
 
@@ -421,8 +426,10 @@ class TrainBatches:
         if state is not None:
             self.dataset.load_state_dict(state)
         splits = self.dataset_kw["num_splits"] // self.dataset_kw.get("world_size", 1)
+        step = self.batch_size * self.grad_accum  # read a step at a time when it is whole cycles
         self._it = iter(train_loader(self.dataset, self.batch_size, self.num_workers,
-                                     splits_per_rank=splits, start_method=self.start_method))
+                                     splits_per_rank=splits, start_method=self.start_method,
+                                     cycles=step // splits if step % splits == 0 else 1))
 
     def close(self) -> None:
         """Stop this epoch's worker processes, if any."""

@@ -469,8 +469,8 @@ def train_batches(cfg: TrainConfig, run_data: RunData, progress: Progress,
     there by every rank (and by a resume on any world size)."""
     return data.TrainBatches(
         run_data.snap, epoch=progress.epoch, state=progress.loader_state,
-        batch_size=cfg.batch_size, num_workers=cfg.num_workers, start_method=cfg.mp_context,
-        filter=run_data.split.train.lance,
+        batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, num_workers=cfg.num_workers,
+        start_method=cfg.mp_context, filter=run_data.split.train.lance,
         block_len=run_data.block_len, blocks_per_epoch=run_data.blocks_per_epoch,
         num_splits=cfg.num_splits, rank=comm.rank, world_size=comm.world, seed=cfg.seed,
         pack=cfg.pack, read_batch_size=cfg.read_batch_size, io_queue_depth=cfg.io_queue_depth,

@@ -8,10 +8,10 @@ permutation as its own (``streaming_adapter``).
 
 ``StreamingDataset`` gives worker w the w-th contiguous share of the rank's splits and each worker
 emits one block per owned split per cycle; torch's DataLoader hands out batches from the workers
-in turn. With DataLoader batches of exactly one cycle of a worker (its splits), the batches in
-order are the in-process stream, cycle after cycle; ``InOrderBatches`` cuts that stream into the
-trainer's batches again. So a step's blocks do not depend on the worker count, and a checkpoint
-taken with one count resumes with any other (tested through torchrun).
+in turn. With DataLoader batches of whole cycles, a batch from each worker put back in cycle
+order is the in-process stream; ``InOrderBatches`` cuts it into the trainer's batches. So a
+step's blocks do not depend on the worker count, and a checkpoint taken with one count resumes
+with any other (tested through torchrun).
 
 Workers never act on SIGINT or SIGTERM: Ctrl-C and torchrun signal the rank's whole process
 group, and the rank stops its workers itself once it finished its step and wrote its checkpoint.
@@ -91,64 +91,74 @@ def start_context(method: str):
 
 
 def worker_loader(dataset, splits_per_rank: int, num_workers: int,
-                  start_method: str = "forkserver"):
-    """lancedb's ``StreamingDataLoader`` over ``dataset`` with ``num_workers`` processes, each
-    batch one cycle of one worker (its share of the rank's splits), in the workers' turn."""
+                  start_method: str = "forkserver", cycles: int = 1):
+    """lancedb's ``StreamingDataLoader`` over ``dataset``: each batch ``cycles`` cycles of one
+    worker (a cycle: one block of each split the worker owns), the workers taking turns; with
+    no workers, ``cycles`` cycles of the rank's splits read in this process."""
     from lancedb.streaming import StreamingDataLoader
 
+    if num_workers == 0:
+        return StreamingDataLoader(dataset, batch_size=cycles * splits_per_rank)
     if splits_per_rank % num_workers:
         raise ValueError(f"--num-workers {num_workers}: the rank's {splits_per_rank} splits do not "
                          f"divide among {num_workers} workers; make --num-splits a multiple of "
                          "the world size x --num-workers")
     return StreamingDataLoader(
-        dataset, batch_size=splits_per_rank // num_workers, num_workers=num_workers,
+        dataset, batch_size=cycles * (splits_per_rank // num_workers), num_workers=num_workers,
         multiprocessing_context=start_context(start_method),
         worker_init_fn=functools.partial(worker_started, os.getpid()))
 
 
 class InOrderBatches:
-    """The in-process loader's batches of ``batch_size`` blocks, cut from the workers' cycles.
+    """The in-process loader's blocks in its order, ``batch_size`` at a time, read a round at a
+    time: one DataLoader batch of ``cycles`` cycles from each worker in turn, put back in
+    cycle order (all workers' share of cycle 0, then of cycle 1, ...).
 
-    Cycles are taken from the DataLoader only when a batch needs them, so at a step boundary
-    (a multiple of the rank's splits) nothing is held here and the dataset's committed state is
-    exactly what the trainer received. The last batch of an epoch may be short, as without
-    workers."""
+    With ``cycles`` the cycles of one optimizer step, lancedb snapshots its loader state once
+    per worker and step instead of once per batch (the snapshot copies every split's pending
+    tokens: most of the loader's CPU time on long documents), and a round is taken only when
+    a batch needs it, so at a step boundary nothing is held here and the dataset's committed
+    state is exactly what the trainer received. The last batch of an epoch may be short, as
+    with the plain loader."""
 
-    def __init__(self, dataset, batch_size: int, *, splits_per_rank: int, num_workers: int,
-                 start_method: str = "forkserver"):
-        self.batch_size = batch_size
-        loader = worker_loader(dataset, splits_per_rank, num_workers, start_method)
+    def __init__(self, dataset, batch_size: int, *, splits_per_rank: int, num_workers: int = 0,
+                 start_method: str = "forkserver", cycles: int = 1):
+        self.batch_size, self.turns = batch_size, max(1, num_workers)
+        self.cycle = splits_per_rank // self.turns  # blocks of one worker's cycle
+        loader = worker_loader(dataset, splits_per_rank, num_workers, start_method, cycles)
         before = {p.pid for p in multiprocessing.active_children()}
         with stop_signals_blocked():
             self._it = iter(loader)
         self._workers = [p for p in multiprocessing.active_children() if p.pid not in before]
-        self._held: list[dict] = []
+        self._held: dict | None = None
         self._n = 0
 
     @property
     def holding(self) -> int:
-        """Blocks taken from the workers and not yet handed out."""
+        """Blocks read and not yet handed out."""
         return self._n
 
     def __iter__(self) -> Iterator[dict]:
         return self
 
+    def _round(self) -> dict:
+        """One batch from each worker, in cycle order. Every worker's last batch of an epoch
+        holds as many cycles as the others' (every split emits as many blocks)."""
+        batches = [next(self._it)]
+        batches += [next(self._it) for _ in range(self.turns - 1)]
+        size = len(next(iter(batches[0].values())))
+        cuts = [(b, j) for j in range(0, size, self.cycle) for b in batches]
+        return {k: torch.cat([b[k][j:j + self.cycle] for b, j in cuts]) for k in batches[0]}
+
     def __next__(self) -> dict:
-        while self._n < self.batch_size:
-            try:
-                cycle = next(self._it)
-            except StopIteration:
-                if not self._n:
-                    raise
-                break
-            self._held.append(cycle)
-            self._n += len(next(iter(cycle.values())))
-        joined = {k: torch.cat([c[k] for c in self._held]) for k in self._held[0]}
+        if self._n == 0:
+            self._held = self._round()  # StopIteration at an epoch's end
+            self._n = len(next(iter(self._held.values())))
         take = min(self.batch_size, self._n)
-        rest = {k: v[take:] for k, v in joined.items()}
+        out = {k: v[:take] for k, v in self._held.items()}
+        self._held = {k: v[take:] for k, v in self._held.items()}
         self._n -= take
-        self._held = [rest] if self._n else []
-        return {k: v[:take] for k, v in joined.items()}
+        return out
 
     def close(self) -> None:
         """Stop the workers now: lancedb's iterator, once collected, asks them to finish and
