@@ -138,7 +138,8 @@ def tree_cpu() -> float:
 STEP_BLOCKS = 64  # one rank's step of the reference's 8-GPU line: batch 32 x accum 2
 
 
-def rank_loader(snap, seq_len: int, workers: int, threads: str, batch: int, permutations: Path):
+def rank_loader(snap, seq_len: int, workers: int, threads: str, batch: int, permutations: Path,
+                step_blocks: int = STEP_BLOCKS):
     """One rank's loader as the trainer opens it: a step's cycles read at a time."""
     block_len = seq_len + 1
     tfilter = train_filter(snap)
@@ -147,7 +148,7 @@ def rank_loader(snap, seq_len: int, workers: int, threads: str, batch: int, perm
                             num_splits=SPLITS, rank=0, world_size=1, seed=0, epoch=0,
                             permutations=permutations, **THREADS[threads])
     return data.train_loader(ds, batch, workers, splits_per_rank=SPLITS,
-                             cycles=STEP_BLOCKS // SPLITS)
+                             cycles=step_blocks // SPLITS)
 
 
 def close(loader) -> None:
@@ -155,11 +156,11 @@ def close(loader) -> None:
         loader.close()
 
 
-def loader_alone(snap, seq_len, workers, threads, blocks, permutations) -> dict:
+def loader_alone(snap, seq_len, workers, threads, blocks, permutations, step_blocks) -> dict:
     """The loader with no model: ``blocks`` blocks in batches of SPLITS. Rates are the steady
     state, after the first batch (whose latency includes starting the workers)."""
     wall0 = time.perf_counter()
-    it = iter(rank_loader(snap, seq_len, workers, threads, SPLITS, permutations))
+    it = iter(rank_loader(snap, seq_len, workers, threads, SPLITS, permutations, step_blocks))
     next(it)
     first = time.perf_counter() - wall0
     cpu0, wall0, thread0 = tree_cpu(), time.perf_counter(), time.thread_time()
@@ -173,13 +174,13 @@ def loader_alone(snap, seq_len, workers, threads, blocks, permutations) -> dict:
             "first_s": first}
 
 
-def training(snap, seq_len, workers, steps, batch, permutations) -> tuple[float, float]:
+def training(snap, seq_len, workers, steps, batch, permutations, step_blocks) -> tuple[float, float]:
     """``tiny`` trained ``steps`` steps from the loader (reference threads): tokens/s, data-wait
     share."""
     torch.manual_seed(0)
     model = GPT(config_for("tiny", snap.tokenizer["vocab_size"], seq_len))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    it = iter(rank_loader(snap, seq_len, workers, "reference", batch, permutations))
+    it = iter(rank_loader(snap, seq_len, workers, "reference", batch, permutations, step_blocks))
     train_steps(model, opt, lambda: next(it)["input_ids"], 1, snap.tokenizer["pad_id"])  # warm
     secs, wait, tokens = train_steps(model, opt, lambda: next(it)["input_ids"], steps,
                                      snap.tokenizer["pad_id"])
@@ -204,9 +205,10 @@ def sweep_workers(args) -> None:
           f"average {psutil.getloadavg()[0]:.1f} at the start, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads), one rank of {SPLITS} splits, {args.rounds} "
           "rounds (medians)")
-    print("| corpus | seq | workers | threads | loader tok/s | tok per CPU-s | training thread "
-          "CPU share | first batch s | tiny tok/s from it | in-memory tok/s | ratio | data-wait |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| corpus | seq | workers | threads | blocks per read | loader tok/s | tok per CPU-s | "
+          "training thread CPU share | first batch s | tiny tok/s from it | in-memory tok/s | "
+          "ratio | data-wait |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for corpus in args.corpora:
             root = Path(tmp) / corpus / "data"
@@ -219,23 +221,25 @@ def sweep_workers(args) -> None:
                 # store the permutation, and start the forkserver, before anything is timed
                 close(iter(rank_loader(snap, seq_len, int(any(args.workers)), "reference", SPLITS,
                                        perms)))
-                alone = {(w, t): [] for w in args.workers for t in args.threads}
+                alone = {(w, t, b): [] for w in args.workers for t in args.threads
+                         for b in args.step_blocks}
                 trained = {w: [] for w in args.workers}
                 control = []
                 for r in range(args.rounds):
                     order = list(alone) if r % 2 == 0 else list(reversed(alone))
-                    for w, t in order:
-                        alone[w, t].append(loader_alone(snap, seq_len, w, t, blocks, perms))
+                    for w, t, b in order:
+                        alone[w, t, b].append(loader_alone(snap, seq_len, w, t, blocks, perms, b))
                     for w in (args.workers if r % 2 == 0 else args.workers[::-1]):
-                        trained[w].append(training(snap, seq_len, w, args.steps, args.batch, perms))
+                        trained[w].append(training(snap, seq_len, w, args.steps, args.batch, perms,
+                                                   args.step_blocks[0]))
                     control.append(in_memory(snap, seq_len, args.steps, args.batch, perms))
                 ctl = statistics.median(control)
-                for (w, t), runs in alone.items():
+                for (w, t, b), runs in alone.items():
                     med = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
-                    line = (f"| {corpus} | {seq_len} | {w} | {t} | {med['tok_s']:,.0f} | "
+                    line = (f"| {corpus} | {seq_len} | {w} | {t} | {b} | {med['tok_s']:,.0f} | "
                             f"{med['tok_cpu_s']:,.0f} | {med['thread_share']:.0%} | "
                             f"{med['first_s']:.2f} |")
-                    if t == "reference":
+                    if t == "reference" and b == args.step_blocks[0]:
                         rate = statistics.median(x[0] for x in trained[w])
                         wait = statistics.median(x[1] for x in trained[w])
                         line += f" {rate:,.0f} | {ctl:,.0f} | {rate / ctl:.3f} | {wait:.1%} |"
@@ -261,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", nargs="+", default=list(THREADS), choices=list(THREADS))
     p.add_argument("--tokens", type=int, default=1_600_000, help="tokens per loader-alone arm")
     p.add_argument("--batch", type=int, default=SPLITS, help="blocks per training step")
+    p.add_argument("--step-blocks", nargs="+", type=int, default=[STEP_BLOCKS],
+                   help="blocks read at a time (a step's; multiples of the 16 splits)")
     p.add_argument("--real-mb", type=int, default=12, help="MB of local text for the real corpus")
     args = p.parse_args(argv)
     if args.workers is not None:

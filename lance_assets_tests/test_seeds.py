@@ -176,8 +176,8 @@ def test_the_loader_probe_prints_its_figures(capsys):
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| synthetic-web")]
     assert len(table) == 1  # one worker count, one thread setting
     cells = [c.strip() for c in table[0].strip("|").split("|")]
-    assert cells[:4] == ["synthetic-web", "64", "0", "reference"]
-    assert float(cells[4].replace(",", "")) > 0 and float(cells[8].replace(",", "")) > 0
+    assert cells[:5] == ["synthetic-web", "64", "0", "reference", "64"]  # ... 64 blocks per read
+    assert float(cells[5].replace(",", "")) > 0 and float(cells[9].replace(",", "")) > 0
 
 
 def test_the_long_run_recipe_flushes_on_ctrl_c_and_resumes(bpe_root, tmp_path, capsys):
