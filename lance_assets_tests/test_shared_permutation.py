@@ -135,6 +135,38 @@ def test_loader_workers_read_the_stored_permutation_in_the_order_of_no_workers(s
         assert loader.holding == 0
 
 
+def test_an_epoch_ending_mid_step_leaves_every_step_checkpointable(snap, tmp_path):
+    """The trainer's batches read a step at a time; when an epoch ends in the middle of a step,
+    the next one reads the rest of that step first: every step boundary stays a checkpoint
+    that resumes to the same blocks, with or without workers."""
+    stored_root = tmp_path / "permutations"
+    bpe = data.count_blocks(snap, FILTER, BLOCK_LEN, NUM_SPLITS)
+    assert (bpe // NUM_SPLITS) % 8 == 3  # epoch 0 ends 12 blocks into a step of 32
+    kw = dict(filter=FILTER, block_len=BLOCK_LEN, blocks_per_epoch=bpe, num_splits=NUM_SPLITS,
+              rank=0, world_size=1, seed=7, permutations=stored_root)
+
+    def steps(n, workers=0, state=None, epoch=0, accum=4):
+        batches = data.TrainBatches(snap, epoch=epoch, state=state, batch_size=8,
+                                    grad_accum=accum, num_workers=workers, **kw)
+        out, states = [], []
+        for _ in range(n):
+            out.append(torch.cat([next(batches) for _ in range(accum)]))
+            states.append((batches.epoch, batches.state_dict()))  # raises if not checkpointable
+        batches.close()
+        return out, states
+
+    first_epoch = -(-bpe // 32)  # the step the epoch ends in
+    plain, states = steps(first_epoch + 3)
+    one_at_a_time, _ = steps(4 * (first_epoch + 3), accum=1)  # the same stream, 8 blocks a time
+    assert torch.equal(torch.cat(plain), torch.cat(one_at_a_time))
+    epoch, state = states[first_epoch - 1]  # after the step that began in epoch 0
+    assert epoch == 1
+    resumed, _ = steps(3, state=state, epoch=epoch)
+    assert all(torch.equal(a, b) for a, b in zip(plain[first_epoch:], resumed, strict=True))
+    with_workers, _ = steps(first_epoch + 3, workers=2)
+    assert all(torch.equal(a, b) for a, b in zip(plain, with_workers, strict=True))
+
+
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_ranks_read_disjoint_splits_covering_every_filtered_row(snap, tmp_path, world):
     stored = data.shared_permutation(snap, key(snap), tmp_path / "p", build=True)

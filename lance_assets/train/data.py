@@ -394,17 +394,18 @@ def tokens_per_byte(snap: TableSnapshot, filter: str) -> float | None:
 
 def train_loader(dataset: StreamingDataset, batch_size: int, num_workers: int = 0, *,
                  splits_per_rank: int | None = None, start_method: str = "forkserver",
-                 cycles: int = 1):
+                 cycles: int = 1, first_cycles: int | None = None):
     """This rank's batches: read in this process, or by ``num_workers`` worker processes started
     by ``start_method``, in the same order either way; with ``cycles``, read that many cycles of
-    the rank's splits at a time (``workers.InOrderBatches``)."""
-    if num_workers == 0 and cycles == 1:
+    the rank's splits at a time, ``first_cycles`` first (``workers.InOrderBatches``)."""
+    if num_workers == 0 and cycles == 1 and not first_cycles:
         return StreamingDataLoader(dataset, batch_size=batch_size)
     if splits_per_rank is None:
         raise ValueError("train_loader with workers or cycles needs splits_per_rank "
                          "(num_splits // world_size)")
     return InOrderBatches(dataset, batch_size, splits_per_rank=splits_per_rank,
-                          num_workers=num_workers, start_method=start_method, cycles=cycles)
+                          num_workers=num_workers, start_method=start_method, cycles=cycles,
+                          first_cycles=first_cycles)
 
 
 class TrainBatches:
@@ -418,6 +419,7 @@ class TrainBatches:
         self.batch_size, self.num_workers, self.start_method = batch_size, num_workers, start_method
         self.grad_accum = grad_accum
         self._it: Iterator | None = None
+        self._micro = 0  # micro-batches handed out: created at a step boundary
         self._open(state)
 
     def _open(self, state: dict | None) -> None:
@@ -427,9 +429,13 @@ class TrainBatches:
             self.dataset.load_state_dict(state)
         splits = self.dataset_kw["num_splits"] // self.dataset_kw.get("world_size", 1)
         step = self.batch_size * self.grad_accum  # read a step at a time when it is whole cycles
+        cycles = step // splits if step % splits == 0 else 1
+        # an epoch that opens in the middle of a step reads the rest of that step first
+        rest = (self.grad_accum - self._micro % self.grad_accum) % self.grad_accum
+        first = rest * self.batch_size // splits if rest * self.batch_size % splits == 0 else None
         self._it = iter(train_loader(self.dataset, self.batch_size, self.num_workers,
                                      splits_per_rank=splits, start_method=self.start_method,
-                                     cycles=step // splits if step % splits == 0 else 1))
+                                     cycles=cycles, first_cycles=first))
 
     def close(self) -> None:
         """Stop this epoch's worker processes, if any."""
@@ -441,11 +447,13 @@ class TrainBatches:
 
     def __next__(self) -> torch.Tensor:
         try:
-            return next(self._it)["input_ids"]
+            blocks = next(self._it)["input_ids"]
         except StopIteration:
             self.epoch += 1
             self._open(None)
-            return next(self._it)["input_ids"]
+            blocks = next(self._it)["input_ids"]
+        self._micro += 1
+        return blocks
 
     def state_dict(self) -> dict:
         if isinstance(self._it, InOrderBatches) and self._it.holding:

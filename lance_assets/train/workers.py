@@ -118,20 +118,36 @@ class InOrderBatches:
     per worker and step instead of once per batch (the snapshot copies every split's pending
     tokens: most of the loader's CPU time on long documents), and a round is taken only when
     a batch needs it, so at a step boundary nothing is held here and the dataset's committed
-    state is exactly what the trainer received. The last batch of an epoch may be short, as
-    with the plain loader."""
+    state is exactly what the trainer received. An epoch that starts in the middle of a step
+    (the previous one ended there) reads ``first_cycles``, the rest of that step, as its first
+    round, then opens the loader again for whole steps. The last batch of an epoch may be
+    short, as with the plain loader."""
 
     def __init__(self, dataset, batch_size: int, *, splits_per_rank: int, num_workers: int = 0,
-                 start_method: str = "forkserver", cycles: int = 1):
+                 start_method: str = "forkserver", cycles: int = 1,
+                 first_cycles: int | None = None):
+        self.dataset, self.splits_per_rank = dataset, splits_per_rank
+        self.num_workers, self.start_method, self.cycles = num_workers, start_method, cycles
         self.batch_size, self.turns = batch_size, max(1, num_workers)
         self.cycle = splits_per_rank // self.turns  # blocks of one worker's cycle
-        loader = worker_loader(dataset, splits_per_rank, num_workers, start_method, cycles)
+        self._workers: list = []
+        self._held: dict | None = None
+        self._n = 0
+        if first_cycles and first_cycles != cycles:
+            self._open(first_cycles, rounds=1)
+        else:
+            self._open(cycles, rounds=None)
+
+    def _open(self, cycles: int, rounds: int | None) -> None:
+        """A loader over the dataset from its committed state, for ``rounds`` rounds (None: to
+        the end of the epoch)."""
+        loader = worker_loader(self.dataset, self.splits_per_rank, self.num_workers,
+                               self.start_method, cycles)
         before = {p.pid for p in multiprocessing.active_children()}
         with stop_signals_blocked():
             self._it = iter(loader)
         self._workers = [p for p in multiprocessing.active_children() if p.pid not in before]
-        self._held: dict | None = None
-        self._n = 0
+        self._rounds_left = rounds
 
     @property
     def holding(self) -> int:
@@ -144,6 +160,11 @@ class InOrderBatches:
     def _round(self) -> dict:
         """One batch from each worker, in cycle order. Every worker's last batch of an epoch
         holds as many cycles as the others' (every split emits as many blocks)."""
+        if self._rounds_left == 0:  # the first, shorter round is read: whole steps from here
+            self.close()
+            self._open(self.cycles, rounds=None)
+        if self._rounds_left is not None:
+            self._rounds_left -= 1
         batches = [next(self._it)]
         batches += [next(self._it) for _ in range(self.turns - 1)]
         size = len(next(iter(batches[0].values())))
