@@ -105,9 +105,10 @@ def test_every_selection_on_the_page_names_assets_we_define():
         assert {k.to_user_string() for k in found} == set(names), select
 
 
-@pytest.mark.parametrize("flag", [*reference_flags.EQUIVALENTS, "--tokenizer"])
-def test_a_reference_only_flag_is_refused_naming_the_equivalent(flag, capsys):
-    value = "hf:gpt2" if flag == "--tokenizer" else "1"
+@pytest.mark.parametrize("flag, value", [*((f, "1") for f in reference_flags.EQUIVALENTS),
+                                         ("--tokenizer", "hf:gpt2"),
+                                         *((f, "0") for f in reference_flags.ZERO_MEANS_DEFAULT)])
+def test_a_reference_only_flag_is_refused_naming_the_equivalent(flag, value, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--data", "/nonexistent", flag, value])
     assert exit_.value.code == 2

@@ -30,6 +30,15 @@ EQUIVALENTS = {
                           "n_tokens (the reference's default)",
 }
 
+ZERO_MEANS_DEFAULT = {
+    "--steps": "leave --steps out: --epochs decides (or 300 steps without it)",
+    "--eval-every": "for one evaluation at the end, set --eval-every to the run's --steps",
+    "--num-splits": "give the splits: a multiple of every world size x --num-workers the run "
+                    "will use (default 8)",
+    "--transform-queue-depth": "leave --transform-queue-depth out: no cap",
+}
+"""The reference's ``0 = its default`` values, which this trainer's ranges refuse."""
+
 HF_TOKENIZER = ("the table is tokenized once, by the token_ids asset (its `tokenizer` run config: "
                 "byte, the trained BPE, or a tiktoken encoding such as gpt2 when in tiktoken's "
                 "cache); --tokenizer NAME here only checks that the table's input_ids are NAME's")
@@ -41,8 +50,10 @@ def refusal(argv: list[str]) -> str | None:
         name, _, value = arg.partition("=")
         if name in EQUIVALENTS:
             return f"{name} is the reference recipe's flag; here use {EQUIVALENTS[name]} (docs/seeds.md)"
-        if name == "--tokenizer":
-            value = value or (argv[i + 1] if i + 1 < len(argv) else "")
-            if value.startswith("hf:"):
-                return f"--tokenizer {value}: {HF_TOKENIZER} (docs/seeds.md)"
+        value = value or (argv[i + 1] if i + 1 < len(argv) else "")
+        if name == "--tokenizer" and value.startswith("hf:"):
+            return f"--tokenizer {value}: {HF_TOKENIZER} (docs/seeds.md)"
+        if name in ZERO_MEANS_DEFAULT and value == "0":
+            return (f"{name} 0 is the reference recipe's 'default'; here {ZERO_MEANS_DEFAULT[name]} "
+                    "(docs/seeds.md)")
     return None
