@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ import torch
 from benchmarks.build_packed_datasets import train_filter
 from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.progress import progress
 from lance_assets.table import Table
 from lance_assets.tokens.token_ids import token_ids
 from lance_assets.train import data
@@ -208,8 +210,12 @@ def sweep_workers(args) -> None:
     print("| corpus | seq | workers | threads | blocks per read | loader tok/s | tok per CPU-s | "
           "training thread CPU share | first batch s | tiny tok/s from it | in-memory tok/s | "
           "ratio | data-wait |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as tmp:
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    arms = (len(args.workers) * len(args.threads) * len(args.step_blocks) + len(args.workers) + 1)
+    total = len(args.corpora) * len(args.seq_lens) * args.rounds * arms
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731 - stdout is the table
+    with tempfile.TemporaryDirectory() as tmp, progress(total, "train_loader --workers",
+                                                        unit="arm", log=log) as bar:
         for corpus in args.corpora:
             root = Path(tmp) / corpus / "data"
             build_corpus(root, corpus, args.rows, args.real_mb * 1_000_000)
@@ -229,10 +235,13 @@ def sweep_workers(args) -> None:
                     order = list(alone) if r % 2 == 0 else list(reversed(alone))
                     for w, t, b in order:
                         alone[w, t, b].append(loader_alone(snap, seq_len, w, t, blocks, perms, b))
+                        bar.update(1)
                     for w in (args.workers if r % 2 == 0 else args.workers[::-1]):
                         trained[w].append(training(snap, seq_len, w, args.steps, args.batch, perms,
                                                    args.step_blocks[0]))
+                        bar.update(1)
                     control.append(in_memory(snap, seq_len, args.steps, args.batch, perms))
+                    bar.update(1)
                 ctl = statistics.median(control)
                 for (w, t, b), runs in alone.items():
                     med = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
