@@ -28,7 +28,8 @@ RUN_FOLDER = {"--data", "--out"}
 # 1. LLM pretraining on one table: the laptop smoke test (ingest, curate, byte tokens, train)
 SMOKE_SOURCE = "synthetic:2000"  # the reference: 5,000 rows
 SMOKE_MATERIALIZE = ["dagster", "asset", "materialize", "-m", "lance_assets.definitions",
-                     "--select", "raw_text,dedup_flag,text_index,corpus_profile,token_ids",
+                     "--select", "raw_text,dedup_flag,near_dup,quality_signals,text_index,"
+                                 "corpus_profile,token_ids",
                      "--config-json", '{"ops": {"token_ids": {"config": {"tokenizer": "byte"}}}}']
 SMOKE_TRAIN = ["python", "-m", "lance_assets.train", "--model", "tiny", "--pack", "--seq-len",
                "64", "--steps", "20"]

@@ -120,8 +120,9 @@ def test_a_reference_only_flag_is_refused_naming_the_equivalent(flag, value, cap
 
 def test_the_laptop_smoke_test_as_typed(tmp_path, capsys):
     """Ingest, curate, byte tokens (one `dagster asset materialize`, on a fresh machine: no
-    DAGSTER_HOME, so an ephemeral instance with its default executor runs the column steps side
-    by side), then the trainer's CLI; sizes scaled down."""
+    DAGSTER_HOME, so an ephemeral instance with no pool limit and its default executor runs the
+    column steps side by side, and they must not fail), then the trainer's CLI; sizes scaled
+    down."""
     data_dir = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
     env.update(LANCE_ASSETS_DATA=str(data_dir), LANCE_ASSETS_SOURCE=seed_lines.SMOKE_SOURCE,
@@ -134,7 +135,8 @@ def test_the_laptop_smoke_test_as_typed(tmp_path, capsys):
     ds = lance.dataset(paths.table_uri(data_dir))
     rows = int(seed_lines.SMOKE_SOURCE.split(":")[1])
     assert ds.count_rows() == rows and ds.count_rows("is_dup") > 0
-    assert ds.count_rows("input_ids IS NULL OR is_dup IS NULL") == 0
+    assert ds.count_rows("input_ids IS NULL OR is_dup IS NULL OR near_dup IS NULL "
+                         "OR word_count IS NULL") == 0
     assert "text_fts" in {i.name for i in ds.describe_indices()}  # the full-text search
 
     out = tmp_path / "run"  # the trainer's CLI in this process: `python -m lance_assets.train`'s main
