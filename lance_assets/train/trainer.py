@@ -36,7 +36,7 @@ from lance_assets import paths, storage
 from lance_assets.curation.predicate import PredicateError
 from lance_assets.launch.signals import StopRequested
 from lance_assets.table import Table
-from lance_assets.train import checkpoint, data, read_record
+from lance_assets.train import checkpoint, config, data, read_record
 from lance_assets.train.collectives import Collectives, launched_by_torchrun
 from lance_assets.train.config import ConfigError, TrainConfig, data_root, parse_args
 from lance_assets.train.model import GPT, GPTConfig, config_for
@@ -89,10 +89,12 @@ class StopFlag(StopRequested):
 
 
 def lr_scale(step: int, cfg: TrainConfig, steps: int) -> float:
-    """Linear warmup to 1, then cosine decay to min_lr / lr: the multiplier of every peak LR."""
+    """Linear warmup to 1, then cosine decay to min_lr / lr over --lr-total-steps (default: the
+    run's steps): the multiplier of every peak LR."""
     if step < cfg.warmup:
         return (step + 1) / cfg.warmup
     floor = cfg.min_lr / cfg.lr
+    steps = cfg.lr_total_steps or steps
     progress = min(1.0, (step - cfg.warmup) / max(1, steps - cfg.warmup))
     return floor + 0.5 * (1 - floor) * (1 + math.cos(math.pi * progress))
 
@@ -293,14 +295,7 @@ def train(cfg: TrainConfig) -> dict:
     """One training run; returns the summary (also written to OUT/summary.json)."""
     # ---- setup: device, world, process group
     world = int(os.environ.get("WORLD_SIZE", 1)) if launched_by_torchrun() else 1
-    if cfg.num_splits % world:
-        raise TrainError(f"--num-splits {cfg.num_splits} must be divisible by the world size {world}")
-    splits_per_rank = cfg.num_splits // world
-    if (cfg.batch_size * cfg.grad_accum) % splits_per_rank:
-        raise TrainError(
-            f"--batch-size x --grad-accum ({cfg.batch_size * cfg.grad_accum}) must be a multiple "
-            f"of the splits per rank ({splits_per_rank}) so every step ends on a checkpointable "
-            "loader boundary")
+    config.check_world(cfg, world)
     if torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
@@ -329,7 +324,10 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     run = Run(cfg, comm, device, root, out, report, run_data, net, batches, progress,
               flops_per_token=net.model.flops_per_token(), peak=peak_flops(device),
               commit=git_commit())
-    loop = train_loop(run, step_model, stop)
+    try:
+        loop = train_loop(run, step_model, stop)
+    finally:
+        batches.close()  # the loader's workers stop here, not at interpreter exit
     return finish(run, loop)
 
 
@@ -359,6 +357,7 @@ class RunData:
     blocks_per_epoch: int
     global_batch: int
     steps: int
+    steps_why: str  # which of --steps and --epochs decided them
     val: data.ValBlocks
     val_tokens_per_byte: float | None
 
@@ -384,13 +383,12 @@ def load_data(cfg: TrainConfig, root: Path, ckpt: dict | None, comm: Collectives
     except data.TooLittleData as e:
         raise TrainError(str(e)) from None
     global_batch = cfg.batch_size * cfg.grad_accum * comm.world
-    steps = cfg.steps if cfg.epochs is None else max(
-        1, math.ceil(cfg.epochs * blocks_per_epoch / global_batch))
+    steps, steps_why = config.planned_steps(cfg, blocks_per_epoch, global_batch)
     val = data.val_blocks(snap, filter=split.val.lance, block_len=block_len,
                           max_blocks=cfg.eval_blocks)
     val_tokens_per_byte = data.tokens_per_byte(snap, split.val.lance)
-    return RunData(snap, table_tag, split, block_len, blocks_per_epoch, global_batch, steps, val,
-                   val_tokens_per_byte)
+    return RunData(snap, table_tag, split, block_len, blocks_per_epoch, global_batch, steps,
+                   steps_why, val, val_tokens_per_byte)
 
 
 # ---- model and optimizer
@@ -471,7 +469,8 @@ def train_batches(cfg: TrainConfig, run_data: RunData, progress: Progress,
     there by every rank (and by a resume on any world size)."""
     return data.TrainBatches(
         run_data.snap, epoch=progress.epoch, state=progress.loader_state,
-        batch_size=cfg.batch_size, num_workers=cfg.num_workers, filter=run_data.split.train.lance,
+        batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, num_workers=cfg.num_workers,
+        start_method=cfg.mp_context, filter=run_data.split.train.lance,
         block_len=run_data.block_len, blocks_per_epoch=run_data.blocks_per_epoch,
         num_splits=cfg.num_splits, rank=comm.rank, world_size=comm.world, seed=cfg.seed,
         pack=cfg.pack, read_batch_size=cfg.read_batch_size, io_queue_depth=cfg.io_queue_depth,
@@ -601,7 +600,7 @@ def train_loop(run: Run, step_model: torch.nn.Module, stop: StopFlag) -> LoopRes
                f"{'bfloat16' if net.use_bf16 else 'float32'}, table v{d.snap.version}"
                + (f" (tag {d.table_tag})" if d.table_tag else "")
                + f", {d.blocks_per_epoch} blocks/epoch, global batch "
-               f"{d.global_batch}, tokenizer {tok['name']}")
+               f"{d.global_batch}, tokenizer {tok['name']}, {d.steps_why}")
     last_eval = run.validate()
     val_step = p.step
     if p.step == 0:
