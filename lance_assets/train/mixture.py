@@ -335,6 +335,15 @@ def read_by_domain(state: dict, mixture: Mixture) -> dict[str, dict]:
     return out
 
 
+def flat(summary: dict) -> dict:
+    """``summary`` with its ``domains`` as ``domain/<name>/<figure>`` entries (what a Pipes
+    materialization, and a plot across materializations, takes)."""
+    out = {k: v for k, v in summary.items() if k != "domains"}
+    for name, figures in summary.get("domains", {}).items():
+        out.update({f"domain/{name}/{k}": v for k, v in figures.items()})
+    return out
+
+
 def read_epochs(state: dict, mixture: Mixture, version: int, seed: int,
                 root: storage.Location) -> list[dict] | None:
     """The read record's epochs (``table.read_record``): per domain and epoch, its stored

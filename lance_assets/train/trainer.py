@@ -692,7 +692,7 @@ def finish(run: Run, loop: LoopResult) -> dict:
             "doc_loss": [round(v, 6) for v in last_eval.doc_loss],
             "doc_tokens": last_eval.doc_tokens}).encode())
         storage.write_atomic(run.out / "summary.json", json.dumps(summary, indent=2).encode())
-    report.materialize(summary)
+    report.materialize(mixture.flat(summary))
     if loop.val_step > loop.start_step:
         val_text = f"val loss {loop.first_val:.4f} -> {loop.val_loss:.4f}"
     else:
