@@ -216,3 +216,35 @@ def test_the_regression_finds_a_planted_optimum_and_its_leave_one_out_error():
     assert best[0] == pytest.approx(0.7, abs=0.03) and best[2] < 0.02
     assert (best <= caps + 1e-9).all() and best.sum() == pytest.approx(1.0)
     assert predicted < loss.min()
+
+
+@pytest.mark.xdist_group("ray")
+def test_proxies_as_ray_tasks_train_what_the_local_path_trains(ray_cluster, halves_root, tmp_path):
+    """Two proxies as Ray tasks (torchrun in each, one thread) and the same two trained here
+    (one thread): the same held-out losses, document by document."""
+    from lance_assets.ablation import remote
+    from lance_assets.table import snapshots
+
+    cfg = config(name="ray", domains=url_domains(["a", "b"]), token_budget=2048, eval_blocks=32)
+    table = Table.of(halves_root)
+    version = table.choose().version
+    table.snapshots.hold("ablation-mixture-ray", version, owner="test", kind=snapshots.ABLATION)
+    plan = mixture.plan_search(table.open(version), cfg, cfg.filter)
+    weights = [np.array([0.3, 0.7]), np.array([0.8, 0.2])]
+
+    def runs(where: str):
+        return [mixture.make_run("ray", cfg, plan, f"proxy-{i}", w, 0, tmp_path / where / str(i),
+                                 ("ablation-mixture-ray", version))
+                for i, w in enumerate(weights)]
+
+    remote.train_on_ray(halves_root, runs("ray"), threads=1, log=quiet)
+    launch = in_process(halves_root)
+    for run in runs("local"):
+        launch(run)
+    for i in range(len(weights)):
+        on_ray = json.loads((tmp_path / "ray" / str(i) / "held_out.json").read_text())
+        here = json.loads((tmp_path / "local" / str(i) / "held_out.json").read_text())
+        assert on_ray["doc_tokens"] == here["doc_tokens"] and len(here["doc_tokens"]) > 5
+        assert on_ray["doc_loss"] == here["doc_loss"], i  # bit for bit
+        summary = json.loads((tmp_path / "ray" / str(i) / "summary.json").read_text())
+        assert summary["domains"]["a"]["weight"] == weights[i][0]

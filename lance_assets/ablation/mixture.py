@@ -198,6 +198,14 @@ def trainer_settings(config: MixtureSettings, plan: SearchPlan, weights: np.ndar
                                  "max_repeats": config.max_repeats})
 
 
+def make_run(search: str, config: MixtureSettings, plan: SearchPlan, arm: str,
+             weights: np.ndarray, seed: int, out: Path, snapshot: tuple[str, int]) -> runner.Run:
+    """One run of the search (a proxy or a verified mixture) for a launcher."""
+    arm_plan = ablation.ArmPlan(arm, {}, plan.filter, plan.filter, 0, 0, 1.0, 0, 0.0, True)
+    return runner.Run(search, arm_plan, seed, out,
+                      trainer_settings(config, plan, weights, seed, out.name), snapshot)
+
+
 @dataclass
 class Member:
     """One proxy of the swarm."""
@@ -226,6 +234,7 @@ class SearchReport:
     detectable: float | None
     trained: int
     reused: int
+    filter_given: str = ""  # the config's filter ('' : the curation rules in force)
     duration_s: float = 0.0
 
     def arm_bpb(self) -> dict[str, tuple[float | None, float | None]]:
@@ -236,11 +245,11 @@ class SearchReport:
         lead = self.leads.get("natural")
         return lead.real if lead is not None else None
 
-    def pretrained_model_config(self, explicit_filter: str) -> dict:
+    def pretrained_model_config(self) -> dict:
         """The one line of run config that trains ``pretrained_model`` on the chosen weights."""
         config = {"domains": self.plan.spec, "weights": weights_json(self.plan.names, self.chosen)}
-        if explicit_filter:
-            config["filter"] = explicit_filter
+        if self.filter_given:
+            config["filter"] = self.filter_given
         return {"ops": {"pretrained_model": {"config": config}}}
 
     def plot(self) -> bytes:
@@ -297,6 +306,7 @@ class SearchReport:
             "lead_over_natural": lead(self.leads.get("natural")),
             "lead_over_uniform": lead(self.leads.get("uniform")),
             "smallest_detectable_lead": self.detectable, "lead_is_real": self.lead_is_real,
+            "pretrained_model_config": self.pretrained_model_config(),
             "swarm": [{"proxy": m.name, "weights": dict(zip(self.plan.names, m.weights.tolist())),
                        "measured_bpb": m.measured, "loo_predicted_bpb": m.predicted}
                       for m in self.members],
@@ -343,11 +353,15 @@ def run_search(root: Path, table: Table, config: MixtureSettings, launch: Launch
     with phase(f"mixture {name}: planning (domains, tokens, held-out split)", log,
                announce=False):
         plan = plan_search(ds, config, mixture_filter(ds, config))
+    n = config.proxies * len(plan.domains)
+    if n < 3:
+        raise ablation.AblationError(f"proxies {config.proxies} x {len(plan.domains)} domains = "
+                                     f"{n} proxies: the regression needs at least 3; raise "
+                                     "proxies")
     table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
                          named=bool(config.name))
     base = paths.ablation_dir(root, "mixture-" + name)
     caps = plan.vector("cap")
-    n = config.proxies * len(plan.domains)
     log(f"mixture {name}: table version {version} (tag {tag}), {len(plan.domains)} domains ("
         + ", ".join(f"{d.name}: {d.tokens:,} tokens, natural {d.natural:.3f}, at most "
                     f"{d.cap:.3f}" for d in plan.domains)
@@ -358,9 +372,7 @@ def run_search(root: Path, table: Table, config: MixtureSettings, launch: Launch
          "domains": [vars(d) for d in plan.domains]}, indent=2, default=str).encode())
 
     def run_for(arm: str, weights: np.ndarray, seed: int, out: Path) -> runner.Run:
-        arm_plan = ablation.ArmPlan(arm, {}, plan.filter, plan.filter, 0, 0, 1.0, 0, 0.0, True)
-        return runner.Run(name, arm_plan, seed, out,
-                          trainer_settings(config, plan, weights, seed, out.name), (tag, version))
+        return make_run(name, config, plan, arm, weights, seed, out, (tag, version))
 
     def folder(prefix: str, weights: np.ndarray) -> str:
         settings = trainer_settings(config, plan, weights, 0, "x")
@@ -433,7 +445,7 @@ def run_search(root: Path, table: Table, config: MixtureSettings, launch: Launch
     detectable = detectable_lead(natural, len(config.seeds)) if natural is not None else None
     report = SearchReport(name, tag, version, plan, base, members, fit, chosen, predicted, arms,
                           outcome, leads, round(detectable, 4) if detectable else None,
-                          trained + outcome.trained, reused + outcome.reused)
+                          trained + outcome.trained, reused + outcome.reused, config.filter)
     if natural is not None:
         log(f"mixture {name}: " + natural.text("val_bpb"))
     storage.write_atomic(base / "results.json",

@@ -153,6 +153,7 @@ class Coverage:
     in_several: int
     none_ids: list[int]
     several_ids: list[int]
+    at_least: bool = False  # in_several is a lower bound (too many domains to count exactly)
 
     @property
     def ok(self) -> bool:
@@ -163,25 +164,48 @@ class Coverage:
         if self.in_none:
             parts.append(f"{self.in_none:,} are in no domain (ids {self.none_ids})")
         if self.in_several:
-            parts.append(f"{self.in_several:,} are in two or more (ids {self.several_ids})")
+            parts.append(f"{'at least ' if self.at_least else ''}{self.in_several:,} are in "
+                         f"two or more (ids {self.several_ids})")
         return (f"{flag}: of the {self.docs:,} documents the mixture trains on, "
                 + " and ".join(parts) + ". Make the domains cover every document exactly once "
                 "(add a domain for the rest, or narrow one so they do not overlap), or narrow "
                 "the training filter")
 
 
+def _either(predicates: list[Predicate], columns) -> Predicate:
+    """TRUE where any of ``predicates`` is TRUE, FALSE elsewhere (a NULL counts as not)."""
+    text = " OR ".join(f"({p.duckdb})" for p in predicates)
+    return safe_predicate(f"COALESCE({text}, FALSE)", columns, max_chars=1 << 20)
+
+
+def _ids(ds: lance.LanceDataset, where: Predicate) -> list[int]:
+    return ds.to_table(columns=["id"], filter=where.lance, limit=EXAMPLES).column(0).to_pylist()
+
+
 def coverage(ds: lance.LanceDataset, domains: dict[str, Predicate], scope: Predicate) -> Coverage:
     """Which of ``scope``'s documents fall in no domain and which in several (a predicate that
-    is NULL for a row does not take it)."""
-    scope_ids = ds.to_table(columns=["id"], filter=scope.lance).column(0).to_numpy()
-    member = [ds.to_table(columns=["id"], filter=scope.and_(d).lance).column(0).to_numpy()
-              for d in domains.values()]
-    ids, counts = np.unique(np.concatenate(member) if member else np.empty(0, np.int64),
-                            return_counts=True)
-    several = ids[counts > 1]
-    none = np.setdiff1d(scope_ids, ids, assume_unique=False)
-    return Coverage(len(scope_ids), len(none), len(several),
-                    [int(i) for i in none[:EXAMPLES]], [int(i) for i in several[:EXAMPLES]])
+    is NULL for a row does not take it): counts, and a few ids of each; nothing per document
+    is held in memory."""
+    columns, preds = ds.schema.names, list(domains.values())
+    docs = ds.count_rows(filter=scope.lance)
+    anywhere = scope.and_(_either(preds, columns))
+    in_any = ds.count_rows(filter=anywhere.lance)
+    memberships = sum(ds.count_rows(filter=scope.and_(p).lance) for p in preds)
+    pairs = [a.and_(b) for i, a in enumerate(preds) for b in preds[i + 1:]]
+    several, at_least, several_ids = memberships - in_any, True, []
+    if several:
+        try:
+            both = scope.and_(_either(pairs, columns))
+            several, at_least = ds.count_rows(filter=both.lance), False
+            several_ids = _ids(ds, both)
+        except PredicateError:  # too many domains for one predicate: the excess, a bound
+            for pair in pairs:
+                several_ids += _ids(ds, scope.and_(pair))
+                if len(several_ids) >= EXAMPLES:
+                    break
+    none = scope.and_(_either(preds, columns).negated())
+    return Coverage(docs, docs - in_any, several, _ids(ds, none) if docs > in_any else [],
+                    several_ids[:EXAMPLES], at_least and several > 0)
 
 
 def check_coverage(ds: lance.LanceDataset, domains: dict[str, Predicate], scope: Predicate,

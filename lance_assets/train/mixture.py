@@ -76,7 +76,7 @@ def plan_mixture(snap: data.TableSnapshot, *, domains: str, weights: str, train:
                  max_repeats: float) -> Mixture:
     """The run's mixture on ``snap``: every domain checked, every training document in exactly
     one, each domain's blocks per epoch, and the passes the run takes over each; a
-    ``DomainError`` (or ``data.TooLittleData``) naming the flag and the fix otherwise."""
+    ``DomainError`` naming the flag and the fix otherwise."""
     ds = snap.table.to_lance()
     predicates = parse_domains(domains, ds, scope=train)
     shares = parse_weights(weights, list(predicates))
@@ -84,17 +84,16 @@ def plan_mixture(snap: data.TableSnapshot, *, domains: str, weights: str, train:
     out = []
     for name, pred in predicates.items():
         domain_filter = train.and_(pred).lance
-        tokens = sum(int(b.column(0).to_numpy(zero_copy_only=False).sum()) for b in
-                     ds.to_batches(columns=["n_tokens"], filter=domain_filter))
-        try:
-            blocks = data.count_blocks(snap, domain_filter, block_len, num_splits)
-        except data.TooLittleData:
-            if shares[name] > 0:
-                raise DomainError(f"--domains: domain {name!r} (weight {shares[name]:.3f}) packs "
-                                  f"into fewer than {num_splits} blocks of {block_len} tokens; "
-                                  "give it weight 0, merge it into another domain or add "
-                                  "documents") from None
-            blocks = 0
+        docs = tokens = 0
+        for batch in ds.to_batches(columns=["n_tokens"], filter=domain_filter):
+            col = batch.column(0).to_numpy(zero_copy_only=False)
+            docs, tokens = docs + len(col), tokens + int(col.sum())
+        blocks = (tokens + docs) // block_len  # one EOS per document (data.count_blocks)
+        blocks -= blocks % num_splits
+        if blocks == 0 and shares[name] > 0:
+            raise DomainError(f"--domains: domain {name!r} (weight {shares[name]:.3f}) packs into "
+                              f"fewer than {num_splits} blocks of {block_len} tokens; give it "
+                              "weight 0, merge it into another domain or add documents")
         out.append(Domain(name, pred.lance, domain_filter, shares[name], tokens, blocks))
     sched = schedule([d.weight for d in out], seed)
     per_split = steps * global_batch // num_splits
@@ -122,12 +121,9 @@ def for_run(cfg, snap: data.TableSnapshot, train: data.Predicate, block_len: int
     """The mixture a trainer config (``--domains``, ``--weights``) asks for, or None."""
     if not cfg.domains:
         return None
-    try:
-        return plan_mixture(snap, domains=cfg.domains, weights=cfg.weights, train=train,
-                            block_len=block_len, num_splits=cfg.num_splits, steps=steps,
-                            global_batch=global_batch, seed=cfg.seed, max_repeats=cfg.max_repeats)
-    except data.TooLittleData as e:
-        raise DomainError(f"--domains: {e}") from None
+    return plan_mixture(snap, domains=cfg.domains, weights=cfg.weights, train=train,
+                        block_len=block_len, num_splits=cfg.num_splits, steps=steps,
+                        global_batch=global_batch, seed=cfg.seed, max_repeats=cfg.max_repeats)
 
 
 # ---- the loader

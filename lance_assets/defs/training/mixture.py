@@ -178,7 +178,7 @@ def search_metadata(report: mixture.SearchReport, config: MixtureConfig, png: by
             "measured_bpb": round(m.measured, 4), "loo_predicted_bpb": round(m.predicted, 4)})
             for m in report.members], schema=SWARM_SCHEMA),
         "pretrained_model_config": dg.MetadataValue.json(
-            report.pretrained_model_config(config.filter)),
+            report.pretrained_model_config()),
         "domains": dg.MetadataValue.json({d.name: {"predicate": d.predicate, "tokens": d.tokens,
                                                    "natural": round(d.natural, 4),
                                                    "max_weight": round(d.cap, 4)}
