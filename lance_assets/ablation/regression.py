@@ -14,7 +14,8 @@ error (exact for a linear smoother: ``e_i / (1 - H_ii)``).
 **Its fit.** The leave-one-out predictions are the held-out check: each proxy predicted by the
 model fitted without it. Their root mean square error is the regression's held-out error, and
 ``loo_r2`` compares it with predicting every proxy by the mean of the others (0: the weights
-explain nothing the swarm could check; 1: every proxy predicted exactly).
+explain nothing the swarm could check; 1: every proxy predicted exactly). The proxies share a
+seed, so their data-order luck is smooth in the weights too: a good fit is not a real lead.
 
 **The optimum.** Candidate mixtures (Dirichlet samples, flat and sparse, and every corner and
 edge midpoint) that give no domain more than its cap (the share its tokens allow under
