@@ -15,6 +15,8 @@ every run) with its default config, on corpora made offline and byte-tokenized:
 - **halves**: the docs and code together, each document put in domain `a` or `b` by a coin:
   no lead may be called real.
 
+``--paired CONFIG ...``: no search; how far a proxy's seeds scatter under each config (the
+per-seed leads of one fixed mixture over the natural one, in this process, one thread).
 ``--corpus synthetic``: the planted corpora of ``lance_assets.testing.mixture_planted`` (what
 the tests search). Prints one row per search: the chosen weights, the verified mixtures'
 held-out bits/byte, the lead over natural ± its 95 % interval, the smallest detectable lead,
@@ -133,6 +135,57 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+CHOSEN = {"docs": 0.93, "code": 0.05, "junk": 0.02}
+
+
+def paired(root: Path, overrides: list[dict], seeds=(0, 1, 2)) -> None:
+    """How far apart a proxy's seeds scatter under each config: the ``CHOSEN`` and the natural
+    mixture of the planted table, once per seed, every run the trainer's CLI in this process
+    with the asset's settings (one torch thread); per-seed leads of the chosen over natural."""
+    import contextlib
+    import io
+    import statistics
+
+    import numpy as np
+    import torch
+
+    from lance_assets.ablation import mixture
+    from lance_assets.defs.training.assets import trainer_args
+    from lance_assets.defs.training.config import TrainConfig
+    from lance_assets.defs.training.mixture import MixtureConfig
+    from lance_assets.table.fingerprint import digest
+    from lance_assets.train.trainer import main as train
+
+    torch.set_num_threads(1)
+    table = Table.of(root)
+    version = table.choose().version
+    table.snapshots.hold("ablation-mixture-paired", version, owner="benchmark", kind="ablation")
+    print("| config | steps | per-seed leads | mean | sd | chosen bpb | natural bpb | CPU s |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    for override in overrides:
+        cfg = MixtureConfig(name="paired", domains=url_domains(CHOSEN), filter="NOT is_dup",
+                            target="url LIKE '%/docs/%'", **override)
+        plan = mixture.plan_search(table.open(version), cfg, cfg.filter)
+        arms = {"chosen": np.array(list(CHOSEN.values())),
+                "natural": mixture.rounded(plan.vector("natural"), np.ones(3))}
+        got, c0 = {}, cpu_seconds()
+        for seed in seeds:
+            for arm, weights in arms.items():
+                out = root.parent / "paired" / digest(override) / f"{arm}-{seed}"
+                run = mixture.make_run("paired", cfg, plan, arm, weights, seed, out,
+                                       ("ablation-mixture-paired", version))
+                if not (out / "summary.json").is_file():
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        train(trainer_args(TrainConfig(**run.settings), root, out, run.snapshot))
+                got[arm, seed] = json.loads((out / "summary.json").read_text())["val_bpb"]
+        leads = [got["natural", s] - got["chosen", s] for s in seeds]
+        print(f"| {json.dumps(override)} | {plan.steps} | {', '.join(f'{x:+.3f}' for x in leads)} "
+              f"| {statistics.fmean(leads):.3f} | {statistics.stdev(leads):.3f} | "
+              f"{statistics.fmean(got['chosen', s] for s in seeds):.3f} | "
+              f"{statistics.fmean(got['natural', s] for s in seeds):.3f} | "
+              f"{cpu_seconds() - c0:.0f} |", flush=True)
+
+
 def main() -> None:
     from lance_assets.defs.training.mixture import materialize_in_process  # Dagster: seconds
 
@@ -144,10 +197,19 @@ def main() -> None:
     ap.add_argument("--config", default="{}", help="JSON overriding the asset's defaults")
     ap.add_argument("--only", choices=("planted", "halves"), default=None)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--paired", nargs="+", default=None, metavar="CONFIG",
+                    help="instead of searching: for each JSON config, the per-seed leads of "
+                         "docs 0.93 / code 0.05 / junk 0.02 over the natural mixture (planted)")
     args = ap.parse_args()
     os.environ.setdefault("LANCE_LOG", "error")
     work = args.work or Path(tempfile.mkdtemp(prefix="mixture-search-"))
     override = json.loads(args.config)
+    if args.paired:
+        if args.corpus != "real":
+            ap.error("--paired compares mixtures of the real corpus's docs, code and junk")
+        table, _, _ = corpus("planted", args.corpus, args.mb, args.junk_share)
+        paired(build(work / f"{args.corpus}-planted", table), [json.loads(c) for c in args.paired])
+        return
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; work {work}; "
           f"config {override or 'defaults'}")
     print("| search | right answer | chosen weights | held-out bits/byte (chosen, natural, "
