@@ -64,6 +64,14 @@ class TrainConfig:
                                "keeps --filter AND NOT this) and are evaluated whatever --filter "
                                "says, so runs with different filters share one held-out set "
                                "(curation_ablation sets its held-out split here)")
+    domains: str = setting("", "train on a mixture: its domains as a JSON object {name: SQL "
+                           "predicate} (each parsed like --filter; every training document in "
+                           "exactly one), or a column whose values name them ('' : one stream)")
+    weights: str = setting("", "each domain's share of the training tokens, a JSON object "
+                           "{name: share} (normalised to sum 1; held over every window of "
+                           "steps); with --domains")
+    max_repeats: float = setting(4.0, "refuse a mixture that reads any domain more than this "
+                                      "many times over the run (epochs of it)", gt=0)
     val_mod: int = setting(20, "documents with id % VAL_MOD == 0 form the frozen validation split",
                            ge=2)
     tokenizer: Optional[str] = setting(None, "expected tokenizer name; refuse to train if the "
@@ -175,12 +183,31 @@ def check_value(cls, name: str, value: Any) -> Any:
     return value
 
 
+def mixture_problem(cfg) -> str | None:
+    """What makes ``cfg``'s mixture settings (``domains``, ``weights``) unusable together with
+    the rest, or None (``cfg``: the trainer's or the run config's settings)."""
+    if bool(cfg.domains.strip()) != bool(cfg.weights.strip()):
+        return "--domains and --weights go together: give both (or neither)"
+    if not cfg.domains.strip():
+        return None
+    if not cfg.pack:
+        return "--domains: a mixture is drawn in packed blocks; drop --no-pack"
+    if cfg.epochs is not None:
+        return "--domains: a mixture trains --steps (each domain has its own epochs); drop --epochs"
+    if cfg.num_workers:
+        return "--domains: a mixture is read in the training process; use --num-workers 0"
+    return None
+
+
 def check(cfg: TrainConfig | LaunchConfig) -> None:
     """Every field in range, and the settings consistent with one another."""
     for f in fields(cfg):
         check_value(type(cfg), f.name, getattr(cfg, f.name))
     if isinstance(cfg, TrainConfig) and cfg.min_lr > cfg.lr:
         raise ConfigError(f"--min-lr {cfg.min_lr}: must not exceed --lr {cfg.lr}")
+    problem = mixture_problem(cfg) if isinstance(cfg, TrainConfig) else None
+    if problem:
+        raise ConfigError(problem)
 
 
 def check_world(cfg: TrainConfig, world: int) -> None:

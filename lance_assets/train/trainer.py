@@ -36,7 +36,7 @@ from lance_assets import paths, storage
 from lance_assets.curation.predicate import PredicateError
 from lance_assets.launch.signals import StopRequested
 from lance_assets.table import Table
-from lance_assets.train import checkpoint, config, data, read_record
+from lance_assets.train import checkpoint, config, data, mixture, read_record
 from lance_assets.train.collectives import Collectives, launched_by_torchrun
 from lance_assets.train.config import ConfigError, TrainConfig, data_root, parse_args
 from lance_assets.train.model import GPT, GPTConfig, config_for
@@ -360,6 +360,7 @@ class RunData:
     steps_why: str  # which of --steps and --epochs decided them
     val: data.ValBlocks
     val_tokens_per_byte: float | None
+    mixture: mixture.Mixture | None = None  # --domains: blocks drawn per domain by weight
 
     @property
     def tok(self) -> dict:
@@ -388,7 +389,8 @@ def load_data(cfg: TrainConfig, root: Path, ckpt: dict | None, comm: Collectives
                           max_blocks=cfg.eval_blocks)
     val_tokens_per_byte = data.tokens_per_byte(snap, split.val.lance)
     return RunData(snap, table_tag, split, block_len, blocks_per_epoch, global_batch, steps,
-                   steps_why, val, val_tokens_per_byte)
+                   steps_why, val, val_tokens_per_byte,
+                   mixture.for_run(cfg, snap, split.train, block_len, steps, global_batch))
 
 
 # ---- model and optimizer
@@ -463,10 +465,19 @@ def distribute(model: GPT, cfg: TrainConfig, comm: Collectives,
 
 
 def train_batches(cfg: TrainConfig, run_data: RunData, progress: Progress,
-                  comm: Collectives, out: Path) -> data.TrainBatches:
+                  comm: Collectives, out: Path) -> data.TrainBatches | mixture.MixtureBatches:
     """This rank's training blocks, from where the checkpoint's loader stood. Each epoch's
     shuffle permutation is built once, by rank 0, under ``OUT/permutations`` and read from
-    there by every rank (and by a resume on any world size)."""
+    there by every rank (and by a resume on any world size); a mixture draws them from one
+    stream per domain (``train.mixture``)."""
+    saved = progress.loader_state
+    if run_data.mixture is not None:
+        return mixture.batches_for_run(cfg, run_data.snap, run_data.mixture, saved,
+                                       block_len=run_data.block_len, rank=comm.rank,
+                                       world_size=comm.world, permutations=out / "permutations")
+    if saved is not None and "mixture" in saved:
+        raise TrainError("--resume: the checkpoint trained on a mixture; resume it with its "
+                         "--domains and --weights, or start a new --out")
     return data.TrainBatches(
         run_data.snap, epoch=progress.epoch, state=progress.loader_state,
         batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, num_workers=cfg.num_workers,
@@ -493,12 +504,13 @@ class Run:
     report: Reporter
     run_data: RunData
     net: Net
-    batches: data.TrainBatches
+    batches: data.TrainBatches | mixture.MixtureBatches
     progress: Progress
     # figures computed once
     flops_per_token: float
     peak: float | None
     commit: str | None
+    loader: dict | None = None  # the newest checkpoint's merged loader state (rank 0)
 
     def mfu(self, tokens: int, seconds: float) -> float | None:
         if not (self.peak and seconds):
@@ -541,6 +553,7 @@ class Run:
             "filter": d.split.train.lance, "git_commit": self.commit,
         }
         saved = checkpoint.save_atomic(state, self.out, p.step, keep=cfg.keep_ckpts)
+        self.loader = loader
         self.record_read(loader)
         return saved
 
@@ -548,6 +561,13 @@ class Run:
         """``OUT/read.json`` (``read_record``): the documents read up to this checkpoint, as
         each epoch's stored permutation and how far each split of the current one advanced."""
         cfg, d = self.cfg, self.run_data
+        if d.mixture is not None:
+            found = mixture.read_epochs(loader, d.mixture, d.snap.version, cfg.seed,
+                                        self.out / "permutations")
+            if found is not None:
+                read_record.write(self.out, table_version=d.snap.version, step=self.progress.step,
+                                  epochs=found, domains=mixture.read_by_domain(loader, d.mixture))
+            return
         epoch = int(loader.get("epoch", self.batches.epoch))
         # rows taken from each split: its permutation position (rows mode), or the rows the
         # packer took (packed mode, where a row's tail may wait in the buffer: read all the same)
@@ -605,6 +625,8 @@ def train_loop(run: Run, step_model: torch.nn.Module, stop: StopFlag) -> LoopRes
     val_step = p.step
     if p.step == 0:
         run.record_eval(last_eval)
+    if d.mixture is not None:
+        report.log("mixture: " + mixture.describe(d.mixture))
     report.log(f"step {p.step}: val loss {last_eval.loss:.4f}")
     loop = LoopResult(last_eval, last_eval.loss, val_step, p.step, p.tokens_seen,
                       time.perf_counter(), 0.0, 0.0, None, False, float("nan"))
@@ -628,6 +650,9 @@ def train_loop(run: Run, step_model: torch.nn.Module, stop: StopFlag) -> LoopRes
                  "data_wait_s": result.data_wait}
         if run.peak:
             entry["mfu"] = run.mfu(result.tokens, dt)
+        if d.mixture is not None:  # tokens read per domain this step, all ranks
+            read = comm.sum(comm.tensor(run.batches.take_step_tokens(), dtype=torch.int64))
+            entry["domain_tokens"] = dict(zip(d.mixture.names, read.tolist()))
         if cfg.log_batch_hashes:
             entry["batch_hashes"] = sorted(comm.gather_lists(block_hashes(result.blocks)))
         run.record(entry)
@@ -666,7 +691,7 @@ def finish(run: Run, loop: LoopResult) -> dict:
             "doc_loss": [round(v, 6) for v in last_eval.doc_loss],
             "doc_tokens": last_eval.doc_tokens}).encode())
         storage.write_atomic(run.out / "summary.json", json.dumps(summary, indent=2).encode())
-    report.materialize(summary)
+    report.materialize(mixture.flat(summary))
     if loop.val_step > loop.start_step:
         val_text = f"val loss {loop.first_val:.4f} -> {loop.val_loss:.4f}"
     else:
@@ -706,6 +731,8 @@ def summarize(run: Run, loop: LoopResult, elapsed: float, rate: float) -> dict:
     }
     if run_mfu is not None:
         summary["mfu"] = round(run_mfu, 4)
+    if d.mixture is not None and run.loader is not None:
+        summary["domains"] = mixture.read_by_domain(run.loader, d.mixture)
     return summary
 
 
