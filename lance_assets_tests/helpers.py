@@ -46,6 +46,34 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list:
+    """Every process under ``pid`` now (psutil processes): its ranks, their forkservers, their
+    loader workers, the multiprocessing resource trackers."""
+    import psutil
+
+    return psutil.Process(pid).children(recursive=True)
+
+
+def still_running(processes, wait_s: float = 0.0) -> list:
+    """Those of ``processes`` (psutil) that are alive and not zombies after up to ``wait_s``."""
+    import time
+
+    import psutil
+
+    deadline = time.time() + wait_s
+    while True:
+        alive = []
+        for p in processes:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.time() >= deadline:
+            return alive
+        time.sleep(0.2)
+
+
 def steps_logged(out):
     """step -> its last metrics entry (a resumed run appends to the same file)."""
     path = out / "metrics.jsonl"

@@ -1,4 +1,5 @@
-"""Cancelling `pretrained_model` stops every torchrun rank and leaves a resumable checkpoint."""
+"""Cancelling `pretrained_model` stops every torchrun rank and its loader workers, and leaves a
+resumable checkpoint."""
 
 import json
 import signal
@@ -8,7 +9,7 @@ import textwrap
 import time
 
 from lance_assets.train import checkpoint
-from lance_assets_tests.helpers import processes_mentioning
+from lance_assets_tests.helpers import descendants, processes_mentioning, still_running
 
 RUNNER = textwrap.dedent("""
     import sys
@@ -17,9 +18,10 @@ RUNNER = textwrap.dedent("""
     from lance_assets.defs.resources import LanceStore
     from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
-    root, run_name = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cancel"
+    root, run_name, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
     config = {"steps": 100000, "seq_len": 32, "batch_size": 4, "nproc_per_node": 2,
-              "eval_every": 100000, "ckpt_every": 100000, "run_name": run_name}
+              "num_workers": workers, "eval_every": 100000, "ckpt_every": 100000,
+              "run_name": run_name}
     dg.materialize(
         [defs.get_assets_def("pretrained_model")],
         resources={"lance_store": LanceStore(data_dir=root),
@@ -34,7 +36,7 @@ def test_cancel_stops_every_rank_and_leaves_a_checkpoint(tokenized_root, tmp_pat
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
     out = tokenized_root / "train" / "cancel"
-    proc = subprocess.Popen([sys.executable, str(script), str(tokenized_root)],
+    proc = subprocess.Popen([sys.executable, str(script), str(tokenized_root), "cancel", "2"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 180
@@ -46,13 +48,16 @@ def test_cancel_stops_every_rank_and_leaves_a_checkpoint(tokenized_root, tmp_pat
         proc.kill()
         raise AssertionError("training never started: " + proc.stderr.read().decode()[-2000:])
     ranks = processes_mentioning(str(out))
-    assert len(ranks) >= 3  # torchrun and two workers
+    assert len(ranks) >= 3  # torchrun and two ranks
+    tree = descendants(proc.pid)  # ... and each rank's loader workers and their forkserver
+    assert sum(p.name() == "pt_data_worker" for p in tree) == 4
 
     cancelled_at = time.time()
     proc.send_signal(signal.SIGINT)  # what the run worker gets when the run is cancelled
     proc.communicate(timeout=120)
     assert time.time() - cancelled_at < 60
     assert processes_mentioning(str(out)) == []
+    assert still_running(tree, wait_s=10) == [], "loader workers outlived the cancel"
     saved = checkpoint.list_checkpoints(out)
     assert saved, "cancel must leave a checkpoint"
     state = checkpoint.load(saved[-1])
@@ -69,7 +74,7 @@ def test_a_killed_launcher_stops_its_ranks_with_a_checkpoint(tokenized_root, tmp
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
     out = tokenized_root / "train" / "killed"
-    proc = subprocess.Popen([sys.executable, str(script), str(tokenized_root), "killed"],
+    proc = subprocess.Popen([sys.executable, str(script), str(tokenized_root), "killed", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 180
@@ -80,7 +85,7 @@ def test_a_killed_launcher_stops_its_ranks_with_a_checkpoint(tokenized_root, tmp
     else:
         proc.kill()
         raise AssertionError("training never started: " + proc.stderr.read().decode()[-2000:])
-    assert len(processes_mentioning(str(out))) >= 3  # torchrun and two workers
+    assert len(processes_mentioning(str(out))) >= 3  # torchrun and two ranks
 
     proc.kill()  # SIGKILL: no handler runs in the launcher, no stop_agents
     proc.communicate(timeout=30)

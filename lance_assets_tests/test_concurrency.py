@@ -207,21 +207,6 @@ def test_two_raw_text_runs_on_different_instances_add_every_document_once(tmp_pa
     assert len(set(rows.column("id").to_pylist())) == 20_000
 
 
-@pytest.mark.parametrize("attempt", [1, 2])
-def test_design_selection_on_a_fresh_instance_without_dagster_yaml(tmp_path, attempt):
-    """raw_text, dedup_flag, near_dup and quality_signals in one CLI run on an instance with no
-    dagster.yaml (no pool limit): the column steps overlap and must not fail."""
-    home = tmp_path / "home" if attempt == 1 else None  # the second time: no DAGSTER_HOME at all
-    run = cli(["--select", "raw_text,dedup_flag,near_dup,quality_signals", "--config-json",
-               '{"ops": {"raw_text": {"config": {"rows_per_fragment": 125}}}}'],
-              home, tmp_path / "data", "synthetic:6000", cwd=tmp_path)
-    out, _ = run.communicate(timeout=600)
-    assert run.returncode == 0, out[-4000:]
-    ds = lance.dataset(paths.table_uri(tmp_path / "data"))
-    assert ds.count_rows() == 6_000
-    assert ds.count_rows("is_dup IS NULL OR near_dup IS NULL OR word_count IS NULL") == 0
-
-
 def test_a_cli_run_killed_mid_step_does_not_block_the_next_run(tmp_path):
     """The instance has the project's dagster.yaml (pool `lance_corpus` limited to 1). A run
     SIGKILLed during `dedup_flag` stays STARTED forever; the next CLI run must still finish."""

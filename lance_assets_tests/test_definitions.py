@@ -18,7 +18,7 @@ def test_asset_graph_shape():
                     "embeddings", "vector_index", "chunk_embeddings", "chunk_index", "forensics",
                     "detected_language", "personal_data", "paragraph_dups", "contamination",
                     "quality_score", "table_maintenance", "curation_ablation", "document_stories",
-                    "semantic_dup", "fineweb_signals"}
+                    "semantic_dup", "fineweb_signals", "mixture_search"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
@@ -26,6 +26,7 @@ def test_asset_graph_shape():
                        "pretrained_model": {"token_ids", "curation_rules"},
                        "samples": {"pretrained_model"},
                        "curation_ablation": {"token_ids", "curation_rules"},
+                       "mixture_search": {"token_ids", "curation_rules"},
                        "quality_signals": {"raw_text"}, "near_dup": {"raw_text"},
                        "fineweb_signals": {"raw_text"},
                        "text_index": {"raw_text"},
@@ -74,7 +75,7 @@ def test_asset_graph_shape():
     unautomated = {k.to_user_string() for k in graph.get_all_asset_keys()
                    if graph.get(k).automation_condition is None}
     assert unautomated == {"raw_text", "pretrained_model", "table_maintenance", "curation_ablation",
-                           "document_stories"}
+                           "document_stories", "mixture_search"}
     assert all(graph.get(k).automation_condition is not None for k in graph.asset_check_keys)
 
 
@@ -101,7 +102,7 @@ def test_torchrun_steps_run_one_at_a_time_inside_a_run():
 
     trainers = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()
                 if defs.get_assets_def(key).op.tags.get(TRAINER_TAG)}
-    assert trainers == {"pretrained_model", "curation_ablation"}
+    assert trainers == {"pretrained_model", "curation_ablation", "mixture_search"}
     for job in ("end_to_end", "ingest", "__ASSET_JOB"):
         assert defs.resolve_job_def(job).executor_def is RUN_EXECUTOR, job
 

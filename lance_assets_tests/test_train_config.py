@@ -171,3 +171,25 @@ def test_min_lr_above_lr_is_refused_on_both_paths(capsys):
     assert "--min-lr" in capsys.readouterr().err
     with pytest.raises(Exception, match="min_lr"):
         DagsterTrainConfig(lr=1e-4, min_lr=1e-3)
+
+
+@pytest.mark.parametrize("steps, epochs, expected, why", [
+    (None, None, 300, "--steps 300"),
+    (12, None, 12, "--steps 12"),
+    (None, 1.0, 18, "--epochs 1: 18 steps"),
+    (12, 1.0, 12, "--steps 12 ends before --epochs 1 (18 steps)"),
+    (40, 1.0, 18, "--epochs 1 (18 steps) ends before --steps 40"),
+])
+def test_steps_with_epochs_stop_at_whichever_ends_first_and_say_which(steps, epochs, expected, why):
+    cfg = config.TrainConfig(steps=steps, epochs=epochs)
+    planned, said = config.planned_steps(cfg, blocks_per_epoch=288, global_batch=16)
+    assert planned == expected and said.startswith(why)
+
+
+def test_workers_must_divide_the_splits_of_a_rank(capsys):
+    with pytest.raises(config.ConfigError, match=r"--num-splits 8 .* world size x --num-workers \(2 x 3\)"):
+        config.check_world(config.TrainConfig(num_splits=8, num_workers=3), world=2)
+    config.check_world(config.TrainConfig(num_splits=8, num_workers=2, batch_size=4), world=2)
+    assert main(["--data", "/nonexistent", "--num-workers", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--num-workers" in err

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# One GPU, one prepared check, under 8 minutes: `small` (GPT-2 124M shape) in bf16 with
-# --compile through torchrun with 1 process, so the process group, DDP and the NCCL path run
-# exactly as on eight GPUs. Prints tokens/s, MFU and the data-wait share at steady state.
+# One GPU, one prepared check, under 8 minutes: the reference recipe's 8-GPU line (docs/seeds.md,
+# row 1.11) on one rank: `small` (GPT-2 124M shape) in bf16 with --compile, batch 32 x accum 2 at
+# seq 1024, one rank's 16 of its 128 splits, its loader flags and --num-workers 2, through
+# torchrun with 1 process, so the process group, DDP, the NCCL path and the loader's worker
+# processes run exactly as on eight GPUs. Prints tokens/s, MFU and the data-wait share at
+# steady state, then checks that the first steps' blocks equal those of --num-workers 0.
 #
 #   scripts/gpu_check.sh            # GPU_CHECK_DIR=/path keeps the table for a rerun
 #   ARCH=modern scripts/gpu_check.sh
@@ -38,11 +41,18 @@ if not Path(paths.table_uri(root)).exists():
 print("table ready:", root)
 PYEOF
 
-# 300 steps x 16 x 1024 tokens = 4.9M tokens; compile takes the first minute or two.
+# 300 steps x 64 x 1024 tokens = 19.7M tokens; compile takes the first minute or two.
+LINE=(--data "$WORK/data" --model small --arch "$ARCH" --dtype bfloat16 --pack --seq-len 1024
+      --batch-size 32 --grad-accum 2 --num-splits 16 --read-batch-size 8 --io-queue-depth 1
+      --transform-parallelism 2 --transform-queue-depth 16 --warmup 30 --lr 6e-4 --min-lr 6e-5
+      --filter "NOT is_dup" --ckpt-every 1000000 --log-batch-hashes)
 timeout 420 "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 -m lance_assets.train \
-  --data "$WORK/data" --out "$WORK/run-$ARCH" --model small --arch "$ARCH" --dtype bfloat16 \
-  --compile --seq-len 1024 --batch-size 16 --steps "$STEPS" --warmup 30 --lr 6e-4 --min-lr 6e-5 \
-  --filter "NOT is_dup" --eval-every "$STEPS" --eval-blocks 32 --ckpt-every 1000000 --log-every 50
+  "${LINE[@]}" --out "$WORK/run-$ARCH" --compile --num-workers 2 --steps "$STEPS" \
+  --eval-every "$STEPS" --eval-blocks 32 --log-every 50
+# the worker path's order on this machine: 20 steps without workers (no compile: same blocks)
+timeout 180 "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 -m lance_assets.train \
+  "${LINE[@]}" --out "$WORK/run-$ARCH-0w" --num-workers 0 --steps 20 --eval-every 1000 \
+  --eval-blocks 8 --log-every 10
 
 "$PY" - "$WORK/run-$ARCH" "$START" <<'PYEOF'
 import json, statistics, sys, time
@@ -64,4 +74,10 @@ print(f"steady state, steps {steady[0]['step']}-{steady[-1]['step']}: {tok_s:,.0
 print(f"whole run, compile included: {summary['tokens_per_s']:,.0f} tokens/s, data-wait share "
       f"{summary['data_wait_share']:.2%}, world {summary['world_size']}, {summary['dtype']}, "
       f"val bpb {summary['val_bpb']}; {time.time() - start:.0f}s for this script")
+alone = {r["step"]: r["batch_hashes"] for r in
+         (json.loads(l) for l in (run.parent / (run.name + "-0w") / "metrics.jsonl").read_text()
+          .splitlines() if '"batch_hashes"' in l)}
+same = all(r["batch_hashes"] == alone[r["step"]] for r in rows if r["step"] in alone)
+print(f"blocks of steps 1-{max(alone)} with --num-workers 2 equal those with 0: {same}")
+sys.exit(0 if same and len(alone) == 20 else 1)
 PYEOF

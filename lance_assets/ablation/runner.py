@@ -36,6 +36,7 @@ ABLATION_TAG_PREFIX = "ablation-"
 NUM_SPLITS = 8  # the trainer's default loader splits
 DEFAULT_ARMS = ("curation_rules", "no_rules")
 OWNER = "curation_ablation"  # who holds the ablation's snapshot tag
+MIXTURE_SETTINGS = {"domains", "weights", "max_repeats"}
 
 
 class AblationSettings(Protocol):
@@ -114,6 +115,8 @@ def run_settings(settings: dict, plan: ablation.AblationPlan) -> dict:
     """What decides an arm's result besides its rules and seed (the arm folder's digest), from
     a run's ``trainer_settings``."""
     skip = {"filter", "seed", "resume", "run_name", "launcher"}
+    if not settings.get("domains"):  # one stream: the mixture settings decide nothing
+        skip |= MIXTURE_SETTINGS
     return {"version": plan.version, "held_out": plan.held_out,
             **{k: v for k, v in settings.items() if k not in skip}}
 

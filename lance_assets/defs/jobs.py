@@ -12,7 +12,8 @@ end_to_end_job = dg.define_asset_job(
                 "personal_data, paragraph_dups, contamination, quality_score, semantic_dup); "
                 "tokenizer and "
                 "token_ids; embeddings and vector_index; chunk_embeddings and chunk_index; "
-                "training (pretrained_model, samples, curation_ablation); the forensics report "
+                "training (pretrained_model, samples, curation_ablation; mixture_search, which "
+                "does nothing until it is given domains); the forensics report "
                 "and document_stories; "
                 "table_maintenance.",
     config=DEMO_RUN_CONFIG,

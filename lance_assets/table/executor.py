@@ -105,7 +105,7 @@ def _call(fn: Callable[[Any, Any], Any], shared: Any, key: Any) -> Any:
 
 
 def ray_map(fn: Callable[[Any, Any], Any], shared: Any, keys: Iterable[Any], *,
-            ordered: bool = False, num_gpus: float = 0,
+            ordered: bool = False, num_gpus: float = 0, num_cpus: float = 1,
             max_in_flight: int | None = None) -> Iterator[TaskResult]:
     """``fn(shared, key)`` for every key as Ray tasks; results as they finish (``ordered``: in
     key order). ``shared`` goes to the object store once, not once per task. A task that raises
@@ -116,8 +116,8 @@ def ray_map(fn: Callable[[Any, Any], Any], shared: Any, keys: Iterable[Any], *,
     ensure_ray()
     # A worker that dies (OOM, a preempted node) is retried: a task only writes a new,
     # uncommitted file, so running it twice is harmless. An exception in the task is not.
-    remote = ray.remote(_call).options(num_gpus=num_gpus, max_retries=SYSTEM_RETRIES,
-                                       retry_exceptions=False)
+    remote = ray.remote(_call).options(num_gpus=num_gpus, num_cpus=num_cpus,
+                                       max_retries=SYSTEM_RETRIES, retry_exceptions=False)
     shared_ref = ray.put(shared)
     keys = list(keys)
     if max_in_flight is None:
@@ -146,11 +146,16 @@ def ray_map(fn: Callable[[Any, Any], Any], shared: Any, keys: Iterable[Any], *,
     try:
         submit()
         while running:
+            # a bounded wait: a stop (a cancelled run's exception) lands within a second
             if ordered:
+                if not ray.wait([order[0]], num_returns=1, timeout=1.0)[0]:
+                    continue
                 ref = order.pop(0)
-                ray.wait([ref], num_returns=1)
             else:
-                (ref,), _ = ray.wait(list(running), num_returns=1)
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+                if not ready:
+                    continue
+                ref = ready[0]
             out = result(ref)
             submit()
             yield out

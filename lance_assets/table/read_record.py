@@ -29,10 +29,13 @@ FORMAT = 1
 
 
 def write(out: storage.Location, *, table_version: int, step: int,
-          epochs: list[dict]) -> None:
+          epochs: list[dict], domains: dict | None = None) -> None:
     """``epochs``: ``{"epoch", "rows" (the permutation's rows dataset), "split_sizes",
-    "positions" (None: every row of that epoch)}`` for every epoch so far."""
+    "positions" (None: every row of that epoch)}`` for every epoch so far (a mixture: every
+    domain's, each naming its ``domain``); ``domains``: a mixture's tokens read per domain."""
     record = {"format": FORMAT, "table_version": table_version, "step": step, "epochs": epochs}
+    if domains is not None:
+        record["domains"] = domains
     storage.write_atomic(storage.location(out) / RECORD, json.dumps(record).encode())
 
 

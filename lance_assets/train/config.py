@@ -9,15 +9,19 @@ adds the launcher's own ``LaunchConfig``. ``check`` enforces the same ranges on 
 from __future__ import annotations
 
 import argparse
+import math
 import re
+import sys
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from lance_assets import paths
 from lance_assets.storage import Location
+from lance_assets.train import reference_flags
 from lance_assets.train.shapes import ARCHS, PRESETS
 
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+DEFAULT_STEPS = 300
 
 
 class ConfigError(ValueError):
@@ -60,6 +64,14 @@ class TrainConfig:
                                "keeps --filter AND NOT this) and are evaluated whatever --filter "
                                "says, so runs with different filters share one held-out set "
                                "(curation_ablation sets its held-out split here)")
+    domains: str = setting("", "train on a mixture: its domains as a JSON object {name: SQL "
+                           "predicate} (each parsed like --filter; every training document in "
+                           "exactly one), or a column whose values name them ('' : one stream)")
+    weights: str = setting("", "each domain's share of the training tokens, a JSON object "
+                           "{name: share} (normalised to sum 1; held over every window of "
+                           "steps); with --domains")
+    max_repeats: float = setting(4.0, "refuse a mixture that reads any domain more than this "
+                                      "many times over the run (epochs of it)", gt=0)
     val_mod: int = setting(20, "documents with id % VAL_MOD == 0 form the frozen validation split",
                            ge=2)
     tokenizer: Optional[str] = setting(None, "expected tokenizer name; refuse to train if the "
@@ -75,7 +87,12 @@ class TrainConfig:
                                                          "(default: the CPU count)", ge=1)
     transform_queue_depth: Optional[int] = setting(None, "loader transform batches in flight",
                                                    ge=1)
-    num_workers: int = setting(0, "StreamingDataLoader worker processes", ge=0)
+    num_workers: int = setting(0, "loader worker processes per rank (lancedb's "
+                                  "StreamingDataLoader): the same blocks in the same order as 0; "
+                                  "--num-splits must be a multiple of the world size x this", ge=0)
+    mp_context: str = setting("forkserver", "how the loader's worker processes start (never "
+                                            "fork: Lance is not fork-safe)",
+                              choices=("forkserver", "spawn"))
     # model and optimizer
     model: str = setting("tiny", "model size preset", choices=tuple(PRESETS))
     arch: str = setting("nanogpt", "nanogpt: learned positions, LayerNorm, GELU, tied head, "
@@ -83,13 +100,18 @@ class TrainConfig:
                         "head, Muon for hidden matrices + AdamW", choices=ARCHS)
     batch_size: int = setting(16, "sequences per rank per micro-step", ge=1)
     grad_accum: int = setting(1, "micro-steps per optimizer step", ge=1)
-    steps: int = setting(300, "optimizer steps", ge=1)
-    epochs: Optional[float] = setting(None, "train this many epochs instead of STEPS", gt=0)
+    steps: Optional[int] = setting(None, f"optimizer steps (default {DEFAULT_STEPS} without "
+                                         "--epochs); with --epochs too, the run stops at "
+                                         "whichever ends first, and says which", ge=1)
+    epochs: Optional[float] = setting(None, "passes over the training documents", gt=0)
     lr: float = setting(5e-3, "peak AdamW learning rate (tuned for tiny; ~6e-4 for small)", gt=0)
     min_lr: float = setting(3e-4, "AdamW learning rate at the end of the cosine decay", ge=0)
     matrix_lr: float = setting(0.02, "peak Muon learning rate of the hidden matrices "
                                      "(arch modern)", gt=0)
     warmup: int = setting(60, "linear warmup steps", ge=0)
+    lr_total_steps: Optional[int] = setting(None, "steps of the cosine schedule (default: the "
+                                                  "run's steps); set it when --steps stops a run "
+                                                  "short of its schedule", ge=1)
     weight_decay: float = setting(0.1, "weight decay of the matrices", ge=0)
     dtype: str = setting("auto", "autocast dtype (auto: bfloat16 on GPUs that support it, "
                                  "else float32)", choices=("auto", "bfloat16", "float32"))
@@ -161,12 +183,48 @@ def check_value(cls, name: str, value: Any) -> Any:
     return value
 
 
+def mixture_problem(cfg) -> str | None:
+    """What makes ``cfg``'s mixture settings (``domains``, ``weights``) unusable together with
+    the rest, or None (``cfg``: the trainer's or the run config's settings)."""
+    if bool(cfg.domains.strip()) != bool(cfg.weights.strip()):
+        return "--domains and --weights go together: give both (or neither)"
+    if not cfg.domains.strip():
+        return None
+    if not cfg.pack:
+        return "--domains: a mixture is drawn in packed blocks; drop --no-pack"
+    if cfg.epochs is not None:
+        return "--domains: a mixture trains --steps (each domain has its own epochs); drop --epochs"
+    if cfg.num_workers:
+        return "--domains: a mixture is read in the training process; use --num-workers 0"
+    return None
+
+
 def check(cfg: TrainConfig | LaunchConfig) -> None:
     """Every field in range, and the settings consistent with one another."""
     for f in fields(cfg):
         check_value(type(cfg), f.name, getattr(cfg, f.name))
     if isinstance(cfg, TrainConfig) and cfg.min_lr > cfg.lr:
         raise ConfigError(f"--min-lr {cfg.min_lr}: must not exceed --lr {cfg.lr}")
+    problem = mixture_problem(cfg) if isinstance(cfg, TrainConfig) else None
+    if problem:
+        raise ConfigError(problem)
+
+
+def check_world(cfg: TrainConfig, world: int) -> None:
+    """The splits divide among ``world`` ranks and their loader workers, and every step ends where
+    the loader can be checkpointed."""
+    if cfg.num_splits % world:
+        raise ConfigError(f"--num-splits {cfg.num_splits} must be divisible by the world size {world}")
+    splits_per_rank = cfg.num_splits // world
+    if cfg.num_workers and splits_per_rank % cfg.num_workers:
+        raise ConfigError(
+            f"--num-splits {cfg.num_splits} must be divisible by the world size x --num-workers "
+            f"({world} x {cfg.num_workers}): each worker reads its own splits")
+    if (cfg.batch_size * cfg.grad_accum) % splits_per_rank:
+        raise ConfigError(
+            f"--batch-size x --grad-accum ({cfg.batch_size * cfg.grad_accum}) must be a multiple "
+            f"of the splits per rank ({splits_per_rank}) so every step ends on a checkpointable "
+            "loader boundary")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -208,19 +266,39 @@ def build_parser(cls=TrainConfig, *, prog: str = "python -m lance_assets.train",
                            help=help + (" (default: %(default)s)" if f.default else ""))
         else:
             p.add_argument(flag(f.name), default=f.default, type=_argparse_type(cls, f.name, kind),
-                           help=help + " (default: %(default)s)")
+                           help=help + (" (default: %(default)s)" if f.default is not None else ""))
     return p
 
 
 def parse_args(argv: list[str] | None = None, description: str | None = None) -> TrainConfig:
     """The command line as a ``TrainConfig`` (argparse exits 2 with one line on a bad flag)."""
-    ns = build_parser(description=description).parse_args(argv)
+    parser = build_parser(description=description)
+    refused = reference_flags.refusal(sys.argv[1:] if argv is None else argv)
+    if refused:
+        parser.error(refused)
+    ns = parser.parse_args(argv)
     cfg = TrainConfig(**vars(ns))
     try:
         check(cfg)
     except ConfigError as e:
         build_parser().error(str(e))
     return cfg
+
+
+def planned_steps(cfg: TrainConfig, blocks_per_epoch: int, global_batch: int) -> tuple[int, str]:
+    """The optimizer steps the run trains and why: ``--steps``, ``--epochs``, or both (the one
+    that ends first wins, as in the reference recipe)."""
+    if cfg.epochs is None:
+        steps = cfg.steps or DEFAULT_STEPS
+        return steps, f"--steps {steps}"
+    epoch_steps = max(1, math.ceil(cfg.epochs * blocks_per_epoch / global_batch))
+    if cfg.steps is None:
+        return epoch_steps, f"--epochs {cfg.epochs:g}: {epoch_steps} steps"
+    if cfg.steps <= epoch_steps:
+        return cfg.steps, (f"--steps {cfg.steps} ends before --epochs {cfg.epochs:g} "
+                           f"({epoch_steps} steps): {cfg.steps} steps")
+    return epoch_steps, (f"--epochs {cfg.epochs:g} ({epoch_steps} steps) ends before --steps "
+                         f"{cfg.steps}: {epoch_steps} steps")
 
 
 def data_root(cfg: TrainConfig) -> Location:

@@ -42,6 +42,7 @@ from lance_assets.keys import TOKENIZER_KEY
 from lance_assets.table import Table
 from lance_assets.table.side import open_side_dataset, write_side_dataset
 from lance_assets.train.streaming_adapter import PermutationError, SharedPermutationDataset, permutation_seed
+from lance_assets.train.workers import InOrderBatches
 
 
 @dataclass(frozen=True)
@@ -391,8 +392,20 @@ def tokens_per_byte(snap: TableSnapshot, filter: str) -> float | None:
     return tokens / n_bytes if n_bytes else None
 
 
-def train_loader(dataset: StreamingDataset, batch_size: int, num_workers: int = 0):
-    return StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
+def train_loader(dataset: StreamingDataset, batch_size: int, num_workers: int = 0, *,
+                 splits_per_rank: int | None = None, start_method: str = "forkserver",
+                 cycles: int = 1, first_cycles: int | None = None):
+    """This rank's batches: read in this process, or by ``num_workers`` worker processes started
+    by ``start_method``, in the same order either way; with ``cycles``, read that many cycles of
+    the rank's splits at a time, ``first_cycles`` first (``workers.InOrderBatches``)."""
+    if num_workers == 0 and cycles == 1 and not first_cycles:
+        return StreamingDataLoader(dataset, batch_size=batch_size)
+    if splits_per_rank is None:
+        raise ValueError("train_loader with workers or cycles needs splits_per_rank "
+                         "(num_splits // world_size)")
+    return InOrderBatches(dataset, batch_size, splits_per_rank=splits_per_rank,
+                          num_workers=num_workers, start_method=start_method, cycles=cycles,
+                          first_cycles=first_cycles)
 
 
 class TrainBatches:
@@ -400,29 +413,53 @@ class TrainBatches:
     reshuffled); ``state_dict()`` is the loader position a checkpoint resumes from."""
 
     def __init__(self, snap: TableSnapshot, *, epoch: int, state: dict | None, batch_size: int,
-                 num_workers: int = 0, **dataset_kw):
+                 num_workers: int = 0, start_method: str = "forkserver", grad_accum: int = 1,
+                 **dataset_kw):
         self.snap, self.epoch, self.dataset_kw = snap, epoch, dataset_kw
-        self.batch_size, self.num_workers = batch_size, num_workers
+        self.batch_size, self.num_workers, self.start_method = batch_size, num_workers, start_method
+        self.grad_accum = grad_accum
+        self._it: Iterator | None = None
+        self._micro = 0  # micro-batches handed out: created at a step boundary
         self._open(state)
 
     def _open(self, state: dict | None) -> None:
+        self.close()
         self.dataset = train_dataset(self.snap, epoch=self.epoch, **self.dataset_kw)
         if state is not None:
             self.dataset.load_state_dict(state)
-        self._it: Iterator = iter(train_loader(self.dataset, self.batch_size, self.num_workers))
+        splits = self.dataset_kw["num_splits"] // self.dataset_kw.get("world_size", 1)
+        step = self.batch_size * self.grad_accum  # read a step at a time when it is whole cycles
+        cycles = step // splits if step % splits == 0 else 1
+        # an epoch that opens in the middle of a step reads the rest of that step first
+        rest = (self.grad_accum - self._micro % self.grad_accum) % self.grad_accum
+        first = rest * self.batch_size // splits if rest * self.batch_size % splits == 0 else None
+        self._it = iter(train_loader(self.dataset, self.batch_size, self.num_workers,
+                                     splits_per_rank=splits, start_method=self.start_method,
+                                     cycles=cycles, first_cycles=first))
+
+    def close(self) -> None:
+        """Stop this epoch's worker processes, if any."""
+        if isinstance(self._it, InOrderBatches):
+            self._it.close()
 
     def __iter__(self) -> TrainBatches:
         return self
 
     def __next__(self) -> torch.Tensor:
         try:
-            return next(self._it)["input_ids"]
+            blocks = next(self._it)["input_ids"]
         except StopIteration:
             self.epoch += 1
             self._open(None)
-            return next(self._it)["input_ids"]
+            blocks = next(self._it)["input_ids"]
+        self._micro += 1
+        return blocks
 
     def state_dict(self) -> dict:
+        if isinstance(self._it, InOrderBatches) and self._it.holding:
+            raise RuntimeError(f"{self._it.holding} blocks read but not yet trained on: save at a "
+                               "step boundary (batch size x grad accum a multiple of the splits "
+                               "per rank)")
         return self.dataset.state_dict()
 
     @staticmethod

@@ -36,7 +36,7 @@ from lance_assets import paths, storage
 from lance_assets.curation.predicate import PredicateError
 from lance_assets.launch.signals import StopRequested
 from lance_assets.table import Table
-from lance_assets.train import checkpoint, data, read_record
+from lance_assets.train import checkpoint, config, data, mixture, read_record
 from lance_assets.train.collectives import Collectives, launched_by_torchrun
 from lance_assets.train.config import ConfigError, TrainConfig, data_root, parse_args
 from lance_assets.train.model import GPT, GPTConfig, config_for
@@ -89,10 +89,12 @@ class StopFlag(StopRequested):
 
 
 def lr_scale(step: int, cfg: TrainConfig, steps: int) -> float:
-    """Linear warmup to 1, then cosine decay to min_lr / lr: the multiplier of every peak LR."""
+    """Linear warmup to 1, then cosine decay to min_lr / lr over --lr-total-steps (default: the
+    run's steps): the multiplier of every peak LR."""
     if step < cfg.warmup:
         return (step + 1) / cfg.warmup
     floor = cfg.min_lr / cfg.lr
+    steps = cfg.lr_total_steps or steps
     progress = min(1.0, (step - cfg.warmup) / max(1, steps - cfg.warmup))
     return floor + 0.5 * (1 - floor) * (1 + math.cos(math.pi * progress))
 
@@ -293,14 +295,7 @@ def train(cfg: TrainConfig) -> dict:
     """One training run; returns the summary (also written to OUT/summary.json)."""
     # ---- setup: device, world, process group
     world = int(os.environ.get("WORLD_SIZE", 1)) if launched_by_torchrun() else 1
-    if cfg.num_splits % world:
-        raise TrainError(f"--num-splits {cfg.num_splits} must be divisible by the world size {world}")
-    splits_per_rank = cfg.num_splits // world
-    if (cfg.batch_size * cfg.grad_accum) % splits_per_rank:
-        raise TrainError(
-            f"--batch-size x --grad-accum ({cfg.batch_size * cfg.grad_accum}) must be a multiple "
-            f"of the splits per rank ({splits_per_rank}) so every step ends on a checkpointable "
-            "loader boundary")
+    config.check_world(cfg, world)
     if torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
@@ -329,7 +324,10 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, root: Path
     run = Run(cfg, comm, device, root, out, report, run_data, net, batches, progress,
               flops_per_token=net.model.flops_per_token(), peak=peak_flops(device),
               commit=git_commit())
-    loop = train_loop(run, step_model, stop)
+    try:
+        loop = train_loop(run, step_model, stop)
+    finally:
+        batches.close()  # the loader's workers stop here, not at interpreter exit
     return finish(run, loop)
 
 
@@ -359,8 +357,10 @@ class RunData:
     blocks_per_epoch: int
     global_batch: int
     steps: int
+    steps_why: str  # which of --steps and --epochs decided them
     val: data.ValBlocks
     val_tokens_per_byte: float | None
+    mixture: mixture.Mixture | None = None  # --domains: blocks drawn per domain by weight
 
     @property
     def tok(self) -> dict:
@@ -384,13 +384,13 @@ def load_data(cfg: TrainConfig, root: Path, ckpt: dict | None, comm: Collectives
     except data.TooLittleData as e:
         raise TrainError(str(e)) from None
     global_batch = cfg.batch_size * cfg.grad_accum * comm.world
-    steps = cfg.steps if cfg.epochs is None else max(
-        1, math.ceil(cfg.epochs * blocks_per_epoch / global_batch))
+    steps, steps_why = config.planned_steps(cfg, blocks_per_epoch, global_batch)
     val = data.val_blocks(snap, filter=split.val.lance, block_len=block_len,
                           max_blocks=cfg.eval_blocks)
     val_tokens_per_byte = data.tokens_per_byte(snap, split.val.lance)
-    return RunData(snap, table_tag, split, block_len, blocks_per_epoch, global_batch, steps, val,
-                   val_tokens_per_byte)
+    return RunData(snap, table_tag, split, block_len, blocks_per_epoch, global_batch, steps,
+                   steps_why, val, val_tokens_per_byte,
+                   mixture.for_run(cfg, snap, split.train, block_len, steps, global_batch))
 
 
 # ---- model and optimizer
@@ -465,13 +465,23 @@ def distribute(model: GPT, cfg: TrainConfig, comm: Collectives,
 
 
 def train_batches(cfg: TrainConfig, run_data: RunData, progress: Progress,
-                  comm: Collectives, out: Path) -> data.TrainBatches:
+                  comm: Collectives, out: Path) -> data.TrainBatches | mixture.MixtureBatches:
     """This rank's training blocks, from where the checkpoint's loader stood. Each epoch's
     shuffle permutation is built once, by rank 0, under ``OUT/permutations`` and read from
-    there by every rank (and by a resume on any world size)."""
+    there by every rank (and by a resume on any world size); a mixture draws them from one
+    stream per domain (``train.mixture``)."""
+    saved = progress.loader_state
+    if run_data.mixture is not None:
+        return mixture.batches_for_run(cfg, run_data.snap, run_data.mixture, saved,
+                                       block_len=run_data.block_len, rank=comm.rank,
+                                       world_size=comm.world, permutations=out / "permutations")
+    if saved is not None and "mixture" in saved:
+        raise TrainError("--resume: the checkpoint trained on a mixture; resume it with its "
+                         "--domains and --weights, or start a new --out")
     return data.TrainBatches(
         run_data.snap, epoch=progress.epoch, state=progress.loader_state,
-        batch_size=cfg.batch_size, num_workers=cfg.num_workers, filter=run_data.split.train.lance,
+        batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, num_workers=cfg.num_workers,
+        start_method=cfg.mp_context, filter=run_data.split.train.lance,
         block_len=run_data.block_len, blocks_per_epoch=run_data.blocks_per_epoch,
         num_splits=cfg.num_splits, rank=comm.rank, world_size=comm.world, seed=cfg.seed,
         pack=cfg.pack, read_batch_size=cfg.read_batch_size, io_queue_depth=cfg.io_queue_depth,
@@ -494,12 +504,13 @@ class Run:
     report: Reporter
     run_data: RunData
     net: Net
-    batches: data.TrainBatches
+    batches: data.TrainBatches | mixture.MixtureBatches
     progress: Progress
     # figures computed once
     flops_per_token: float
     peak: float | None
     commit: str | None
+    loader: dict | None = None  # the newest checkpoint's merged loader state (rank 0)
 
     def mfu(self, tokens: int, seconds: float) -> float | None:
         if not (self.peak and seconds):
@@ -542,6 +553,7 @@ class Run:
             "filter": d.split.train.lance, "git_commit": self.commit,
         }
         saved = checkpoint.save_atomic(state, self.out, p.step, keep=cfg.keep_ckpts)
+        self.loader = loader
         self.record_read(loader)
         return saved
 
@@ -549,6 +561,13 @@ class Run:
         """``OUT/read.json`` (``read_record``): the documents read up to this checkpoint, as
         each epoch's stored permutation and how far each split of the current one advanced."""
         cfg, d = self.cfg, self.run_data
+        if d.mixture is not None:
+            found = mixture.read_epochs(loader, d.mixture, d.snap.version, cfg.seed,
+                                        self.out / "permutations")
+            if found is not None:
+                read_record.write(self.out, table_version=d.snap.version, step=self.progress.step,
+                                  epochs=found, domains=mixture.read_by_domain(loader, d.mixture))
+            return
         epoch = int(loader.get("epoch", self.batches.epoch))
         # rows taken from each split: its permutation position (rows mode), or the rows the
         # packer took (packed mode, where a row's tail may wait in the buffer: read all the same)
@@ -601,11 +620,13 @@ def train_loop(run: Run, step_model: torch.nn.Module, stop: StopFlag) -> LoopRes
                f"{'bfloat16' if net.use_bf16 else 'float32'}, table v{d.snap.version}"
                + (f" (tag {d.table_tag})" if d.table_tag else "")
                + f", {d.blocks_per_epoch} blocks/epoch, global batch "
-               f"{d.global_batch}, tokenizer {tok['name']}")
+               f"{d.global_batch}, tokenizer {tok['name']}, {d.steps_why}")
     last_eval = run.validate()
     val_step = p.step
     if p.step == 0:
         run.record_eval(last_eval)
+    if d.mixture is not None:
+        report.log("mixture: " + mixture.describe(d.mixture))
     report.log(f"step {p.step}: val loss {last_eval.loss:.4f}")
     loop = LoopResult(last_eval, last_eval.loss, val_step, p.step, p.tokens_seen,
                       time.perf_counter(), 0.0, 0.0, None, False, float("nan"))
@@ -629,6 +650,9 @@ def train_loop(run: Run, step_model: torch.nn.Module, stop: StopFlag) -> LoopRes
                  "data_wait_s": result.data_wait}
         if run.peak:
             entry["mfu"] = run.mfu(result.tokens, dt)
+        if d.mixture is not None:  # tokens read per domain this step, all ranks
+            read = comm.sum(comm.tensor(run.batches.take_step_tokens(), dtype=torch.int64))
+            entry["domain_tokens"] = dict(zip(d.mixture.names, read.tolist()))
         if cfg.log_batch_hashes:
             entry["batch_hashes"] = sorted(comm.gather_lists(block_hashes(result.blocks)))
         run.record(entry)
@@ -667,7 +691,7 @@ def finish(run: Run, loop: LoopResult) -> dict:
             "doc_loss": [round(v, 6) for v in last_eval.doc_loss],
             "doc_tokens": last_eval.doc_tokens}).encode())
         storage.write_atomic(run.out / "summary.json", json.dumps(summary, indent=2).encode())
-    report.materialize(summary)
+    report.materialize(mixture.flat(summary))
     if loop.val_step > loop.start_step:
         val_text = f"val loss {loop.first_val:.4f} -> {loop.val_loss:.4f}"
     else:
@@ -707,6 +731,8 @@ def summarize(run: Run, loop: LoopResult, elapsed: float, rate: float) -> dict:
     }
     if run_mfu is not None:
         summary["mfu"] = round(run_mfu, 4)
+    if d.mixture is not None and run.loader is not None:
+        summary["domains"] = mixture.read_by_domain(run.loader, d.mixture)
     return summary
 
 

@@ -6,6 +6,7 @@ as descriptions and whose validator applies the same ranges, so the launchpad, t
 trainer cannot drift apart.
 """
 
+import re
 from dataclasses import MISSING, fields
 from typing import Any, get_type_hints
 
@@ -39,6 +40,10 @@ def dagster_config(name: str, doc: str, *sources: type) -> type[dg.Config]:
                 raise ValueError(f"{flag[2:].replace('-', '_')} {rest}") from None
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr {self.min_lr}: must not exceed lr {self.lr}")
+        problem = train_config.mixture_problem(self)
+        if problem:
+            raise ValueError(re.sub(r"--([a-z-]+)", lambda m: m.group(1).replace("-", "_"),
+                                    problem.replace("--no-pack", "pack: false")))
         return self
 
     model = pydantic.create_model(

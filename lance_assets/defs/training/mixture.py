@@ -1,0 +1,219 @@
+"""``mixture_search``: the domain weights that train the better model, found by a swarm of proxy
+models and verified with paired seeds.
+
+The search is the library's (``lance_assets.ablation.mixture.run_search``); this asset gives it
+its config and launches each run like ``curation_ablation`` (torchrun through Dagster Pipes, the
+same launch helper), or, under ``LANCE_ASSETS_EXECUTOR=ray``, as Ray tasks
+(``ablation.remote``). A run that finished earlier is reused, an interrupted one resumes.
+"""
+
+import json
+import math
+from typing import Optional
+
+import dagster as dg
+import pydantic
+
+from lance_assets import storage
+from lance_assets.ablation import mixture, regression, remote, runner
+from lance_assets.ablation.plan import AblationError
+from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
+from lance_assets.defs.common import TRAINING_GROUP as GROUP
+from lance_assets.defs.resources import LanceStore
+from lance_assets.defs.training.ablation import AblationConfig
+from lance_assets.defs.training.assets import launch
+from lance_assets.defs.training.config import TrainConfig
+from lance_assets.defs.training.torchrun import TorchrunPipesClient
+from lance_assets.markdown import markdown_table, png_markdown
+from lance_assets.table.executor import executor_name
+
+
+class MixtureConfig(dg.Config):
+    """The domains to mix, the target, and the size of the swarm and of each run. The defaults
+    (5 proxies per domain, then 3 mixtures x 3 seeds, a `tiny` model on 131k tokens per run,
+    512 steps of 8 x 32) finish within 20 minutes on 2 CPU cores for three domains; see
+    docs/benchmarks.md."""
+
+    name: str = pydantic.Field(
+        "", description="the search's name: its runs live in DATA/ablations/mixture-<name> and "
+        "its table version is tagged ablation-mixture-<name> (a rerun with the same name reuses "
+        "both). Empty: named after the data it searches on")
+    domains: dict[str, str] = pydantic.Field(
+        default_factory=dict, description="domain name -> SQL predicate over the table's "
+        "columns (parsed like a curation rule); every document of the mixture must be in "
+        "exactly one. Empty: one domain per value of domain_column")
+    domain_column: str = pydantic.Field(
+        "domain", description="with no domains: the column whose values name the domains "
+        "(without it, and without domains, the asset does nothing and says how to configure it)")
+    filter: str = pydantic.Field(
+        "", description="SQL predicate choosing the documents the mixture is made of; empty: "
+        "the curation rules in force (what pretrained_model trains on)")
+    target: str = pydantic.Field(
+        "", description="SQL predicate choosing the documents the mixture should be good at: "
+        "their held-out split (eval_pct by a fixed hash of the id, never trained on) is the "
+        "yardstick. Empty: every document of the mixture")
+    proxies: int = pydantic.Field(5, description="proxy models per domain in the swarm (one "
+                                  "seed each, Dirichlet-sampled weights)")
+    token_budget: int = pydantic.Field(131_072, description="tokens every run (proxy or "
+                                       "verified mixture) trains on, rounded up to whole steps")
+    seeds: list[int] = pydantic.Field([0, 1, 2], description="seeds of the verification: the "
+                                      "chosen, natural and uniform mixtures train once per seed, "
+                                      "seed s from the same weights (the swarm trains with the "
+                                      "first)")
+    max_repeats: float = pydantic.Field(4.0, description="no run reads a domain more than this "
+                                        "many times: it caps each domain's weight")
+    model: str = pydantic.Field("tiny", description="proxy model size preset")
+    arch: str = pydantic.Field("nanogpt", description="proxy model architecture")
+    seq_len: int = pydantic.Field(32, description="tokens per training sequence (32: twice the "
+                                  "steps of 64 for the same tokens, which a proxy on real text "
+                                  "needs to get past its noisy first hundreds of steps)")
+    batch_size: int = pydantic.Field(8, description="sequences per rank per step (a multiple of "
+                                     "8 / nproc_per_node)")
+    lr: float = pydantic.Field(2e-3, description="peak learning rate (curation_ablation's 5e-3 "
+                               "makes proxies on real text scatter between seeds several times "
+                               "more)")
+    eval_pct: int = pydantic.Field(10, description="per cent of the target's documents held out")
+    eval_blocks: int = pydantic.Field(512, description="held-out blocks per evaluation, the same "
+                                      "for every run")
+    evals_per_run: int = pydantic.Field(1, description="validation passes per run besides the "
+                                        "first (the verdict reads the last)")
+    nproc_per_node: int = pydantic.Field(1, description="torchrun processes per run (GPUs per "
+                                         "Ray task under the ray executor)")
+    executor: Optional[str] = pydantic.Field(
+        None, description="local (one run after another, through Dagster Pipes) or ray (the "
+        "swarm, then the verification, as Ray tasks at once); default LANCE_ASSETS_EXECUTOR, "
+        "else local")
+
+    @pydantic.model_validator(mode="after")
+    def check(self):
+        shared = {k: getattr(self, k) for k in ("name", "model", "arch", "seq_len", "batch_size",
+                                                "token_budget", "seeds", "lr", "eval_pct",
+                                                "eval_blocks", "evals_per_run", "nproc_per_node")}
+        AblationConfig(**shared)  # the same ranges as curation_ablation's
+        if self.proxies < 1:
+            raise ValueError(f"proxies {self.proxies}: give at least 1 per domain")
+        if len(self.seeds) < 2:
+            raise ValueError(f"seeds {self.seeds}: the verification needs at least two")
+        if not self.max_repeats > 0:
+            raise ValueError(f"max_repeats {self.max_repeats}: give a number of passes > 0")
+        executor_name(self.executor)
+        return self
+
+
+SWARM_SCHEMA = dg.TableSchema(columns=[
+    dg.TableColumn("proxy", "string", description="the swarm member"),
+    dg.TableColumn("weights", "string", description="its share of tokens per domain"),
+    dg.TableColumn("measured_bpb", "float", description="its held-out bits/byte on the target"),
+    dg.TableColumn("loo_predicted_bpb", "float", description="the regression's prediction "
+                                                             "for it, fitted without it"),
+])
+
+
+@dg.asset(deps=[TOKEN_IDS, CURATION_RULES], group_name=GROUP, kinds={"pytorch", "lance"},
+          code_version="1", op_tags=TRAINER_TAGS)
+def mixture_search(context: dg.AssetExecutionContext, config: MixtureConfig,
+                   lance_store: LanceStore, pipes_subprocess_client: TorchrunPipesClient):
+    """Which mixture of domains trains the better model: a swarm of proxy models on
+    Dirichlet-sampled domain weights (RegMix), a regression of the target's held-out bits/byte
+    on the weights (checked on held-out swarm members), the predicted best weights within each
+    domain's tokens, then the chosen, natural and uniform mixtures with paired seeds and the
+    ablation's verdict. Metadata: `weights`, `predicted_bpb`, each verified mixture's held-out
+    bits/byte, `lead_over_natural`, `smallest_detectable_lead`, `lead_is_real`, the
+    regression's leave-one-out error, a plot, and the run config that trains `pretrained_model`
+    on the chosen weights. Finished runs are reused on a rerun; an interrupted one resumes."""
+    root, table = lance_store.root, lance_store.table
+    if not config.domains and config.domain_column not in table.newest().schema.names:
+        message = ("no domains: give mixture_search's config `domains` ({name: SQL predicate}) "
+                   f"or a `domain_column` the table has (it has no {config.domain_column!r})")
+        context.log.warning(message + "; nothing searched")
+        return dg.MaterializeResult(metadata={"skipped": dg.MetadataValue.text(message)})
+
+    def train(run: runner.Run) -> None:
+        hint = (f"to continue, materialize mixture_search again with the same config (name: "
+                f"{run.ablation}): finished runs are reused, this one resumes")
+        launch(context, pipes_subprocess_client, TrainConfig(**run.settings), root, run.out,
+               run.snapshot, resume_hint=hint).get_materialize_result()
+
+    many = None
+    if executor_name(config.executor) == "ray":
+        def many(runs: list[runner.Run]) -> None:
+            remote.train_on_ray(root, runs, log=context.log.info)
+
+    try:
+        report = mixture.run_search(root, table, config, train, launch_many=many,
+                                    log=context.log.info, warn=context.log.warning)
+    except AblationError as e:
+        raise dg.Failure(str(e)) from None
+    png = report.plot()
+    storage.write_atomic(report.base / "mixture_search.png", png)
+    return dg.MaterializeResult(metadata=search_metadata(report, config, png))
+
+
+def _r(x: float | None, digits: int = 4):
+    return round(x, digits) if x is not None and math.isfinite(x) else "unknown"
+
+
+def search_metadata(report: mixture.SearchReport, config: MixtureConfig, png: bytes) -> dict:
+    """The asset's metadata: the chosen weights and their verdict, the regression's fit, the
+    swarm, the plot and the run config for ``pretrained_model``."""
+    names = report.plan.names
+    natural, uniform = report.leads.get("natural"), report.leads.get("uniform")
+    metadata = {
+        "weights": dg.MetadataValue.json(dict(zip(names, report.chosen.tolist()))),
+        "predicted_bpb": _r(report.predicted),
+        "lead_over_natural": _r(natural.lead if natural else None),
+        "lead_over_natural_ci95": _r(natural.half_width if natural else None),
+        "lead_over_uniform": _r(uniform.lead if uniform else None),
+        "smallest_detectable_lead": _r(report.detectable),
+        "lead_is_real": report.lead_is_real if report.lead_is_real is not None else "unknown",
+        "verdict": dg.MetadataValue.text(natural.text("val_bpb") if natural else
+                                         "no paired runs of the chosen and natural mixtures"),
+        "regression": dg.MetadataValue.text(regression.MODEL),
+        "regression_loo_rmse": _r(report.fit.loo_rmse),
+        "regression_loo_r2": _r(report.fit.loo_r2, 3),
+        "plot": dg.MetadataValue.md(png_markdown(png, "predicted vs measured; weights")),
+        "mixtures": dg.MetadataValue.md(markdown_table([
+            {"mixture": arm, **{n: f"{w:.3f}" for n, w in zip(names, weights)},
+             "held-out bits/byte": (f"{report.arm_bpb()[arm][0]:.4f}"
+                                    if report.arm_bpb().get(arm, (None,))[0] is not None
+                                    else "not trained")}
+            for arm, weights in report.arms.items()])),
+        "swarm": dg.MetadataValue.table(records=[dg.TableRecord({
+            "proxy": m.name, "weights": json.dumps(dict(zip(names, m.weights.round(4).tolist()))),
+            "measured_bpb": round(m.measured, 4), "loo_predicted_bpb": round(m.predicted, 4)})
+            for m in report.members], schema=SWARM_SCHEMA),
+        "pretrained_model_config": dg.MetadataValue.json(
+            report.pretrained_model_config()),
+        "domains": dg.MetadataValue.json({d.name: {"predicate": d.predicate, "tokens": d.tokens,
+                                                   "natural": round(d.natural, 4),
+                                                   "max_weight": round(d.cap, 4)}
+                                          for d in report.plan.domains}),
+        "lance/snapshot_tag": report.tag,
+        "lance/table_version": report.version,
+        "held_out_filter": dg.MetadataValue.text(report.plan.held_out),
+        "held_out_docs": report.plan.held_out_docs,
+        "steps_per_run": report.plan.steps,
+        "tokens_per_run": report.plan.budget_tokens,
+        "runs_trained": report.trained,
+        "runs_reused": report.reused,
+        "search_dir": dg.MetadataValue.path(str(report.base)),
+        "duration_s": report.duration_s,
+    }
+    for arm, (mean, sd) in report.arm_bpb().items():
+        if mean is not None:
+            metadata[f"arm/{arm}/val_bpb"] = round(mean, 4)
+        if sd is not None:
+            metadata[f"arm/{arm}/val_bpb_sd"] = round(sd, 4)
+    return metadata
+
+
+def materialize_in_process(root, config: dict, *,
+                           raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+    """``mixture_search`` alone, in this process, on the data root ``root`` (tests, benchmarks;
+    each run still goes through torchrun and Pipes)."""
+    return dg.materialize(
+        [mixture_search],
+        resources={"lance_store": LanceStore(data_dir=str(root)),
+                   "pipes_subprocess_client": TorchrunPipesClient(termination_timeout_seconds=55)},
+        run_config={"ops": {"mixture_search": {"config": config}}},
+        raise_on_error=raise_on_error)

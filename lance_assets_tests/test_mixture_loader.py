@@ -1,0 +1,149 @@
+"""Training on a mixture (`--domains`, `--weights`): each domain's share of tokens over every
+window of steps, resume on another world size, and the refusals.
+
+The table is `tokenized_root` copied, with a `domain` column added the way a user would add one
+(a Lance column computed from `id`), and a `patchy` one that leaves some rows in no domain.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lance_assets.table import Table
+from lance_assets.train import checkpoint
+from lance_assets.train.domains import quotas, schedule
+from lance_assets.train.read_record import rows_read
+from lance_assets.train.trainer import main
+from lance_assets_tests.helpers import steps_logged
+
+WEIGHTS = {"a": 0.6, "b": 0.3, "c": 0.1}
+SMALL = {"small": "id % 50 = 1", "rest": "id % 50 != 1"}
+
+
+@pytest.fixture(scope="module")
+def domain_root(tokenized_root, tmp_path_factory):
+    root = tmp_path_factory.mktemp("mixture") / "data"
+    shutil.copytree(tokenized_root, root)
+
+    def columns(batch: pa.RecordBatch) -> pa.RecordBatch:
+        ids = batch.column("id").to_pylist()
+        return pa.record_batch({
+            "domain": pa.array(["abc"[i % 3] for i in ids], pa.string()),
+            "patchy": pa.array([None if i % 7 == 0 else ("even", "odd")[i % 2] for i in ids],
+                               pa.string())})
+
+    Table.of(root).commit("domain columns",
+                          lambda ds: ds.add_columns(columns, read_columns=["id"]))
+    return root
+
+
+def args(root, out, *extra):
+    return ["--data", str(root), "--out", str(out), "--seq-len", "16", "--batch-size", "8",
+            "--eval-every", "1000", "--eval-blocks", "8", "--log-every", "1000", *extra]
+
+
+def test_the_schedule_keeps_every_share_within_two_blocks_over_any_window():
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        weights = rng.dirichlet(np.ones(int(rng.integers(2, 7))) * rng.choice([0.3, 1.0, 3.0]))
+        sched = schedule(list(weights), seed=trial)
+        share = quotas(list(weights)) / len(sched)  # the weights to 1 / PERIOD
+        assert np.abs(share - weights).max() <= 1 / len(sched)
+        twice = np.concatenate([sched, sched])  # the schedule repeats: windows wrap around
+        for d, w in enumerate(share):
+            drift = np.cumsum(twice == d) - w * np.arange(1, len(twice) + 1)
+            assert drift.max() - drift.min() < 2, (trial, d)  # any window: within 2 blocks
+        assert sched.tolist() == schedule(list(weights), seed=trial).tolist()  # deterministic
+
+
+def test_each_domain_reads_its_share_of_tokens_over_every_window_of_50_steps(domain_root,
+                                                                           tmp_path):
+    """`--domains domain` (a column: one domain per value) at 0.6 / 0.3 / 0.1: every window of
+    50 steps reads each domain's share of the tokens within 2 % of its weight; the summary and
+    the read record say the tokens read per domain, and every document read is in its domain."""
+    out = tmp_path / "run"
+    assert main(args(domain_root, out, "--steps", "120", "--domains", "domain",
+                     "--weights", json.dumps(WEIGHTS))) == 0
+    steps = steps_logged(out)
+    assert sorted(steps) == list(range(1, 121))
+    per_step = np.array([[steps[s]["domain_tokens"][d] for d in WEIGHTS] for s in sorted(steps)])
+    assert (per_step.sum(axis=1) == [steps[s]["tokens"] - steps.get(s - 1, {"tokens": 0})["tokens"]
+                                     for s in sorted(steps)]).all()  # every token has a domain
+    windows = np.lib.stride_tricks.sliding_window_view(per_step, 50, axis=0).sum(axis=2)
+    shares = windows / windows.sum(axis=1, keepdims=True)
+    assert np.abs(shares - list(WEIGHTS.values())).max() < 0.02
+
+    summary = json.loads((out / "summary.json").read_text())
+    read = summary["domains"]
+    assert sum(v["tokens_read"] for v in read.values()) == summary["tokens_seen"]
+    assert {d: round(v["share_read"], 2) for d, v in read.items()} == WEIGHTS
+    record = json.loads((out / "read.json").read_text())
+    assert record["domains"] == read and {e["domain"] for e in record["epochs"]} == set(WEIGHTS)
+    ids = rows_read(out)
+    ds = Table.of(domain_root).newest()
+    by_domain = ds.to_table(columns=["id", "domain"]).to_pydict()
+    domain_of = dict(zip(by_domain["id"], by_domain["domain"]))
+    got = {d: sum(domain_of[i] == d for i in ids.tolist()) for d in WEIGHTS}
+    assert got["a"] > got["b"] > got["c"] > 0  # documents read follow the weights
+
+
+def test_a_mixture_resumes_on_another_world_size_with_the_same_blocks(domain_root, tmp_path):
+    """Two ranks, then one rank with twice the accumulation from the step-40 checkpoint: the
+    same blocks in every later step, the small domain repeated past its first epoch in both."""
+    ref = tmp_path / "ref"
+    common = ["--domains", json.dumps(SMALL), "--weights", '{"small": 0.7, "rest": 0.3}',
+              "--seq-len", "64", "--steps", "80", "--ckpt-every", "40", "--keep-ckpts", "3",
+              "--log-batch-hashes"]
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    "--nproc-per-node", "2", "-m", "lance_assets.train",
+                    *args(domain_root, ref, "--batch-size", "4", *common)],
+                   check=True, timeout=300, capture_output=True)
+    reference = steps_logged(ref)
+    one = tmp_path / "one"
+    shutil.copytree(ref, one)
+    (one / "ckpt_0000080.pt").unlink()
+    assert checkpoint.load(one / "ckpt_0000040.pt")["world_size"] == 2
+    assert main(args(domain_root, one, *common, "--batch-size", "4", "--grad-accum", "2",
+                     "--resume", "auto")) == 0
+    resumed = steps_logged(one)
+    for step in range(41, 81):
+        assert resumed[step]["batch_hashes"] == reference[step]["batch_hashes"], step
+        assert resumed[step]["domain_tokens"] == reference[step]["domain_tokens"], step
+    ref_summary = json.loads((ref / "summary.json").read_text())
+    one_summary = json.loads((one / "summary.json").read_text())
+    assert ref_summary["world_size"] == 2 and one_summary["world_size"] == 1
+    assert one_summary["domains"] == ref_summary["domains"]
+    assert ref_summary["domains"]["small"]["epochs"] > 1  # it ran out and started again
+    assert rows_read(one).tolist() == rows_read(ref).tolist()
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--domains", "patchy", "--weights", '{"even": 1, "odd": 1}'], "in no domain"),
+    (["--domains", json.dumps({"x": "id % 2 = 0", "y": "id % 3 = 0 OR id % 2 = 1"}),
+      "--weights", '{"x": 1, "y": 1}'], "in two or more"),
+    (["--domains", "domain", "--weights", '{"a": 1, "b": 1}'], "missing c"),
+    (["--domains", "domain", "--weights", '{"a": 1, "b": 1, "c": 1, "d": 1}'],
+     "no domain named d"),
+    (["--domains", json.dumps({"x": "id >= 0; DROP TABLE corpus"}), "--weights", '{"x": 1}'],
+     "';'"),
+    (["--domains", "domain", "--weights", '{"a": 0.1, "b": 0.1, "c": 0.8}', "--steps", "3000",
+      "--max-repeats", "1"], "more than --max-repeats 1"),
+    (["--domains", "domain"], "--domains and --weights go together"),
+    (["--domains", "domain", "--weights", '{"a": 1, "b": 1, "c": 1}', "--num-workers", "2"],
+     "use --num-workers 0"),
+])
+def test_a_mixture_that_cannot_train_is_one_line_naming_the_flag(domain_root, tmp_path, capsys,
+                                                                 extra, said):
+    try:
+        status = main(args(domain_root, tmp_path / "run", "--steps", "5", *extra))
+    except SystemExit as e:  # argparse: the flags alone are inconsistent
+        status = e.code
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err and "--" in err, err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
