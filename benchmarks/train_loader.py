@@ -122,8 +122,8 @@ def build_corpus(root: Path, corpus: str, rows: int, real_bytes: int) -> None:
         ingest(root, str(source), log=quiet)
     else:
         ingest(root, f"synthetic-web:{rows}", log=quiet)
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
 
 
 def tree_cpu() -> float:
