@@ -141,10 +141,13 @@ def module_docstring_lines(path: Path) -> int:
     return 0
 
 
-def test_no_module_is_over_650_lines_nor_its_docstring_over_25():
+def test_no_module_is_over_650_lines():
     too_long = {str(p.relative_to(PACKAGE.parent)): lines(p) for p in PACKAGE.rglob("*.py")
                 if lines(p) > MAX_MODULE_LINES}
     assert not too_long, f"modules over {MAX_MODULE_LINES} lines: {too_long}"
+
+
+def test_no_module_docstring_is_over_25_lines():
     long_docs = {str(p.relative_to(PACKAGE.parent)): module_docstring_lines(p)
                  for p in PACKAGE.rglob("*.py") if module_docstring_lines(p) > MAX_DOCSTRING_LINES}
     assert not long_docs, f"module docstrings over {MAX_DOCSTRING_LINES} lines: {long_docs}"
