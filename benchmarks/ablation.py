@@ -23,13 +23,12 @@ from pathlib import Path
 
 from benchmarks.tokenize_bench import build_corpus
 from lance_assets import paths
-from lance_assets.curation.dedup_flag import dedup_flag
-from lance_assets.curation.near_dup import near_dup
-from lance_assets.curation.quality_signals import quality_signals
+from lance_assets.curation import dedup_flag, near_dup, quality_signals
 from lance_assets.curation.rules import DEFAULT_RULES
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
 
 RULE_SETS = {
     "no_rules": {},
@@ -48,10 +47,10 @@ def prepare(work: Path, mb: float) -> Path:
     source, docs, nbytes = build_corpus(work / "corpus" / "local_text.parquet", int(mb * 1e6))
     print(f"# corpus: {docs:,} local text files, {nbytes / 1e6:.1f} MB")
     ingest(root, str(source), log=quiet)
-    dedup_flag(root, log=quiet)
-    near_dup(root, log=quiet)
-    quality_signals(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
+    produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     return root
 
 

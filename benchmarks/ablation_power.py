@@ -41,11 +41,12 @@ import pyarrow.parquet as pq
 
 from benchmarks.tokenize_bench import build_corpus
 from lance_assets import paths
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import planted_junk
 from lance_assets.table import Table
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
 
 JUNK = {"keep_all": {}, "drop_junk": {"quality": "score >= 3"}}
 NULL = {"drop_junk": {"quality": "score >= 3"},
@@ -85,8 +86,8 @@ def planted_table(work: Path, corpus: str, mb: float, share: float, seed: int) -
     pq.write_table(pa.table({"text": [t for t, _ in rows], "score": [s for _, s in rows]}), parquet)
     quiet = lambda _m: None  # noqa: E731
     ingest(root, str(parquet), log=quiet)
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     return root
 
 

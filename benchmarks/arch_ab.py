@@ -27,11 +27,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.tokenize_bench import build_corpus
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
-from lance_assets.tokens import bpe
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.table.producer import produce
+from lance_assets.tokens import bpe, token_ids
 
 ARCHS = ("nanogpt", "modern")
 
@@ -44,9 +44,9 @@ def prepare(work: Path, mb: float, vocab: int) -> Path:
     source, docs, nbytes = build_corpus(work / "corpus" / "local_text.parquet", int(mb * 1e6))
     print(f"# corpus: {docs:,} local text files, {nbytes / 1e6:.1f} MB")
     ingest(root, str(source), log=quiet)
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     bpe.train_bpe(root, vocab_size=vocab, max_train_bytes=int(mb * 1e6), log=quiet)
-    token_ids(root, log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), log=quiet)
     return root
 
 

@@ -51,7 +51,7 @@ from pathlib import Path
 import lance
 import numpy as np
 
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.embeddings import chunk_embeddings as chunks
 from lance_assets.embeddings import embeddings as embed
 from lance_assets.embeddings import vector_index as vindex
@@ -66,6 +66,7 @@ from lance_assets.forensics.search import nearest
 from lance_assets.forensics.words import text_words
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.tokens.bpe import train_bpe
 from lance_assets.tokens.tokenizers import load_tokenizer
 
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     src = work / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts_in))
     ingest(root, str(src), log=quiet)
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     table = Table.of(root)
     ds = table.newest()
     tbl = ds.to_table(columns=["id", "text"])
@@ -230,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     res["model_load_s"] = time.perf_counter() - t
     res["backend"] = model.backend
     print(f"backend: {model.backend}", flush=True)
-    emb = embed.embeddings(root, backend=args.backend, log=quiet)
-    ch = chunks.chunk_embeddings(root, backend=args.backend, log=quiet)
+    emb = produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(backend=args.backend), log=quiet)
+    ch = produce(chunks.PRODUCER, Table.of(root), chunks.ChunkEmbeddingsSettings(backend=args.backend),
+                 log=quiet)
     ds = table.newest()
     n = ds.count_rows()
     cost = {

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from lance_assets.curation import quality_signals as quality
 from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.testing.curation_reference import (
     brute_force_pairs,
     plant_near_duplicates,
@@ -90,9 +91,8 @@ def timed(fn, *args, **kwargs):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from lance_assets.curation import minhash
+    from lance_assets.curation import dedup_flag, minhash
     from lance_assets.curation import near_dup as nd
-    from lance_assets.curation.dedup_flag import dedup_flag
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=100_000, help="synthetic documents before planting")
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
         (groups, dup_rows), t_base = timed(lambda: con.execute(
             "SELECT count(*), sum(c - 1) FROM (SELECT md5(text) AS h, count(*) AS c FROM corpus "
             "GROUP BY h)").fetchone())
-        _, t_dedup = timed(dedup_flag, root, log=quiet)
+        _, t_dedup = timed(produce, dedup_flag.PRODUCER, Table.of(root), log=quiet)
         flagged = Table.of(root).newest().count_rows(filter="is_dup")
         results["exact_dedup"] = {
             "duckdb_group_by_md5_docs_per_s": round(n / t_base), "duckdb_s": round(t_base, 3),
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{flagged} (whitespace-normalised)")
 
         # quality signals: vectorised column write vs the per-document Python reference
-        report, t_q = timed(quality.quality_signals, root, log=quiet)
+        report, t_q = timed(produce, quality.PRODUCER, Table.of(root), log=quiet)
         ref_docs = texts[: args.reference_docs]
         _, t_ref = timed(lambda: [reference_signals(x) for x in ref_docs])
         sample_batch, t_vec = timed(quality.compute_signals, pa.array(ref_docs))
@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> dict:
 
         # near-duplicates
         settings = minhash.MinHashSettings()
-        (report, stats), t_nd = timed(nd.near_dup, root, settings, log=quiet)
+        report, t_nd = timed(produce, nd.PRODUCER, Table.of(root), nd.NearDupSettings(minhash=settings),
+                             log=quiet)
+        stats = report.stats
         table = Table.of(root).newest().to_table(
             columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
         clusters = table.column("near_dup_cluster").to_pylist()
@@ -197,7 +199,9 @@ def main(argv: list[str] | None = None) -> dict:
         extra = work / "extra.parquet"
         pq.write_table(pa.table({"text": copies}), extra)
         ingest(root, str(extra), log=quiet)
-        (report, stats2), t_inc = timed(nd.near_dup, root, settings, log=quiet)
+        report, t_inc = timed(produce, nd.PRODUCER, Table.of(root),
+                              nd.NearDupSettings(minhash=settings), log=quiet)
+        stats2 = report.stats
         results["near_dup"]["incremental"] = {
             "new_docs": report.rows_written, "seconds": round(t_inc, 2),
             "docs_per_s": round(report.rows_written / t_inc),

@@ -49,6 +49,7 @@ from lance_assets.embeddings import embeddings as embed
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.testing.multilingual import documents
 from lance_assets.testing.pii_planted import planted_documents
 
@@ -185,8 +186,9 @@ def contamination_check(work: Path, rows: int, items: int, planted: int) -> dict
     root = work / "contam"
     ingest(root, str(src), log=quiet)
     start = time.perf_counter()
-    contamination.contamination(root, [contamination.EvalSetSpec(
-        "bench", str(work / "evals.jsonl"))], log=quiet)
+    spec = contamination.EvalSetSpec("bench", str(work / "evals.jsonl"))
+    produce(contamination.PRODUCER, Table.of(root), contamination.ContaminationSettings([spec]),
+            log=quiet)
     secs = time.perf_counter() - start
     flags = Table.of(root).newest().to_table(columns=["id", "contaminated"]) \
         .sort_by("id").column(1).to_pylist()
@@ -218,21 +220,25 @@ def throughput(work: Path, rows: int) -> list[dict]:
                     v = rng.standard_normal((len(t), embed.DIM)).astype(np.float32)
                     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
-            embed.embeddings(root, embedder=RandomVectors(), fragments_per_commit=4, log=quiet)
+            produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=RandomVectors()),
+                    fragments_per_commit=4, log=quiet)
         start = time.perf_counter()
         fn(root)
         return time.perf_counter() - start
 
     stages = {
-        "quality_signals (baseline)": lambda r: quality.quality_signals(r, log=quiet),
-        "detected_language (fastText)": lambda r: language.language_id(r, log=quiet),
-        "detected_language (detector: cld2)": lambda r: language.language_id(
-            r, detector=language.CLD2, log=quiet),
-        "personal_data": lambda r: pii.pii(r, log=quiet),
-        "paragraph_dups": lambda r: para_dup.paragraph_dups(r, log=quiet),
-        "contamination (1 set of 200 documents)": lambda r: contamination.contamination(
-            r, [contamination.EvalSetSpec("bench", str(evals))], log=quiet),
-        "quality_score": lambda r: quality_model.quality_score(r, log=quiet),
+        "quality_signals (baseline)": lambda r: produce(quality.PRODUCER, Table.of(r), log=quiet),
+        "detected_language (fastText)": lambda r: produce(language.PRODUCER, Table.of(r), log=quiet),
+        "detected_language (detector: cld2)": lambda r: produce(
+            language.PRODUCER, Table.of(r), language.LanguageSettings(detector=language.CLD2),
+            log=quiet),
+        "personal_data": lambda r: produce(pii.PRODUCER, Table.of(r), log=quiet),
+        "paragraph_dups": lambda r: produce(para_dup.PRODUCER, Table.of(r), log=quiet),
+        "contamination (1 set of 200 documents)": lambda r: produce(
+            contamination.PRODUCER, Table.of(r),
+            contamination.ContaminationSettings([contamination.EvalSetSpec("bench", str(evals))]),
+            log=quiet),
+        "quality_score": lambda r: produce(quality_model.PRODUCER, Table.of(r), log=quiet),
     }
     out, baseline = [], None
     for name, fn in stages.items():

@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 
 from benchmarks.measured import run_measured
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 
 REPO = Path(__file__).resolve().parent.parent
 STAGES = {"dedup_flag": ["is_dup", "text_hash"],
@@ -50,11 +52,13 @@ def quiet(_msg: str) -> None:
 
 def _stage(stage: str, root: str, executor: str, partitions: int) -> None:
     if stage == "dedup_flag":
-        from lance_assets.curation.dedup_flag import dedup_flag
-        dedup_flag(root, executor=executor, buckets=partitions, log=quiet)
+        from lance_assets.curation import dedup_flag
+        produce(dedup_flag.PRODUCER, Table.of(root), dedup_flag.DedupSettings(buckets=partitions),
+                executor=executor, log=quiet)
     else:
-        from lance_assets.curation.near_dup import near_dup
-        near_dup(root, executor=executor, partitions=partitions, log=quiet)
+        from lance_assets.curation import near_dup
+        produce(near_dup.PRODUCER, Table.of(root), near_dup.NearDupSettings(partitions=partitions),
+                executor=executor, log=quiet)
 
 
 def _anon_rss(pid: int) -> int:

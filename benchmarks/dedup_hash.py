@@ -33,6 +33,9 @@ from pathlib import Path
 
 import psutil
 
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
+
 
 def quiet(_msg: str) -> None:
     pass
@@ -106,9 +109,10 @@ def child(arm: str, root: str, trace: bool = False) -> None:
     if arm == "before":
         before(root)
     else:
-        from lance_assets.curation.dedup_flag import dedup_flag
-        dedup_flag(root, executor="ray" if arm == "after-ray" else "local",
-                   buckets=2 if arm == "after-ray" else 0, log=quiet)
+        from lance_assets.curation import dedup_flag
+        produce(dedup_flag.PRODUCER, Table.of(root),
+                dedup_flag.DedupSettings(buckets=2 if arm == "after-ray" else 0),
+                executor="ray" if arm == "after-ray" else "local", log=quiet)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if trace:

@@ -32,6 +32,8 @@ from benchmarks.tokenize_bench import MAX_DOC_BYTES, local_text_files
 from lance_assets.embeddings.chunk_embeddings import ChunkSpec, shared_chunker
 from lance_assets.embeddings.embeddings import Embedder
 from lance_assets.embeddings.onnx_backend import BACKENDS
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 
 
 def real_chunks(docs: int, limit: int) -> tuple[list[str], int]:
@@ -57,8 +59,8 @@ def quality_score_by_backend(rows: int = 2000) -> dict:
     import shutil
     import tempfile
 
-    from lance_assets.curation.quality_score import quality_score
-    from lance_assets.embeddings.embeddings import embeddings
+    from lance_assets.curation import quality_score
+    from lance_assets.embeddings import embeddings
     from lance_assets.ingest.raw_text import ingest
 
     out = {}
@@ -68,8 +70,9 @@ def quality_score_by_backend(rows: int = 2000) -> dict:
         work = tempfile.mkdtemp(prefix="embed-backends-")
         try:
             ingest(work, f"synthetic:{rows}", log=lambda _m: None)
-            embeddings(work, backend=backend, log=lambda _m: None)
-            held = quality_score(work, log=lambda _m: None).model["heldout"]
+            produce(embeddings.PRODUCER, Table.of(work), embeddings.EmbeddingsSettings(backend=backend),
+                    log=lambda _m: None)
+            held = produce(quality_score.PRODUCER, Table.of(work), log=lambda _m: None).model["heldout"]
         finally:
             shutil.rmtree(work, ignore_errors=True)
         out[backend] = held

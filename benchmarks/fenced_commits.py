@@ -84,11 +84,11 @@ def main() -> None:
         table.commit_operation(op, ds.version)
 
     from lance_assets.table import leaf_field_ids
-    from lance_assets.table.columns import _fragments_without_fields, fragments_missing
+    from lance_assets.table.columns import fragments_missing, fragments_without_fields
 
     def by_files():
         ds = table.newest()
-        return _fragments_without_fields(ds.get_fragments(), leaf_field_ids(ds, "flag"))
+        return fragments_without_fields(ds.get_fragments(), leaf_field_ids(ds, "flag"))
 
     def by_marker():
         return fragments_missing(table.newest(), ["flag"])

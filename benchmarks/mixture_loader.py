@@ -25,11 +25,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.testing.mixture_planted import planted_domains, url_domains
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.tokens import token_ids
 
 WEIGHTS = {"prose": 0.5, "code": 0.3, "junk": 0.2}
 
@@ -46,8 +47,9 @@ def build(work: Path, docs: int) -> Path:
         pq.write_table(planted_domains(docs), work / "corpus.parquet")
         quiet = lambda _m: None  # noqa: E731
         ingest(root, str(work / "corpus.parquet"), log=quiet)
-        dedup_flag(root, log=quiet)
-        token_ids(root, "byte", log=quiet)
+        produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+        produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
+                log=quiet)
     return root
 
 

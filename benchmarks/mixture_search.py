@@ -41,16 +41,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.tokenize_bench import local_texts
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.testing.mixture_planted import (
     planted_domains,
     random_halves,
     url_domains,
     with_junk,
 )
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.tokens import token_ids
 
 DOC_SUFFIXES = (".rst", ".md", ".txt", ".gz")
 PIECE_CHARS = 4000
@@ -107,8 +108,9 @@ def build(work: Path, table: pa.Table) -> Path:
     pq.write_table(table, work / "corpus.parquet")
     quiet = lambda _m: None  # noqa: E731
     ingest(root, str(work / "corpus.parquet"), log=quiet)
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
+            log=quiet)
     return root
 
 

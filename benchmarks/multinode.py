@@ -20,10 +20,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.launch.torchrun import local_agent_commands, local_agent_threads
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
 
 
 def quiet(_msg: str) -> None:
@@ -32,8 +34,8 @@ def quiet(_msg: str) -> None:
 
 def build_table(root: Path, rows: int) -> None:
     ingest(root, f"synthetic:{rows}", log=quiet)
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
 
 
 def train(root: Path, out: Path, nnodes: int, args: argparse.Namespace) -> dict:

@@ -29,11 +29,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from lance_assets.curation.quality_signals import quality_signals
+from lance_assets.curation import quality_signals
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table, executor
 from lance_assets.table.columns import write_columns
-from lance_assets.tokens.token_ids import N_BYTES, _n_bytes, token_ids
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
+from lance_assets.tokens.token_ids import N_BYTES, _n_bytes
 
 
 def quiet(_msg: str) -> None:
@@ -87,8 +89,11 @@ def bench_tokens(raw: Path, work: Path, tokenizer: str) -> dict:
     out = {}
     for where in ("local", "ray"):
         root = fresh(raw, work, f"tok-{where}")
-        seconds, (report, _, tokens) = timed(
-            lambda root=root, where=where: token_ids(root, tokenizer, executor=where, log=quiet))
+        seconds, report = timed(
+            lambda root=root, where=where: produce(token_ids.PRODUCER, Table.of(root),
+                                                   token_ids.TokenIdsSettings(tokenizer=tokenizer),
+                                                   executor=where, log=quiet))
+        tokens = report.tokens_written
         out[where] = {"s": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
                       "mb_per_s": report.bytes_tokenized / 1e6 / seconds}
     out["ray_over_local_wall"] = out["ray"]["s"] / out["local"]["s"]
@@ -96,13 +101,14 @@ def bench_tokens(raw: Path, work: Path, tokenizer: str) -> dict:
 
 
 def bench_embeddings(raw: Path, work: Path) -> dict:
-    from lance_assets.embeddings.embeddings import embeddings
+    from lance_assets.embeddings import embeddings
 
     out = {}
     for where in ("local", "ray"):
         root = fresh(raw, work, f"emb-{where}")
         seconds, report = timed(
-            lambda root=root, where=where: embeddings(root, executor=where, log=quiet))
+            lambda root=root, where=where: produce(embeddings.PRODUCER, Table.of(root), executor=where,
+                                                   log=quiet))
         out[where] = {"s": seconds, "docs": report.rows_written,
                       "docs_per_s": report.rows_written / seconds,
                       "model_load_s_in_driver": report.model_load_s}
@@ -156,8 +162,8 @@ def bench_scaling(raw: Path, work: Path) -> dict:
             out[f"ray_init_s_{cpus}"] = start_ray(cpus)
             root = fresh(raw, work, f"scale-{cpus}")
             cpu0 = worker_cpu_s()
-            seconds, report = timed(
-                lambda root=root: quality_signals(root, executor="ray", log=quiet))
+            seconds, report = timed(lambda root=root: produce(
+                quality_signals.PRODUCER, Table.of(root), executor="ray", log=quiet))
             cpu_s = worker_cpu_s() - cpu0
             out[f"{cpus}_cpu"] = {"s": seconds, "docs_per_s": report.rows_written / seconds,
                                   "task_cpu_s": cpu_s, "parallelism": cpu_s / seconds,

@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.measured import run_measured
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 
 REPO = Path(__file__).resolve().parent.parent
 STAGES = ["ingest", "dedup_flag", "quality_signals", "near_dup", "token_ids"]
@@ -48,17 +50,18 @@ def run_stage(stage: str, root: str, rows: int) -> None:
         from lance_assets.ingest.raw_text import ingest
         ingest(root, f"synthetic-web:{rows}", log=quiet)
     elif stage == "dedup_flag":
-        from lance_assets.curation.dedup_flag import dedup_flag
-        dedup_flag(root, log=quiet)
+        from lance_assets.curation import dedup_flag
+        produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     elif stage == "quality_signals":
-        from lance_assets.curation.quality_signals import quality_signals
-        quality_signals(root, log=quiet)
+        from lance_assets.curation import quality_signals
+        produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
     elif stage == "near_dup":
-        from lance_assets.curation.near_dup import near_dup
-        near_dup(root, log=quiet)
+        from lance_assets.curation import near_dup
+        produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     elif stage == "token_ids":
-        from lance_assets.tokens.token_ids import token_ids
-        token_ids(root, "cl100k_base", log=quiet)
+        from lance_assets.tokens import token_ids
+        produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="cl100k_base"),
+                log=quiet)
     elif stage == "duckdb_dedup":
         duckdb_dedup(root)
     else:

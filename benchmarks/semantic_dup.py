@@ -39,12 +39,15 @@ import numpy as np
 
 from lance_assets import keys, paths
 from lance_assets.curation import near_dup as nd
+from lance_assets.curation import semantic_compare as cmp
 from lance_assets.curation import semantic_dup as sd
 from lance_assets.embeddings import chunk_embeddings as chunks
 from lance_assets.embeddings import embeddings as embed
 from lance_assets.embeddings.chunk_embeddings import vector_rows
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.testing.semantic_planted import SynonymBagEmbedder, planted_set
 
 STRENGTHS = {  # drop share of sentences, share of synonym-able words replaced, share moved
@@ -81,14 +84,16 @@ def quality(work: Path, originals: int, copies: int, seed: int, backend: str = "
         write_jsonl(work / f"{name}.jsonl", planted.texts)
         ingest(root, str(work / f"{name}.jsonl"), rows_per_fragment=64, log=quiet)
         t = time.perf_counter()
-        e = embed.embeddings(root, backend=backend, log=quiet)
+        e = produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(backend=backend), log=quiet)
         embed_s = time.perf_counter() - t
         t = time.perf_counter()
-        c = chunks.chunk_embeddings(root, backend=backend, log=quiet)
+        c = produce(chunks.PRODUCER, Table.of(root), chunks.ChunkEmbeddingsSettings(backend=backend),
+                    log=quiet)
         chunk_s = time.perf_counter() - t
-        nd.near_dup(root, log=quiet)
+        produce(nd.PRODUCER, Table.of(root), log=quiet)
         t = time.perf_counter()
-        sd_report, stats = sd.semantic_dup(root, ALL_LANGUAGES, log=quiet)
+        sd_report = produce(sd.PRODUCER, Table.of(root), ALL_LANGUAGES, log=quiet)
+        stats = sd_report.stats
         sd_s = time.perf_counter() - t
         ds = lance.dataset(paths.table_uri(root))
         tbl = ds.to_table(columns=["id", "near_dup", "near_dup_cluster", keys.EMBEDDING,
@@ -122,7 +127,7 @@ def quality(work: Path, originals: int, copies: int, seed: int, backend: str = "
               f"{got['precision']:.3f} ({got['flagged']} flagged)")
         ids = tbl.column("id").to_numpy()
         cluster = np.asarray(tbl.column(sd.SEMANTIC_CLUSTER.name).to_pylist())
-        mean_vecs, _ = sd.document_vectors(tbl.column(keys.CHUNK_EMBEDDINGS))
+        mean_vecs, _ = cmp.document_vectors(tbl.column(keys.CHUNK_EMBEDDINGS))
         first = vector_rows(tbl.column(keys.EMBEDDING).combine_chunks())
         copy_cos = [float(mean_vecs[cp] @ mean_vecs[o]) for cp, o in planted.copy_of.items()]
         print(f"cosine copy-original, chunk mean: median {np.median(copy_cos):.3f}, p10 "
@@ -138,7 +143,7 @@ def quality(work: Path, originals: int, copies: int, seed: int, backend: str = "
         for th in THRESHOLDS:
             row = []
             for vecs in (mean_vecs, first):
-                dup, rep, _ = sd.compare_batch(ids, vecs, cluster, th)
+                dup, rep, _ = cmp.compare_batch(ids, vecs, cluster, th)
                 s = scores(dup, rep, planted, missed)
                 row += [f"{s['recall']:.3f}", f"{s['precision']:.3f}"]
             print(f"| {th:.2f} | " + " | ".join(row) + " |")
@@ -156,20 +161,23 @@ def cost(work: Path, sizes: list[int]) -> None:
         write_jsonl(work / f"cost-{rows}-a.jsonl", texts[:cut])
         write_jsonl(work / f"cost-{rows}-b.jsonl", texts[cut:])
         ingest(root, str(work / f"cost-{rows}-a.jsonl"), rows_per_fragment=4096, log=quiet)
-        chunks.chunk_embeddings(root, embedder=SynonymBagEmbedder(), log=quiet)
+        produce(chunks.PRODUCER, Table.of(root),
+                chunks.ChunkEmbeddingsSettings(embedder=SynonymBagEmbedder()), log=quiet)
         t = time.perf_counter()
-        _, stats = sd.semantic_dup(root, ALL_LANGUAGES, log=quiet)
+        report = produce(sd.PRODUCER, Table.of(root), ALL_LANGUAGES, log=quiet)
+        stats = report.stats
         sd_s = time.perf_counter() - t
         t = time.perf_counter()
-        nd.near_dup(root, log=quiet)
+        produce(nd.PRODUCER, Table.of(root), log=quiet)
         nd_s = time.perf_counter() - t
         ingest(root, str(work / f"cost-{rows}-b.jsonl"), rows_per_fragment=4096, log=quiet)
-        chunks.chunk_embeddings(root, embedder=SynonymBagEmbedder(), log=quiet)
+        produce(chunks.PRODUCER, Table.of(root),
+                chunks.ChunkEmbeddingsSettings(embedder=SynonymBagEmbedder()), log=quiet)
         t = time.perf_counter()
-        sd.semantic_dup(root, ALL_LANGUAGES, log=quiet)
+        produce(sd.PRODUCER, Table.of(root), ALL_LANGUAGES, log=quiet)
         sd_inc = time.perf_counter() - t
         t = time.perf_counter()
-        nd.near_dup(root, log=quiet)
+        produce(nd.PRODUCER, Table.of(root), log=quiet)
         nd_inc = time.perf_counter() - t
         new = rows - cut
         print(f"| {cut:,} | {stats.clusters} | {sd_s / cut * 1e6:,.0f} | {nd_s / cut * 1e6:,.0f} | "
@@ -182,11 +190,12 @@ def demo(work: Path, rows: int) -> None:
     print(f"\n## The demo corpus (synthetic:{rows}), real model (CPU)")
     root = work / "demo"
     ingest(root, f"synthetic:{rows}", log=quiet)
-    embed.embeddings(root, log=quiet)
-    chunks.chunk_embeddings(root, log=quiet)
-    nd.near_dup(root, log=quiet)
+    produce(embed.PRODUCER, Table.of(root), log=quiet)
+    produce(chunks.PRODUCER, Table.of(root), log=quiet)
+    produce(nd.PRODUCER, Table.of(root), log=quiet)
     t = time.perf_counter()
-    _, stats = sd.semantic_dup(root, ALL_LANGUAGES, log=quiet)
+    report = produce(sd.PRODUCER, Table.of(root), ALL_LANGUAGES, log=quiet)
+    stats = report.stats
     sd_s = time.perf_counter() - t
     ds = lance.dataset(paths.table_uri(root))
     n = ds.count_rows()
@@ -196,10 +205,10 @@ def demo(work: Path, rows: int) -> None:
           f"{stats.clusters} cluster(s)); flagged: near_dup {flagged['near_dup']}, semantic_dup "
           f"{flagged['semantic_dup']}, of which {only} not by near_dup")
     tbl = ds.to_table(columns=["id", keys.CHUNK_EMBEDDINGS, sd.SEMANTIC_CLUSTER.name]).sort_by("id")
-    vecs, _ = sd.document_vectors(tbl.column(keys.CHUNK_EMBEDDINGS))
+    vecs, _ = cmp.document_vectors(tbl.column(keys.CHUNK_EMBEDDINGS))
     shares = []
     for th in THRESHOLDS:
-        dup, _, _ = sd.compare_batch(tbl.column("id").to_numpy(), vecs,
+        dup, _, _ = cmp.compare_batch(tbl.column("id").to_numpy(), vecs,
                                      np.asarray(tbl.column(sd.SEMANTIC_CLUSTER.name).to_pylist()),
                                      th)
         shares.append(f"{th:.2f}: {dup.mean():.1%}")

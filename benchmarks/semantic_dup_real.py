@@ -54,6 +54,8 @@ import numpy as np
 
 from benchmarks.tokenize_bench import local_texts
 from lance_assets import keys, paths
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.testing.semantic_planted import reworded
 
 THRESHOLDS = (0.80, 0.85, 0.87, 0.88, 0.90, 0.92, 0.93, 0.94, 0.95, 0.96)
@@ -87,10 +89,8 @@ def sentences(text: str) -> int:
 
 def prepare(work: Path, docs: int, rewordings: int, seed: int, backend: str) -> Path:
     """The embedded table under ``work`` (made once; reused when its record matches)."""
-    from lance_assets.curation.dedup_flag import dedup_flag
-    from lance_assets.curation.detected_language import language_id
-    from lance_assets.curation.near_dup import near_dup
-    from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
+    from lance_assets.curation import dedup_flag, detected_language, near_dup
+    from lance_assets.embeddings import chunk_embeddings
     from lance_assets.ingest.raw_text import ingest
 
     root = work / "real"
@@ -108,12 +108,13 @@ def prepare(work: Path, docs: int, rewordings: int, seed: int, backend: str) -> 
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts + copies))
     ingest(root, str(src), rows_per_fragment=256, log=quiet)
     t = time.perf_counter()
-    language_id(root, log=quiet)
-    dedup_flag(root, log=quiet)
-    near_dup(root, log=quiet)
+    produce(detected_language.PRODUCER, Table.of(root), log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     print(f"tagged {len(texts) + len(copies)} rows in {time.perf_counter() - t:.0f} s")
     t = time.perf_counter()
-    chunk_embeddings(root, backend=backend, log=quiet)
+    produce(chunk_embeddings.PRODUCER, Table.of(root),
+            chunk_embeddings.ChunkEmbeddingsSettings(backend=backend), log=quiet)
     print(f"chunk_embeddings in {time.perf_counter() - t:.0f} s")
     made.write_text(json.dumps({"record": record, "originals": chosen,
                                 "first_copy": len(texts)}))
@@ -133,7 +134,9 @@ def best_earlier(vecs: np.ndarray, norms: np.ndarray, among: np.ndarray) -> tupl
 
 
 def quality(work: Path, docs: int, rewordings: int, seed: int, backend: str) -> None:
+    from lance_assets.curation import semantic_compare as cmp
     from lance_assets.curation import semantic_dup as sd
+    from lance_assets.embeddings import int8_vectors as iv
     from lance_assets.table import Table
 
     root = prepare(work, docs, rewordings, seed, backend)
@@ -145,8 +148,8 @@ def quality(work: Path, docs: int, rewordings: int, seed: int, backend: str) -> 
                              keys.CHUNK_EMBEDDINGS]).sort_by("id")
     ids = t.column("id").to_numpy()
     assert np.array_equal(ids, np.arange(len(ids))), "ids are positions here"
-    unit, ok = sd.document_vectors(t.column(keys.CHUNK_EMBEDDINGS))
-    vecs = sd.quantize(unit)
+    unit, ok = cmp.document_vectors(t.column(keys.CHUNK_EMBEDDINGS))
+    vecs = iv.quantize(unit)
     norms = np.linalg.norm(vecs.astype(np.float32), axis=1)
     norms[norms == 0] = 1
     lang = np.asarray(t.column("lang").to_pylist(), dtype=object)
@@ -205,7 +208,8 @@ def quality(work: Path, docs: int, rewordings: int, seed: int, backend: str) -> 
     shutil.copytree(root, run_root)
     settings = sd.SemanticDupSettings()
     start = time.perf_counter()
-    _, stats = sd.semantic_dup(run_root, settings, log=quiet)
+    report = produce(sd.PRODUCER, Table.of(run_root), settings, log=quiet)
+    stats = report.stats
     took = time.perf_counter() - start
     got = Table.of(run_root).newest().to_table(
         columns=["id", sd.SEMANTIC_DUP.name, sd.SEMANTIC_REP.name]).sort_by("id")
@@ -258,7 +262,8 @@ def growth(work: Path, sizes: list[int], new: int, topics: int, repeats: int) ->
         for rows in sizes:    # down or speeds up meanwhile weighs on every size alike
             add_rows(roots[rows], new, topics=topics, seed=r)
             c0, w0 = time.process_time(), time.perf_counter()
-            _, stats = sd.semantic_dup(roots[rows], settings, log=quiet)
+            report = produce(sd.PRODUCER, Table.of(roots[rows]), settings, log=quiet)
+            stats = report.stats
             got[rows]["cpu"].append(time.process_time() - c0)
             got[rows]["wall"].append(time.perf_counter() - w0)
             assert stats.documents == new and not stats.trained, stats

@@ -67,7 +67,7 @@ def grown_table(root: Path, rows: int, topics: int = 200, seed: int = 0,
     """A table of ``rows`` rows with every column ``semantic_dup`` reads and writes, and its
     side store, as if ``semantic_dup`` had run on them."""
     _append(root, rows, 0, "base")
-    write_columns(root, [LANG, LANG_SCORE], _lang, log=_quiet)
+    write_columns(Table.of(root), [LANG, LANG_SCORE], _lang, log=_quiet)
     empty = to_arrow(np.zeros((0, DIM), np.float32), np.zeros(0, np.int64))
 
     def no_chunks(frag):
@@ -75,13 +75,13 @@ def grown_table(root: Path, rows: int, topics: int = 200, seed: int = 0,
         col = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), empty.values)
         return [pa.RecordBatch.from_arrays([col], schema=pa.schema([CHUNK_EMBEDDINGS]))]
 
-    write_columns(root, [CHUNK_EMBEDDINGS], no_chunks, log=_quiet)
+    write_columns(Table.of(root), [CHUNK_EMBEDDINGS], no_chunks, log=_quiet)
     unit = topic_vectors(rows, topics, seed, 0)
     q = iv.quantize(unit)
     x, inv = iv.as_unit(q)
     x *= inv[:, None]
-    k = sd.auto_clusters(rows, settings.rows_per_cluster)
-    rate = min(1.0, max(sd.TRAIN_ROWS, sd.TRAIN_ROWS_PER_CLUSTER * k) / rows)
+    k = sc.auto_clusters(rows, settings.rows_per_cluster)
+    rate = min(1.0, max(sc.TRAIN_ROWS, sc.TRAIN_ROWS_PER_CLUSTER * k) / rows)
     ids = np.arange(rows, dtype=np.int64)
     sample = sc.hashed_sample(ids, rate, settings.seed)
     centroids = iv.spherical_kmeans(x[sample], k, settings.seed)
@@ -109,7 +109,7 @@ def grown_table(root: Path, rows: int, topics: int = 200, seed: int = 0,
             [pa.array(home[i]), pa.array(i), pa.array(np.zeros(len(i), np.float32)),
              pa.array(np.zeros(len(i), bool)), vec], schema=pa.schema(sd.FIELDS))]
 
-    write_columns(root, sd.FIELDS, semantic, log=_quiet)
+    write_columns(Table.of(root), sd.FIELDS, semantic, log=_quiet)
     table = Table.of(root)
     chunking = get_json_config(table.newest(), keys.CHUNK_EMBEDDING_KEY)
     table.set_config(keys.SEMANTIC_DUP_KEY, {"settings": settings.to_dict(), "chunking": chunking,
@@ -120,7 +120,7 @@ def add_rows(root: Path, n: int, topics: int = 200, seed: int = 0) -> None:
     """``n`` new rows on the same topics, with ``lang`` and one chunk vector each."""
     first = Table.of(root).newest().count_rows()
     _append(root, n, first, f"new-{first}")
-    write_columns(root, [LANG, LANG_SCORE], _lang, log=_quiet)
+    write_columns(Table.of(root), [LANG, LANG_SCORE], _lang, log=_quiet)
     unit = topic_vectors(n, topics, seed + 1, first)
 
     def one_chunk(frag):
@@ -128,4 +128,4 @@ def add_rows(root: Path, n: int, topics: int = 200, seed: int = 0) -> None:
         col = to_arrow(unit[i], np.ones(len(i), np.int64))
         return [pa.RecordBatch.from_arrays([col], schema=pa.schema([CHUNK_EMBEDDINGS]))]
 
-    write_columns(root, [CHUNK_EMBEDDINGS], one_chunk, log=_quiet)
+    write_columns(Table.of(root), [CHUNK_EMBEDDINGS], one_chunk, log=_quiet)

@@ -34,11 +34,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
-from lance_assets.tokens import bpe
-from lance_assets.tokens.token_ids import N_BYTES, TOKEN_COLUMNS, token_ids
+from lance_assets.table.producer import produce
+from lance_assets.tokens import bpe, token_ids
+from lance_assets.tokens.token_ids import N_BYTES, TOKEN_COLUMNS
 from lance_assets.tokens.tokenizers import load_tokenizer
 
 TEXT_SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt")
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Table.of(root).exists():
         seconds, rep = timed(lambda: ingest(root, str(source), log=quiet))
         print(f"ingest: {rep.rows_added:,} rows, {rep.bytes_added / 1e6:.1f} MB ({seconds:.1f}s)")
-        seconds, _ = timed(lambda: dedup_flag(root, log=quiet))
+        seconds, _ = timed(lambda: produce(dedup_flag.PRODUCER, Table.of(root), log=quiet))
         print(f"dedup_flag: {seconds:.1f}s")
 
     # -- tokenizer training ---------------------------------------------------------------------
@@ -172,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         wall, cpu, _ = measured(lambda: tok.encode_batch(texts))
         in_memory.append((wall, cpu))
         drop_token_columns(root)
-        wall, cpu, (rep, info, tokens) = measured(
-            lambda: token_ids(root, args.tokenizer, num_threads=args.threads, log=quiet))
+        wall, cpu, rep = measured(
+            lambda: produce(token_ids.PRODUCER, Table.of(root),
+                            token_ids.TokenIdsSettings(tokenizer=args.tokenizer, num_threads=args.threads),
+                            log=quiet))
+        info, tokens = rep.tokenizer, rep.tokens_written
         ours.append((wall, cpu))
     if tokens != baseline_tokens:
         raise SystemExit(f"token counts differ: token_ids {tokens} vs baseline {baseline_tokens}")

@@ -32,11 +32,12 @@ import psutil
 import torch
 
 from benchmarks.build_packed_datasets import train_filter
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.progress import progress
 from lance_assets.table import Table
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
 from lance_assets.train import data
 from lance_assets.train.model import GPT, config_for
 
@@ -46,8 +47,8 @@ SHAPES = {"tiny": (128, 16), "small": (64, 4)}  # model -> (seq_len, batch) that
 def build_table(root: Path, rows: int) -> None:
     quiet = lambda _m: None  # noqa: E731
     ingest(root, f"synthetic:{rows}", log=quiet)
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
 
 
 def train_steps(model, opt, next_blocks, steps: int, pad_id: int) -> tuple[float, float, int]:
@@ -121,8 +122,8 @@ def build_corpus(root: Path, corpus: str, rows: int, real_bytes: int) -> None:
         ingest(root, str(source), log=quiet)
     else:
         ingest(root, f"synthetic-web:{rows}", log=quiet)
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
 
 
 def tree_cpu() -> float:

@@ -1,9 +1,28 @@
-"""Markdown for reports shown in the UI and written next to the data."""
+"""Markdown for reports shown in the UI and written next to the data, and the metadata values a
+producer's summary may hold besides plain numbers and strings (shown as Markdown, JSON or a
+path by the Dagster layer)."""
 
 from __future__ import annotations
 
 import base64
 import io
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Markdown:
+    text: str
+
+
+@dataclass(frozen=True)
+class Json:
+    value: Any
+
+
+@dataclass(frozen=True)
+class FilePath:
+    path: str
 
 
 def markdown_table(rows: list[dict]) -> str:

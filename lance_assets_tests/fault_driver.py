@@ -29,9 +29,20 @@ import threading
 import lance
 import lance.fragment
 
-WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "fineweb_signals", "near_dup",
-           "embeddings", "detected_language", "personal_data", "paragraph_dups", "contamination",
-           "quality_score", "chunk_embeddings", "semantic_dup")  # the table's writers; `forget` too
+MODULES = {  # each column writer: the library module of its producer
+    "dedup_flag": "lance_assets.curation.dedup_flag", "token_ids": "lance_assets.tokens.token_ids",
+    "quality_signals": "lance_assets.curation.quality_signals",
+    "fineweb_signals": "lance_assets.fineweb.fineweb_signals",
+    "near_dup": "lance_assets.curation.near_dup", "embeddings": "lance_assets.embeddings.embeddings",
+    "detected_language": "lance_assets.curation.detected_language",
+    "personal_data": "lance_assets.curation.personal_data",
+    "paragraph_dups": "lance_assets.curation.paragraph_dups",
+    "contamination": "lance_assets.curation.contamination",
+    "quality_score": "lance_assets.curation.quality_score",
+    "chunk_embeddings": "lance_assets.embeddings.chunk_embeddings",
+    "semantic_dup": "lance_assets.curation.semantic_dup",
+}
+WRITERS = ("ingest", *MODULES)  # the table's writers; `forget` too
 # The evaluation set the contamination writer checks against: a file under the data root (the
 # test copies the root, set and all; the set's fingerprint, not its path, names its column).
 EVAL_SET = "evalsets/planted.jsonl"
@@ -94,68 +105,42 @@ def install(point: str, n: int, seed: int = 0) -> None:
 
 
 def run(writer: str, root: str, source: str | None) -> None:
+    import importlib
+
+    from lance_assets.table import Table
+    from lance_assets.table.producer import produce
     from lance_assets_tests.helpers import quiet
 
     if writer == "ingest":
         from lance_assets.ingest.raw_text import ingest
         ingest(root, source, rows_per_fragment=128, rows_per_commit=200, log=quiet)
-    elif writer == "dedup_flag":
-        from lance_assets.curation.dedup_flag import dedup_flag
-        dedup_flag(root, fragments_per_commit=1, log=quiet)
-    elif writer == "token_ids":
-        from lance_assets.tokens.token_ids import token_ids
-        token_ids(root, "byte", fragments_per_commit=1, log=quiet)
-    elif writer == "quality_signals":
-        from lance_assets.curation.quality_signals import quality_signals
-        quality_signals(root, fragments_per_commit=1, log=quiet)
-    elif writer == "fineweb_signals":
-        from lance_assets.fineweb.fineweb_signals import PRODUCER
-        from lance_assets.table.producer import produce
-        produce(PRODUCER, root, fragments_per_commit=1, log=quiet)
-    elif writer == "near_dup":
-        from lance_assets.curation.near_dup import near_dup
-        near_dup(root, fragments_per_commit=1, log=quiet)
-    elif writer == "embeddings":
-        from lance_assets.embeddings.embeddings import embeddings
+        return
+    if writer == "forget":  # SOURCE is the predicate
+        from lance_assets.table.forget import forget
+        forget(root, source, log=quiet)
+        return
+    if writer not in WRITERS:
+        raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}, forget")
+    module = importlib.import_module(MODULES[writer])
+    settings = None
+    if writer == "token_ids":
+        settings = module.TokenIdsSettings(tokenizer="byte")
+    elif writer in ("embeddings", "chunk_embeddings"):
         from lance_assets.testing.embedders import ClusteredEmbedder
-        embeddings(root, embedder=ClusteredEmbedder(), fragments_per_commit=1, log=quiet)
-    elif writer == "detected_language":
-        from lance_assets.curation.detected_language import language_id
-        language_id(root, fragments_per_commit=1, log=quiet)
-    elif writer == "personal_data":
-        from lance_assets.curation.personal_data import pii
-        pii(root, fragments_per_commit=1, log=quiet)
-    elif writer == "paragraph_dups":
-        from lance_assets.curation.paragraph_dups import paragraph_dups
-        paragraph_dups(root, fragments_per_commit=1, log=quiet)
+        settings = module.EmbeddingsSettings(embedder=ClusteredEmbedder()) \
+            if writer == "embeddings" else module.ChunkEmbeddingsSettings(
+                chunk_tokens=32, overlap_tokens=8, embedder=ClusteredEmbedder())
     elif writer == "contamination":
-        import os.path
-
-        from lance_assets.curation.contamination import EvalSetSpec, contamination
-        spec = EvalSetSpec("planted", os.path.join(root, EVAL_SET), "question")
-        contamination(root, [spec], fragments_per_commit=1, log=quiet)
-    elif writer == "quality_score":  # on a table that already has `embedding`
-        from lance_assets.curation.quality_score import quality_score
-        quality_score(root, fragments_per_commit=1, log=quiet)
-    elif writer == "chunk_embeddings":
-        from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
-        from lance_assets.testing.embedders import ClusteredEmbedder
-        chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8, embedder=ClusteredEmbedder(),
-                         fragments_per_commit=1, log=quiet)
+        spec = module.EvalSetSpec("planted", os.path.join(root, EVAL_SET), "question")
+        settings = module.ContaminationSettings(eval_sets=[spec])
     elif writer == "semantic_dup":  # on a table that already has `chunk_embeddings`
         import json
 
-        from lance_assets.curation import semantic_dup as sd
-        from lance_assets.table.producer import produce
         given = json.loads(source) if source and source.startswith("{") else {}
-        settings = {"rows_per_cluster": 200, "languages": [], **given}
-        produce(sd.PRODUCER, root, sd.SemanticDupSettings(**settings), fragments_per_commit=1,
-                log=quiet)
-    elif writer == "forget":  # SOURCE is the predicate
-        from lance_assets.table.forget import forget
-        forget(root, source, log=quiet)
-    else:
-        raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}, forget")
+        settings = module.SemanticDupSettings(**{"rows_per_cluster": 200, "languages": [],
+                                                 **given})
+    # quality_score runs on a table that already has `embedding`
+    produce(module.PRODUCER, Table.of(root), settings, fragments_per_commit=1, log=quiet)
 
 
 if __name__ == "__main__":

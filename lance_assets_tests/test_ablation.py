@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 from lance_assets import paths
 from lance_assets.ablation import plan as ablation
 from lance_assets.curation.predicate import safe_predicate
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the teacher"]
@@ -64,9 +66,9 @@ def corpus_texts(n: int, seed: int = 0) -> tuple[list[str], list[float]]:
 @pytest.fixture(scope="module")
 def garbage_root(tmp_path_factory):
     """800 documents, half planted garbage, deduplicated and byte-tokenized."""
-    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.curation import dedup_flag
     from lance_assets.ingest.raw_text import ingest
-    from lance_assets.tokens.token_ids import token_ids
+    from lance_assets.tokens import token_ids
 
     base = tmp_path_factory.mktemp("ablation")
     texts, scores = corpus_texts(800)
@@ -74,8 +76,8 @@ def garbage_root(tmp_path_factory):
                                    extra={"score": pa.array(scores, pa.float64())})
     root = base / "data"
     ingest(root, str(source), rows_per_fragment=400, log=quiet)
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     return root
 
 

@@ -26,6 +26,7 @@ from lance_assets import paths
 from lance_assets.ablation import plan as ablation
 from lance_assets.ingest.synthetic import planted_junk
 from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 JUNK = {"keep_all": {}, "drop_junk": {"quality": "score >= 3"}}
@@ -55,17 +56,17 @@ def reference_threads():
 
 
 def planted_root(base: Path, seed: int) -> Path:
-    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.curation import dedup_flag
     from lance_assets.ingest.raw_text import ingest
-    from lance_assets.tokens.token_ids import token_ids
+    from lance_assets.tokens import token_ids
 
     texts, scores = planted_junk(seed=seed)
     source = write_fineweb_parquet(base / f"planted-{seed}.parquet", texts,
                                    extra={"score": pa.array(scores, pa.float64())})
     root = base / f"data-{seed}"
     ingest(root, str(source), rows_per_fragment=300, log=quiet)
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     return root
 
 

@@ -14,9 +14,11 @@ import lance
 import pytest
 
 from lance_assets import paths
+from lance_assets.table import Table
 from lance_assets.table.columns import fragments_missing
-from lance_assets.tokens import bpe
-from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
+from lance_assets.table.producer import produce
+from lance_assets.tokens import bpe, token_ids
+from lance_assets.tokens.token_ids import TokenizerMismatchError
 from lance_assets.tokens.tokenizers import load_tokenizer, table_tokenizer
 from lance_assets_tests.helpers import quiet
 
@@ -93,7 +95,9 @@ def test_bad_filter_and_missing_dedup_are_clear_errors(tmp_path):
 
 def test_token_ids_default_to_the_trained_bpe_and_sampler_can_decode(bpe_root, tmp_path):
     root = copy_root(bpe_root, tmp_path)
-    report, info, tokens = token_ids(root, log=quiet)  # tokenizer="auto"
+    report = produce(token_ids.PRODUCER, Table.of(root), log=quiet)  # tokenizer="auto"
+    info = report.tokenizer
+    tokens = report.tokens_written
     assert info.name == f"bpe:{bpe.latest_sha(root)}" and "trained BPE" in report.tokenizer_choice
     ds = lance.dataset(paths.table_uri(root))
     assert table_tokenizer(ds) == info
@@ -109,32 +113,35 @@ def test_token_ids_default_to_the_trained_bpe_and_sampler_can_decode(bpe_root, t
 
     # a retrained BPE does not silently change the column: auto keeps what input_ids hold ...
     bpe.train_bpe(root, vocab_size=512, compare_with=(), log=quiet)
-    report, again, _ = token_ids(root, log=quiet)
+    report = produce(token_ids.PRODUCER, Table.of(root), log=quiet)
+    again = report.tokenizer
     assert again == info and report.nothing_to_do
     # ... and asking for it explicitly is refused, with the way out
     with pytest.raises(TokenizerMismatchError, match="replace=True"):
-        token_ids(root, "bpe", log=quiet)
+        produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="bpe"), log=quiet)
 
 
 def test_new_rows_do_not_mint_a_tokenizer_the_column_would_not_use(bpe_root, tmp_path):
-    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.curation import dedup_flag
     from lance_assets.ingest.raw_text import ingest
 
     root = copy_root(bpe_root, tmp_path)
     first = bpe.train_bpe(root, compare_with=(), log=quiet)
     ingest(root, "synthetic:2500", log=quiet)  # new rows before token_ids: train again
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     second = bpe.train_bpe(root, compare_with=(), log=quiet)
     assert not second.nothing_to_do and second.train_docs > first.train_docs
-    _, info, _ = token_ids(root, log=quiet)
+    report = produce(token_ids.PRODUCER, Table.of(root), log=quiet)
+    info = report.tokenizer
     assert info.sha256 == second.sha256
 
     ingest(root, "synthetic:2600", log=quiet)  # new rows after token_ids: input_ids use it
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     assert bpe.train_bpe(root, compare_with=(), log=quiet).nothing_to_do
     forced = bpe.train_bpe(root, compare_with=(), retrain=True, log=quiet)
     assert not forced.nothing_to_do and forced.train_docs > second.train_docs
-    _, again, _ = token_ids(root, log=quiet)  # the column keeps its tokenizer
+    report = produce(token_ids.PRODUCER, Table.of(root), log=quiet)  # the column keeps its tokenizer
+    again = report.tokenizer
     assert again == info
 
 
@@ -144,15 +151,18 @@ def test_a_bpe_file_from_elsewhere_is_kept_next_to_the_table(bpe_root, tmp_path)
     shutil.copyfile(src, outside)
     root = copy_root(bpe_root, tmp_path)
     shutil.rmtree(paths.tokenizers_dir(root))
-    _, info, _ = token_ids(root, str(outside), log=quiet)
+    report = produce(token_ids.PRODUCER, Table.of(root),
+                     token_ids.TokenIdsSettings(tokenizer=str(outside)), log=quiet)
+    info = report.tokenizer
     assert info.name == f"bpe:{src.stem}" and (paths.tokenizers_dir(root) / src.name).is_file()
     assert load_tokenizer(info.name, root).info == info
 
 
 CHILD = textwrap.dedent("""
     import sys, time
-    from lance_assets.tokens.token_ids import token_ids
     from lance_assets.table import Table
+    from lance_assets.table.producer import produce
+    from lance_assets.tokens import token_ids
 
     real_write, token_files = Table.write_fragments, []
 
@@ -166,7 +176,8 @@ CHILD = textwrap.dedent("""
         return new
 
     Table.write_fragments = write_then_hang
-    token_ids(sys.argv[1], "bpe", fragments_per_commit=1, log=lambda m: print(m, flush=True))
+    produce(token_ids.PRODUCER, Table.of(sys.argv[1]), token_ids.TokenIdsSettings(tokenizer="bpe"),
+            fragments_per_commit=1, log=lambda m: print(m, flush=True))
 """)
 
 
@@ -178,7 +189,8 @@ def token_table(root):
 def test_sigkill_mid_write_then_rerun_equals_an_uninterrupted_run(bpe_root, tmp_path):
     killed = copy_root(bpe_root, tmp_path / "killed")
     clean = copy_root(bpe_root, tmp_path / "clean")
-    token_ids(clean, "bpe", fragments_per_commit=1, log=quiet)
+    produce(token_ids.PRODUCER, Table.of(clean), token_ids.TokenIdsSettings(tokenizer="bpe"),
+            fragments_per_commit=1, log=quiet)
 
     env = {**os.environ, "LANCE_LOG": "error"}
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(killed)], stdout=subprocess.PIPE,
@@ -202,7 +214,9 @@ def test_sigkill_mid_write_then_rerun_equals_an_uninterrupted_run(bpe_root, tmp_
     on_disk = {p.name for p in (paths.db_dir(killed) / "corpus.lance" / "data").iterdir()}
     assert on_disk - referenced  # the killed write left an uncommitted file behind
 
-    report, info, _ = token_ids(killed, log=quiet)  # auto: resumes with the column's tokenizer
+    # auto: resumes with the column's tokenizer
+    report = produce(token_ids.PRODUCER, Table.of(killed), log=quiet)
+    info = report.tokenizer
     assert report.fragments_already_done == 2 and len(report.fragments_written) == 2
     assert info == table_tokenizer(lance.dataset(paths.table_uri(clean)))
     assert token_table(killed).equals(token_table(clean))

@@ -4,13 +4,18 @@
 - every column producer lives in a library module named after its asset, and every other asset
   is a function of that name in the Dagster layer: one hop from a name to its code;
 - ``definitions.py`` keeps no hand list: it imports nothing of ours and loads the defs folder;
-- no two Dagster config classes are the same class under two names.
+- no two Dagster config classes are the same class under two names;
+- the producer contract stays small: ``table/producer.py`` exports at most 7 names,
+  ``ColumnProducer`` has at most 13 fields, and no step's result is looked up by name;
+- no module of ``lance_assets`` is over 650 lines, and no module docstring over 25.
 """
 
 import ast
+import dataclasses
 import importlib
 import inspect
 import pkgutil
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -18,10 +23,14 @@ import dagster as dg
 import lance_assets.defs
 from lance_assets.definitions import defs
 from lance_assets.defs import columns as column_defs
+from lance_assets.table import producer as contract
 from lance_assets.table.producer import producers
 
 PACKAGE = Path(lance_assets.defs.__file__).resolve().parents[1]
 MAX_SHARE = 0.25
+MAX_MODULE_LINES = 650
+MAX_DOCSTRING_LINES = 25
+STEP_BY_NAME = re.compile(r"\brun\.(states|after|reports)\[")
 
 
 def lines(path: Path) -> int:
@@ -112,3 +121,41 @@ def test_the_package_and_the_project_name_the_same_defs_folder():
     assert package["directory_type"] == project["directory_type"] == "project"
     assert package["project"] == project["project"]
     assert package["project"]["defs_module"] == lance_assets.defs.__name__
+
+
+def test_the_producer_contract_stays_small():
+    assert len(contract.__all__) <= 7, contract.__all__
+    assert all(hasattr(contract, name) for name in contract.__all__)
+    assert len(dataclasses.fields(contract.ColumnProducer)) <= 13
+    by_name = [f"{p.relative_to(PACKAGE.parent)}:{n}" for p in sorted(PACKAGE.rglob("*.py"))
+               for n, line in enumerate(p.read_text().splitlines(), 1) if STEP_BY_NAME.search(line)]
+    assert not by_name, f"a step's result is handed on as a value, never looked up: {by_name}"
+
+
+def module_docstring_lines(path: Path) -> int:
+    tree = ast.parse(path.read_text())
+    first = tree.body[0] if tree.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+            and isinstance(first.value.value, str):
+        return first.end_lineno - first.lineno + 1
+    return 0
+
+
+def test_no_module_is_over_650_lines():
+    too_long = {str(p.relative_to(PACKAGE.parent)): lines(p) for p in PACKAGE.rglob("*.py")
+                if lines(p) > MAX_MODULE_LINES}
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines: {too_long}"
+
+
+def test_no_module_docstring_is_over_25_lines():
+    long_docs = {str(p.relative_to(PACKAGE.parent)): module_docstring_lines(p)
+                 for p in PACKAGE.rglob("*.py") if module_docstring_lines(p) > MAX_DOCSTRING_LINES}
+    assert not long_docs, f"module docstrings over {MAX_DOCSTRING_LINES} lines: {long_docs}"
+
+
+def test_the_shape_checks_catch_what_they_look_for(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""' + "line\n" * 30 + '"""\nx = run.states["near_dup"]\n')
+    assert module_docstring_lines(bad) == 31
+    assert STEP_BY_NAME.search(bad.read_text().splitlines()[-1])
+    assert not STEP_BY_NAME.search("x = run.state; y = done.reports")

@@ -5,11 +5,12 @@ import pyarrow as pa
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import data_files_by_field
+from lance_assets.table import Table, data_files_by_field
 from lance_assets.table.columns import fragments_missing, write_columns
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
 from lance_assets_tests.helpers import quiet
 
 
@@ -18,8 +19,8 @@ def test_is_dup_and_token_columns_leave_text_files_untouched(root):
     uri = paths.table_uri(root)
     before = data_files_by_field(lance.dataset(uri), "text")
     assert len(before) == 4 and all(len(v) == 1 for v in before.values())
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     ds = lance.dataset(uri)
     assert data_files_by_field(ds, "text") == before
     # the new columns live in files of their own
@@ -32,24 +33,25 @@ def test_is_dup_and_token_columns_leave_text_files_untouched(root):
 
 def test_column_catch_up_is_per_fragment_and_old_values_stay(root):
     ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     uri = paths.table_uri(root)
     ds = lance.dataset(uri)
     old_dup_files = data_files_by_field(ds, "is_dup")
     old_token_files = data_files_by_field(ds, "input_ids")
 
     # rerun with nothing new: no work, no new version
-    report = dedup_flag(root, log=quiet)
+    report = produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     assert report.nothing_to_do and report.version == ds.version
 
     # new documents arrive: the seed-0 corpus again (all duplicates) plus more
     ingest(root, "synthetic:450", rows_per_fragment=100, log=quiet)
     ds = lance.dataset(uri)
     assert len(fragments_missing(ds, ["is_dup"])) == 5
-    report = dedup_flag(root, log=quiet)
+    report = produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     assert sorted(report.fragments_written) == [3, 4, 5, 6, 7]
-    report, _, _ = token_ids(root, "byte", log=quiet)
+    report = produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
+                     log=quiet)
     assert len(report.fragments_written) == 5
     ds = lance.dataset(uri)
     new_dup_files = data_files_by_field(ds, "is_dup")
@@ -69,7 +71,7 @@ def test_write_columns_commits_in_groups_and_checks_row_counts(root):
         ids = frag.to_table(columns=["id"]).column("id")
         yield pa.RecordBatch.from_arrays([pa.compute.multiply(ids, ids).combine_chunks()], [field.name])
 
-    report = write_columns(uri, [field], compute, fragments_per_commit=2, log=quiet)
+    report = write_columns(Table.of(root), [field], compute, fragments_per_commit=2, log=quiet)
     assert report.commits == 3 and report.rows_written == 250
     rows = lance.dataset(uri).to_table(columns=["id", "id_squared"]).to_pylist()
     assert all(r["id_squared"] == r["id"] ** 2 for r in rows)
@@ -82,7 +84,7 @@ def test_write_columns_commits_in_groups_and_checks_row_counts(root):
     import pytest
 
     with pytest.raises(RuntimeError, match="1 values for 50 rows"):
-        write_columns(uri, [bad], too_few, log=quiet)
+        write_columns(Table.of(root), [bad], too_few, log=quiet)
     assert lance.dataset(uri).count_rows(filter="short IS NOT NULL") == 0
 
 
@@ -98,11 +100,13 @@ def test_a_column_writer_before_any_ingest_says_to_materialize_raw_text(tmp_path
     from lance_assets.table import TableMissingError
     from lance_assets.tokens import token_ids as tokenize
 
-    run = {"dedup_flag": lambda: dedup.dedup_flag(tmp_path),
-           "quality_signals": lambda: quality.quality_signals(tmp_path),
-           "near_dup": lambda: near_dup.near_dup(tmp_path, minhash.MinHashSettings()),
-           "token_ids": lambda: tokenize.token_ids(tmp_path, "byte"),
-           "embeddings": lambda: embed.embeddings(tmp_path)}[writer]
+    run = {"dedup_flag": lambda: produce(dedup.PRODUCER, Table.of(tmp_path)),
+           "quality_signals": lambda: produce(quality.PRODUCER, Table.of(tmp_path)),
+           "near_dup": lambda: produce(near_dup.PRODUCER, Table.of(tmp_path),
+                                       near_dup.NearDupSettings(minhash=minhash.MinHashSettings())),
+           "token_ids": lambda: produce(tokenize.PRODUCER, Table.of(tmp_path),
+                                        tokenize.TokenIdsSettings(tokenizer="byte")),
+           "embeddings": lambda: produce(embed.PRODUCER, Table.of(tmp_path))}[writer]
     with pytest.raises(TableMissingError, match="Materialize `raw_text` first"):
         run()
     assert not (tmp_path / "lance").exists()  # nothing was created on the way
@@ -132,7 +136,7 @@ def test_completeness_is_judged_by_the_write_marker_so_a_compaction_cannot_fake_
         yield from id_squared(frag)
 
     with pytest.raises(RuntimeError, match="killed"):
-        write_columns(uri, [SQUARE], only_first, fragments_per_commit=1, log=quiet)
+        write_columns(Table.of(root), [SQUARE], only_first, fragments_per_commit=1, log=quiet)
     lance.dataset(uri).optimize.compact_files()
     ds = lance.dataset(uri)
     assert len(ds.get_fragments()) == 1
@@ -141,12 +145,12 @@ def test_completeness_is_judged_by_the_write_marker_so_a_compaction_cannot_fake_
     assert unwritten_rows(ds, [SQUARE.name]).unwritten_rows == 150
     assert [f.fragment_id for f in fragments_missing(ds, [SQUARE.name])] == \
         [ds.get_fragments()[0].fragment_id]
-    report = write_columns(uri, [SQUARE], id_squared, log=quiet)
+    report = write_columns(Table.of(root), [SQUARE], id_squared, log=quiet)
     assert report.rows_written == 200
     rows = lance.dataset(uri).to_table(columns=["id", "id_squared"]).to_pylist()
     assert all(r["id_squared"] == r["id"] ** 2 for r in rows)
     assert unwritten_rows(lance.dataset(uri), [SQUARE.name]).complete
-    assert write_columns(uri, [SQUARE], id_squared, log=quiet).nothing_to_do
+    assert write_columns(Table.of(root), [SQUARE], id_squared, log=quiet).nothing_to_do
 
 
 def test_a_column_written_before_write_markers_is_adopted_not_recomputed(root):
@@ -174,7 +178,7 @@ def test_a_column_written_before_write_markers_is_adopted_not_recomputed(root):
         computed.append(frag.fragment_id)
         yield from id_squared(frag)
 
-    report = write_columns(uri, [SQUARE], counted, log=quiet)
+    report = write_columns(Table.of(root), [SQUARE], counted, log=quiet)
     assert sorted(computed) == sorted(f.fragment_id for f in lance.dataset(uri).get_fragments()[2:])
     assert report.rows_written == 100
     rows = lance.dataset(uri).to_table(columns=["id", "id_squared", "_written_id_squared"]).to_pylist()
@@ -196,10 +200,10 @@ def test_a_column_written_in_one_group_is_refused_in_another_and_nothing_changes
     ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
     uri = paths.table_uri(root)
     a = [pa.field("c0", pa.int32())]
-    write_columns(uri, a, _constant(7, 1), log=quiet)
+    write_columns(Table.of(root), a, _constant(7, 1), log=quiet)
     version = lance.dataset(uri).version
     with pytest.raises(ValueError, match=r"part of the group \['c0'\].*same columns every time"):
-        write_columns(uri, [*a, pa.field("c1", pa.int32())], _constant(8, 2), log=quiet)
+        write_columns(Table.of(root), [*a, pa.field("c1", pa.int32())], _constant(8, 2), log=quiet)
     ds = lance.dataset(uri)
     assert ds.version == version and "c1" not in ds.schema.names
     assert ds.count_rows(filter="c0 = 7") == 200 and not fragments_missing(ds, ["c0"])

@@ -15,9 +15,10 @@ import pyarrow as pa
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation.quality_signals import quality_signals
+from lance_assets.curation import quality_signals
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import RAW_SCHEMA
+from lance_assets.table import RAW_SCHEMA, Table
+from lance_assets.table.producer import produce
 from lance_assets_tests.fault_driver import run as run_writer
 from lance_assets_tests.helpers import quiet
 
@@ -96,7 +97,7 @@ def test_a_commit_that_loses_the_race_is_rebased_on_the_newest_version(tmp_path,
     ingest(root, "synthetic:600", rows_per_fragment=100, log=quiet)
     reference = tmp_path / "reference"
     shutil.copytree(root, reference)
-    quality_signals(reference, log=quiet)
+    produce(quality_signals.PRODUCER, Table.of(reference), log=quiet)
     uri = paths.table_uri(root)
     real_commit = lance.LanceDataset.commit
     raced = []
@@ -108,12 +109,13 @@ def test_a_commit_that_loses_the_race_is_rebased_on_the_newest_version(tmp_path,
                 lance.dataset(uri).add_columns(pa.schema([pa.field("other", pa.int64())]))
             elif len(raced) == 3:  # our second group's first attempt
                 monkeypatch.undo()
-                quality_signals(root, log=quiet)  # the rival run finishes the whole column
+                # the rival run finishes the whole column
+                produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
         return real_commit(base_uri, operation, read_version=read_version, **kw)
 
     monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(commit))
     messages = []
-    report = quality_signals(root, fragments_per_commit=2, log=messages.append)
+    report = produce(quality_signals.PRODUCER, Table.of(root), fragments_per_commit=2, log=messages.append)
     monkeypatch.undo()
     assert sum("won the commit race" in m for m in messages) == 2
     assert report.rows_written == 200  # its first group; the rival wrote the rest

@@ -15,7 +15,8 @@ from lance_assets import paths
 from lance_assets.curation import contamination as cont
 from lance_assets.curation import guards, rules
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import data_files_by_field
+from lance_assets.table import Table, data_files_by_field
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet
 
 WORDS = ("river mountain teacher lantern quiet orange window seven silver market yellow winter "
@@ -86,7 +87,8 @@ def flags(root):
 def test_planted_copies_are_found_and_new_sets_and_rows_are_incremental(world):
     root, truth, a, b = world["root"], world["truth"], world["a"], world["b"]
     uri = paths.table_uri(root)
-    first = cont.contamination(root, [a], fragments_per_commit=2, log=quiet)
+    first = produce(cont.PRODUCER, Table.of(root), cont.ContaminationSettings(eval_sets=[a]),
+                    fragments_per_commit=2, log=quiet)
     assert [s["items_too_short"] for s in first.sets] == [0]
     got, with_ = flags(root)
     assert with_ == [["set_a"] if t == "a" else [] for t in truth[:200]]  # recall 1, no false hit
@@ -95,7 +97,8 @@ def test_planted_copies_are_found_and_new_sets_and_rows_are_incremental(world):
     a_files = data_files_by_field(lance.dataset(uri), a_column)
 
     # a second set: only its column is computed over the table, set_a's data files stay
-    second = cont.contamination(root, [a, b], log=quiet)
+    second = produce(cont.PRODUCER, Table.of(root), cont.ContaminationSettings(eval_sets=[a, b]),
+                     log=quiet)
     assert second.registry_changed and second.new_columns == [second.sets[1]["column"]]
     assert data_files_by_field(lance.dataset(uri), a_column) == a_files
     got, with_ = flags(root)
@@ -105,17 +108,19 @@ def test_planted_copies_are_found_and_new_sets_and_rows_are_incremental(world):
     # new rows: every set, only on the new fragments
     pq.write_table(pa.table({"text": world["docs"][200:]}), world["src"] / "2.parquet")
     ingest(root, str(world["src"]), rows_per_fragment=50, log=quiet)
-    third = cont.contamination(root, [a, b], log=quiet)
+    third = produce(cont.PRODUCER, Table.of(root), cont.ContaminationSettings(eval_sets=[a, b]),
+                    log=quiet)
     assert not third.registry_changed
     # each set its own group (its own write marker): both compute only the new fragments
     assert [r.fragments_already_done for r in third.per_set] == [4, 4]
     assert [len(r.fragments_written) for r in third.per_set] == [2, 2]
-    assert third.union.rows_written == 100
+    assert third.rows_written == 100  # the union's write: the run's report
     assert flags(root)[1] == [[f"set_{t}"] if t else [] for t in truth]
-    assert cont.contamination(root, [a, b], log=quiet).nothing_to_do
+    assert produce(cont.PRODUCER, Table.of(root), cont.ContaminationSettings(eval_sets=[a, b]),
+                   log=quiet).nothing_to_do
 
     # dropping a set from the registry re-derives the union without it
-    cont.contamination(root, [b], log=quiet)
+    produce(cont.PRODUCER, Table.of(root), cont.ContaminationSettings(eval_sets=[b]), log=quiet)
     assert flags(root)[1] == [["set_b"] if t == "b" else [] for t in truth]
 
 
@@ -123,7 +128,7 @@ def test_the_blocking_check_fails_while_a_kept_row_is_contaminated(world):
     root, a = world["root"], world["a"]
     ds = lance.dataset(paths.table_uri(root))
     assert guards.contamination_not_kept(ds).passed  # nothing registered yet
-    cont.contamination(root, [a], log=quiet)
+    produce(cont.PRODUCER, Table.of(root), cont.ContaminationSettings(eval_sets=[a]), log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     rules.store_curation(root, rules.Curation(rules={"long": "length(text) > 10"}))
     verdict = guards.contamination_not_kept(lance.dataset(paths.table_uri(root)))

@@ -14,6 +14,7 @@ from lance_assets.curation import detected_language as language
 from lance_assets.curation import rules
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table, data_files_by_field, get_json_config
+from lance_assets.table.producer import produce
 from lance_assets.testing.multilingual import LANGUAGES, SENTENCES, documents
 from lance_assets_tests.helpers import quiet
 
@@ -92,17 +93,17 @@ def test_column_write_is_incremental_and_leaves_text_alone(tmp_path):
     root = ingested(tmp_path, [t for t, _ in paragraphs], rows_per_fragment=50)
     uri = paths.table_uri(root)
     text_files = data_files_by_field(lance.dataset(uri), "text")
-    report = language.language_id(root, fragments_per_commit=2, log=quiet)
+    report = produce(language.PRODUCER, Table.of(root), fragments_per_commit=2, log=quiet)
     assert report.rows_written == len(paragraphs) and report.commits == 2
     ds = lance.dataset(uri)
     assert data_files_by_field(ds, "text") == text_files
     assert ds.to_table(columns=["lang"]).column(0).to_pylist() == [lang for _, lang in paragraphs]
     assert get_json_config(ds, keys.LANGUAGE_ID_KEY) == language.RECORDS["fasttext"]
-    assert language.language_id(root, log=quiet).nothing_to_do
+    assert produce(language.PRODUCER, Table.of(root), log=quiet).nothing_to_do
     src = tmp_path / "src"
     pq.write_table(pa.table({"text": [SENTENCES["fr"][0] * 3]}), src / "b.parquet")
     ingest(root, str(src), rows_per_fragment=50, log=quiet)
-    more = language.language_id(root, log=quiet)
+    more = produce(language.PRODUCER, Table.of(root), log=quiet)
     assert more.rows_written == 1 and more.fragments_already_done == 3
 
 
@@ -113,30 +114,30 @@ def test_one_column_holds_one_detectors_values(tmp_path):
     (`auto`) keeps the detector the columns hold, so automation on an old table goes on."""
     paragraphs = documents("paragraph")
     root = ingested(tmp_path, [t for t, _ in paragraphs[:60]], rows_per_fragment=30)
-    language.language_id(root, detector="cld2", log=quiet)
+    produce(language.PRODUCER, Table.of(root), language.LanguageSettings(detector="cld2"), log=quiet)
     src = tmp_path / "src"
     pq.write_table(pa.table({"text": [t for t, _ in paragraphs[60:]]}), src / "b.parquet")
     ingest(root, str(src), rows_per_fragment=30, log=quiet)
     table = Table.of(root)
     before = table.newest().version
     with pytest.raises(language.DetectorMismatchError, match=r"detector: 'cld2'.*drop_columns"):
-        language.language_id(root, detector="fasttext", log=quiet)
+        produce(language.PRODUCER, Table.of(root), language.LanguageSettings(detector="fasttext"), log=quiet)
     assert table.newest().version == before
     with pytest.raises(language.DetectorError, match="use one of"):
-        language.language_id(root, detector="cld3", log=quiet)
+        produce(language.PRODUCER, Table.of(root), language.LanguageSettings(detector="cld3"), log=quiet)
 
     table.newest().delete_config_keys([keys.LANGUAGE_ID_KEY])  # as written before the record
     assert language.table_detector(table.newest()) == language.RECORDS["cld2"]
     with pytest.raises(language.DetectorMismatchError):
-        language.language_id(root, detector="fasttext", log=quiet)
-    assert language.language_id(root, log=quiet).rows_written == 60  # auto: CLD2, as held
+        produce(language.PRODUCER, Table.of(root), language.LanguageSettings(detector="fasttext"), log=quiet)
+    assert produce(language.PRODUCER, Table.of(root), log=quiet).rows_written == 60  # auto: CLD2, as held
     assert get_json_config(table.newest(), keys.LANGUAGE_ID_KEY) == language.RECORDS["cld2"]
     cld2 = language.detect(pa.array([t for t, _ in paragraphs[60:]]), "cld2")
     assert table.newest().to_table(columns=["lang_score"], filter="id >= 60").column(0) \
         .to_pylist() == cld2.column(1).to_pylist()
 
     Table.of(root).newest().drop_columns(["lang", "lang_score"])  # the fix the error names
-    assert language.language_id(root, log=quiet).rows_written == len(paragraphs)
+    assert produce(language.PRODUCER, Table.of(root), log=quiet).rows_written == len(paragraphs)
     ds = table.newest()
     assert get_json_config(ds, keys.LANGUAGE_ID_KEY)["detector"] == "fasttext"
     assert ds.to_table(columns=["lang"]).column(0).to_pylist() == [lang for _, lang in paragraphs]
@@ -153,7 +154,7 @@ def test_the_default_rule_keeps_the_main_languages(tmp_path):
     added, notes = rules.tagger_rules(ds)
     assert added == {} and "not computed yet" in notes[0]
 
-    language.language_id(root, log=quiet)
+    produce(language.PRODUCER, Table.of(root), log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     assert language.main_languages(ds, 0.15) == ["en", "fr"]
     assert language.main_languages(ds, 0.5) == ["en"]
@@ -180,7 +181,7 @@ def test_fineweb_score_bound_keeps_exactly_the_confident_rows(tmp_path):
         texts.append(" ".join(words[:cut] + other[:len(words) - cut]))
     texts += ["ok", "Yes.", "I see", "Fine, thanks", "3 cats"]
     root = ingested(tmp_path, texts)
-    language.language_id(root, log=quiet)
+    produce(language.PRODUCER, Table.of(root), log=quiet)
     with pytest.raises(rules.RuleError, match="between 0 and 1"):
         rules.put_in_force(root, {}, keep_languages=["en"], main_language_min_score=1.5)
     with pytest.raises(rules.RuleError, match="between 0 and 1"):

@@ -12,7 +12,8 @@ from lance_assets.curation import minhash
 from lance_assets.curation import near_dup as nd
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
-from lance_assets.table import data_files_by_field
+from lance_assets.table import Table, data_files_by_field
+from lance_assets.table.producer import produce
 from lance_assets.testing.curation_reference import brute_force_pairs, plant_near_duplicates, precision_recall
 from lance_assets_tests import near_dup_chain
 from lance_assets_tests.helpers import quiet
@@ -40,7 +41,8 @@ def test_planted_near_duplicates_precision_and_recall(tmp_path):
     pq.write_table(pa.table({"text": texts}), tmp_path / "planted.parquet")
     root = tmp_path / "data"
     ingest(root, str(tmp_path / "planted.parquet"), rows_per_fragment=400, log=quiet)
-    report, stats = nd.near_dup(root, log=quiet)
+    report = produce(nd.PRODUCER, Table.of(root), log=quiet)
+    stats = report.stats
     assert report.rows_written == len(texts) and stats.confirmed_pairs > 0
     t = lance.dataset(paths.table_uri(root)).to_table(
         columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
@@ -70,14 +72,15 @@ def test_incremental_matches_new_against_old_without_rewriting(tmp_path):
     root = tmp_path / "data"
     uri = paths.table_uri(root)
     ingest(root, str(tmp_path / "a.parquet"), rows_per_fragment=200, log=quiet)
-    nd.near_dup(root, fragments_per_commit=2, log=quiet)
+    produce(nd.PRODUCER, Table.of(root), fragments_per_commit=2, log=quiet)
     before = lance.dataset(uri)
     old_values = before.to_table(columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
     old_files = data_files_by_field(before, "near_dup")
     assert not any(old_values.column("near_dup").to_pylist())  # no near-dups planted yet
 
     ingest(root, str(tmp_path / "b.parquet"), rows_per_fragment=200, log=quiet)
-    report, stats = nd.near_dup(root, log=quiet)
+    report = produce(nd.PRODUCER, Table.of(root), log=quiet)
+    stats = report.stats
     assert report.rows_written == len(copies) + 5 and report.fragments_already_done == 3
     after = lance.dataset(uri)
     t = after.to_table(columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
@@ -89,15 +92,16 @@ def test_incremental_matches_new_against_old_without_rewriting(tmp_path):
     matched = sum(r["near_dup"] and r["near_dup_cluster"] == s for r, s in zip(new, sources))
     assert matched >= 0.95 * len(new)
     assert stats.joined_old_clusters == matched
-    assert nd.near_dup(root, log=quiet)[0].nothing_to_do
+    assert produce(nd.PRODUCER, Table.of(root), log=quiet).nothing_to_do
 
 
 def test_changed_settings_are_refused(tmp_path):
     root = tmp_path / "data"
     ingest(root, "synthetic:100", log=quiet)
-    nd.near_dup(root, log=quiet)
+    produce(nd.PRODUCER, Table.of(root), log=quiet)
     with pytest.raises(nd.SettingsMismatchError, match="drop the columns"):
-        nd.near_dup(root, minhash.MinHashSettings(bands=20, rows_per_band=5), log=quiet)
+        produce(nd.PRODUCER, Table.of(root),
+                nd.NearDupSettings(minhash=minhash.MinHashSettings(bands=20, rows_per_band=5)), log=quiet)
 
 
 @pytest.mark.parametrize("later", [False, True], ids=["one-run", "c-later"])
@@ -115,7 +119,7 @@ def test_a_chain_is_matched_when_its_middle_holds_no_key_of_its_own(tmp_path, la
     for i, texts in enumerate(batches):
         pq.write_table(pa.table({"text": texts}), tmp_path / f"{i}.parquet")
         ingest(root, str(tmp_path / f"{i}.parquet"), log=quiet)
-        nd.near_dup(root, log=quiet)
+        produce(nd.PRODUCER, Table.of(root), log=quiet)
     t = lance.dataset(paths.table_uri(root)).to_table(
         columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id").to_pylist()
     assert [(r["near_dup_cluster"], r["near_dup"]) for r in t] == \

@@ -14,6 +14,8 @@ from lance_assets import paths
 from lance_assets.curation import paragraph_dups as para_dup
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet
 
 
@@ -51,7 +53,8 @@ def test_matches_the_reference_including_hostile_inputs(tmp_path):
     texts = HOSTILE + generate(SyntheticSpec(rows=400, seed=5)).column("text").to_pylist()
     root = tmp_path / "data"
     ingest(root, str(_write(tmp_path, "a", texts)), rows_per_fragment=64, log=quiet)
-    report, stats = para_dup.paragraph_dups(root, fragments_per_commit=3, log=quiet)
+    report = produce(para_dup.PRODUCER, Table.of(root), fragments_per_commit=3, log=quiet)
+    stats = report.stats
     table = lance.dataset(paths.table_uri(root)).to_table(
         columns=["id", "text", "dup_paragraph_frac"]).sort_by("id")
     stored = table.column("text").to_pylist()  # ingest skips rows without text
@@ -77,13 +80,13 @@ def test_incremental_runs_equal_one_run(tmp_path):
     ingest(whole, str(_write(tmp_path, "1", first)), rows_per_fragment=100, log=quiet)
     split = tmp_path / "split"
     shutil.copytree(whole, split)
-    para_dup.paragraph_dups(split, log=quiet)
+    produce(para_dup.PRODUCER, Table.of(split), log=quiet)
     src2 = _write(tmp_path, "2", second)
     for root in (whole, split):
         ingest(root, str(src2), rows_per_fragment=100, log=quiet)
-    more, _ = para_dup.paragraph_dups(split, log=quiet)
+    more = produce(para_dup.PRODUCER, Table.of(split), log=quiet)
     assert more.rows_written == len(second) and more.fragments_already_done == 3
-    para_dup.paragraph_dups(whole, log=quiet)
+    produce(para_dup.PRODUCER, Table.of(whole), log=quiet)
 
     def content(root):
         return lance.dataset(paths.table_uri(root)).to_table(
@@ -91,4 +94,4 @@ def test_incremental_runs_equal_one_run(tmp_path):
 
     assert content(split) == content(whole)
     assert [r["dup_paragraph_frac"] for r in content(whole)][-20:] == [1.0] * 20
-    assert para_dup.paragraph_dups(split, log=quiet)[0].nothing_to_do
+    assert produce(para_dup.PRODUCER, Table.of(split), log=quiet).nothing_to_do

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 from lance_assets import keys, paths
 from lance_assets.curation import personal_data as pii
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import data_files_by_field, get_json_config
+from lance_assets.table import Table, data_files_by_field, get_json_config
+from lance_assets.table.producer import produce
 from lance_assets.testing.pii_planted import GENERATORS, planted_documents
-from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
+from lance_assets.tokens import token_ids
+from lance_assets.tokens.token_ids import TokenizerMismatchError
 from lance_assets.tokens.tokenizers import ByteTokenizer
 from lance_assets_tests.helpers import quiet
 
@@ -94,10 +96,11 @@ def test_token_ids_redact_what_they_encode_and_never_the_text(tmp_path):
     docs = planted_documents(120, seed=3)
     root = _table(tmp_path, [t for t, _ in docs])
     uri = paths.table_uri(root)
-    report = pii.pii(root, fragments_per_commit=1, log=quiet)
+    report = produce(pii.PRODUCER, Table.of(root), fragments_per_commit=1, log=quiet)
     assert report.rows_written == 120 and report.commits == 3
     text_files = data_files_by_field(lance.dataset(uri), "text")
-    token_ids(root, "byte", redact_pii=True, log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte", redact_pii=True),
+            log=quiet)
     ds = lance.dataset(uri)
     assert data_files_by_field(ds, "text") == text_files
     table = ds.to_table(columns=["text", "input_ids", "n_bytes"])
@@ -113,14 +116,16 @@ def test_token_ids_redact_what_they_encode_and_never_the_text(tmp_path):
 
     # new rows: tokenizing them unredacted would mix two kinds of text in one column
     root = _table(tmp_path, ["Mail anna@example.com please."] * 10)
-    pii.pii(root, log=quiet)
+    produce(pii.PRODUCER, Table.of(root), log=quiet)
     with pytest.raises(TokenizerMismatchError, match="with PII redaction"):
-        token_ids(root, "byte", log=quiet)
-    token_ids(root, "byte", redact_pii=True, log=quiet)
+        produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte", redact_pii=True),
+            log=quiet)
     last = lance.dataset(uri).to_table(columns=["input_ids"], filter="id >= 120").column(0)
     assert all("<EMAIL>" in decode(ids) for ids in last.to_pylist())
     # switching redaction off takes replace, which tokenizes everything again
-    report, _, _ = token_ids(root, "byte", replace=True, log=quiet)
+    report = produce(token_ids.PRODUCER, Table.of(root),
+                     token_ids.TokenIdsSettings(tokenizer="byte", replace=True), log=quiet)
     assert report.replaced and report.rows_written == 130
     assert "anna@example.com" in decode(lance.dataset(uri).to_table(
         columns=["input_ids"], filter="id = 125").column(0)[0].as_py())
@@ -129,4 +134,5 @@ def test_token_ids_redact_what_they_encode_and_never_the_text(tmp_path):
 def test_redaction_without_the_pii_columns_names_the_fix(tmp_path):
     root = _table(tmp_path, ["call 555-123-4567"])
     with pytest.raises(ValueError, match="materialize `personal_data`"):
-        token_ids(root, "byte", redact_pii=True, log=quiet)
+        produce(token_ids.PRODUCER, Table.of(root),
+                token_ids.TokenIdsSettings(tokenizer="byte", redact_pii=True), log=quiet)

@@ -10,7 +10,8 @@ from lance_assets import paths
 from lance_assets.curation import quality_signals as quality
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
-from lance_assets.table import data_files_by_field
+from lance_assets.table import Table, data_files_by_field
+from lance_assets.table.producer import produce
 from lance_assets.testing.curation_reference import reference_signals as reference
 from lance_assets_tests.helpers import quiet
 
@@ -54,7 +55,7 @@ def test_quality_signals_column_write_is_incremental(tmp_path):
     ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
     uri = paths.table_uri(root)
     text_files = data_files_by_field(lance.dataset(uri), "text")
-    report = quality.quality_signals(root, fragments_per_commit=2, log=quiet)
+    report = produce(quality.PRODUCER, Table.of(root), fragments_per_commit=2, log=quiet)
     assert report.rows_written == 300 and report.commits == 2
     ds = lance.dataset(uri)
     assert set(quality.COLUMNS) <= set(ds.schema.names)
@@ -63,9 +64,9 @@ def test_quality_signals_column_write_is_incremental(tmp_path):
     expected = quality.compute_signals(table.column("text").combine_chunks())
     assert table.select(quality.COLUMNS).to_pydict() == pa.Table.from_batches([expected]).to_pydict()
 
-    again = quality.quality_signals(root, log=quiet)
+    again = produce(quality.PRODUCER, Table.of(root), log=quiet)
     assert again.nothing_to_do and lance.dataset(uri).version == ds.version
     ingest(root, "synthetic:150", rows_per_fragment=100, log=quiet)  # a second source unit
-    more = quality.quality_signals(root, log=quiet)
+    more = produce(quality.PRODUCER, Table.of(root), log=quiet)
     assert more.rows_written == 150 and more.fragments_already_done == 3
     assert np.all(lance.dataset(uri).to_table(columns=["word_count"]).column(0).to_numpy() > 0)

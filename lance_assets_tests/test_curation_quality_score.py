@@ -14,20 +14,22 @@ from lance_assets import keys, paths
 from lance_assets.curation import quality_score as qm
 from lance_assets.embeddings import embeddings as embed
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import get_json_config
+from lance_assets.table import Table, get_json_config
+from lance_assets.table.producer import Skip, produce
 from lance_assets.testing.embedders import FeatureEmbedder
 from lance_assets_tests.helpers import quiet
 
 
 def embedded_table(root, rows="synthetic:800"):
     ingest(root, rows, rows_per_fragment=200, log=quiet)
-    embed.embeddings(root, embedder=FeatureEmbedder(), fragments_per_commit=2, log=quiet)
+    produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=FeatureEmbedder()),
+            fragments_per_commit=2, log=quiet)
 
 
 def test_the_head_beats_the_mean_on_held_out_rows_and_is_saved_by_hash(tmp_path):
     root = tmp_path / "data"
     embedded_table(root)
-    report = qm.quality_score(root, ridge=0.1, log=quiet)
+    report = produce(qm.PRODUCER, Table.of(root), qm.QualityScoreSettings(ridge=0.1), log=quiet)
     held = report.model["heldout"]
     assert report.trained and held["rows"] > 50
     assert held["mae"] < 0.75 * held["mae_of_mean_baseline"], held
@@ -47,25 +49,26 @@ def test_the_head_beats_the_mean_on_held_out_rows_and_is_saved_by_hash(tmp_path)
 
     path.write_bytes(path.read_bytes().replace(b'"ridge"', b'"Ridge"'))
     with pytest.raises(qm.QualityModelError, match="corrupt"):
-        qm.load_head(root, report.model["sha256"])
+        qm.load_head(Table.of(root), report.model["sha256"])
 
 
 def test_new_rows_use_the_stored_model_and_a_retrain_rescores_every_row(tmp_path):
     root = tmp_path / "data"
     embedded_table(root, "synthetic:400")
-    first = qm.quality_score(root, log=quiet)
+    first = produce(qm.PRODUCER, Table.of(root), log=quiet)
     ingest(root, "synthetic:200", rows_per_fragment=200, log=quiet)  # a second source unit
-    embed.embeddings(root, embedder=FeatureEmbedder(), log=quiet)
-    more = qm.quality_score(root, log=quiet)
+    produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=FeatureEmbedder()), log=quiet)
+    more = produce(qm.PRODUCER, Table.of(root), log=quiet)
     assert not more.trained and more.model["sha256"] == first.model["sha256"]
-    assert more.write.rows_written == 200 and more.write.fragments_already_done == 2
-    assert qm.quality_score(root, log=quiet).write.nothing_to_do
+    assert more.rows_written == 200 and more.fragments_already_done == 2
+    assert produce(qm.PRODUCER, Table.of(root), log=quiet).nothing_to_do
 
     with pytest.raises(qm.QualityModelError, match="retrain: true"):
-        qm.quality_score(root, ridge=5.0, log=quiet)
-    again = qm.quality_score(root, ridge=5.0, retrain=True, log=quiet)
+        produce(qm.PRODUCER, Table.of(root), qm.QualityScoreSettings(ridge=5.0), log=quiet)
+    again = produce(qm.PRODUCER, Table.of(root), qm.QualityScoreSettings(ridge=5.0, retrain=True),
+                    log=quiet)
     assert again.trained and again.model["sha256"] != first.model["sha256"]
-    assert again.write.rows_written == 600  # every row scored by the new model
+    assert again.rows_written == 600  # every row scored by the new model
     stored = get_json_config(lance.dataset(paths.table_uri(root)), keys.QUALITY_MODEL_KEY)
     assert stored["sha256"] == again.model["sha256"] and stored["ridge"] == 5.0
 
@@ -78,13 +81,13 @@ def test_a_corpus_without_labels_is_skipped_and_says_why(tmp_path):
     root = tmp_path / "data"
     ingest(root, str(src), log=quiet)
     with pytest.raises(qm.QualityModelError, match="materialize `embeddings`"):
-        qm.quality_score(root, log=quiet)
-    embed.embeddings(root, embedder=FeatureEmbedder(), log=quiet)
-    report = qm.quality_score(root, log=quiet)
-    assert report.write is None and "labelled training rows" in report.skipped
+        produce(qm.PRODUCER, Table.of(root), log=quiet)
+    produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=FeatureEmbedder()), log=quiet)
+    report = produce(qm.PRODUCER, Table.of(root), log=quiet)
+    assert isinstance(report, Skip) and "labelled training rows" in report.reason
     assert "quality_score" not in lance.dataset(paths.table_uri(root)).schema.names
     with pytest.raises(qm.QualityModelError, match="not a number"):
-        qm.quality_score(root, label="text", log=quiet)
+        produce(qm.PRODUCER, Table.of(root), qm.QualityScoreSettings(label="text"), log=quiet)
 
 
 def test_the_held_out_split_depends_on_the_id_only():

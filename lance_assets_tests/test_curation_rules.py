@@ -7,13 +7,13 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation import guards, profile, rules
+from lance_assets.curation import dedup_flag, guards, near_dup, profile, rules
 from lance_assets.curation import quality_signals as quality
-from lance_assets.curation.dedup_flag import dedup_flag
-from lance_assets.curation.near_dup import near_dup
 from lance_assets.forensics import text_index as fts
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
 from lance_assets_tests.helpers import quiet
 
 # the synthetic generator's well-formed documents all open with this title
@@ -25,10 +25,10 @@ def curated_root(tmp_path_factory):
     """The default synthetic corpus (the demo's), with every column curation reads."""
     root = tmp_path_factory.mktemp("curated") / "data"
     ingest(root, "synthetic", rows_per_fragment=1000, log=quiet)
-    dedup_flag(root, log=quiet)
-    quality.quality_signals(root, log=quiet)
-    near_dup(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(quality.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     return root
 
 

@@ -4,6 +4,7 @@ values, rows in other languages left out, and the flag usable in a curation rule
 model is stood in for by a bag of words with synonyms folded (the real model's figures are in
 docs/benchmarks.md)."""
 
+import dataclasses
 import json
 
 import lance
@@ -14,12 +15,13 @@ import pytest
 from lance_assets import keys, paths
 from lance_assets.curation import minhash, rules
 from lance_assets.curation import semantic_clusters as sc
+from lance_assets.curation import semantic_compare as cmp
 from lance_assets.curation import semantic_dup as sd
 from lance_assets.curation import semantic_store as ss
 from lance_assets.curation.detected_language import LANG, LANG_SCORE
+from lance_assets.embeddings import chunk_embeddings
 from lance_assets.embeddings import int8_vectors as iv
 from lance_assets.embeddings import vector_files as vf
-from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table, data_files_by_field, get_json_config
 from lance_assets.table.columns import write_columns
@@ -37,8 +39,10 @@ DEFAULTS_ALL = sd.SemanticDupSettings(languages=[])  # the defaults, on every ro
 def add_rows(root, path, texts):
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     ingest(root, str(path), rows_per_fragment=10, log=quiet)
-    chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8, embedder=SynonymBagEmbedder(),
-                     log=quiet)
+    produce(chunk_embeddings.PRODUCER, Table.of(root),
+            chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
+                                                     embedder=SynonymBagEmbedder()),
+            log=quiet)
 
 
 def rows(root, cols=sd.COLUMNS[:4]):
@@ -54,11 +58,12 @@ def test_planted_copies_are_flagged_against_their_original_and_distractors_kept(
     assert max(minhash.jaccard(sets[c], sets[o]) for c, o in planted.copy_of.items()) < 0.6
     root = tmp_path / "data"
     add_rows(root, tmp_path / "a.jsonl", planted.texts)
-    got = produce(sd.PRODUCER, root, ALL, log=quiet)
-    assert got.write.rows_written == len(planted.texts)
-    assert got.summary["new_rows_flagged"] == len(planted.copy_of)
-    assert got.summary["not_computed"] == 0 and got.summary["clusters_trained_now"]
-    assert got.summary["semantic_dup_rate"] == round(len(planted.copy_of) / len(planted.texts), 4)
+    got = produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
+    summary = sd.PRODUCER.summary(Table.of(root), got)
+    assert got.rows_written == len(planted.texts)
+    assert summary["new_rows_flagged"] == len(planted.copy_of)
+    assert summary["not_computed"] == 0 and summary["clusters_trained_now"]
+    assert summary["semantic_dup_rate"] == round(len(planted.copy_of) / len(planted.texts), 4)
     for r in rows(root, sd.COLUMNS):  # ids are positions in the planted list here
         if r["id"] in planted.copy_of:
             assert r["semantic_dup"] and r["semantic_rep"] == planted.copy_of[r["id"]], r
@@ -77,10 +82,11 @@ def test_planted_copies_are_flagged_against_their_original_and_distractors_kept(
     assert "semantic_dup" not in rules.DEFAULT_RULES
 
     # a rerun is a no-op; other settings on the written columns are refused
-    again, stats = sd.semantic_dup(root, ALL, log=quiet)
+    again = produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
+    stats = again.stats
     assert again.nothing_to_do and stats.documents == 0
     with pytest.raises(sd.SettingsMismatchError, match="drop the columns"):
-        sd.semantic_dup(root, sd.SemanticDupSettings(threshold=0.9, languages=[]), log=quiet)
+        produce(sd.PRODUCER, Table.of(root), sd.SemanticDupSettings(threshold=0.9, languages=[]), log=quiet)
 
 
 def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path, monkeypatch):
@@ -94,7 +100,7 @@ def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path, monk
     root = tmp_path / "data"
     uri = paths.table_uri(root)
     add_rows(root, tmp_path / "a.jsonl", first)
-    sd.semantic_dup(root, settings, fragments_per_commit=1, log=quiet)
+    produce(sd.PRODUCER, Table.of(root), settings, fragments_per_commit=1, log=quiet)
     before = lance.dataset(uri)
     old_rows, old_files = rows(root, sd.COLUMNS), data_files_by_field(before, "semantic_dup")
     stored = get_json_config(before, keys.SEMANTIC_DUP_KEY)
@@ -106,7 +112,8 @@ def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path, monk
     add_rows(root, tmp_path / "b.jsonl", [planted.texts[i] for i in second_src])
     with monkeypatch.context() as m:  # the store was left whole: no run reads the table's ids
         m.setattr(ss, "written_ids", lambda ds: pytest.fail("the written ids were read"))
-        report, stats = sd.semantic_dup(root, settings, log=quiet)
+        report = produce(sd.PRODUCER, Table.of(root), settings, log=quiet)
+        stats = report.stats
     assert report.rows_written == len(second_src) and stats.earlier_rows == len(first)
     assert not stats.trained and stats.side_rows_read <= len(first)
     after = lance.dataset(uri)
@@ -120,7 +127,7 @@ def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path, monk
         assert r["semantic_dup"] and r["semantic_rep"] == original["id"], r
     assert stats.flagged_against_earlier_runs == len(second_src)
     assert ss.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts)
-    assert sd.semantic_dup(root, settings, log=quiet)[0].nothing_to_do
+    assert produce(sd.PRODUCER, Table.of(root), settings, log=quiet).nothing_to_do
 
 
 def test_rows_without_chunk_embeddings_are_refused_with_the_fix(tmp_path):
@@ -128,27 +135,33 @@ def test_rows_without_chunk_embeddings_are_refused_with_the_fix(tmp_path):
     (tmp_path / "a.jsonl").write_text(json.dumps({"text": "one short document"}) + "\n")
     ingest(root, str(tmp_path / "a.jsonl"), log=quiet)
     with pytest.raises(sd.MissingChunkEmbeddingsError, match="materialize `chunk_embeddings`"):
-        sd.semantic_dup(root, DEFAULTS_ALL, log=quiet)
-    chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8, embedder=SynonymBagEmbedder(),
-                     log=quiet)
+        produce(sd.PRODUCER, Table.of(root), DEFAULTS_ALL, log=quiet)
+    produce(chunk_embeddings.PRODUCER, Table.of(root),
+            chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
+                                                     embedder=SynonymBagEmbedder()),
+            log=quiet)
     with pytest.raises(sd.MissingLanguageError, match="materialize `detected_language`"):
-        sd.semantic_dup(root, log=quiet)  # the default compares English rows only
+        produce(sd.PRODUCER, Table.of(root), log=quiet)  # the default compares English rows only
     (tmp_path / "b.jsonl").write_text(json.dumps({"text": "another short document"}) + "\n")
     ingest(root, str(tmp_path / "b.jsonl"), log=quiet)  # no chunk_embeddings for it yet
     # an ingest that landed after `chunk_embeddings` ran: its rows wait, the rest is written
-    report, stats = sd.semantic_dup(root, DEFAULTS_ALL, log=quiet)
+    report = produce(sd.PRODUCER, Table.of(root), DEFAULTS_ALL, log=quiet)
+    stats = report.stats
     assert report.rows_written == 1 and report.fragments_pending == 1 and stats.documents == 1
     assert rows(root)[1]["semantic_cluster"] is None
-    chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8, embedder=SynonymBagEmbedder(),
-                     log=quiet)
-    report, stats = sd.semantic_dup(root, DEFAULTS_ALL, log=quiet)
+    produce(chunk_embeddings.PRODUCER, Table.of(root),
+            chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
+                                                     embedder=SynonymBagEmbedder()),
+            log=quiet)
+    report = produce(sd.PRODUCER, Table.of(root), DEFAULTS_ALL, log=quiet)
+    stats = report.stats
     assert report.rows_written == 1 and stats.earlier_rows == 1
     assert [r["semantic_rep"] for r in rows(root)] == [0, 1]
 
 
 def test_blocked_comparison_equals_brute_force(monkeypatch):
-    monkeypatch.setattr(sc, "NEW_BLOCK", 7)
-    monkeypatch.setattr(sc, "OLD_BLOCK", 5)
+    monkeypatch.setattr(cmp, "NEW_BLOCK", 7)
+    monkeypatch.setattr(cmp, "OLD_BLOCK", 5)
     rng = np.random.default_rng(0)
     base = rng.standard_normal((40, 384)).astype(np.float32)
     vecs = np.concatenate([base, base[rng.integers(0, 40, 40)]
@@ -156,7 +169,7 @@ def test_blocked_comparison_equals_brute_force(monkeypatch):
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     ids = np.sort(rng.choice(1000, 80, replace=False)).astype(np.int64)
     cluster = rng.integers(0, 2, 80)
-    dup, rep, cos = sd.compare_batch(ids, vecs, cluster, 0.9)
+    dup, rep, cos = cmp.compare_batch(ids, vecs, cluster, 0.9)
     q = iv.quantize(vecs).astype(np.float64)
     unit = q / np.linalg.norm(q, axis=1, keepdims=True)
     rep_of = {}
@@ -212,9 +225,10 @@ def test_rows_without_chunks_get_nulls_and_are_counted(tmp_path):
                                        mask=pa.array([no_chunks.get(i, 0) is None for i in ids]))
         return [pa.RecordBatch.from_arrays([col], schema=pa.schema([CHUNK_EMBEDDINGS]))]
 
-    write_columns(root, [CHUNK_EMBEDDINGS], one_chunk_each, log=quiet)
-    got = produce(sd.PRODUCER, root, ALL, log=quiet)
-    assert got.summary["not_computed"] == 2 and got.write.rows_written == len(planted.texts)
+    write_columns(Table.of(root), [CHUNK_EMBEDDINGS], one_chunk_each, log=quiet)
+    got = produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
+    summary = sd.PRODUCER.summary(Table.of(root), got)
+    assert summary["not_computed"] == 2 and got.rows_written == len(planted.texts)
     for r in rows(root, sd.COLUMNS):
         if r["id"] in no_chunks:
             assert all(r[c] is None for c in sd.COLUMNS), r
@@ -228,7 +242,7 @@ def _languages(root, lang_of):
         return [pa.RecordBatch.from_arrays([pa.array([lang_of(i) for i in ids]),
                                             pa.array(np.ones(len(ids), np.float32))],
                                            schema=pa.schema([LANG, LANG_SCORE]))]
-    write_columns(root, [LANG, LANG_SCORE], compute, log=quiet)
+    write_columns(Table.of(root), [LANG, LANG_SCORE], compute, log=quiet)
 
 
 def test_rows_outside_the_languages_are_left_out_counted_and_never_flagged(tmp_path):
@@ -241,9 +255,10 @@ def test_rows_outside_the_languages_are_left_out_counted_and_never_flagged(tmp_p
     other = {fr_copy: "fr", fr_orig: "fr", zh_copy: "zh"}
     _languages(root, lambda i: other.get(i, "en"))
     # (a copy of this set sits at 0.74 from its original: 0.7, still far above other pairs)
-    got = produce(sd.PRODUCER, root, sd.SemanticDupSettings(threshold=0.7), log=quiet)
-    assert got.summary["other_languages"] == 3
-    assert got.summary["new_rows_flagged"] == len(planted.copy_of) - 2
+    got = produce(sd.PRODUCER, Table.of(root), sd.SemanticDupSettings(threshold=0.7), log=quiet)
+    summary = sd.PRODUCER.summary(Table.of(root), got)
+    assert summary["other_languages"] == 3
+    assert summary["new_rows_flagged"] == len(planted.copy_of) - 2
     for r in rows(root, sd.COLUMNS):
         if r["id"] in other:  # not compared: never flagged, nothing else written
             assert r["semantic_dup"] is False, r
@@ -291,15 +306,17 @@ def test_incremental_recall_follows_one_batch_run_when_increments_bring_new_topi
     batch = tmp_path / "batch"
     for n, step in enumerate(steps):
         add_rows(batch, tmp_path / f"b{n}.jsonl", step)
-    _, stats = sd.semantic_dup(batch, settings, log=quiet)
-    assert stats.clusters == sd.auto_clusters(len(order), 6)
+    report = produce(sd.PRODUCER, Table.of(batch), settings, log=quiet)
+    stats = report.stats
+    assert stats.clusters == sc.auto_clusters(len(order), 6)
     batch_recall = _recall(batch, originals_at, copies_at)
 
     inc = tmp_path / "inc"
     reasons, clusters = [], []
     for n, step in enumerate(steps):
         add_rows(inc, tmp_path / f"i{n}.jsonl", step)
-        _, stats = sd.semantic_dup(inc, settings, log=quiet)
+        report = produce(sd.PRODUCER, Table.of(inc), settings, log=quiet)
+        stats = report.stats
         reasons.append(stats.retrained)
         clusters.append(stats.clusters)
     inc_recall = _recall(inc, originals_at, copies_at)
@@ -324,7 +341,7 @@ def test_the_side_store_is_made_again_after_forget_and_a_rerun_equals_one_with_i
     settings = sd.SemanticDupSettings(threshold=THRESHOLD, rows_per_cluster=8, languages=[])
     root = tmp_path / "data"
     add_rows(root, tmp_path / "a.jsonl", first + ["a document about nothing at all"])
-    sd.semantic_dup(root, settings, log=quiet)
+    produce(sd.PRODUCER, Table.of(root), settings, log=quiet)
     store_dir = paths.semantic_dup_dir(root)
     assert ss.side_store(Table.of(root)).load_state() is not None and holds_files(store_dir)
     report = forget(root, f"id = {len(first)}", log=quiet)
@@ -332,7 +349,8 @@ def test_the_side_store_is_made_again_after_forget_and_a_rerun_equals_one_with_i
     assert holds_files(store_dir) == []  # it held the forgotten row's vector
     assert ss.side_store(Table.of(root)).load_state() is None
     add_rows(root, tmp_path / "b.jsonl", later)
-    _, stats = sd.semantic_dup(root, settings, log=quiet)
+    report = produce(sd.PRODUCER, Table.of(root), settings, log=quiet)
+    stats = report.stats
     assert stats.retrained == "store made again" and stats.earlier_rows == len(first)
     got = {r["id"]: r for r in rows(root)}
     n_first = len(first) + 1
@@ -352,19 +370,20 @@ def test_a_run_killed_before_its_store_append_is_caught_up(tmp_path, monkeypatch
     later = [planted.texts[i] for i in sorted(copies)]
     root = tmp_path / "data"
     add_rows(root, tmp_path / "a.jsonl", first)
-    sd.semantic_dup(root, ALL, log=quiet)
+    produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
     add_rows(root, tmp_path / "b.jsonl", later[:1] + ["an unrelated sentence or two here"])
-    real = sd.store_group
+    real = ss.store_group
 
     def killed(*args):
         raise KeyboardInterrupt("killed between the commit and the store append")
-    monkeypatch.setattr(sd, "store_group", killed)
+    monkeypatch.setattr(ss, "store_group", killed)
     with pytest.raises(KeyboardInterrupt):
-        sd.semantic_dup(root, ALL, log=quiet)
-    monkeypatch.setattr(sd, "store_group", real)
+        produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
+    monkeypatch.setattr(ss, "store_group", real)
     assert rows(root)[-1]["semantic_cluster"] is not None  # committed
     add_rows(root, tmp_path / "c.jsonl", later[1:])
-    _, stats = sd.semantic_dup(root, ALL, log=quiet)
+    report = produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
+    stats = report.stats
     assert stats.caught_up == 2
     assert ss.side_store(Table.of(root)).load_state()["rows"] == len(planted.texts) + 1
     assert all(r["semantic_dup"] for r in rows(root)[len(first) + 2:])
@@ -377,7 +396,7 @@ def test_a_run_killed_before_its_commit_leaves_the_store_as_it_was(tmp_path, mon
     planted = planted_set(10, 1, 6, seed=19, **REWORD)
     root = tmp_path / "data"
     add_rows(root, tmp_path / "a.jsonl", planted.texts[:16])
-    sd.semantic_dup(root, ALL, log=quiet)
+    produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
     store = ss.side_store(Table.of(root))
     before = store.read()
     add_rows(root, tmp_path / "b.jsonl", planted.texts[16:])
@@ -386,17 +405,18 @@ def test_a_run_killed_before_its_commit_leaves_the_store_as_it_was(tmp_path, mon
         raise KeyboardInterrupt("killed before the commit")
     monkeypatch.setattr("lance_assets.table.producer.write_columns", killed)
     with pytest.raises(KeyboardInterrupt):
-        sd.semantic_dup(root, ALL, log=quiet)
+        produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
     monkeypatch.undo()
     assert store.read() == before and before.state["rows"] == 16
-    _, stats = sd.semantic_dup(root, ALL, log=quiet)
+    report = produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
+    stats = report.stats
     assert stats.caught_up == 0 and stats.documents == len(planted.texts) - 16
     assert store.load_state()["rows"] == len(planted.texts)
     fresh = tmp_path / "fresh"
     add_rows(fresh, tmp_path / "f.jsonl", planted.texts[:16])
-    sd.semantic_dup(fresh, ALL, log=quiet)
+    produce(sd.PRODUCER, Table.of(fresh), ALL, log=quiet)
     add_rows(fresh, tmp_path / "g.jsonl", planted.texts[16:])
-    sd.semantic_dup(fresh, ALL, log=quiet)
+    produce(sd.PRODUCER, Table.of(fresh), ALL, log=quiet)
     assert rows(root, sd.COLUMNS) == rows(fresh, sd.COLUMNS)
 
 
@@ -409,7 +429,7 @@ def test_a_store_an_earlier_release_wrote_is_adopted_or_made_again(tmp_path):
     planted = planted_set(10, 1, 6, seed=23, **REWORD)
     root = tmp_path / "data"
     add_rows(root, tmp_path / "a.jsonl", planted.texts[:16])
-    sd.semantic_dup(root, ALL, log=quiet)
+    produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
     store_dir = paths.semantic_dup_dir(root)
     store = ss.side_store(Table.of(root))
     state = store.load_state()
@@ -419,7 +439,8 @@ def test_a_store_an_earlier_release_wrote_is_adopted_or_made_again(tmp_path):
     (store_dir / "state.json").write_text(json.dumps(legacy))
     assert store.load_state() == legacy
     add_rows(root, tmp_path / "b.jsonl", planted.texts[16:20])
-    _, stats = sd.semantic_dup(root, ALL, log=quiet)
+    report = produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
+    stats = report.stats
     assert stats.caught_up == 0 and not stats.trained and stats.earlier_rows == 16
     assert not (store_dir / "state.json").exists()
     now = store.load_state()
@@ -429,7 +450,8 @@ def test_a_store_an_earlier_release_wrote_is_adopted_or_made_again(tmp_path):
     store.switch(store.read(), old)
     stale = store_dir / f"g{now['generation']}" / "c0" / "0-15-16.bin"
     add_rows(root, tmp_path / "c.jsonl", planted.texts[20:])
-    _, stats = sd.semantic_dup(root, ALL, log=quiet)
+    report = produce(sd.PRODUCER, Table.of(root), ALL, log=quiet)
+    stats = report.stats
     assert stats.retrained == "store made again" and stats.earlier_rows == 20
     now = store.load_state()
     assert now["format"] == vf.FORMAT and now["generation"] != old["generation"]
@@ -460,9 +482,11 @@ def test_cluster_groups_give_the_columns_of_one_group(tmp_path):
     for parts in (1, 4):
         root = tmp_path / f"p{parts}"
         add_rows(root, tmp_path / f"p{parts}-a.jsonl", texts[:30])
-        sd.semantic_dup(root, settings, partitions=parts, log=quiet)
+        produce(sd.PRODUCER, Table.of(root), dataclasses.replace(settings, partitions=parts), log=quiet)
         add_rows(root, tmp_path / f"p{parts}-b.jsonl", texts[30:])
-        _, stats = sd.semantic_dup(root, settings, partitions=parts, log=quiet)
+        report = produce(sd.PRODUCER, Table.of(root), dataclasses.replace(settings, partitions=parts),
+                         log=quiet)
+        stats = report.stats
         assert stats.groups == min(parts, stats.clusters)
         got[parts] = rows(root, sd.COLUMNS)
     assert got[1] == got[4]
@@ -591,7 +615,7 @@ def _dies_after(m, kind: str) -> None:
     (``retrain``: a new generation; ``append``: rows added to the same generation; ``repair``:
     rows added from the columns) or, for ``before append``, between its commit and its switch."""
     if kind == "before append":
-        m.setattr(sd, "store_group", lambda *a: (_ for _ in ()).throw(_Killed(kind)))
+        m.setattr(ss, "store_group", lambda *a: (_ for _ in ()).throw(_Killed(kind)))
         return
     real = ss.SideStore.switch
 
@@ -633,10 +657,10 @@ def test_a_run_killed_at_any_switch_of_its_store_is_continued_equal_to_a_clean_o
                 with monkeypatch.context() as m:
                     _dies_after(m, kills[n])
                     with pytest.raises(_Killed):
-                        sd.semantic_dup(root, settings, log=quiet)
+                        produce(sd.PRODUCER, Table.of(root), settings, log=quiet)
                 if kills[n] == "before append":
                     continue  # its rows are committed: the next run with new rows repairs
-            sd.semantic_dup(root, settings, log=quiet)
+            produce(sd.PRODUCER, Table.of(root), settings, log=quiet)
 
     clean, killed = tmp_path / "clean", tmp_path / "killed"
     run_all(clean)

@@ -21,13 +21,14 @@ import pyarrow.compute as pc
 import pytest
 
 from lance_assets import paths
+from lance_assets.curation import dedup_flag, quality_signals
 from lance_assets.curation import rules as rules_lib
 from lance_assets.curation import sweeps as sw
-from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.curation.predicate import safe_predicate
-from lance_assets.curation.quality_signals import quality_signals
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
 from lance_assets_tests.helpers import quiet
 
 # rule -> keep-predicate with one "{}" per threshold term, in the order the rule has them
@@ -63,9 +64,9 @@ def root(tmp_path_factory):
     """Quality signals and token counts on 600 rows, then rows appended without them (NULL)."""
     root = tmp_path_factory.mktemp("sweeps") / "data"
     ingest(root, "synthetic:600", rows_per_fragment=300, log=quiet)
-    dedup_flag(root, log=quiet)
-    quality_signals(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     ingest(root, "synthetic:900", rows_per_fragment=300, log=quiet)
     return root
 

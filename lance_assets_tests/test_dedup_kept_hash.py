@@ -24,6 +24,7 @@ from lance_assets.curation import dedup_flag as dedup
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table, data_files_by_field
 from lance_assets.table.columns import FragmentsFailedError, fragments_missing, write_columns
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 ray = pytest.importorskip("ray")
@@ -102,7 +103,7 @@ def local_run(sources, tmp_path_factory) -> pa.Table:
     root = tmp_path_factory.mktemp("dedup-local") / "data"
     for source in sources:
         _ingest(root, source)
-        dedup.dedup_flag(root, log=quiet)
+        produce(dedup.PRODUCER, Table.of(root), log=quiet)
     got = _columns(root)
     assert got.column("is_dup").to_pylist() == _expected_is_dup(root)
     assert 0 < sum(got.column("is_dup").to_pylist()) < got.num_rows
@@ -115,13 +116,14 @@ def test_ray_map_reduce_equals_the_local_path_over_three_increments(
     root = tmp_path / "data"
     for source in sources:
         _ingest(root, source)
-        dedup.dedup_flag(root, executor="ray", buckets=buckets, log=quiet)
+        produce(dedup.PRODUCER, Table.of(root), dedup.DedupSettings(buckets=buckets), executor="ray",
+                log=quiet)
     assert _columns(root).equals(local_run)
     # the same buckets in-process give the same columns too
     local = tmp_path / "local"
     for source in sources:
         _ingest(local, source)
-        dedup.dedup_flag(local, buckets=buckets, log=quiet)
+        produce(dedup.PRODUCER, Table.of(local), dedup.DedupSettings(buckets=buckets), log=quiet)
     assert _columns(local).equals(local_run)
 
 
@@ -130,7 +132,7 @@ def test_text_hash_is_the_sql_twin_md5(local_run, sources, tmp_path):
 
     root = tmp_path / "data"
     _ingest(root, sources[0])
-    dedup.dedup_flag(root, log=quiet)
+    produce(dedup.PRODUCER, Table.of(root), log=quiet)
     t = _columns(root, ["id", "text", "text_hash"])
     assert t.schema.field("text_hash").type == pa.binary(16)
     mismatched = duckdb.sql(
@@ -170,12 +172,12 @@ def test_a_later_run_reads_no_text_of_old_fragments(sources, tmp_path, monkeypat
     root = tmp_path / "data"
     _ingest(root, sources[0])
     _ingest(root, sources[1])
-    dedup.dedup_flag(root, log=quiet)
+    produce(dedup.PRODUCER, Table.of(root), log=quiet)
     old = {f.fragment_id for f in Table.of(root).newest().get_fragments()}
     _ingest(root, sources[2])
     new = {f.fragment_id for f in Table.of(root).newest().get_fragments()} - old
     seen = _record_reads(monkeypatch)
-    dedup.dedup_flag(root, buckets=2, log=quiet)
+    produce(dedup.PRODUCER, Table.of(root), dedup.DedupSettings(buckets=2), log=quiet)
     text_reads = [frags for frags, cols in seen if cols is None or "text" in cols]
     assert text_reads and all(frags is not None and set(frags) <= new for frags in text_reads)
     assert {f for frags in text_reads for f in frags} == new  # each new fragment hashed once
@@ -197,14 +199,14 @@ def test_an_is_dup_written_before_text_hash_is_kept_and_text_hash_backfilled(
     ids = rows.column("id").to_numpy()
     order = np.lexsort((ids, h[:, 1], h[:, 0]))
     first = np.r_[True, (h[order][1:] != h[order][:-1]).any(axis=1)]
-    write_columns(root, [dedup.IS_DUP], dedup.DupFlags(np.sort(ids[order][~first])), log=quiet)
+    write_columns(Table.of(root), [dedup.IS_DUP], dedup.DupFlags(np.sort(ids[order][~first])), log=quiet)
     ds = Table.of(root).newest()
     assert "text_hash" not in ds.schema.names
     before_files = data_files_by_field(ds, "is_dup")
     before = _columns(root, ["id", "is_dup"])
 
     _ingest(root, sources[2])
-    dedup.dedup_flag(root, log=quiet)
+    produce(dedup.PRODUCER, Table.of(root), log=quiet)
     ds = Table.of(root).newest()
     after_files = data_files_by_field(ds, "is_dup")
     assert {f: after_files[f] for f in before_files} == before_files  # not rewritten
@@ -254,11 +256,12 @@ def test_a_failed_text_hash_task_costs_its_fragment_only(ray_cluster, sources, l
     marker = str(tmp_path / "failed-once")
     monkeypatch.setattr(dedup, "TextHashes", lambda: FailOnce(marker, 4))
     with pytest.raises(FragmentsFailedError, match="fragment 4: ValueError: injected"):
-        dedup.dedup_flag(root, executor="ray", buckets=2, log=quiet)
+        produce(dedup.PRODUCER, Table.of(root), dedup.DedupSettings(buckets=2), executor="ray", log=quiet)
     ds = Table.of(root).newest()
     assert [f.fragment_id for f in fragments_missing(ds, ["text_hash"])] == [4]
     kept = data_files_by_field(ds, "text_hash")
-    dedup.dedup_flag(root, executor="ray", buckets=2, log=quiet)  # the rerun
+    # the rerun
+    produce(dedup.PRODUCER, Table.of(root), dedup.DedupSettings(buckets=2), executor="ray", log=quiet)
     after = data_files_by_field(Table.of(root).newest(), "text_hash")
     assert {f: v for f, v in after.items() if f != 4} == {f: v for f, v in kept.items() if f != 4}
     assert _columns(root).equals(local_run)
@@ -268,12 +271,12 @@ def test_a_map_worker_killed_mid_run_is_retried_and_the_result_is_unchanged(
         ray_cluster, sources, local_run, tmp_path, monkeypatch):
     root = tmp_path / "data"
     _ingest(root, sources[0])
-    dedup.dedup_flag(root, executor="ray", buckets=2, log=quiet)
+    produce(dedup.PRODUCER, Table.of(root), dedup.DedupSettings(buckets=2), executor="ray", log=quiet)
     _ingest(root, sources[1])
     _ingest(root, sources[2])
     marker = tmp_path / "exited-once"
     monkeypatch.setattr(dedup, "map_part", ExitOnce(str(marker), 1))
-    dedup.dedup_flag(root, executor="ray", buckets=2, log=quiet)
+    produce(dedup.PRODUCER, Table.of(root), dedup.DedupSettings(buckets=2), executor="ray", log=quiet)
     assert marker.exists()  # the worker did die
     assert _columns(root).equals(local_run)
 
@@ -282,7 +285,7 @@ def test_a_bad_bucket_count_is_refused_with_the_fix(sources, tmp_path):
     root = tmp_path / "data"
     _ingest(root, sources[0])
     with pytest.raises(ValueError, match="buckets=-1.*whole number"):
-        dedup.dedup_flag(root, buckets=-1, log=quiet)
+        produce(dedup.PRODUCER, Table.of(root), dedup.DedupSettings(buckets=-1), log=quiet)
     shutil.rmtree(root)
 
 

@@ -28,6 +28,7 @@ import pytest
 from lance_assets import paths
 from lance_assets.table import Table
 from lance_assets.table.columns import is_written_marker, unwritten_rows
+from lance_assets.table.producer import produce
 from lance_assets_tests.fault_driver import EVAL_SET, WRITERS
 from lance_assets_tests.fault_driver import run as run_writer
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
@@ -145,14 +146,13 @@ def test_a_writer_running_while_rows_are_deleted_under_it_finishes(raw, tmp_path
 
 @pytest.mark.parametrize("how", ["forget", "delete"])
 def test_the_surviving_copy_is_kept_after_the_kept_one_is_deleted(raw, tmp_path, how):
-    from lance_assets.curation.dedup_flag import dedup_flag
-    from lance_assets.curation.near_dup import near_dup
+    from lance_assets.curation import dedup_flag, near_dup
     from lance_assets.table.forget import forget
 
     root = tmp_path / "data"
     shutil.copytree(raw, root)
-    dedup_flag(root, log=quiet)
-    near_dup(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     for writer in ("chunk_embeddings", "semantic_dup"):
         run_writer(writer, str(root), None)
     semantic = _by_id(root, ["semantic_rep", "semantic_dup"])
@@ -168,8 +168,8 @@ def test_the_surviving_copy_is_kept_after_the_kept_one_is_deleted(raw, tmp_path,
         Table.of(root).commit("delete", lambda ds: ds.delete(where))
     assert all(_by_id(root, cols)[i + 540][1] for i in kept)  # until the columns run again
 
-    dedup_flag(root, log=quiet)
-    near_dup(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     run_writer("semantic_dup", str(root), None)
     now = _by_id(root, cols)
     for i in kept:
@@ -187,8 +187,9 @@ def test_the_surviving_copy_is_kept_after_the_kept_one_is_deleted(raw, tmp_path,
         kept_per_cluster = t.group_by(col).aggregate([("kept", "sum")]).column("kept_sum")
         assert set(kept_per_cluster.to_pylist()) == {1}, col
     version = Table.of(root).newest().version
-    dedup_flag(root, log=quiet)  # nothing more to elect: the flags stay as they are
-    near_dup(root, log=quiet)
+    # nothing more to elect: the flags stay as they are
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     run_writer("semantic_dup", str(root), None)
     assert _by_id(root, cols) == now
     assert Table.of(root).newest().version == version  # and nothing was committed

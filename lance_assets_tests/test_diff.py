@@ -19,11 +19,7 @@ import pytest
 
 from lance_assets import keys, paths
 from lance_assets.__main__ import main as cli
-from lance_assets.curation import rules
-from lance_assets.curation.dedup_flag import dedup_flag
-from lance_assets.curation.near_dup import near_dup
-from lance_assets.curation.personal_data import pii
-from lance_assets.curation.quality_signals import quality_signals
+from lance_assets.curation import dedup_flag, near_dup, personal_data, quality_signals, rules
 from lance_assets.curation.rules import Curation
 from lance_assets.forensics.diff import DiffError, diff
 from lance_assets.ingest.raw_text import ingest
@@ -33,7 +29,8 @@ from lance_assets.table import read_record as records
 from lance_assets.table import snapshots as snaps
 from lance_assets.table.forget import forget
 from lance_assets.table.maintenance import maintain
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 RULES_A = {k: rules.DEFAULT_RULES[k] for k in
@@ -46,9 +43,9 @@ RULES_B = {**{k: v for k, v in RULES_A.items() if k != "fineweb_line_punct"},
 
 
 def columns(root) -> None:
-    for write in (dedup_flag, quality_signals, near_dup):
-        write(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    for producer in (dedup_flag, quality_signals, near_dup):
+        produce(producer.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
 
 
 def run_record(root, name: str, tag: str, version: int, read: list[int]) -> None:
@@ -91,11 +88,11 @@ def history(tmp_path_factory):
         SyntheticSpec(rows=120, seed=5)).column("text").to_pylist())
     ingest(root, str(more), rows_per_fragment=100, log=quiet)  # ids 300-419
     columns(root)
-    pii(root, log=quiet)  # a new tagger: columns only B has
+    produce(personal_data.PRODUCER, Table.of(root), log=quiet)  # a new tagger: columns only B has
     rules.put_in_force(root, RULES_B, keep_languages=[], drop_contaminated=False)
     deleted = [original, 7, 150]
     table.commit("delete", lambda d: d.delete(f"id IN ({', '.join(map(str, deleted))})"))
-    dedup_flag(root, log=quiet)  # the copy is now the kept member
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)  # the copy is now the kept member
     forget(table, "id IN (301, 302)", log=quiet)  # ingested since A: A keeps its snapshot
     maintain(table, keep_versions_for=timedelta(0), keep_unnamed_runs=0, log=quiet)
     b = table.newest().version

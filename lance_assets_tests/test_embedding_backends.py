@@ -16,6 +16,7 @@ from lance_assets.embeddings import onnx_backend, torch_bf16
 from lance_assets.forensics.search import table_embedder
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.testing.embedders import ClusteredEmbedder
 from lance_assets_tests.helpers import quiet
 
@@ -85,25 +86,30 @@ def test_bf16_counts_as_native_only_with_amx(tmp_path, flags, amx):
 def test_the_column_records_its_backend_keeps_it_and_refuses_to_mix(tmp_path):
     root = tmp_path / "data"
     ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
-    first = embed.embeddings(root, backend="torch", embedder=ClusteredEmbedder(), log=quiet)
+    first = produce(embed.PRODUCER, Table.of(root),
+                    embed.EmbeddingsSettings(backend="torch", embedder=ClusteredEmbedder()), log=quiet)
     assert first.spec["backend"] == "torch"
     ingest(root, "synthetic:100", rows_per_fragment=100, log=quiet)  # 100 new rows
-    again = embed.embeddings(root, embedder=ClusteredEmbedder(), log=quiet)  # auto keeps torch
+    again = produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=ClusteredEmbedder()),
+                    log=quiet)  # auto keeps torch
     assert again.rows_written == 100 and again.spec["backend"] == "torch"
     ds = lance.dataset(paths.table_uri(root))
     assert embed.table_embedding_spec(ds).backend == "torch"
     assert table_embedder(ds).backend == "torch"  # queries are embedded like the column
     ingest(root, "synthetic:101", rows_per_fragment=101, log=quiet)  # another source: 101 rows
     with pytest.raises(embed.EmbeddingMismatchError, match="backend=torch"):
-        embed.embeddings(root, backend="onnx-int8", embedder=ClusteredEmbedder(), log=quiet)
+        produce(embed.PRODUCER, Table.of(root),
+                embed.EmbeddingsSettings(backend="onnx-int8", embedder=ClusteredEmbedder()), log=quiet)
     assert lance.dataset(paths.table_uri(root)).count_rows("embedding IS NULL") == 101
     # chunks: the first chunk is copied from `embedding` only when the backends agree
-    report = chunks.chunk_embeddings(root, backend="onnx-int8", embedder=ClusteredEmbedder(),
-                                     log=quiet)
+    report = produce(chunks.PRODUCER, Table.of(root),
+                     chunks.ChunkEmbeddingsSettings(backend="onnx-int8", embedder=ClusteredEmbedder()),
+                     log=quiet)
     assert report.spec["backend"] == "onnx-int8" and report.chunks_reused == 0
     ingest(root, "synthetic:102", rows_per_fragment=102, log=quiet)
     with pytest.raises(embed.EmbeddingMismatchError, match="backend onnx-int8"):
-        chunks.chunk_embeddings(root, backend="torch", embedder=ClusteredEmbedder(), log=quiet)
+        produce(chunks.PRODUCER, Table.of(root),
+                chunks.ChunkEmbeddingsSettings(backend="torch", embedder=ClusteredEmbedder()), log=quiet)
 
 
 def test_a_table_written_before_backends_were_recorded_reads_as_torch():
@@ -157,18 +163,20 @@ def vectors_by_id(root, column):
 
 
 def test_copies_take_their_kept_members_vectors_and_the_columns_equal_a_run_without(tmp_path):
-    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.curation import dedup_flag
 
     roots = {"copies": tmp_path / "copies", "plain": tmp_path / "plain"}
     for root in roots.values():  # the demo generator: half its documents re-spaced copies
         ingest(root, "synthetic:240", rows_per_fragment=60, log=quiet)
-    dedup_flag(roots["copies"], log=quiet)  # `plain` has no is_dup: every row is embedded
+    # `plain` has no is_dup: every row is embedded
+    produce(dedup_flag.PRODUCER, Table.of(roots["copies"]), log=quiet)
     model = embed.shared_embedder(128, "cpu", "onnx-int8")
     counts = {}
     for name, root in roots.items():
         counting = Counting(model)
-        doc = embed.embeddings(root, embedder=counting, log=quiet)
-        chunked = chunks.chunk_embeddings(root, embedder=counting, log=quiet)
+        doc = produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=counting), log=quiet)
+        chunked = produce(chunks.PRODUCER, Table.of(root), chunks.ChunkEmbeddingsSettings(embedder=counting),
+                          log=quiet)
         counts[name] = (counting.texts, doc, chunked)
     tbl = lance.dataset(paths.table_uri(roots["copies"])).to_table(
         columns=["id", "is_dup", "text_hash"]).sort_by("id")
@@ -223,19 +231,21 @@ def test_a_kill_inside_a_fragment_loses_one_range_and_the_rerun_equals_a_clean_r
     for root in (clean, killed):  # one fragment of 400 rows: one unit for a commit
         ingest(root, "synthetic:400", rows_per_fragment=1000, log=quiet)
     # ranges sized for a thousandth of a second: 64 rows, then the least (8 rows) each
-    fast = {"range_seconds": 1e-3, "log": quiet}
-    chunks.chunk_embeddings(clean, embedder=KilledAfter(), **fast)
+    produce(chunks.PRODUCER, Table.of(clean),
+            chunks.ChunkEmbeddingsSettings(embedder=KilledAfter(), range_seconds=1e-3), log=quiet)
     lines = []
     model = KilledAfter(kill_at)
     with pytest.raises(KeyboardInterrupt):
-        chunks.chunk_embeddings(killed, embedder=model, range_seconds=1e-3, log=lines.append)
+        produce(chunks.PRODUCER, Table.of(killed),
+                chunks.ChunkEmbeddingsSettings(embedder=model, range_seconds=1e-3), log=lines.append)
     assert any("rows/s" in line and "left" in line for line in lines)  # progress in the log
     saved = [p for p in paths.partial_dir(killed, "chunk_embeddings").rglob("*.arrow")]
     done_before = model.texts
     assert len(saved) == kill_at - 1  # every finished range was saved, the killed one lost
     assert lance.dataset(paths.table_uri(killed)).count_rows() == 400
     rerun = KilledAfter()
-    report = chunks.chunk_embeddings(killed, embedder=rerun, **fast)
+    report = produce(chunks.PRODUCER, Table.of(killed),
+                     chunks.ChunkEmbeddingsSettings(embedder=rerun, range_seconds=1e-3), log=quiet)
     assert report.rows_written == 400
     total_texts = sum(len(v) for v in vectors_by_id(clean, "chunk_embeddings").values())
     assert rerun.texts + done_before == total_texts  # nothing saved was embedded again
@@ -245,7 +255,7 @@ def test_a_kill_inside_a_fragment_loses_one_range_and_the_rerun_equals_a_clean_r
     # a fragment that finishes in one range saves nothing
     one = tmp_path / "one"
     ingest(one, "synthetic:50", rows_per_fragment=1000, log=quiet)
-    embed.embeddings(one, embedder=KilledAfter(), log=quiet)
+    produce(embed.PRODUCER, Table.of(one), embed.EmbeddingsSettings(embedder=KilledAfter()), log=quiet)
     assert not paths.partials_dir(one).exists()
     assert ranges.FIRST_RANGE == 64
 
@@ -257,7 +267,8 @@ def test_saved_ranges_are_for_one_fragment_as_it_is_and_one_spec(tmp_path):
     ingest(root, "synthetic:300", rows_per_fragment=1000, log=quiet)
     model = KilledAfter(3)
     with pytest.raises(KeyboardInterrupt):
-        embed.embeddings(root, embedder=model, range_seconds=1e-3, log=quiet)
+        produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=model, range_seconds=1e-3),
+                log=quiet)
     frag = lance.dataset(paths.table_uri(root)).get_fragments()[0]
     spec = embed.EmbeddingSpec(backend=onnx_backend.resolve("auto", "cpu")).to_dict()
     key = ranges.fragment_key(frag, spec)
@@ -269,5 +280,5 @@ def test_saved_ranges_are_for_one_fragment_as_it_is_and_one_spec(tmp_path):
     assert ranges.fragment_key(frag, spec) != key
     assert ranges.sweep(Table.of(root), "embedding", spec) == 1
     rerun = KilledAfter()
-    embed.embeddings(root, embedder=rerun, log=quiet)
+    produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=rerun), log=quiet)
     assert rerun.texts == 299  # nothing was read back from the stale ranges

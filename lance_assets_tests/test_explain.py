@@ -11,14 +11,14 @@ import pytest
 
 from lance_assets import paths
 from lance_assets.__main__ import main as cli
+from lance_assets.curation import dedup_flag, near_dup, rules
 from lance_assets.curation import quality_signals as quality
-from lance_assets.curation import rules
-from lance_assets.curation.dedup_flag import dedup_flag, normalise
-from lance_assets.curation.near_dup import near_dup
+from lance_assets.curation.dedup_flag import normalise
 from lance_assets.forensics.explain import explain
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
 from lance_assets.table import snapshots as snaps
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet
 
 RULES = {k: rules.DEFAULT_RULES[k] for k in
@@ -55,9 +55,9 @@ def corpus(tmp_path_factory):
     change and new rows arrive, so today's table is not what the run read."""
     root = tmp_path_factory.mktemp("explain") / "data"
     ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
-    dedup_flag(root, log=quiet)
-    quality.quality_signals(root, log=quiet)
-    near_dup(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(quality.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     rules.put_in_force(root, RULES, keep_languages=[], drop_contaminated=False)
     table = Table.of(root)
     version = table.newest().version
@@ -209,8 +209,7 @@ def test_exact_copies_come_from_text_hash_before_near_dup_is_written(tmp_path):
     (and a copy not hashed yet is hashed on the spot)."""
     import random
 
-    from lance_assets.curation.dedup_flag import dedup_flag
-    from lance_assets.curation.near_dup import near_dup
+    from lance_assets.curation import dedup_flag, near_dup
     from lance_assets.forensics.explain import explain
     from lance_assets.ingest.raw_text import ingest
     from lance_assets_tests.helpers import quiet, write_fineweb_parquet
@@ -222,11 +221,11 @@ def test_exact_copies_come_from_text_hash_before_near_dup_is_written(tmp_path):
     src.mkdir()
     write_fineweb_parquet(src / "a.parquet", texts + [texts[4]])
     ingest(root, str(src), log=quiet)
-    dedup_flag(root, log=quiet)
-    near_dup(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     write_fineweb_parquet(src / "b.parquet", [texts[4]], start_id=100)
     ingest(root, str(src), log=quiet)
-    dedup_flag(root, log=quiet)  # hashed and flagged; near_dup not run again
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)  # hashed and flagged; near_dup not run again
     write_fineweb_parquet(src / "c.parquet", ["  ".join(texts[4].split())], start_id=200)
     ingest(root, str(src), log=quiet)  # a third copy, not hashed yet
     story = explain(Table.of(root), 4)
@@ -265,7 +264,7 @@ def test_document_stories_asset_shows_each_story(corpus):
 
 def test_a_semantic_copy_names_its_cluster_and_the_original_kept(tmp_path):
     from lance_assets.curation import semantic_dup as sd
-    from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
+    from lance_assets.embeddings import chunk_embeddings
     from lance_assets.table.producer import produce
     from lance_assets.testing.semantic_planted import SynonymBagEmbedder, planted_set
 
@@ -274,9 +273,11 @@ def test_a_semantic_copy_names_its_cluster_and_the_original_kept(tmp_path):
     src = tmp_path / "a.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in planted.texts))
     ingest(root, str(src), rows_per_fragment=10, log=quiet)
-    chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8, embedder=SynonymBagEmbedder(),
-                     log=quiet)
-    produce(sd.PRODUCER, root, sd.SemanticDupSettings(threshold=0.75, languages=[]), log=quiet)
+    produce(chunk_embeddings.PRODUCER, Table.of(root),
+            chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
+                                                     embedder=SynonymBagEmbedder()),
+            log=quiet)
+    produce(sd.PRODUCER, Table.of(root), sd.SemanticDupSettings(threshold=0.75, languages=[]), log=quiet)
     rules.put_in_force(root, {"semantic_dup": "NOT semantic_dup"}, keep_languages=[],
                        drop_contaminated=False)
     copy, original = next(iter(planted.copy_of.items()))  # ids are positions here

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.embeddings import embeddings as embed
 from lance_assets.embeddings.vector_index import vector_index
 from lance_assets.forensics import text_index as fts
@@ -20,6 +20,8 @@ from lance_assets.forensics.near_dups import semantic_near_dups
 from lance_assets.forensics.pinned import resolve_pin
 from lance_assets.forensics.search import MissingInputError, Searcher
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet
 
 MAX_TOKENS = 32  # short inputs keep the test's embedding pass to seconds on 2 CPU cores
@@ -54,9 +56,10 @@ def corpus(tmp_path_factory):
         "The ferry timetable changes in winter: two sailings a day, none on Sundays.",
         "Knitting a sock starts at the cuff; the heel is turned with short rows."]))
     ingest(root, str(extra), log=quiet)
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     embedder = embed.shared_embedder(MAX_TOKENS)
-    report = embed.embeddings(root, max_tokens=MAX_TOKENS, embedder=embedder, log=quiet)
+    report = produce(embed.PRODUCER, Table.of(root),
+                     embed.EmbeddingsSettings(max_tokens=MAX_TOKENS, embedder=embedder), log=quiet)
     fts.text_index(root)
     index = vector_index(root)
     ds = lance.dataset(paths.table_uri(root))

@@ -16,7 +16,8 @@ from lance_assets.forensics.attribution import align, build_ngram_index, ngram_h
 from lance_assets.forensics.search import rrf, snippet
 from lance_assets.forensics.words import text_words
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import data_files_by_field
+from lance_assets.table import Table, data_files_by_field
+from lance_assets.table.producer import produce
 from lance_assets.testing.embedders import ClusteredEmbedder
 from lance_assets_tests.helpers import quiet
 
@@ -28,10 +29,12 @@ def test_embedding_column_is_checkpointed_resumable_and_leaves_text_alone(tmp_pa
     text_files = data_files_by_field(lance.dataset(uri), "text")
     with pytest.raises(KeyboardInterrupt):  # killed while embedding the second fragment (a
         # fragment is two calls of the model here: a first range of 64 rows, then the rest)
-        embed.embeddings(root, embedder=ClusteredEmbedder(fail_after_calls=2), log=quiet)
+        produce(embed.PRODUCER, Table.of(root),
+                embed.EmbeddingsSettings(embedder=ClusteredEmbedder(fail_after_calls=2)), log=quiet)
     ds = lance.dataset(uri)
     assert ds.count_rows("embedding IS NOT NULL") == 200  # the first fragment was committed
-    report = embed.embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
+    report = produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=ClusteredEmbedder()),
+                     log=quiet)
     assert report.fragments_already_done == 1 and len(report.fragments_written) == 2
     ds = lance.dataset(uri)
     assert ds.count_rows("embedding IS NULL") == 0
@@ -39,16 +42,17 @@ def test_embedding_column_is_checkpointed_resumable_and_leaves_text_alone(tmp_pa
     assert ds.schema.field("embedding").type == embed.EMBEDDING.type
     assert not ds.schema.metadata  # table facts live in the manifest config only
     assert embed.table_embedding_spec(ds) == embed.EmbeddingSpec(backend=onnx_backend.resolve("auto", "cpu"))
-    again = embed.embeddings(root, log=quiet)  # no model is loaded when nothing is missing
+    again = produce(embed.PRODUCER, Table.of(root), log=quiet)  # no model is loaded when nothing is missing
     assert again.nothing_to_do and again.model_load_s == 0 and again.device == ""
     with pytest.raises(embed.EmbeddingMismatchError, match="max_tokens=128"):
-        embed.embeddings(root, max_tokens=64, embedder=ClusteredEmbedder(), log=quiet)
+        produce(embed.PRODUCER, Table.of(root),
+                embed.EmbeddingsSettings(max_tokens=64, embedder=ClusteredEmbedder()), log=quiet)
 
 
 def test_vector_index_recall_is_measured_and_kept_current(tmp_path):
     root = tmp_path / "data"
     ingest(root, "synthetic:3000", rows_per_fragment=1000, log=quiet)
-    embed.embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
+    produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=ClusteredEmbedder()), log=quiet)
     with pytest.raises(ValueError, match="IVF_PQ"):
         vindex.vector_index(root, index_type="HNSW")
     report = vindex.vector_index(root, recall_queries=50)
@@ -64,7 +68,7 @@ def test_vector_index_recall_is_measured_and_kept_current(tmp_path):
     more.write_text("".join(json.dumps({"text": f"appended document number {i}"}) + "\n"
                             for i in range(300)))
     ingest(root, str(more), log=quiet)
-    embed.embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
+    produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=ClusteredEmbedder()), log=quiet)
     updated = vindex.vector_index(root, recall_queries=50)
     assert updated.action == "updated" and updated.unindexed_rows == 0
     assert updated.settings.recall_at_10 >= 0.9
@@ -147,12 +151,16 @@ def test_chunk_column_is_checkpointed_resumable_and_holds_one_chunking(tmp_path)
     uri = paths.table_uri(root)
     text_files = data_files_by_field(lance.dataset(uri), "text")
     with pytest.raises(KeyboardInterrupt):  # killed while embedding the second fragment
-        chunks.chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8,
-                                embedder=ClusteredEmbedder(fail_after_calls=2), log=quiet)
+        produce(chunks.PRODUCER, Table.of(root),
+                chunks.ChunkEmbeddingsSettings(chunk_tokens=32, overlap_tokens=8,
+                                               embedder=ClusteredEmbedder(fail_after_calls=2)),
+                log=quiet)
     ds = lance.dataset(uri)
     assert ds.count_rows("chunk_embeddings IS NOT NULL") == 200
-    report = chunks.chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8,
-                                     embedder=ClusteredEmbedder(), log=quiet)
+    report = produce(chunks.PRODUCER, Table.of(root),
+                     chunks.ChunkEmbeddingsSettings(chunk_tokens=32, overlap_tokens=8,
+                                                    embedder=ClusteredEmbedder()),
+                     log=quiet)
     assert report.fragments_already_done == 1 and len(report.fragments_written) == 2
     assert report.chunks_reused == 0  # no `embedding` column: every chunk embedded
     ds = lance.dataset(uri)
@@ -167,20 +175,24 @@ def test_chunk_column_is_checkpointed_resumable_and_holds_one_chunking(tmp_path)
         assert len(row["chunk_embeddings"]) == len(row_spans) > 1
         want = stand_in.encode([row["text"][a:b] for a, b in row_spans])
         assert np.allclose(np.asarray(row["chunk_embeddings"]), want)  # chunk i is text span i
-    again = chunks.chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8, log=quiet)
+    again = produce(chunks.PRODUCER, Table.of(root),
+                    chunks.ChunkEmbeddingsSettings(chunk_tokens=32, overlap_tokens=8), log=quiet)
     assert again.nothing_to_do and again.model_load_s == 0 and again.device == ""
     with pytest.raises(embed.EmbeddingMismatchError, match="chunk_tokens=32, overlap_tokens=8"):
-        chunks.chunk_embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
+        produce(chunks.PRODUCER, Table.of(root), chunks.ChunkEmbeddingsSettings(embedder=ClusteredEmbedder()),
+                log=quiet)
     with pytest.raises(ValueError, match="overlap_tokens=40"):
         chunks.ChunkSpec(chunk_tokens=32, overlap_tokens=40)
 
 
 def test_first_chunk_is_copied_from_embedding_when_the_window_is_the_same(tmp_path):
     root = chunked_table(tmp_path, rows=200)
-    embed.embeddings(root, max_tokens=32, embedder=ClusteredEmbedder(), log=quiet)
+    produce(embed.PRODUCER, Table.of(root),
+            embed.EmbeddingsSettings(max_tokens=32, embedder=ClusteredEmbedder()), log=quiet)
     stand_in = ClusteredEmbedder()
-    report = chunks.chunk_embeddings(root, chunk_tokens=32, overlap_tokens=8, embedder=stand_in,
-                                     log=quiet)
+    report = produce(chunks.PRODUCER, Table.of(root),
+                     chunks.ChunkEmbeddingsSettings(chunk_tokens=32, overlap_tokens=8, embedder=stand_in),
+                     log=quiet)
     assert report.chunks_reused == 200
     rows = lance.dataset(paths.table_uri(root)).to_table(
         columns=["embedding", "chunk_embeddings"]).to_pylist()
@@ -188,15 +200,18 @@ def test_first_chunk_is_copied_from_embedding_when_the_window_is_the_same(tmp_pa
     assert report.chunks_embedded == sum(len(r["chunk_embeddings"]) - 1 for r in rows)
     # another window: the first chunk is not the document's vector, so it is embedded
     other = chunked_table(tmp_path / "other", rows=200)
-    embed.embeddings(other, max_tokens=32, embedder=ClusteredEmbedder(), log=quiet)
-    assert chunks.chunk_embeddings(other, chunk_tokens=48, embedder=ClusteredEmbedder(),
-                                   log=quiet).chunks_reused == 0
+    produce(embed.PRODUCER, Table.of(other),
+            embed.EmbeddingsSettings(max_tokens=32, embedder=ClusteredEmbedder()), log=quiet)
+    assert produce(chunks.PRODUCER, Table.of(other),
+                   chunks.ChunkEmbeddingsSettings(chunk_tokens=48,
+                                                  embedder=ClusteredEmbedder()), log=quiet).chunks_reused == 0
 
 
 def test_chunk_index_recall_is_measured_against_exact_maxsim(tmp_path):
     root = chunked_table(tmp_path, rows=1500)
-    chunks.chunk_embeddings(root, chunk_tokens=48, overlap_tokens=8,
-                            embedder=ClusteredEmbedder(), log=quiet)
+    produce(chunks.PRODUCER, Table.of(root),
+            chunks.ChunkEmbeddingsSettings(chunk_tokens=48, overlap_tokens=8, embedder=ClusteredEmbedder()),
+            log=quiet)
     report = vindex.vector_index(root, recall_queries=40, target=vindex.CHUNKS)
     s = report.settings
     assert report.action == "created" and s.index_type == "IVF_HNSW_SQ"

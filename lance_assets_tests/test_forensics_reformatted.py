@@ -17,6 +17,8 @@ from lance_assets.embeddings import vector_index as vindex
 from lance_assets.forensics.__main__ import main as cli
 from lance_assets.forensics.attribution import PASSAGE_MIN_WORDS, Attributor
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.testing import longdocs
 from lance_assets_tests.helpers import quiet
 
@@ -37,8 +39,8 @@ def table(tmp_path_factory):
     docs = longdocs.corpus(DOCS)
     (base / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
     ingest(root, str(base / "docs.jsonl"), rows_per_fragment=8, log=quiet)
-    embed.embeddings(root, log=quiet)
-    report = chunks.chunk_embeddings(root, log=quiet)
+    produce(embed.PRODUCER, Table.of(root), log=quiet)
+    report = produce(chunks.PRODUCER, Table.of(root), log=quiet)
     vindex.vector_index(root)
     vindex.vector_index(root, target=vindex.CHUNKS)
     ds = lance.dataset(paths.table_uri(root))

@@ -13,7 +13,7 @@ import lance
 import pyarrow as pa
 import pytest
 
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.defs.training.assets import training_snapshot
 from lance_assets.defs.training.config import TrainConfig
 from lance_assets.ingest.raw_text import ingest
@@ -21,6 +21,7 @@ from lance_assets.table import Table
 from lance_assets.table.fingerprint import data_version
 from lance_assets.table.forget import ForgetError, forget
 from lance_assets.table.maintenance import maintain
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 
@@ -58,7 +59,7 @@ def test_five_unnamed_runs_with_a_retention_of_two_keep_the_newest_two(tmp_path)
 def test_maintenance_commits_do_not_change_the_data_version(tmp_path):
     root = tmp_path / "data"
     table = _table(root)
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     before = data_version(table.newest())
     maintain(table, keep_versions_for=timedelta(0), target_rows_per_fragment=1000, log=quiet)
     table.set_config("lance_assets.test", {"x": 1})
@@ -105,7 +106,7 @@ def test_forget_removes_the_documents_from_every_version_on_disk_and_names_the_r
     reports.mkdir()
     (reports / "forensics.json").write_text(json.dumps({"excerpt": forgotten[0][:300]}))
     ingest(root, "synthetic:900", rows_per_fragment=100, rows_per_commit=200, log=quiet)
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     assert _on_disk(table.uri, forgotten)
 
     out = subprocess.run([sys.executable, "-m", "lance_assets", "forget", "--where",
@@ -185,7 +186,7 @@ def test_forget_reaches_the_indexes_reports_samples_and_log(tmp_path):
     predicate quotes it. Afterwards no file under the data root holds the word but the tokenizer,
     which the report names with the command that rebuilds it; every index in force was rebuilt
     over the remaining rows; the log keeps the predicate's digest, not its text."""
-    from lance_assets.embeddings.embeddings import embeddings
+    from lance_assets.embeddings import embeddings
     from lance_assets.embeddings.vector_index import vector_index
     from lance_assets.forensics import explain as ex
     from lance_assets.forensics.text_index import search, text_index
@@ -203,9 +204,10 @@ def test_forget_reaches_the_indexes_reports_samples_and_log(tmp_path):
     table = Table.of(root)
     doc = int(table.newest().to_table(columns=["id"], filter=f"text LIKE '%{WORD}%'")
               .column("id")[0].as_py())
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     text_index(root)
-    embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
+    produce(embeddings.PRODUCER, Table.of(root), embeddings.EmbeddingsSettings(embedder=ClusteredEmbedder()),
+            log=quiet)
     vector_index(root, flat_below=0, index_type="IVF_PQ", recall_queries=5)
     train_bpe(root, log=quiet)
     ex.save(table, ex.explain(table, doc))

@@ -21,10 +21,11 @@ from lance.file import LanceFileReader
 from lance_assets import paths
 from lance_assets.curation import semantic_dup as sd
 from lance_assets.curation import semantic_store as ss
-from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
+from lance_assets.embeddings import chunk_embeddings
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
 from lance_assets.table.forget import ForgetError, forget
+from lance_assets.table.producer import produce
 from lance_assets.testing.semantic_planted import SynonymBagEmbedder, planted_set
 from lance_assets_tests.helpers import quiet
 
@@ -73,9 +74,11 @@ def semantic_table(tmp_path_factory):
     src.write_text("".join(json.dumps({"text": t, "url": f"https://ex.org/{i}"}) + "\n"
                            for i, t in enumerate(planted.texts)))
     ingest(root, str(src), rows_per_fragment=8, log=quiet)
-    chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8, embedder=SynonymBagEmbedder(),
-                     log=quiet)
-    sd.semantic_dup(root, SEMANTIC, log=quiet)
+    produce(chunk_embeddings.PRODUCER, Table.of(root),
+            chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
+                                                     embedder=SynonymBagEmbedder()),
+            log=quiet)
+    produce(sd.PRODUCER, Table.of(root), SEMANTIC, log=quiet)
     copy, original = next(iter(planted.copy_of.items()))
     return {"root": root, "planted": planted, "original": original, "copy": copy, "base": base}
 
@@ -100,9 +103,11 @@ def _copy_comes_back_unflagged(root, semantic_table) -> None:
     src = Path(root).parent / "again.jsonl"
     src.write_text(json.dumps({"text": planted.texts[semantic_table["original"]]}) + "\n")
     ingest(root, str(src), rows_per_fragment=8, log=quiet)
-    chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8, embedder=SynonymBagEmbedder(),
-                     log=quiet)
-    sd.semantic_dup(root, SEMANTIC, log=quiet)
+    produce(chunk_embeddings.PRODUCER, Table.of(root),
+            chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
+                                                     embedder=SynonymBagEmbedder()),
+            log=quiet)
+    produce(sd.PRODUCER, Table.of(root), SEMANTIC, log=quiet)
     new = lance.dataset(paths.table_uri(root)).to_table(
         columns=["id", "semantic_rep", "semantic_dup"]).sort_by("id").to_pylist()[-1]
     assert new["semantic_rep"] not in (semantic_table["original"], semantic_table["copy"]), new
@@ -233,9 +238,9 @@ def test_a_forget_racing_a_column_writer_leaves_no_forgotten_row_in_any_data_fil
     _, err = writer.communicate(timeout=300)
     assert report.still_readable == 0
     assert held_on_disk(root, ids) == []
-    from lance_assets.curation.quality_signals import quality_signals
+    from lance_assets.curation import quality_signals
 
-    quality_signals(root, log=quiet)  # the writer's next run
+    produce(quality_signals.PRODUCER, Table.of(root), log=quiet)  # the writer's next run
     ds = lance.dataset(uri)
     assert unwritten_rows(ds, ["word_count"]).complete
     assert ds.count_rows() == 3000 - len(ids)
@@ -280,15 +285,17 @@ def test_a_forget_landing_inside_a_semantic_dup_run_leaves_no_vector_of_it(seman
     src.write_text("".join(json.dumps({"text": planted.texts[i] + " more"}) + "\n"
                            for i in range(3)))
     ingest(root, str(src), rows_per_fragment=8, log=quiet)
-    chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8, embedder=SynonymBagEmbedder(),
-                     log=quiet)
-    real = sd._append
+    produce(chunk_embeddings.PRODUCER, Table.of(root),
+            chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
+                                                     embedder=SynonymBagEmbedder()),
+            log=quiet)
+    real = ss.append
 
-    def forget_first(run, appending):
+    def forget_first(*args):
         forget(root, f"id IN ({', '.join(map(str, sorted(ids)))})", log=quiet)
-        return real(run, appending)
-    monkeypatch.setattr(sd, "_append", forget_first)
-    sd.semantic_dup(root, SEMANTIC, log=quiet)
+        return real(*args)
+    monkeypatch.setattr(ss, "append", forget_first)
+    produce(sd.PRODUCER, Table.of(root), SEMANTIC, log=quiet)
     monkeypatch.undo()
     assert not ids & stored_vectors(root) and held_on_disk(root, ids) == []
     _copy_comes_back_unflagged(root, semantic_table)

@@ -15,10 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
-from lance_assets.tokens.token_ids import token_ids
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
 from lance_assets_tests.helpers import quiet
 
 COLUMNS = ["id", "text", "source", "source_part", "is_dup", "input_ids", "n_tokens"]
@@ -39,8 +41,9 @@ def make_files(folder, n_files=4, rows=300, row_group=64):
 
 def build(root, source, **kw):
     ingest(root, str(source), log=quiet, **kw)
-    dedup_flag(root, log=quiet, fragments_per_commit=1)
-    token_ids(root, "byte", log=quiet, fragments_per_commit=1)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet, fragments_per_commit=1)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet,
+            fragments_per_commit=1)
 
 
 def content(root):
@@ -87,12 +90,15 @@ def test_rerun_with_nothing_new_adds_nothing(tmp_path):
 KILLER = textwrap.dedent("""
     import sys
     from lance_assets.ingest.raw_text import ingest
-    from lance_assets.tokens.token_ids import token_ids
+    from lance_assets.table import Table
+    from lance_assets.table.producer import produce
+    from lance_assets.tokens import token_ids
     root, src, what = sys.argv[1:4]
     if what == "ingest":
         ingest(root, src, rows_per_commit=32, rows_per_fragment=64, log=lambda m: None)
     else:
-        token_ids(root, "byte", fragments_per_commit=1, log=lambda m: None)
+        produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
+                fragments_per_commit=1, log=lambda m: None)
 """)
 
 
@@ -139,11 +145,12 @@ def test_sigkill_during_ingest_and_token_ids_then_rerun_is_identical(tmp_path):
     partial = lance.dataset(paths.table_uri(root)).count_rows()
     assert 0 < partial < 1200
     ingest(root, str(src), rows_per_commit=32, rows_per_fragment=64, log=quiet)
-    dedup_flag(root, log=quiet, fragments_per_commit=1)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet, fragments_per_commit=1)
     kill_when(script, root, src, "token_ids", some_fragments_have("input_ids"))
     ds = lance.dataset(paths.table_uri(root))
     assert 0 < ds.count_rows(filter="input_ids IS NOT NULL") < ds.count_rows()
-    token_ids(root, "byte", log=quiet, fragments_per_commit=1)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet,
+            fragments_per_commit=1)
     assert content(root) == content(ref)
 
 

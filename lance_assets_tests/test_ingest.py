@@ -7,10 +7,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation.dedup_flag import dedup_flag, normalise
+from lance_assets.curation import dedup_flag
+from lance_assets.curation.dedup_flag import normalise
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.sources import SourceError
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 
@@ -53,7 +56,7 @@ def test_parquet_folder_ingest_and_dedup_flag_exact_duplicates(tmp_path, root):
     report = ingest(root, str(src), rows_per_fragment=64, log=quiet)
     assert report.rows_added == len(f1) + len(f2)
     assert report.fragments_added > 2
-    report = dedup_flag(root, fragments_per_commit=2, log=quiet)
+    report = produce(dedup_flag.PRODUCER, Table.of(root), fragments_per_commit=2, log=quiet)
     assert report.commits > 1
 
     rows = sorted(read(root, ["id", "text", "is_dup", "doc_id", "url", "score", "n_chars", "source"]),

@@ -8,11 +8,12 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation.dedup_flag import dedup_flag
+from lance_assets.curation import dedup_flag
 from lance_assets.forensics import text_index as fts
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
 from lance_assets.table.maintenance import maintain
+from lance_assets.table.producer import Skip, produce
 from lance_assets.table.snapshots import SnapshotError
 from lance_assets_tests.helpers import quiet
 
@@ -20,13 +21,13 @@ from lance_assets_tests.helpers import quiet
 def test_maintenance_compacts_refreshes_the_index_and_keeps_tagged_versions(tmp_path):
     root = tmp_path / "data"
     ingest(root, "synthetic:600", rows_per_fragment=100, rows_per_commit=200, log=quiet)
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     fts.text_index(root)
     uri = paths.table_uri(root)
     snapshots = Table.of(root).snapshots
     tagged = snapshots.hold("train-kept", lance.dataset(uri).version, owner="test")
     ingest(root, "synthetic:900", rows_per_fragment=100, rows_per_commit=200, log=quiet)
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     lance.dataset(uri).delete("id % 10 = 0")
     before = lance.dataset(uri)
     report = maintain(root, keep_versions_for=timedelta(0), log=quiet)
@@ -72,7 +73,7 @@ def test_columns_written_check_fails_on_unwritten_rows_and_blocks_what_is_downst
     assert not evaluation.passed and evaluation.metadata["unwritten_rows"].value == 300
     assert "Materialize `dedup_flag` again" in evaluation.description
     # the asset writes every row: the check passes, downstream runs
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     ingest(root, "synthetic:450", rows_per_fragment=100, log=quiet)  # new, unwritten rows
     result = run(dg.AssetSelection.checks_for_assets(dg.AssetKey("dedup_flag"))
                  | dg.AssetSelection.assets("tokenizer"))
@@ -116,18 +117,21 @@ def test_columns_written_passes_without_a_quality_model_and_fails_on_unscored_ro
                    src / "a.parquet")
     unlabelled = tmp_path / "unlabelled"
     ingest(unlabelled, str(src), log=quiet)
-    embed.embeddings(unlabelled, embedder=FeatureEmbedder(), log=quiet)
-    assert quality_model.quality_score(unlabelled, log=quiet).write is None
+    produce(embed.PRODUCER, Table.of(unlabelled), embed.EmbeddingsSettings(embedder=FeatureEmbedder()),
+            log=quiet)
+    assert isinstance(produce(quality_model.PRODUCER, Table.of(unlabelled), log=quiet), Skip)
     evaluation = evaluate(unlabelled)
     assert evaluation.passed and "no quality model was trained" in evaluation.description
 
     labelled = tmp_path / "labelled"
     ingest(labelled, "synthetic:400", rows_per_fragment=100, log=quiet)
-    embed.embeddings(labelled, embedder=FeatureEmbedder(), log=quiet)
-    quality_model.quality_score(labelled, log=quiet)
+    produce(embed.PRODUCER, Table.of(labelled), embed.EmbeddingsSettings(embedder=FeatureEmbedder()),
+            log=quiet)
+    produce(quality_model.PRODUCER, Table.of(labelled), log=quiet)
     assert evaluate(labelled).passed
     added = ingest(labelled, "synthetic:500", rows_per_fragment=100, log=quiet).rows_added
-    embed.embeddings(labelled, embedder=FeatureEmbedder(), log=quiet)  # rows not scored yet
+    produce(embed.PRODUCER, Table.of(labelled), embed.EmbeddingsSettings(embedder=FeatureEmbedder()),
+            log=quiet)  # rows not scored yet
     evaluation = evaluate(labelled)
     assert not evaluation.passed and evaluation.metadata["unwritten_rows"].value == added > 0
 
@@ -183,7 +187,7 @@ def test_compaction_never_mixes_ids_out_of_order_in_a_fragment(tmp_path, monkeyp
     ingests five small fragments, deletes a row in two of them, compacts with the middle one
     left out (as if a column were being written there), then compacts everything; every
     deleted row still leaves the data files."""
-    from lance_assets.curation.near_dup import near_dup
+    from lance_assets.curation import near_dup
     from lance_assets.table import maintenance
 
     root = tmp_path / "data"
@@ -207,5 +211,6 @@ def test_compaction_never_mixes_ids_out_of_order_in_a_fragment(tmp_path, monkeyp
         assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))  # no two interleave
         assert report.groups_left_out_of_order >= 1
         assert all(f.metadata.deletion_file is None for f in table.newest().get_fragments())
-    near_dup(root, log=quiet)  # reads every fragment in id order: refused before the fix
+    # reads every fragment in id order: refused before the fix
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     assert table.newest().count_rows("near_dup IS NULL") == 0

@@ -48,16 +48,18 @@ def one_thread():
 
 
 def corpus_root(base: Path, table) -> Path:
-    from lance_assets.curation.dedup_flag import dedup_flag
+    from lance_assets.curation import dedup_flag
     from lance_assets.ingest.raw_text import ingest
-    from lance_assets.tokens.token_ids import token_ids
+    from lance_assets.table.producer import produce
+    from lance_assets.tokens import token_ids
 
     source = base / "corpus.parquet"
     pq.write_table(table, source)
     root = base / "data"
     ingest(root, str(source), rows_per_fragment=1000, log=quiet)
-    dedup_flag(root, log=quiet)
-    token_ids(root, "byte", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
+            log=quiet)
     return root
 
 

@@ -27,6 +27,7 @@ from lance_assets.keys import NEAR_DUP_KEY
 from lance_assets.lsh import shuffle as lsh
 from lance_assets.table import Table, data_files_by_field, get_json_config
 from lance_assets.table.columns import fragments_missing
+from lance_assets.table.producer import produce
 from lance_assets.testing.curation_reference import plant_near_duplicates
 from lance_assets_tests import near_dup_chain
 from lance_assets_tests.helpers import quiet
@@ -258,7 +259,7 @@ def single_process(sources, tmp_path_factory) -> pa.Table:
     root = tmp_path_factory.mktemp("near-dup-local") / "data"
     for source in sources:
         _ingest(root, source)
-        nd.near_dup(root, log=quiet)
+        produce(nd.PRODUCER, Table.of(root), log=quiet)
     got = _columns(root)
     flags = got.column("near_dup").to_numpy(zero_copy_only=False)
     clusters = got.column("near_dup_cluster").to_numpy()
@@ -273,7 +274,7 @@ def test_local_partitions_write_the_single_process_columns(sources, single_proce
     root = tmp_path / "data"
     for source in sources:
         _ingest(root, source)
-        nd.near_dup(root, partitions=parts, log=quiet)
+        produce(nd.PRODUCER, Table.of(root), nd.NearDupSettings(partitions=parts), log=quiet)
     assert_same(_columns(root), single_process)
 
 
@@ -283,7 +284,9 @@ def test_ray_workers_write_the_single_process_columns_over_three_increments(
     root = tmp_path / "data"
     for source in sources:
         _ingest(root, source)
-        _, stats = nd.near_dup(root, executor="ray", partitions=workers, log=quiet)
+        report = produce(nd.PRODUCER, Table.of(root), nd.NearDupSettings(partitions=workers),
+                         executor="ray", log=quiet)
+        stats = report.stats
         assert stats.partitions == workers
     assert_same(_columns(root), single_process)
 
@@ -304,7 +307,7 @@ def test_ray_matches_a_chain_like_the_single_process_path(ray_cluster, tmp_path,
             path = tmp_path / f"{where}{i}.parquet"
             pq.write_table(pa.table({"text": texts}), path)
             ingest(root, str(path), rows_per_fragment=20, log=quiet)
-            nd.near_dup(root, executor=where, partitions=2, log=quiet)
+            produce(nd.PRODUCER, Table.of(root), nd.NearDupSettings(partitions=2), executor=where, log=quiet)
         got[where] = _columns(root)
     assert_same(got["ray"], got["local"])
     rows = got["ray"].to_pylist()
@@ -331,12 +334,14 @@ def test_a_worker_killed_mid_run_costs_its_task_only(ray_cluster, sources, singl
                                                      tmp_path, monkeypatch, step):
     root = tmp_path / "data"
     _ingest(root, sources[0])
-    nd.near_dup(root, executor="ray", partitions=2, log=quiet)
+    produce(nd.PRODUCER, Table.of(root), nd.NearDupSettings(partitions=2), executor="ray", log=quiet)
     _ingest(root, sources[1])
     _ingest(root, sources[2])
     marker = tmp_path / "exited-once"
     monkeypatch.setattr(nd, step, ExitOnce(str(marker), getattr(nd, step)))
-    _, stats = nd.near_dup(root, executor="ray", partitions=2, log=quiet)
+    report = produce(nd.PRODUCER, Table.of(root), nd.NearDupSettings(partitions=2), executor="ray",
+                     log=quiet)
+    stats = report.stats
     assert marker.exists()  # the worker did die, and its task alone ran again
     assert stats.rounds >= 2 or step != "next_round"
     assert_same(_columns(root), single_process)
@@ -362,13 +367,15 @@ def test_a_failed_write_keeps_the_committed_fragments_and_the_rerun_equals_a_cle
     real = nd.clusters
     monkeypatch.setattr(nd, "clusters", lambda *a, **k: FailOnWrite(real(*a, **k), 9))
     with pytest.raises(ValueError, match="injected"):
-        nd.near_dup(root, partitions=2, fragments_per_commit=1, log=quiet)
+        produce(nd.PRODUCER, Table.of(root), nd.NearDupSettings(partitions=2), fragments_per_commit=1,
+                log=quiet)
     ds = Table.of(root).newest()
     assert [f.fragment_id for f in fragments_missing(ds, ["near_dup"])][0] == 9
     kept = {f: files for f, files in data_files_by_field(ds, "near_dup").items() if files}
     assert sorted(kept) == list(range(9))
     monkeypatch.setattr(nd, "clusters", real)
-    report, _ = nd.near_dup(root, partitions=2, log=quiet)  # the rerun: earlier rows are old now
+    # the rerun: earlier rows are old now
+    report = produce(nd.PRODUCER, Table.of(root), nd.NearDupSettings(partitions=2), log=quiet)
     assert report.fragments_written[0] == 9
     after = data_files_by_field(Table.of(root).newest(), "near_dup")
     assert {f: after[f] for f in kept} == kept  # committed files untouched
@@ -388,7 +395,7 @@ def test_the_driver_holds_references_not_the_corpus(ray_cluster, tmp_path, monke
         kept = {}
         monkeypatch.setattr(nd, "clusters",
                             lambda *a, _k=kept, **k: _k.setdefault("c", real(*a, **k)))
-        nd.near_dup(root, executor="ray", partitions=2, log=quiet)
+        produce(nd.PRODUCER, Table.of(root), nd.NearDupSettings(partitions=2), executor="ray", log=quiet)
         sizes[rows] = len(pickle.dumps(kept["c"]))
         assert all(type(v).__name__ == "ObjectRef" for v in kept["c"].payloads.values())
         shutil.rmtree(root)
@@ -406,8 +413,9 @@ def test_a_table_keeps_the_minhash_version_its_keys_were_written_with(sources, t
     for i, source in enumerate(sources):
         _ingest(kept, source)
         _ingest(pinned, source)
-        nd.near_dup(kept, old if i == 0 else nd.MinHashSettings(), log=said.append)
-        nd.near_dup(pinned, old, log=quiet)
+        produce(nd.PRODUCER, Table.of(kept),
+                nd.NearDupSettings(minhash=old if i == 0 else nd.MinHashSettings()), log=said.append)
+        produce(nd.PRODUCER, Table.of(pinned), nd.NearDupSettings(minhash=old), log=quiet)
     assert any("holds MinHash version 1" in m for m in said)
     assert_same(_columns(kept), _columns(pinned))
     assert get_json_config(lance.dataset(paths.table_uri(kept)), NEAR_DUP_KEY)["version"] == 1

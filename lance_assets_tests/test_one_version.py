@@ -25,35 +25,33 @@ from lance_assets.ingest.raw_text import StalePlan, TableState, _append, ingest,
 from lance_assets.ingest.sources import SkipCounter
 from lance_assets.table import RAW_SCHEMA, Table
 from lance_assets.table.maintenance import maintain
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lance_assets"
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "LANCE_ASSETS_EXECUTOR": "local"}
 
+RUN = ("from lance_assets.table import Table; from lance_assets.table.producer import produce; "
+       "run = lambda m, s=None: produce(m.PRODUCER, Table.of(ROOT), s, fragments_per_commit=1, "
+       "log=print); ")
 WRITERS = {
     # writer: (call in a child process, the columns it writes)
-    "dedup_flag": ("from lance_assets.curation.dedup_flag import dedup_flag as w; "
-                   "w(ROOT, fragments_per_commit=1, log=print)", ["text_hash", "is_dup"]),
-    "near_dup": ("from lance_assets.curation.near_dup import near_dup as w; "
-                 "w(ROOT, fragments_per_commit=1, log=print)",
+    "dedup_flag": (RUN + "from lance_assets.curation import dedup_flag as m; run(m)",
+                   ["text_hash", "is_dup"]),
+    "near_dup": (RUN + "from lance_assets.curation import near_dup as m; run(m)",
                  ["near_dup", "near_dup_cluster", "minhash_bands"]),
-    "paragraph_dups": ("from lance_assets.curation.paragraph_dups import paragraph_dups as w; "
-                       "w(ROOT, fragments_per_commit=1, log=print)",
+    "paragraph_dups": (RUN + "from lance_assets.curation import paragraph_dups as m; run(m)",
                        ["dup_paragraph_frac", "paragraph_hashes"]),
     # EVAL: an evaluation set holding some of the base corpus's texts (written by the test)
-    "contamination": ("from lance_assets.curation import contamination as c; "
-                      "c.contamination(ROOT, [c.EvalSetSpec('ev', EVAL, 'question')], "
-                      "fragments_per_commit=1, log=print)",
+    "contamination": (RUN + "from lance_assets.curation import contamination as m; "
+                      "run(m, m.ContaminationSettings([m.EvalSetSpec('ev', EVAL, 'question')]))",
                       ["contaminated", "contaminated_with"]),
     # its input column first (a stand-in embedder), then the semantic duplicates, one cluster
-    "semantic_dup": ("from lance_assets.embeddings.chunk_embeddings import chunk_embeddings as c; "
+    "semantic_dup": (RUN + "from lance_assets.embeddings import chunk_embeddings as c; "
                      "from lance_assets.testing.embedders import ClusteredEmbedder as E; "
-                     "from lance_assets.curation import semantic_dup as sd; "
-                     "from lance_assets.table.producer import produce; "
-                     "c(ROOT, chunk_tokens=32, overlap_tokens=8, embedder=E(), "
-                     "fragments_per_commit=1, log=print); "
-                     "produce(sd.PRODUCER, ROOT, sd.SemanticDupSettings(languages=[]), "
-                     "fragments_per_commit=1, log=print)",
+                     "from lance_assets.curation import semantic_dup as m; "
+                     "run(c, c.ChunkEmbeddingsSettings(chunk_tokens=32, overlap_tokens=8, "
+                     "embedder=E())); run(m, m.SemanticDupSettings(languages=[]))",
                      ["semantic_cluster", "semantic_rep", "semantic_cos", "semantic_dup",
                       "semantic_vector"]),
 }
@@ -139,7 +137,7 @@ def test_dedup_flag_with_an_ingest_landing_right_after_its_hashing(tmp_path, mon
     clean = tmp_path / "clean"
     _ingest(clean, a)
     _ingest(clean, b)
-    dedup.dedup_flag(clean, log=quiet)
+    produce(dedup.PRODUCER, Table.of(clean), log=quiet)
     root = tmp_path / "raced"
     _ingest(root, a)
     hashed = dedup.duplicate_ids
@@ -152,13 +150,13 @@ def test_dedup_flag_with_an_ingest_landing_right_after_its_hashing(tmp_path, mon
         return out
 
     monkeypatch.setattr(dedup, "duplicate_ids", hash_then_let_an_ingest_land)
-    report = dedup.dedup_flag(root, log=quiet)
+    report = produce(dedup.PRODUCER, Table.of(root), log=quiet)
     assert report.fragments_pending == 6 and report.pinned_rows_end == 1200
     ds = Table.of(root).newest()
     assert ds.count_rows(filter="_written_is_dup IS NULL") == 600  # pending, not false
     assert ds.count_rows(filter="id >= 1200 AND is_dup = false") == 0
     monkeypatch.setattr(dedup, "duplicate_ids", hashed)
-    dedup.dedup_flag(root, log=quiet)
+    produce(dedup.PRODUCER, Table.of(root), log=quiet)
     assert _columns(root, ["is_dup"]).equals(_columns(clean, ["is_dup"]))
 
 
@@ -173,11 +171,13 @@ def test_quality_score_racing_an_ingest_trains_on_its_pinned_version_and_scores_
     a, b = _sources(tmp_path)
     root = tmp_path / "raced"
     _ingest(root, a)
-    embed.embeddings(root, embedder=FeatureEmbedder(), fragments_per_commit=4, log=quiet)
+    produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=FeatureEmbedder()),
+            fragments_per_commit=4, log=quiet)
     table = Table.of(root)
     pinned_at = table.newest().version
-    call = ("from lance_assets.curation.quality_score import quality_score as w; "
-            f"w({str(root)!r}, fragments_per_commit=1, log=print)")
+    call = ("from lance_assets.curation import quality_score as m; "
+            "from lance_assets.table import Table; from lance_assets.table.producer import produce; "
+            f"produce(m.PRODUCER, Table.of({str(root)!r}), fragments_per_commit=1, log=print)")
     # the first run says when it has pinned its version (as it starts training), and is frozen
     # there while the ingest lands: however slow the machine, the ingest comes after the pin
     racing = ("import lance_assets.curation.quality_score as q; real = q.train_head\n"
@@ -198,13 +198,14 @@ def test_quality_score_racing_an_ingest_trains_on_its_pinned_version_and_scores_
         proc.send_signal(signal.SIGCONT)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, "".join(said) + out
-    embed.embeddings(root, embedder=FeatureEmbedder(), fragments_per_commit=4, log=quiet)
+    produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=FeatureEmbedder()),
+            fragments_per_commit=4, log=quiet)
     subprocess.run([sys.executable, "-c", call], env=ENV, check=True, capture_output=True)
     stored = table.get_config(quality_model.QUALITY_MODEL_KEY)
     # trained on exactly the labelled rows of the version it pinned (not the copies)
     again = quality_model.train_head(table, pinned=table.open(pinned_at))
     assert again.sha256 == stored["sha256"]
-    head = quality_model.load_head(table.root, stored["sha256"])
+    head = quality_model.load_head(table, stored["sha256"])
     t = table.newest().to_table(columns=["id", "embedding", "quality_score"]).sort_by("id")
     x = t.column("embedding").combine_chunks().values.to_numpy().reshape(t.num_rows, -1)
     want = (x.astype(np.float64) @ head.weights + head.bias).astype(np.float32)
@@ -323,20 +324,19 @@ while time.monotonic() < end and not os.path.exists({str(stop)!r}):
     ingests = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 35, stop)],
                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        from lance_assets.curation.dedup_flag import dedup_flag
-        from lance_assets.curation.near_dup import near_dup
+        from lance_assets.curation import dedup_flag, near_dup
 
         end = time.monotonic() + 30
         while time.monotonic() < end:
-            dedup_flag(root, log=quiet)
-            near_dup(root, log=quiet)
+            produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+            produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     finally:
         stop.touch()  # the writers are done: maintenance and ingests need not go on alone
         m_out, _ = maint.communicate(timeout=300)
         i_out, _ = ingests.communicate(timeout=300)
     assert ingests.returncode == 0, i_out
     assert maint.returncode == 0, m_out
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     ds = Table.of(root).newest()
     assert ds.count_rows(filter="_written_is_dup IS NULL") == 0
 
@@ -402,11 +402,10 @@ def _final_columns(root: Path) -> dict:
 
 
 def _writers(root: Path) -> None:
-    from lance_assets.curation.dedup_flag import dedup_flag
-    from lance_assets.curation.near_dup import near_dup
+    from lance_assets.curation import dedup_flag, near_dup
 
-    dedup_flag(root, log=quiet)
-    near_dup(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -422,10 +421,11 @@ def test_a_mixed_run_keeps_every_row_once_and_every_value_equal_to_a_clean_run(t
     rng = random.Random(seed)
     ing = ("import time; time.sleep({d}); from lance_assets.ingest.raw_text import ingest; "
            "ingest({r!r}, {s!r}, rows_per_fragment=100, rows_per_commit=300, log=lambda m: None)")
-    writers = ("import time; time.sleep({d}); from lance_assets.curation.dedup_flag import dedup_flag; "
-               "from lance_assets.curation.near_dup import near_dup\n"
-               "for _ in range(3):\n    dedup_flag({r!r}, log=lambda m: None); "
-               "near_dup({r!r}, log=lambda m: None)")
+    writers = ("import time; time.sleep({d}); from lance_assets.curation import dedup_flag, "
+               "near_dup; from lance_assets.table import Table; "
+               "from lance_assets.table.producer import produce\n"
+               "for _ in range(3):\n    produce(dedup_flag.PRODUCER, Table.of({r!r}), "
+               "log=lambda m: None); produce(near_dup.PRODUCER, Table.of({r!r}), log=lambda m: None)")
     maint = ("import time; time.sleep({d}); from datetime import timedelta; "
              "from lance_assets.table.maintenance import maintain\n"
              "for _ in range(4):\n    maintain({r!r}, keep_versions_for=timedelta(0), "

@@ -19,13 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lance_assets import paths
+from lance_assets.curation import dedup_flag
 from lance_assets.curation import rules as rules_lib
-from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.defs.curation.assets import curation_numbers
 from lance_assets.defs.metadata import null_share_metadata
 from lance_assets.defs.training.assets import MAX_CURVE_ROWS, loss_curve_records
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet
 
 
@@ -36,7 +38,7 @@ def test_null_share_counts_rows_the_writer_has_not_reached(tmp_path):
     pq.write_table(pa.table({"text": texts.slice(0, 100)}), landing / "a.parquet")
     root = tmp_path / "data"
     ingest(root, str(landing), rows_per_fragment=50, log=quiet)
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     uri = paths.table_uri(root)
     assert null_share_metadata(uri, ["is_dup"]) == {"null_share/is_dup": 0.0}
 

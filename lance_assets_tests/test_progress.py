@@ -24,6 +24,7 @@ from lance_assets.ingest.raw_text import ingest
 from lance_assets.progress import advance, phase, progress
 from lance_assets.table import Table
 from lance_assets.table.columns import write_columns
+from lance_assets.table.producer import produce
 from lance_assets.testing.embedders import ClusteredEmbedder
 from lance_assets_tests.helpers import quiet
 
@@ -168,9 +169,11 @@ def test_embeddings_log_rows_within_one_fragment_batch_by_batch(tmp_path, often,
     ingest(tmp_path, "synthetic:120", rows_per_fragment=1000, log=quiet)  # one fragment
     lines, model = Lines(), SlowEmbedder()
     if column == "embedding":  # one range of the whole fragment: no count at a range's end
-        embed.embeddings(tmp_path, embedder=model, range_seconds=1e6, log=lines)
+        produce(embed.PRODUCER, Table.of(tmp_path),
+                embed.EmbeddingsSettings(embedder=model, range_seconds=1e6), log=lines)
     else:
-        chunks.chunk_embeddings(tmp_path, embedder=model, range_seconds=1e6, log=lines)
+        produce(chunks.PRODUCER, Table.of(tmp_path),
+                chunks.ChunkEmbeddingsSettings(embedder=model, range_seconds=1e6), log=lines)
     prefix = f"{column}, fragment 0:"
     done = rows_logged(lines, prefix)
     assert any(0 < n < 64 for n in done), lines  # inside the first range (64 rows)

@@ -14,18 +14,17 @@ import lance
 import pytest
 
 from lance_assets import paths
+from lance_assets.curation import dedup_flag, near_dup, quality_signals
 from lance_assets.curation import near_dup as nd
-from lance_assets.curation.dedup_flag import dedup_flag
-from lance_assets.curation.near_dup import near_dup
 from lance_assets.curation.quality_signals import FIELDS as SIGNAL_FIELDS
-from lance_assets.curation.quality_signals import fragment_signals, quality_signals
-from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
-from lance_assets.embeddings.embeddings import embeddings
+from lance_assets.curation.quality_signals import fragment_signals
+from lance_assets.embeddings import chunk_embeddings, embeddings
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import columns, executor
+from lance_assets.table import Table, columns, executor
+from lance_assets.table.producer import produce
 from lance_assets.testing.embedders import ClusteredEmbedder
+from lance_assets.tokens import token_ids
 from lance_assets.tokens.bpe import train_bpe
-from lance_assets.tokens.token_ids import token_ids
 from lance_assets.tokens.tokenizers import BPE_PREFIX, table_tokenizer
 from lance_assets_tests.helpers import quiet
 
@@ -57,19 +56,22 @@ def content(root):
 
 
 def backfill_all(root, where, tokenizer):
-    dedup_flag(root, fragments_per_commit=2, executor=where, log=quiet)
-    quality_signals(root, fragments_per_commit=2, executor=where, log=quiet)
-    near_dup(root, fragments_per_commit=2, executor=where, log=quiet)
-    token_ids(root, tokenizer, fragments_per_commit=2, executor=where, log=quiet)
-    embeddings(root, embedder=ClusteredEmbedder(), executor=where, log=quiet)
-    chunk_embeddings(root, embedder=ClusteredEmbedder(), executor=where, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), fragments_per_commit=2, executor=where, log=quiet)
+    produce(quality_signals.PRODUCER, Table.of(root), fragments_per_commit=2, executor=where, log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), fragments_per_commit=2, executor=where, log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer=tokenizer),
+            fragments_per_commit=2, executor=where, log=quiet)
+    produce(embeddings.PRODUCER, Table.of(root), embeddings.EmbeddingsSettings(embedder=ClusteredEmbedder()),
+            executor=where, log=quiet)
+    produce(chunk_embeddings.PRODUCER, Table.of(root),
+            chunk_embeddings.ChunkEmbeddingsSettings(embedder=ClusteredEmbedder()), executor=where, log=quiet)
 
 
 def trained_bpe(raw, tmp_path) -> tuple[str, object]:
     """A small BPE trained on the corpus (name, folder): Ray workers load it by name from the
     data root, as the driver does."""
     root = copy(raw, tmp_path, "bpe")
-    dedup_flag(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     report = train_bpe(root, vocab_size=512, compare_with=(), log=quiet)
     return BPE_PREFIX + report.sha256, paths.tokenizers_dir(root)
 
@@ -132,17 +134,17 @@ def test_a_failed_task_leaves_the_other_fragments_committed_and_the_rerun_redoes
     root = copy(raw, tmp_path, "fail")
     uri = paths.table_uri(root)
     with pytest.raises(columns.FragmentsFailedError, match=r"fragment 3: ValueError: injected"):
-        columns.write_columns(uri, SIGNAL_FIELDS, FailOn(3, fragment_signals),
+        columns.write_columns(Table.of(root), SIGNAL_FIELDS, FailOn(3, fragment_signals),
                               fragments_per_commit=1, executor="ray", log=quiet)
     ds = lance.dataset(uri)
     missing = [f.fragment_id for f in columns.fragments_missing(ds, ["word_count"])]
     assert missing == [3]  # every other fragment was committed
-    report = columns.write_columns(uri, SIGNAL_FIELDS, fragment_signals, executor="ray",
+    report = columns.write_columns(Table.of(root), SIGNAL_FIELDS, fragment_signals, executor="ray",
                                    log=quiet)
     assert report.fragments_written == [3] and report.fragments_already_done == FRAGMENTS - 1
 
     reference = copy(raw, tmp_path, "reference")
-    quality_signals(reference, executor="local", log=quiet)
+    produce(quality_signals.PRODUCER, Table.of(reference), executor="local", log=quiet)
     assert content(root) == content(reference)
 
 
@@ -155,15 +157,15 @@ def test_near_dup_on_ray_stops_at_a_failed_fragment_and_the_rerun_finishes_the_r
     real = nd.clusters
     monkeypatch.setattr(nd, "clusters", lambda *a, **k: FailOnInOrder(2, real(*a, **k)))
     with pytest.raises(columns.FragmentsFailedError, match="fragment 2: ValueError"):
-        near_dup(root, fragments_per_commit=1, executor="ray", log=quiet)
+        produce(near_dup.PRODUCER, Table.of(root), fragments_per_commit=1, executor="ray", log=quiet)
     ds = lance.dataset(uri)
     assert [f.fragment_id for f in columns.fragments_missing(ds, ["near_dup"])] == [2, 3, 4, 5]
     monkeypatch.setattr(nd, "clusters", real)
-    report, _ = near_dup(root, executor="ray", log=quiet)
+    report = produce(near_dup.PRODUCER, Table.of(root), executor="ray", log=quiet)
     assert report.fragments_written == [2, 3, 4, 5]
 
     reference = copy(raw, tmp_path, "near-dup-reference")
-    near_dup(reference, executor="local", log=quiet)
+    produce(near_dup.PRODUCER, Table.of(reference), executor="local", log=quiet)
     assert content(root) == content(reference)
 
 
@@ -175,8 +177,8 @@ class FailOnInOrder(FailOn):
 def test_the_failure_ran_in_a_ray_worker_not_in_the_driver(ray_cluster, raw, tmp_path):
     root = copy(raw, tmp_path, "pid")
     with pytest.raises(columns.FragmentsFailedError) as failed:
-        columns.write_columns(paths.table_uri(root), SIGNAL_FIELDS, FailOn(0, fragment_signals),
-                              executor="ray", log=quiet)
+        columns.write_columns(Table.of(root), SIGNAL_FIELDS, FailOn(0, fragment_signals),
+                        executor="ray", log=quiet)
     assert f"(pid {os.getpid()})" not in str(failed.value)
     assert "(pid " in str(failed.value)
 
@@ -196,18 +198,20 @@ def test_a_killed_driver_resumes_and_ends_equal_to_an_uninterrupted_run(ray_clus
     left = {f.fragment_id for f in columns.fragments_missing(ds, ["input_ids", "n_tokens"])}
     assert 0 < len(left) < FRAGMENTS  # killed mid-backfill: some fragments done, some not
 
-    report, _, _ = token_ids(root, "byte", executor="ray", log=quiet)
+    report = produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
+                     executor="ray", log=quiet)
     assert set(report.fragments_written) == left
 
     reference = copy(raw, tmp_path, "uninterrupted")
-    token_ids(reference, "byte", executor="local", log=quiet)
+    produce(token_ids.PRODUCER, Table.of(reference), token_ids.TokenIdsSettings(tokenizer="byte"),
+            executor="local", log=quiet)
     assert content(root) == content(reference)
 
 
 def test_an_unknown_executor_is_refused_with_the_fix(raw, tmp_path, monkeypatch):
     monkeypatch.setenv(executor.EXECUTOR_ENV, "spark")
     with pytest.raises(ValueError, match=r"LANCE_ASSETS_EXECUTOR.*local, ray"):
-        quality_signals(copy(raw, tmp_path, "bad"), log=quiet)
+        produce(quality_signals.PRODUCER, Table.of(copy(raw, tmp_path, "bad")), log=quiet)
 
 
 DAGSTER_RUN = """
@@ -244,8 +248,8 @@ def test_dagster_assets_start_ray_only_for_executor_ray(ray_cluster, raw, tmp_pa
     assert "executor: ray (2 CPUs" in proc.stderr  # connected through the dagster-ray resource
     assert "after ray: ray initialized = False" in proc.stdout  # and disconnected after the step
     reference = copy(raw, tmp_path, "dagster-reference")
-    quality_signals(reference, executor="local", log=quiet)
-    dedup_flag(reference, executor="local", log=quiet)
+    produce(quality_signals.PRODUCER, Table.of(reference), executor="local", log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(reference), executor="local", log=quiet)
     assert content(root) == content(reference)
 
 
@@ -266,13 +270,14 @@ def test_the_curation_taggers_on_ray_equal_the_local_ones(ray_cluster, raw, tmp_
     spec = contamination.EvalSetSpec("planted", str(evals))
     local, on_ray = copy(raw, tmp_path, "tag-local"), copy(raw, tmp_path, "tag-ray")
     for root, where in ((local, "local"), (on_ray, "ray")):
-        language.language_id(root, fragments_per_commit=2, executor=where, log=quiet)
-        pii.pii(root, fragments_per_commit=2, executor=where, log=quiet)
-        para_dup.paragraph_dups(root, fragments_per_commit=2, executor=where, log=quiet)
-        contamination.contamination(root, [spec], fragments_per_commit=2, executor=where,
-                                    log=quiet)
-        embeddings(root, embedder=ClusteredEmbedder(), log=quiet)
-        quality_model.quality_score(root, executor=where, log=quiet)
+        produce(language.PRODUCER, Table.of(root), fragments_per_commit=2, executor=where, log=quiet)
+        produce(pii.PRODUCER, Table.of(root), fragments_per_commit=2, executor=where, log=quiet)
+        produce(para_dup.PRODUCER, Table.of(root), fragments_per_commit=2, executor=where, log=quiet)
+        produce(contamination.PRODUCER, Table.of(root), contamination.ContaminationSettings(eval_sets=[spec]),
+                fragments_per_commit=2, executor=where, log=quiet)
+        produce(embeddings.PRODUCER, Table.of(root),
+                embeddings.EmbeddingsSettings(embedder=ClusteredEmbedder()), log=quiet)
+        produce(quality_model.PRODUCER, Table.of(root), executor=where, log=quiet)
     got, want = content(on_ray), content(local)
     assert len(got) == 600 and got == want
     assert sum(r["contaminated"] for r in got) >= 4 and any(r["dup_paragraph_frac"] for r in got)

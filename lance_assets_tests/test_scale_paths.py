@@ -17,7 +17,9 @@ from lance_assets.curation import near_dup as nd
 from lance_assets.ingest import synthetic_web as sw
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.sources import SourceError, resolve
+from lance_assets.table import Table
 from lance_assets.table.columns import CommitPolicy, write_columns
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet
 
 WHITESPACE = " \t\n\r\f\v"
@@ -46,7 +48,7 @@ def test_is_dup_matches_duckdb_on_planted_copies(tmp_path):
     root = tmp_path / "data"
     spec = sw.WebSpec(rows=3000, seed=5, exact_dup=0.05)
     ingest(root, "synthetic-web:3000", rows_per_fragment=700, log=quiet)
-    dedup.dedup_flag(root, log=quiet)
+    produce(dedup.PRODUCER, Table.of(root), log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     got = ds.to_table(columns=["id", "is_dup"]).sort_by("id").column("is_dup").to_numpy(
         zero_copy_only=False)
@@ -111,7 +113,7 @@ def test_near_dup_on_web_corpus_finds_planted_copies_and_rejects_partial_ones(tm
     spec = sw.WebSpec(rows=4000, seed=0, near_dup=0.06, partial_dup=0.04)
     del spec
     ingest(root, "synthetic-web:4000", rows_per_fragment=900, log=quiet)
-    nd.near_dup(root, log=quiet)
+    produce(nd.PRODUCER, Table.of(root), log=quiet)
     t = lance.dataset(paths.table_uri(root)).to_table(
         columns=["id", "near_dup", "near_dup_cluster"]).sort_by("id")
     flag = t.column("near_dup").to_numpy(zero_copy_only=False)
@@ -155,13 +157,13 @@ def test_write_columns_commits_in_time_batches_and_loses_at_most_one_group(tmp_p
             yield pa.RecordBatch.from_arrays([pa.array(b.column(0).to_numpy() * 2, pa.int64())],
                                              names=["n_chars2"])
 
-    report = write_columns(uri, [field], compute, log=quiet)
+    report = write_columns(Table.of(root), [field], compute, log=quiet)
     fragments = len(lance.dataset(uri).get_fragments())
     assert fragments == 24 and len(report.fragments_written) == fragments
     assert report.commits < fragments / 3
     t = lance.dataset(uri).to_table(columns=["n_chars", "n_chars2"])
     assert np.array_equal(t.column(0).to_numpy() * 2, t.column(1).to_numpy())
-    assert write_columns(uri, [field], compute, log=quiet).nothing_to_do
+    assert write_columns(Table.of(root), [field], compute, log=quiet).nothing_to_do
 
 
 def reference_shingles(text: str, n: int = 5) -> set[int]:

@@ -12,13 +12,11 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation import profile, rules
-from lance_assets.curation.dedup_flag import dedup_flag
-from lance_assets.curation.near_dup import near_dup
+from lance_assets.curation import dedup_flag, near_dup, profile, quality_signals, rules
 from lance_assets.curation.predicate import PredicateError, safe_predicate
-from lance_assets.curation.quality_signals import quality_signals
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet
 
 PASSWD_RULE = ("true), false)) AS rows_removed, 0 AS share_removed FROM corpus UNION ALL SELECT "
@@ -40,9 +38,9 @@ def signals_root(tmp_path_factory):
     """A small corpus with every column the default rules read (shared: copy before writing)."""
     root = tmp_path_factory.mktemp("security") / "data"
     ingest(root, "synthetic:300", rows_per_fragment=150, log=quiet)
-    dedup_flag(root, log=quiet)
-    quality_signals(root, log=quiet)
-    near_dup(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     return root
 
 

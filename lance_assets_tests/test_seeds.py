@@ -188,11 +188,13 @@ def test_the_long_run_recipe_flushes_on_ctrl_c_and_resumes(bpe_root, tmp_path, c
     every N steps and loader workers: Ctrl-C (SIGINT to the whole process group, workers
     included) finishes the step, writes its checkpoint and leaves no process; ``--resume auto``
     then trains to the end, ``--steps`` ending before ``--epochs`` as the log says."""
-    from lance_assets.tokens.token_ids import token_ids
+    from lance_assets.table import Table
+    from lance_assets.table.producer import produce
+    from lance_assets.tokens import token_ids
 
     root = tmp_path / "data"
     shutil.copytree(bpe_root, root)
-    token_ids(root, log=quiet)  # the corpus BPE the `tokenizer` asset trained
+    produce(token_ids.PRODUCER, Table.of(root), log=quiet)  # the corpus BPE the `tokenizer` asset trained
     out = tmp_path / "run"
     argv = [sys.executable, *seed_lines.LONG_RUN[1:], "--data", str(root), "--out", str(out)]
     flags = seed_lines.flags(seed_lines.LONG_RUN)

@@ -3,6 +3,7 @@ clusters (and the retraining's sampling and re-homing as tasks), the driver hold
 and counts; over increments that retrain the clusters, its columns and side store equal the
 single-process run's."""
 
+import dataclasses
 import json
 
 import lance
@@ -11,9 +12,10 @@ import pytest
 from lance_assets import paths
 from lance_assets.curation import semantic_dup as sd
 from lance_assets.curation import semantic_store as ss
-from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
+from lance_assets.embeddings import chunk_embeddings
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.testing.semantic_planted import SynonymBagEmbedder, planted_set
 from lance_assets_tests.helpers import quiet
 
@@ -33,9 +35,13 @@ def test_ray_tasks_per_cluster_group_write_the_local_columns(ray_cluster, tmp_pa
             src = tmp_path / f"{where}{n}.jsonl"
             src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
             ingest(root, str(src), rows_per_fragment=8, log=quiet)
-            chunk_embeddings(root, chunk_tokens=64, overlap_tokens=8,
-                             embedder=SynonymBagEmbedder(), log=quiet)
-            _, stats = sd.semantic_dup(root, settings, executor=where, partitions=3, log=quiet)
+            produce(chunk_embeddings.PRODUCER, Table.of(root),
+                    chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
+                                                             embedder=SynonymBagEmbedder()),
+                    log=quiet)
+            report = produce(sd.PRODUCER, Table.of(root), dataclasses.replace(settings, partitions=3),
+                             executor=where, log=quiet)
+            stats = report.stats
             assert stats.groups == 3
             reasons[where].append(stats.retrained)
         got[where] = lance.dataset(paths.table_uri(root)).to_table(

@@ -4,7 +4,10 @@ import pytest
 
 from lance_assets import paths
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
-from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
+from lance_assets.tokens import token_ids
+from lance_assets.tokens.token_ids import TokenizerMismatchError
 from lance_assets.tokens.tokenizers import load_tokenizer, table_tokenizer
 from lance_assets_tests.helpers import quiet
 
@@ -43,7 +46,10 @@ def test_token_columns_and_tokenizer_recorded_in_table(root):
     from lance_assets.ingest.raw_text import ingest
 
     ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
-    report, info, tokens = token_ids(root, "cl100k_base", log=quiet)
+    report = produce(token_ids.PRODUCER, Table.of(root),
+                     token_ids.TokenIdsSettings(tokenizer="cl100k_base"), log=quiet)
+    info = report.tokenizer
+    tokens = report.tokens_written
     ds = lance.dataset(paths.table_uri(root))
     assert table_tokenizer(ds) == info and info.name == "cl100k_base"
     rows = ds.to_table(columns=["text", "input_ids", "n_tokens"]).to_pylist()
@@ -54,12 +60,14 @@ def test_token_columns_and_tokenizer_recorded_in_table(root):
 
     version = ds.version
     with pytest.raises(TokenizerMismatchError, match="replace=True.*or 'cl100k_base'"):
-        token_ids(root, "byte", log=quiet)
+        produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     assert ds.version == version and table_tokenizer(ds) == info
 
     # re-tokenizing is a new table version; the old version keeps its tokens
-    report, byte_info, _ = token_ids(root, "byte", replace=True, log=quiet)
+    report = produce(token_ids.PRODUCER, Table.of(root),
+                     token_ids.TokenIdsSettings(tokenizer="byte", replace=True), log=quiet)
+    byte_info = report.tokenizer
     assert report.replaced and len(report.fragments_written) == 2 and byte_info.name == "byte"
     ds = lance.dataset(paths.table_uri(root))
     assert table_tokenizer(ds) == byte_info

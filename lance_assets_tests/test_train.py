@@ -4,6 +4,8 @@ import json
 
 import torch
 
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets.train import checkpoint, data
 from lance_assets.train.config import DEFAULT_STEPS
 from lance_assets.train.trainer import block_hashes, main
@@ -20,22 +22,21 @@ VAL_AT_100_MAX_SHARE = 0.35
 
 def test_demo_training_validation_loss_falls(tmp_path):
     """The demo's own run: default corpus, the `pretrained_model` asset's default flags."""
-    from lance_assets.curation.dedup_flag import dedup_flag
-    from lance_assets.curation.near_dup import near_dup
-    from lance_assets.curation.quality_signals import quality_signals
+    from lance_assets.curation import dedup_flag, near_dup, quality_signals
     from lance_assets.defs.training.assets import TrainConfig, trainer_command
     from lance_assets.ingest.raw_text import ingest
+    from lance_assets.tokens import token_ids
     from lance_assets.tokens.bpe import train_bpe
-    from lance_assets.tokens.token_ids import token_ids
     from lance_assets_tests.helpers import quiet
 
     root = tmp_path / "data"
     ingest(root, "synthetic", log=quiet)
-    dedup_flag(root, log=quiet)
-    quality_signals(root, log=quiet)  # the default filter is the curation rules over these
-    near_dup(root, log=quiet)
+    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    # the default filter is the curation rules over these
+    produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
+    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     train_bpe(root, log=quiet)  # the `tokenizer` asset: token_ids use its BPE by default
-    token_ids(root, log=quiet)
+    produce(token_ids.PRODUCER, Table.of(root), log=quiet)
     out = tmp_path / "run"
     # the demo's flags, but its first third: the whole 300 steps cost minutes of the suite, and
     # the first 100 already show whether the defaults learn (`make demo` runs all 300)

@@ -15,9 +15,10 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation import guards, rules
-from lance_assets.curation.paragraph_dups import paragraph_dups
+from lance_assets.curation import guards, paragraph_dups, rules
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table
+from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet
 
 EMBEDDING_WORK = {"embeddings", "chunk_embeddings", "quality_score", "semantic_dup"}
@@ -93,7 +94,7 @@ def test_rule_columns_are_parsed_never_pasted():
 def test_a_rule_on_a_signal_not_written_everywhere_blocks_training_until_it_is(tmp_path):
     root = tmp_path / "data"
     ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
-    paragraph_dups(root, log=quiet)
+    produce(paragraph_dups.PRODUCER, Table.of(root), log=quiet)
     ingest(root, "synthetic:150", rows_per_fragment=100, log=quiet)  # new rows, not tagged yet
     rules.put_in_force(root, {"few_repeats": "dup_paragraph_frac < 0.5"}, keep_languages=[],
                        drop_contaminated=False)
@@ -102,7 +103,7 @@ def test_a_rule_on_a_signal_not_written_everywhere_blocks_training_until_it_is(t
     assert "`dup_paragraph_frac` (150 rows" in verdict.message
     assert "--select paragraph_dups" in verdict.message
     assert verdict.numbers["assets"] == ["paragraph_dups"]
-    paragraph_dups(root, log=quiet)  # the asset catches up
+    produce(paragraph_dups.PRODUCER, Table.of(root), log=quiet)  # the asset catches up
     verdict = guards.rule_columns_written(lance.dataset(paths.table_uri(root)))
     assert verdict.passed, verdict.message
     assert "dup_paragraph_frac" in verdict.numbers["columns_read"]

@@ -124,3 +124,14 @@ def test_the_steps_excerpt_is_the_real_declaration():
              if line.strip() and "..." not in line and line.strip() != ")"]
     assert len(shown) >= 10
     assert [line for line in shown if line not in source] == []
+
+
+def test_the_walkthrough_tagger_fits_one_screen_and_takes_at_most_three_library_names():
+    """The page's file is short enough to read at once, and the contract it needs is small."""
+    import ast
+
+    code = doc_code()
+    assert len(code.splitlines()) <= 50
+    names = [a.name for n in ast.walk(ast.parse(code)) if isinstance(n, ast.ImportFrom)
+             and (n.module or "").startswith("lance_assets") for a in n.names]
+    assert 1 <= len(names) <= 3, names

@@ -30,9 +30,8 @@ import gzip
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import lance
 import numpy as np
@@ -42,21 +41,12 @@ import pyarrow.parquet as pq
 
 from lance_assets import storage
 from lance_assets.keys import CONTAMINATION_KEY
-from lance_assets.markdown import markdown_table
+from lance_assets.markdown import Json, Markdown, markdown_table
 from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing
-from lance_assets.table.producer import (
-    ColumnProducer,
-    Json,
-    Markdown,
-    Reported,
-    Run,
-    Step,
-    fixed,
-    produce,
-    setting,
-)
+from lance_assets.table.producer import ColumnProducer, Run, Step, setting
+from lance_assets.table.settings import InputError
 
 NGRAM = 13
 NORMALISATION = 1  # bump when the normalisation or hashing changes: fingerprints change with it
@@ -79,7 +69,7 @@ FNV = np.uint64(0x100000001B3)
 MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
-class EvalSetError(ValueError):
+class EvalSetError(InputError):
     """An evaluation set that cannot be used; the message names it and the fix."""
 
 
@@ -361,24 +351,34 @@ class Union:
 # ---------------------------------------------------------------------------- the column writes
 
 @dataclass
-class ContaminationReport:
-    sets: list[dict]
+class Reported:
+    """The columns a run reports (they are named by the data): written now, their
+    descriptions, and every column the asset owns (the per-set columns of the registered sets
+    and the union over them)."""
+
+    fields: list[pa.Field]
+    descriptions: dict[str, str]
+    owned: list[str]
+
+
+@dataclass
+class ContaminationReport(ColumnWriteReport):
+    """The union's write, with the per-set writes and the run's numbers."""
+
+    sets: list[dict] = field(default_factory=list)
     per_set: list[ColumnWriteReport] = field(default_factory=list)
-    union: ColumnWriteReport | None = None
     registry_changed: bool = False
     contaminated_rows: int = 0
     rows_by_set: dict = field(default_factory=dict)
+    reported: Reported | None = None
 
     @property
     def nothing_to_do(self) -> bool:
-        return all(r.nothing_to_do for r in [*self.per_set, self.union] if r is not None)
+        return not self.fragments_written and all(r.nothing_to_do for r in self.per_set)
 
     @property
     def new_columns(self) -> list[str]:
         return [c for r in self.per_set if not r.nothing_to_do for c in r.columns]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _sets_to_write(ds: lance.LanceDataset, sets: list[EvalSet]) -> list[EvalSet]:
@@ -398,14 +398,34 @@ def _drop_union(table: Table) -> None:
     table.commit("drop contaminated columns", attempt)
 
 
-def load_sets(run: Run) -> list[EvalSet]:
-    """The producer's state: every registered set, checked and hashed."""
+@dataclass
+class Sets:
+    """The per-set step's state: every registered set (checked and hashed), and those whose
+    column the pinned version lacks (one group each)."""
+
+    registered: list[EvalSet]
+    todo: list[EvalSet]
+
+    def __iter__(self) -> Iterator[EvalSet]:
+        return iter(self.todo)
+
+
+def load_sets(run: Run, before: None) -> Sets:
+    """The first step's state: every registered set, checked and hashed."""
     with phase("contamination: reading the evaluation sets", run.log, announce=False):
         sets = load_eval_sets(list(run.settings.eval_sets))
     for s in sets:
         run.log(f"evaluation set {s.spec.name}: {s.items} items, {len(s.hashes)} distinct "
                 f"{NGRAM}-grams, {s.items_too_short} items shorter than {NGRAM} words (not checked)")
-    return sets
+    return Sets(sets, _sets_to_write(run.pinned, sets))
+
+
+@dataclass
+class PerSet:
+    """The per-set step's result: the registered sets and the writes of their columns."""
+
+    registered: list[EvalSet]
+    written: list[ColumnWriteReport]
 
 
 @dataclass
@@ -414,12 +434,13 @@ class Registry:
 
     union: Union
     changed: bool  # another registry was recorded: the union columns were dropped first
+    per_set: PerSet
 
 
-def record_registry(run: Run) -> Registry:
+def record_registry(run: Run, per_set: PerSet) -> Registry:
     """The union step's state, once the per-set columns are written: the registry recorded in
     the table's config (the union columns dropped first when it changed)."""
-    table, sets = run.table, run.state
+    table, sets = run.table, per_set.registered
     described = [s.to_dict() for s in sets]
     registry = {"ngram": NGRAM, "normalisation": NORMALISATION, "sets": described,
                 "registry": registry_fingerprint(described)}
@@ -434,47 +455,39 @@ def record_registry(run: Run) -> Registry:
     elif stored != registry:  # same sets, other paths or counts: keep the config current
         table.set_config(CONTAMINATION_KEY, registry)
     return Registry(Union(table, registry["registry"], tuple(s.column for s in sets),
-                          tuple(s.spec.name for s in sets)), changed)
+                          tuple(s.spec.name for s in sets)), changed, per_set)
 
 
-def count_contaminated(run: Run, state: Registry) -> tuple[int, dict]:
-    """After the union: contaminated rows, in all and by set."""
+def count_contaminated(run: Run, registry: Registry,
+                       written: ColumnWriteReport) -> ContaminationReport:
+    """After the union: contaminated rows, in all and by set, and the run's report."""
     ds = run.table.newest()
-    # column names are built here from checked names and hex digits, never from free text
-    return (ds.count_rows(filter="contaminated = true"),
-            {s.spec.name: ds.count_rows(filter=f"`{s.column}` = true") for s in run.state})
-
-
-def steps(run: Run) -> list[Step]:
-    """One step per set whose column some fragment of the pinned version lacks (each set's
-    column is a group of its own), then the union over the registered sets."""
-    per_set = [Step(fields=[pa.field(s.column, pa.bool_())], compute=fixed(SetOverlap.of([s])))
-               for s in _sets_to_write(run.pinned, run.state)]
-    return [*per_set, Step(fields=UNION_FIELDS, state=record_registry,
-                           compute=lambda settings, state: state.union,
-                           after=count_contaminated)]
-
-
-def report_of(run: Run) -> ContaminationReport:
-    union = CONTAMINATED.name
-    report = ContaminationReport(sets=[s.to_dict() for s in run.state])
-    report.per_set = [r for name, r in run.reports.items() if name != union]
-    report.union = run.reports.get(union)
-    report.registry_changed = run.states[union].changed
-    report.contaminated_rows, report.rows_by_set = run.after[union]
+    sets = registry.per_set.registered
+    report = ContaminationReport(
+        **asdict(written), sets=[s.to_dict() for s in sets], per_set=registry.per_set.written,
+        registry_changed=registry.changed,
+        # column names are built here from checked names and hex digits, never from free text
+        contaminated_rows=ds.count_rows(filter="contaminated = true"),
+        rows_by_set={s.spec.name: ds.count_rows(filter=f"`{s.column}` = true") for s in sets})
+    done = set(report.new_columns) | ({f.name for f in UNION_FIELDS}
+                                      if not written.nothing_to_do else set())
+    report.reported = Reported(
+        # a no-op run reports the columns it owns
+        fields=[f for f in ds.schema if f.name in (done or {f.name for f in UNION_FIELDS})],
+        descriptions=set_column_descriptions(ds),
+        owned=[f.name for f in UNION_FIELDS] + [s["column"] for s in report.sets])
     return report
 
 
-def contamination(root: Table | str | Path, eval_sets: list[EvalSetSpec], *,
-                  fragments_per_commit: int | None = None, executor: str | None = None,
-                  log: Callable[[str], None] = print) -> ContaminationReport:
-    """Write the per-set columns each registered set lacks, then ``contaminated`` /
-    ``contaminated_with`` for the registry as it is now, all on one pinned version (rows
-    ingested meanwhile wait for the next run)."""
-    done = produce(PRODUCER, root, ContaminationSettings(eval_sets=list(eval_sets)),
-                   executor=executor, fragments_per_commit=fragments_per_commit, log=log,
-                   summarize=False)
-    return report_of(done.run)
+STEPS = (
+    # one group per set whose column some fragment of the pinned version lacks
+    Step(fields=lambda settings, eval_set: [pa.field(eval_set.column, pa.bool_())], each=True,
+         state=load_sets, compute=lambda settings, eval_set: SetOverlap.of([eval_set]),
+         after=lambda run, sets, written: PerSet(sets.registered, written)),
+    # then the union over the registered sets
+    Step(fields=UNION_FIELDS, state=record_registry, compute=lambda settings, state: state.union,
+         after=count_contaminated),
+)
 
 
 def registered_sets(ds: lance.LanceDataset) -> list[dict]:
@@ -492,27 +505,10 @@ def set_column_descriptions(ds: lance.LanceDataset) -> dict[str, str]:
     return out
 
 
-def reported(run: Run) -> Reported:
-    """The columns this run wrote (every one it owns on a no-op run), described."""
-    report = report_of(run)
-    ds = run.table.newest()
-    written = set(report.new_columns) | {f.name for f in UNION_FIELDS
-                                         if report.union and not report.union.nothing_to_do}
-    if not written:  # a no-op run reports the columns it owns
-        written = {f.name for f in UNION_FIELDS}
-    return Reported(
-        fields=[f for f in ds.schema if f.name in written],
-        descriptions=set_column_descriptions(ds),
-        # what it owns: the per-set columns of the registered sets and the union over them
-        owned=[f.name for f in UNION_FIELDS] + [s["column"] for s in report.sets])
-
-
-def summary(run: Run) -> dict:
-    report = report_of(run)
+def summary(table: Table, report: ContaminationReport) -> dict:
     return {
         "nothing_to_do": report.nothing_to_do,
-        "rows_written": sum(r.rows_written for r in [*report.per_set, report.union]
-                            if r is not None),
+        "rows_written": report.rows_written + sum(r.rows_written for r in report.per_set),
         "eval_sets": Markdown(markdown_table([
             {**{k: s[k] for k in ("name", "column", "items", "items_too_short", "ngrams")},
              "rows": report.rows_by_set.get(s["name"], 0)} for s in report.sets])
@@ -530,6 +526,5 @@ PRODUCER = ColumnProducer(
         "one `contam_<name>_<fingerprint>` column per set makes new sets and new rows "
         "incremental. A blocking check on `curation_rules` stops training while a kept row is "
         "contaminated.",
-    fields=UNION_FIELDS, descriptions=DESCRIPTIONS, state=load_sets, steps=steps,
-    summary=summary, reported=reported, settings=ContaminationSettings,
-    kinds=("lance", "numpy"), input_errors=(EvalSetError,))
+    descriptions=DESCRIPTIONS, steps=STEPS, summary=summary, settings=ContaminationSettings,
+    kinds=("lance", "numpy"))

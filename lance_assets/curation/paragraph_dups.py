@@ -18,9 +18,8 @@ executor); the comparison with every earlier document runs in the driver, in fra
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +27,7 @@ import pyarrow.compute as pc
 
 from lance_assets.table import Table
 from lance_assets.table.columns import ColumnWriteReport, Staged, fragments_missing
-from lance_assets.table.producer import ColumnProducer, Run, produce
+from lance_assets.table.producer import ColumnProducer, Run, Step
 
 DUP_PARAGRAPH_FRAC = pa.field("dup_paragraph_frac", pa.float32())
 PARAGRAPH_HASHES = pa.field("paragraph_hashes", pa.list_(pa.int64()))
@@ -163,7 +162,7 @@ class ParagraphMatcher:
                                              schema=pa.schema(FIELDS))
 
 
-def matcher(run: Run) -> ParagraphMatcher:
+def matcher(run: Run, before: None) -> ParagraphMatcher:
     """The state: the ordered part, on the pinned version (it loads the hashes of the documents
     written before, below the pinned version's end, when the first fragment comes)."""
     return ParagraphMatcher(run.table, {}, run.rows_end)
@@ -173,22 +172,26 @@ def staged(settings, state: ParagraphMatcher) -> Staged:
     return Staged(ParagraphHashes(), state)
 
 
-def paragraph_dups(root: Table | str | Path, *, fragments_per_commit: int | None = None,
-                   executor: str | None = None, log: Callable[[str], None] = print
-                   ) -> tuple[ColumnWriteReport, dict]:
-    """Write ``dup_paragraph_frac`` and ``paragraph_hashes`` for every fragment that lacks them,
-    in id order, on one pinned version (rows ingested meanwhile wait for the next run); returns
-    the report and counts (documents, with_repeated_paragraphs)."""
-    done = produce(PRODUCER, root, executor=executor, fragments_per_commit=fragments_per_commit,
-                   log=log, summarize=False)
-    return done.write, done.run.state.stats
+@dataclass
+class ParagraphDupsReport(ColumnWriteReport):
+    """The write's report, with the counts of the rows it wrote (documents,
+    with_repeated_paragraphs)."""
+
+    stats: dict = field(default_factory=dict)
 
 
-def summary(run: Run) -> dict:
+def counted(run: Run, state: ParagraphMatcher, written: ColumnWriteReport) -> ParagraphDupsReport:
+    return ParagraphDupsReport(**asdict(written), stats=dict(state.stats))
+
+
+def summary(table: Table, report: ParagraphDupsReport) -> dict:
     return {
-        "new_rows_with_repeated_paragraphs": run.state.stats.get("with_repeated_paragraphs", 0),
-        "rows_with_half_repeated": run.table.newest().count_rows(
+        "new_rows_with_repeated_paragraphs": report.stats.get("with_repeated_paragraphs", 0),
+        "rows_with_half_repeated": table.newest().count_rows(
             filter=f"{DUP_PARAGRAPH_FRAC.name} >= 0.5")}
+
+
+STEPS = (Step(fields=FIELDS, state=matcher, compute=staged, after=counted),)
 
 
 PRODUCER = ColumnProducer(
@@ -197,7 +200,6 @@ PRODUCER = ColumnProducer(
         "(normalised, hashed) that appeared in an earlier document, and `paragraph_hashes`, the "
         "state later runs match new documents against. Order-dependent: hashing runs per fragment "
         "(Ray tasks when asked), the comparison in id order; values already written never change.",
-    fields=FIELDS, descriptions=DESCRIPTIONS, state=matcher, compute=staged,
-    summary=summary, kinds=("lance", "numpy"),
+    descriptions=DESCRIPTIONS, steps=STEPS, summary=summary, kinds=("lance", "numpy"),
     reads={DUP_PARAGRAPH_FRAC.name: [("raw_text", "text"), ("raw_text", "id")],
            PARAGRAPH_HASHES.name: [("raw_text", "text")]})

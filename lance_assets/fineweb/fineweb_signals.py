@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from lance_assets.curation.quality_signals import ngram_windows
 from lance_assets.fineweb import web_words
-from lance_assets.table.producer import ColumnProducer, fixed
+from lance_assets.table.producer import ColumnProducer
 
 # datatrove's constants (pipeline/filters/gopher_quality_filter.py, c4_filters.py)
 STOP_WORDS = ["the", "be", "to", "of", "and", "that", "have", "with"]
@@ -349,5 +349,5 @@ PRODUCER = ColumnProducer(
         "set it, FineWeb) as columns, each statistic computed exactly as datatrove does: spaCy's "
         "English words, Python's line splits, the text C4 hands on for FineWeb's ratios. "
         "`RULE_SETS['fineweb']` reads them; vectorised per fragment.",
-    fields=FIELDS, descriptions=DESCRIPTIONS, compute=fixed(fragment_signals),
+    fields=FIELDS, descriptions=DESCRIPTIONS, compute=lambda settings, state: fragment_signals,
     kinds=("lance", "numpy"))

@@ -23,11 +23,9 @@ mixing redacted and unredacted fragments in one column is refused like a tokeniz
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, Union
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -35,18 +33,10 @@ import pyarrow.compute as pc
 
 from lance_assets import keys
 from lance_assets.curation.personal_data import PII_SPANS, PLACEHOLDERS, redact
-from lance_assets.markdown import markdown_table
+from lance_assets.markdown import Markdown, markdown_table
 from lance_assets.table import Table, get_json_config
 from lance_assets.table.columns import ColumnWriteReport, ensure_columns, fragments_missing
-from lance_assets.table.producer import (
-    ColumnProducer,
-    Markdown,
-    Run,
-    Step,
-    fixed,
-    produce,
-    setting,
-)
+from lance_assets.table.producer import ColumnProducer, Run, Step, setting
 from lance_assets.tokens.tokenizers import (
     BPE_PREFIX,
     TokenizerInfo,
@@ -96,10 +86,15 @@ def _redaction_message(uri: str, current: dict, wanted: dict) -> str:
 
 @dataclass
 class TokenIdsReport(ColumnWriteReport):
+    """The token step's write, counting the ``n_bytes`` fragments too, with the tokenizer."""
+
+    tokenizer: TokenizerInfo | None = None
     tokenizer_choice: str = ""  # which tokenizer was used, and why
+    tokens_written: int = 0
     bytes_tokenized: int = 0
     n_bytes_fragments_written: int = 0
     replaced: bool = False  # token columns of another tokenizer were dropped first
+    pii_redacted: bool = False
 
     @property
     def nothing_to_do(self) -> bool:
@@ -221,37 +216,30 @@ class TokenIdsSettings:
         False, "Tokenize the text with the `personal_data` spans replaced by placeholders "
         "(<EMAIL>, <PHONE>, <IP_ADDRESS>, <CARD_NUMBER>); `text` never changes. Recorded in the "
         "table's config: switching it on or off later needs `replace: true`.")
-
-
-@dataclass(frozen=True)
-class TokenIdsRun(TokenIdsSettings):
-    """The asset's settings and what library callers also set: tokenizer threads per process."""
-
-    num_threads: int | None = None
+    num_threads: int | None = setting(
+        None, "Tokenizer threads in this process (default: its cores).", run_config=False)
 
 
 @dataclass
 class Tokenizer:
-    """The producer's state: the tokenizer this run writes with, recorded in the table's config
-    (the token columns of another one dropped first, when asked)."""
+    """The first step's state: the tokenizer this run writes with, recorded in the table's
+    config (the token columns of another one dropped first, when asked)."""
 
     tok: Any
     name: str  # as chosen (``bpe:<sha256>``, ``byte``...)
     why: str
     replaced: bool
-    num_threads: int | None
 
 
-def prepare_tokenizer(run: Run) -> Tokenizer:
-    """The producer's state, on the pinned version: choose and load the tokenizer, refuse to
+def prepare_tokenizer(run: Run, before: None) -> Tokenizer:
+    """The first step's state, on the pinned version: choose and load the tokenizer, refuse to
     mix tokenizers or redactions in one column (or drop the old columns with ``replace``), and
     record it in the table's config before the first value is written."""
     table, settings, log = run.table, run.settings, run.log
     root, uri, ds = table.root, table.uri, run.pinned
     redact_pii = settings.redact_pii
-    num_threads = settings.num_threads if isinstance(settings, TokenIdsRun) else None
     name, why = choose_tokenizer(root, settings.tokenizer, ds)
-    tok = load_tokenizer(name, root, num_threads=num_threads)
+    tok = load_tokenizer(name, root, num_threads=settings.num_threads)
     keep_bpe_file(root, name, tok)
     current = table_tokenizer(ds)
     redaction, current_redaction = redaction_setting(redact_pii), table_redaction(ds)
@@ -277,79 +265,69 @@ def prepare_tokenizer(run: Run) -> Tokenizer:
     if get_json_config(ds, keys.TOKEN_REDACTION_KEY) != redaction:
         table.set_config(keys.TOKEN_REDACTION_KEY, redaction)
     log(f"tokenizer {tok.info.name} ({why}){', PII redacted' if redact_pii else ''}")
-    return Tokenizer(tok, name, why, replaced, num_threads)
+    return Tokenizer(tok, name, why, replaced)
 
 
-def plan_encoding(run: Run) -> TokenEncoder | EncodeAhead:
+@dataclass
+class BytesCounted:
+    """The ``n_bytes`` step's result: the tokenizer, and the fragments it wrote."""
+
+    tokenizer: Tokenizer
+    fragments_written: int
+
+
+@dataclass
+class Encoding:
+    """The token step's state: its compute, and what the steps before gave."""
+
+    compute: TokenEncoder | EncodeAhead
+    counted: BytesCounted
+
+
+def plan_encoding(run: Run, counted: BytesCounted) -> Encoding:
     """The token step's state (its compute): a Ray task per fragment, one tokenizer thread
     each; locally, the next fragments encoded ahead on a thread while one is committed."""
-    tokenizer: Tokenizer = run.state
-    tok, name = tokenizer.tok, tokenizer.name
+    tok, name = counted.tokenizer.tok, counted.tokenizer.name
     encoder = TokenEncoder(tok.info.name if tok.info.name.startswith(BPE_PREFIX) else name,
-                           str(run.table.root), tok.info.sha256, tokenizer.num_threads,
+                           str(run.table.root), tok.info.sha256, run.settings.num_threads,
                            run.settings.redact_pii)
     ds = ensure_columns(run.table, [INPUT_IDS, N_TOKENS])
     if run.where == "ray":
         # one task per CPU: the parallelism is in the tasks, not in each task's threads
-        return dataclasses.replace(encoder, num_threads=1)
+        return Encoding(dataclasses.replace(encoder, num_threads=1), counted)
     _TOKENIZERS[encoder.key] = tok  # already loaded: the local path reuses it
     pinned = {f.fragment_id: f.physical_rows for f in run.pinned.get_fragments()}
     order = [f for f in fragments_missing(ds, TOKEN_COLUMNS)
              if pinned.get(f.fragment_id) == f.physical_rows]  # what the write asks for
-    return EncodeAhead(encoder, order, ThreadPoolExecutor(1, thread_name_prefix="token_ids"))
+    pool = ThreadPoolExecutor(1, thread_name_prefix="token_ids")
+    return Encoding(EncodeAhead(encoder, order, pool), counted)
 
 
-def count_tokens(run: Run, compute) -> tuple[int, int]:
-    """After the token step: (tokens, bytes) of the fragments it wrote."""
-    return _written_totals(run.table, run.reports[INPUT_IDS.name].fragments_written)
-
-
-def token_report(run: Run) -> TokenIdsReport:
-    """The report of the run: the token step's, counting the ``n_bytes`` fragments too."""
-    tokenizer: Tokenizer = run.state
-    _, n_bytes = run.after[INPUT_IDS.name]
-    out = TokenIdsReport(**asdict(run.reports[INPUT_IDS.name]), tokenizer_choice=tokenizer.why,
+def token_report(run: Run, encoding: Encoding, written: ColumnWriteReport) -> TokenIdsReport:
+    """The run's report: the token step's write, counting the ``n_bytes`` fragments too, with
+    the tokens and bytes of the fragments it wrote."""
+    tokenizer = encoding.counted.tokenizer
+    tokens, n_bytes = _written_totals(run.table, written.fragments_written)
+    out = TokenIdsReport(**asdict(written), tokenizer=tokenizer.tok.info,
+                         tokenizer_choice=tokenizer.why, tokens_written=tokens,
                          bytes_tokenized=n_bytes,
-                         n_bytes_fragments_written=len(run.reports[N_BYTES.name].fragments_written),
-                         replaced=tokenizer.replaced)
+                         n_bytes_fragments_written=encoding.counted.fragments_written,
+                         replaced=tokenizer.replaced, pii_redacted=run.settings.redact_pii)
     out.version = run.table.newest().version
     return out
 
 
 STEPS = (
-    Step(fields=[N_BYTES], compute=fixed(_n_bytes)),
+    Step(fields=[N_BYTES], state=prepare_tokenizer, compute=lambda settings, tokenizer: _n_bytes,
+         after=lambda run, tokenizer, written: BytesCounted(tokenizer,
+                                                            len(written.fragments_written))),
     Step(fields=[INPUT_IDS, N_TOKENS], state=plan_encoding,
-         compute=lambda settings, state: state, after=count_tokens),
+         compute=lambda settings, encoding: encoding.compute, after=token_report),
 )
 
 
-def token_ids(
-    table: Union[Table, str, os.PathLike],
-    tokenizer: str = "auto",
-    *,
-    fragments_per_commit: int | None = None,
-    replace: bool = False,
-    num_threads: int | None = None,
-    redact_pii: bool = False,
-    executor: str | None = None,
-    log: Callable[[str], None] = print,
-) -> tuple[TokenIdsReport, TokenizerInfo, int]:
-    """Write ``n_bytes`` and the token columns for every fragment of one pinned version lacking
-    them; returns (report, tokenizer, tokens written). ``redact_pii``: tokenize the text with
-    the ``personal_data`` spans replaced by placeholders. ``table``: a ``Table`` or a data root
-    (the tokenizers live under the table's data root)."""
-    settings = TokenIdsRun(tokenizer=tokenizer, replace=replace, redact_pii=redact_pii,
-                           num_threads=num_threads)
-    done = produce(PRODUCER, table, settings, executor=executor,
-                   fragments_per_commit=fragments_per_commit, log=log, summarize=False)
-    return done.write, done.run.state.tok.info, done.run.after[INPUT_IDS.name][0]
-
-
-def summary(run: Run) -> dict:
-    report: TokenIdsReport = run.report
-    info = run.state.tok.info
-    tokens = run.after[INPUT_IDS.name][0]
-    seconds = report.duration_s
+def summary(table: Table, report: TokenIdsReport) -> dict:
+    info, tokens, seconds = report.tokenizer, report.tokens_written, report.duration_s
     return {
         "tokens_written": tokens,
         "tokens_per_s": round(tokens / seconds, 1) if seconds else 0.0,
@@ -357,7 +335,7 @@ def summary(run: Run) -> dict:
         "bytes_per_token": round(report.bytes_tokenized / tokens, 3) if tokens else None,
         "tokenizer_choice": report.tokenizer_choice,
         "replaced": report.replaced,
-        "pii_redacted": run.settings.redact_pii,
+        "pii_redacted": report.pii_redacted,
         "tokenizer": Markdown(markdown_table([info.to_dict()])),
         "tokenizer_name": info.name,
         "tokenizer_sha256": info.sha256,
@@ -372,7 +350,6 @@ PRODUCER = ColumnProducer(
     doc="`input_ids` (list<int32>, no EOS: the loader adds it when packing), `n_tokens` (int32) "
         "and `n_bytes` (int32, UTF-8 length of `text`, for bits per byte). The tokenizer (name, "
         "EOS/PAD ids, sha256) is recorded in the table's config; by default the trained BPE.",
-    fields=[N_BYTES, INPUT_IDS, N_TOKENS], descriptions=DESCRIPTIONS, state=prepare_tokenizer,
-    steps=STEPS, overall=token_report, summary=summary,
-    settings=TokenIdsSettings, deps=("dedup_flag", "tokenizer", "personal_data"), group="corpus",
+    descriptions=DESCRIPTIONS, steps=STEPS, summary=summary, settings=TokenIdsSettings,
+    deps=("dedup_flag", "tokenizer", "personal_data"), group="corpus",
     version="2")
