@@ -79,7 +79,7 @@ def build_corpus(root: Path, rows: int, planted: float, seed: int) -> tuple[list
     pairs = [(position[c], position[s]) for c, s in pairs]
     src = root.parent / "source.parquet"
     pq.write_table(pa.table({"text": texts}), src)
-    ingest(root, str(src), log=lambda _m: None)
+    ingest(Table.of(root), str(src), log=lambda _m: None)
     return texts, pairs
 
 
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
         copies = [new_texts[c] for c, _ in new_pairs]
         extra = work / "extra.parquet"
         pq.write_table(pa.table({"text": copies}), extra)
-        ingest(root, str(extra), log=quiet)
+        ingest(Table.of(root), str(extra), log=quiet)
         (report, stats2), t_inc = timed(nd.near_dup, root, settings, log=quiet)
         results["near_dup"]["incremental"] = {
             "new_docs": report.rows_written, "seconds": round(t_inc, 2),

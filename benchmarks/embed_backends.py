@@ -32,6 +32,7 @@ from benchmarks.tokenize_bench import MAX_DOC_BYTES, local_text_files
 from lance_assets.embeddings.chunk_embeddings import ChunkSpec, shared_chunker
 from lance_assets.embeddings.embeddings import Embedder
 from lance_assets.embeddings.onnx_backend import BACKENDS
+from lance_assets.table import Table
 
 
 def real_chunks(docs: int, limit: int) -> tuple[list[str], int]:
@@ -67,7 +68,7 @@ def quality_score_by_backend(rows: int = 2000) -> dict:
     for backend in ("torch", "torch-bf16", "onnx-int8"):
         work = tempfile.mkdtemp(prefix="embed-backends-")
         try:
-            ingest(work, f"synthetic:{rows}", log=lambda _m: None)
+            ingest(Table.of(work), f"synthetic:{rows}", log=lambda _m: None)
             embeddings(work, backend=backend, log=lambda _m: None)
             held = quality_score(work, log=lambda _m: None).model["heldout"]
         finally:

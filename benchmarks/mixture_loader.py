@@ -45,7 +45,7 @@ def build(work: Path, docs: int) -> Path:
         work.mkdir(parents=True, exist_ok=True)
         pq.write_table(planted_domains(docs), work / "corpus.parquet")
         quiet = lambda _m: None  # noqa: E731
-        ingest(root, str(work / "corpus.parquet"), log=quiet)
+        ingest(Table.of(root), str(work / "corpus.parquet"), log=quiet)
         dedup_flag(root, log=quiet)
         token_ids(root, "byte", log=quiet)
     return root

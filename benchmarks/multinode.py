@@ -23,6 +23,7 @@ from pathlib import Path
 from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.launch.torchrun import local_agent_commands, local_agent_threads
+from lance_assets.table import Table
 from lance_assets.tokens.token_ids import token_ids
 
 
@@ -31,7 +32,7 @@ def quiet(_msg: str) -> None:
 
 
 def build_table(root: Path, rows: int) -> None:
-    ingest(root, f"synthetic:{rows}", log=quiet)
+    ingest(Table.of(root), f"synthetic:{rows}", log=quiet)
     dedup_flag(root, log=quiet)
     token_ids(root, "byte", log=quiet)
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.measured import run_measured
+from lance_assets.table import Table
 
 REPO = Path(__file__).resolve().parent.parent
 STAGES = ["ingest", "dedup_flag", "quality_signals", "near_dup", "token_ids"]
@@ -46,7 +47,7 @@ def run_stage(stage: str, root: str, rows: int) -> None:
     quiet = lambda _m: None  # noqa: E731
     if stage == "ingest":
         from lance_assets.ingest.raw_text import ingest
-        ingest(root, f"synthetic-web:{rows}", log=quiet)
+        ingest(Table.of(root), f"synthetic-web:{rows}", log=quiet)
     elif stage == "dedup_flag":
         from lance_assets.curation.dedup_flag import dedup_flag
         dedup_flag(root, log=quiet)

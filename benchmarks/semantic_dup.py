@@ -45,6 +45,7 @@ from lance_assets.embeddings import embeddings as embed
 from lance_assets.embeddings.chunk_embeddings import vector_rows
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
+from lance_assets.table import Table
 from lance_assets.testing.semantic_planted import SynonymBagEmbedder, planted_set
 
 STRENGTHS = {  # drop share of sentences, share of synonym-able words replaced, share moved
@@ -79,7 +80,7 @@ def quality(work: Path, originals: int, copies: int, seed: int, backend: str = "
         planted = planted_set(originals, copies, originals, seed=seed, **reword)
         root = work / f"planted-{name}"
         write_jsonl(work / f"{name}.jsonl", planted.texts)
-        ingest(root, str(work / f"{name}.jsonl"), rows_per_fragment=64, log=quiet)
+        ingest(Table.of(root), str(work / f"{name}.jsonl"), rows_per_fragment=64, log=quiet)
         t = time.perf_counter()
         e = embed.embeddings(root, backend=backend, log=quiet)
         embed_s = time.perf_counter() - t
@@ -155,7 +156,7 @@ def cost(work: Path, sizes: list[int]) -> None:
         root = work / f"cost-{rows}"
         write_jsonl(work / f"cost-{rows}-a.jsonl", texts[:cut])
         write_jsonl(work / f"cost-{rows}-b.jsonl", texts[cut:])
-        ingest(root, str(work / f"cost-{rows}-a.jsonl"), rows_per_fragment=4096, log=quiet)
+        ingest(Table.of(root), str(work / f"cost-{rows}-a.jsonl"), rows_per_fragment=4096, log=quiet)
         chunks.chunk_embeddings(root, embedder=SynonymBagEmbedder(), log=quiet)
         t = time.perf_counter()
         _, stats = sd.semantic_dup(root, ALL_LANGUAGES, log=quiet)
@@ -163,7 +164,7 @@ def cost(work: Path, sizes: list[int]) -> None:
         t = time.perf_counter()
         nd.near_dup(root, log=quiet)
         nd_s = time.perf_counter() - t
-        ingest(root, str(work / f"cost-{rows}-b.jsonl"), rows_per_fragment=4096, log=quiet)
+        ingest(Table.of(root), str(work / f"cost-{rows}-b.jsonl"), rows_per_fragment=4096, log=quiet)
         chunks.chunk_embeddings(root, embedder=SynonymBagEmbedder(), log=quiet)
         t = time.perf_counter()
         sd.semantic_dup(root, ALL_LANGUAGES, log=quiet)
@@ -181,7 +182,7 @@ def demo(work: Path, rows: int) -> None:
     ``semantic_dup`` costs there and what it flags, next to ``near_dup``."""
     print(f"\n## The demo corpus (synthetic:{rows}), real model (CPU)")
     root = work / "demo"
-    ingest(root, f"synthetic:{rows}", log=quiet)
+    ingest(Table.of(root), f"synthetic:{rows}", log=quiet)
     embed.embeddings(root, log=quiet)
     chunks.chunk_embeddings(root, log=quiet)
     nd.near_dup(root, log=quiet)

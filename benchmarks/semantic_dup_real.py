@@ -54,6 +54,7 @@ import numpy as np
 
 from benchmarks.tokenize_bench import local_texts
 from lance_assets import keys, paths
+from lance_assets.table import Table
 from lance_assets.testing.semantic_planted import reworded
 
 THRESHOLDS = (0.80, 0.85, 0.87, 0.88, 0.90, 0.92, 0.93, 0.94, 0.95, 0.96)
@@ -106,7 +107,7 @@ def prepare(work: Path, docs: int, rewordings: int, seed: int, backend: str) -> 
     copies = [reworded(texts[i], rng, **REWORD) for i in chosen]
     src = work / "real.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts + copies))
-    ingest(root, str(src), rows_per_fragment=256, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=256, log=quiet)
     t = time.perf_counter()
     language_id(root, log=quiet)
     dedup_flag(root, log=quiet)

@@ -21,6 +21,7 @@ import os
 
 import pytest
 
+from lance_assets.table import Table
 from lance_assets_tests.helpers import quiet
 
 os.environ.setdefault("LANCE_LOG", "error")
@@ -110,7 +111,7 @@ def tokenized_root(tmp_path_factory):
     from lance_assets.tokens.token_ids import token_ids
 
     root = tmp_path_factory.mktemp("tokenized") / "data"
-    ingest(root, "synthetic:1500", rows_per_fragment=500, log=quiet)
+    ingest(Table.of(root), "synthetic:1500", rows_per_fragment=500, log=quiet)
     dedup_flag(root, log=quiet)
     quality_signals(root, log=quiet)
     near_dup(root, log=quiet)
@@ -127,9 +128,9 @@ def bpe_root(tmp_path_factory):
     from lance_assets.tokens.bpe import train_bpe
 
     root = tmp_path_factory.mktemp("bpe") / "data"
-    ingest(root, "synthetic", rows_per_fragment=500, log=quiet)
+    ingest(Table.of(root), "synthetic", rows_per_fragment=500, log=quiet)
     dedup_flag(root, log=quiet)
-    train_bpe(root, log=quiet)
+    train_bpe(Table.of(root), log=quiet)
     return root
 
 

@@ -29,6 +29,8 @@ import threading
 import lance
 import lance.fragment
 
+from lance_assets.table import Table
+
 WRITERS = ("ingest", "dedup_flag", "token_ids", "quality_signals", "fineweb_signals", "near_dup",
            "embeddings", "detected_language", "personal_data", "paragraph_dups", "contamination",
            "quality_score", "chunk_embeddings", "semantic_dup")  # the table's writers; `forget` too
@@ -98,7 +100,7 @@ def run(writer: str, root: str, source: str | None) -> None:
 
     if writer == "ingest":
         from lance_assets.ingest.raw_text import ingest
-        ingest(root, source, rows_per_fragment=128, rows_per_commit=200, log=quiet)
+        ingest(Table.of(root), source, rows_per_fragment=128, rows_per_commit=200, log=quiet)
     elif writer == "dedup_flag":
         from lance_assets.curation.dedup_flag import dedup_flag
         dedup_flag(root, fragments_per_commit=1, log=quiet)
@@ -153,7 +155,7 @@ def run(writer: str, root: str, source: str | None) -> None:
                 log=quiet)
     elif writer == "forget":  # SOURCE is the predicate
         from lance_assets.table.forget import forget
-        forget(root, source, log=quiet)
+        forget(Table.of(root), source, log=quiet)
     else:
         raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}, forget")
 

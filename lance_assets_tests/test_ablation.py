@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from lance_assets import paths
 from lance_assets.ablation import plan as ablation
 from lance_assets.curation.predicate import safe_predicate
+from lance_assets.table import Table
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the teacher"]
@@ -73,7 +74,7 @@ def garbage_root(tmp_path_factory):
     source = write_fineweb_parquet(base / "corpus.parquet", texts,
                                    extra={"score": pa.array(scores, pa.float64())})
     root = base / "data"
-    ingest(root, str(source), rows_per_fragment=400, log=quiet)
+    ingest(Table.of(root), str(source), rows_per_fragment=400, log=quiet)
     dedup_flag(root, log=quiet)
     token_ids(root, "byte", log=quiet)
     return root

@@ -15,6 +15,7 @@ from lance_assets import paths
 from lance_assets.curation import rules
 from lance_assets.fineweb import fineweb_signals, web_words
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table
 from lance_assets.table.producer import produce, producers
 from lance_assets_tests.helpers import quiet
 
@@ -110,7 +111,7 @@ def test_fineweb_rules_decide_the_hand_checked_documents(tmp_path):
     src = tmp_path / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": text}) + "\n" for text, _ in DOCS.values()))
     root = tmp_path / "data"
-    ingest(root, str(src), log=quiet)
+    ingest(Table.of(root), str(src), log=quiet)
     produce(fineweb_signals.PRODUCER, root, log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     name_of = {text: name for name, (text, _) in DOCS.items()}

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from lance_assets import keys, paths
 from lance_assets.curation import personal_data as pii
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import data_files_by_field, get_json_config
+from lance_assets.table import Table, data_files_by_field, get_json_config
 from lance_assets.testing.pii_planted import GENERATORS, planted_documents
 from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
 from lance_assets.tokens.tokenizers import ByteTokenizer
@@ -86,7 +86,7 @@ def _table(tmp_path, texts):
     src.mkdir(exist_ok=True)
     pq.write_table(pa.table({"text": texts}), src / f"{len(list(src.iterdir()))}.parquet")
     root = tmp_path / "data"
-    ingest(root, str(src), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=50, log=quiet)
     return root
 
 

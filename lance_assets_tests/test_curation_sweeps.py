@@ -27,6 +27,7 @@ from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.curation.predicate import safe_predicate
 from lance_assets.curation.quality_signals import quality_signals
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table
 from lance_assets.tokens.token_ids import token_ids
 from lance_assets_tests.helpers import quiet
 
@@ -62,11 +63,11 @@ RULES = {**{n: rule_text(n, CURRENT[n]) for n in TEMPLATES}, **NOT_SWEPT}
 def root(tmp_path_factory):
     """Quality signals and token counts on 600 rows, then rows appended without them (NULL)."""
     root = tmp_path_factory.mktemp("sweeps") / "data"
-    ingest(root, "synthetic:600", rows_per_fragment=300, log=quiet)
+    ingest(Table.of(root), "synthetic:600", rows_per_fragment=300, log=quiet)
     dedup_flag(root, log=quiet)
     quality_signals(root, log=quiet)
     token_ids(root, "byte", log=quiet)
-    ingest(root, "synthetic:900", rows_per_fragment=300, log=quiet)
+    ingest(Table.of(root), "synthetic:900", rows_per_fragment=300, log=quiet)
     return root
 
 

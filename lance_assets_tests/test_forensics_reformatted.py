@@ -17,6 +17,7 @@ from lance_assets.embeddings import vector_index as vindex
 from lance_assets.forensics.__main__ import main as cli
 from lance_assets.forensics.attribution import PASSAGE_MIN_WORDS, Attributor
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table
 from lance_assets.testing import longdocs
 from lance_assets_tests.helpers import quiet
 
@@ -36,16 +37,16 @@ def table(tmp_path_factory):
     root = base / "data"
     docs = longdocs.corpus(DOCS)
     (base / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
-    ingest(root, str(base / "docs.jsonl"), rows_per_fragment=8, log=quiet)
+    ingest(Table.of(root), str(base / "docs.jsonl"), rows_per_fragment=8, log=quiet)
     embed.embeddings(root, log=quiet)
     report = chunks.chunk_embeddings(root, log=quiet)
-    vindex.vector_index(root)
-    vindex.vector_index(root, target=vindex.CHUNKS)
+    vindex.vector_index(Table.of(root))
+    vindex.vector_index(Table.of(root), target=vindex.CHUNKS)
     ds = lance.dataset(paths.table_uri(root))
     rows = ds.to_table(columns=["id", "text"]).to_pylist()
     id_of = {r["text"]: r["id"] for r in rows}
     return {"root": root, "docs": docs, "ids": [id_of[t] for t in docs], "report": report,
-            "attributor": Attributor(root, log=quiet)}
+            "attributor": Attributor(Table.of(root), log=quiet)}
 
 
 def second_half_passage(table, i: int) -> str:

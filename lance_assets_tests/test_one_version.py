@@ -79,7 +79,7 @@ def _sources(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _ingest(root: Path, source: Path) -> None:
-    ingest(root, str(source), rows_per_fragment=100, rows_per_commit=400, log=quiet)
+    ingest(Table.of(root), str(source), rows_per_fragment=100, rows_per_commit=400, log=quiet)
 
 
 def _columns(root: Path, cols: list[str]) -> pa.Table:
@@ -459,7 +459,7 @@ def test_a_mixed_run_keeps_every_row_once_and_every_value_equal_to_a_clean_run(t
         _ingest(clean, source)
     gone = ",".join(f"'{d}'" for d in DELETED + FORGOTTEN)
     lance.dataset(Table.of(clean).uri).delete(f"doc_id IN ({gone})")
-    maintain(clean, keep_versions_for=timedelta(0), target_rows_per_fragment=300, log=quiet)
+    maintain(Table.of(clean), keep_versions_for=timedelta(0), target_rows_per_fragment=300, log=quiet)
     _writers(clean)
 
     ds = table.newest()

@@ -26,6 +26,7 @@ from lance_assets.defs.metadata import null_share_metadata
 from lance_assets.defs.training.assets import MAX_CURVE_ROWS, loss_curve_records
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
+from lance_assets.table import Table
 from lance_assets_tests.helpers import quiet
 
 
@@ -35,14 +36,14 @@ def test_null_share_counts_rows_the_writer_has_not_reached(tmp_path):
     texts = generate(SyntheticSpec(rows=150, seed=4)).column("text")
     pq.write_table(pa.table({"text": texts.slice(0, 100)}), landing / "a.parquet")
     root = tmp_path / "data"
-    ingest(root, str(landing), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(landing), rows_per_fragment=50, log=quiet)
     dedup_flag(root, log=quiet)
     uri = paths.table_uri(root)
-    assert null_share_metadata(uri, ["is_dup"]) == {"null_share/is_dup": 0.0}
+    assert null_share_metadata(Table.of(uri), ["is_dup"]) == {"null_share/is_dup": 0.0}
 
     pq.write_table(pa.table({"text": texts.slice(100, 50)}), landing / "b.parquet")
-    ingest(root, str(landing), rows_per_fragment=50, log=quiet)  # 50 rows without is_dup yet
-    assert null_share_metadata(uri, ["is_dup"]) == {"null_share/is_dup": round(50 / 150, 6)}
+    ingest(Table.of(root), str(landing), rows_per_fragment=50, log=quiet)  # 50 rows without is_dup yet
+    assert null_share_metadata(Table.of(uri), ["is_dup"]) == {"null_share/is_dup": round(50 / 150, 6)}
 
 
 def test_curation_numbers_equal_sums_over_the_rows_each_rule_keeps(tokenized_root):

@@ -46,7 +46,7 @@ def _texts(n: int, seed: int) -> list[str]:
 
 
 def _ingest(root, path) -> None:
-    ingest(root, str(path), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(path), rows_per_fragment=50, log=quiet)
 
 
 def _producer(**kw) -> ColumnProducer:
@@ -107,7 +107,7 @@ def test_steps_write_in_order_on_one_pinned_version(root, tmp_path):
 
 
 def test_a_state_that_skips_writes_nothing_and_says_why(root):
-    ingest(root, "synthetic:60", rows_per_fragment=30, log=quiet)
+    ingest(Table.of(root), "synthetic:60", rows_per_fragment=30, log=quiet)
     producer = _producer(state=lambda run: Skip("no labels to learn from"),
                          compute=fixed(count_chars))
     done = produce(producer, root, log=quiet)
@@ -130,7 +130,7 @@ class Closing:
 
 
 def test_a_compute_is_closed_however_its_write_ends(root):
-    ingest(root, "synthetic:90", rows_per_fragment=30, log=quiet)
+    ingest(Table.of(root), "synthetic:90", rows_per_fragment=30, log=quiet)
     producer = _producer(steps=(Step(fields=[N_CHARS], compute=lambda s, st: Closing()),
                                 Step(fields=[SHARE], compute=lambda s, st: Share(1))))
     with pytest.raises(ValueError, match="injected"):

@@ -22,7 +22,7 @@ from lance_assets.curation.quality_signals import fragment_signals, quality_sign
 from lance_assets.embeddings.chunk_embeddings import chunk_embeddings
 from lance_assets.embeddings.embeddings import embeddings
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import columns, executor
+from lance_assets.table import Table, columns, executor
 from lance_assets.testing.embedders import ClusteredEmbedder
 from lance_assets.tokens.bpe import train_bpe
 from lance_assets.tokens.token_ids import token_ids
@@ -42,7 +42,7 @@ FRAGMENTS = 6
 def raw(tmp_path_factory):
     """A raw table of 6 fragments (with exact and near duplicates) to copy and backfill."""
     root = tmp_path_factory.mktemp("ray") / "raw"
-    ingest(root, "synthetic:600", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:600", rows_per_fragment=100, log=quiet)
     assert len(lance.dataset(paths.table_uri(root)).get_fragments()) == FRAGMENTS
     return root
 
@@ -70,7 +70,7 @@ def trained_bpe(raw, tmp_path) -> tuple[str, object]:
     data root, as the driver does."""
     root = copy(raw, tmp_path, "bpe")
     dedup_flag(root, log=quiet)
-    report = train_bpe(root, vocab_size=512, compare_with=(), log=quiet)
+    report = train_bpe(Table.of(root), vocab_size=512, compare_with=(), log=quiet)
     return BPE_PREFIX + report.sha256, paths.tokenizers_dir(root)
 
 

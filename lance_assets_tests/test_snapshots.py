@@ -18,6 +18,7 @@ import pytest
 from lance_assets import paths
 from lance_assets.curation.dedup_flag import dedup_flag
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table
 from lance_assets.tokens.token_ids import token_ids
 from lance_assets_tests.helpers import processes_mentioning, quiet, steps_logged
 
@@ -40,7 +41,7 @@ def root(tokenized_root, tmp_path):
 
 def new_commits(root) -> None:
     """What the hourly ingest and the backfills do meanwhile: new rows, their columns."""
-    ingest(root, "synthetic:1800", rows_per_fragment=500, log=quiet)
+    ingest(Table.of(root), "synthetic:1800", rows_per_fragment=500, log=quiet)
     dedup_flag(root, log=quiet)
     token_ids(root, "byte", log=quiet)
 

@@ -4,6 +4,7 @@ import pytest
 
 from lance_assets import paths
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
+from lance_assets.table import Table
 from lance_assets.tokens.token_ids import TokenizerMismatchError, token_ids
 from lance_assets.tokens.tokenizers import load_tokenizer, table_tokenizer
 from lance_assets_tests.helpers import quiet
@@ -42,7 +43,7 @@ def test_byte_tokens_are_utf8_bytes_of_a_sliced_array():
 def test_token_columns_and_tokenizer_recorded_in_table(root):
     from lance_assets.ingest.raw_text import ingest
 
-    ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:200", rows_per_fragment=100, log=quiet)
     report, info, tokens = token_ids(root, "cl100k_base", log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     assert table_tokenizer(ds) == info and info.name == "cl100k_base"

@@ -39,11 +39,9 @@ kept on both sides).
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Union
 
 import lance
 import numpy as np
@@ -334,14 +332,13 @@ class Attributor:
     """Holds the pinned training documents' word n-gram index and the model, so many texts
     (every sample of a run) are attributed for the price of one build."""
 
-    def __init__(self, table: Union[Table, str, os.PathLike], pin: Pin | None = None,
+    def __init__(self, table: Table, pin: Pin | None = None,
                  embedder: Embedder | None = None,
                  min_span: int = MIN_SPAN_WORDS, max_ngrams: int = MAX_INDEX_NGRAMS,
                  meaning: str = "auto", log: Callable[[str], None] = print):
-        """``table``: a ``Table`` or a data root. ``meaning``: ``auto`` (chunks when the table
-        has them, else document vectors, else none), or one of ``chunks``, ``document``,
-        ``none`` (comparisons)."""
-        self.table = Table.of(table)
+        """``meaning``: ``auto`` (chunks when the table has them, else document vectors, else
+        none), or one of ``chunks``, ``document``, ``none`` (comparisons)."""
+        self.table = table
         self.root = paths.data_dir(self.table.root)
         self.pin = pin or resolve_pin(self.table)
         self.latest = self.table.open()
@@ -559,9 +556,8 @@ def verdict_of(sources: list[Source], covered: float, min_span: int) -> tuple[st
            if near.cosine is not None else ""))
 
 
-def attribute(table: Union[Table, str, os.PathLike], text: str, k: int = 5, *,
+def attribute(table: Table, text: str, k: int = 5, *,
               version: int | None = None, log: Callable[[str], None] = print) -> Attribution:
     """Rank the training documents ``text`` most likely draws on (see the module docstring);
-    ``table``: a ``Table`` or a data root."""
-    table = Table.of(table)
+   """
     return Attributor(table, resolve_pin(table, version), log=log).attribute(text, k)

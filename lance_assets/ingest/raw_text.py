@@ -356,7 +356,7 @@ class _Parts:
 
 
 def ingest(
-    root: Table | str | Path,
+    table: Table,
     source: str,
     *,
     text_column: str = "text",
@@ -367,7 +367,7 @@ def ingest(
     max_new_rows: Optional[int] = None,
     log: Callable[[str], None] = print,
 ) -> IngestReport:
-    """Append what is new in ``source`` to the corpus table under ``root``.
+    """Append what is new in ``source`` to ``table``.
 
     A file that cannot be read (corrupt, wrong schema, bad JSON) is left out and reported in
     ``files_failed``; the others still ingest, and nothing already stored changes. With
@@ -378,7 +378,6 @@ def ingest(
                    rows_per_commit=rows_per_commit, max_doc_chars=max_doc_chars,
                    max_new_rows=max_new_rows)
     start = time.perf_counter()
-    table = Table.of(root)
     report = IngestReport()
     rows_by_unit: dict[str, int] = {}
     with ingest_lock(table.root, log) as held:

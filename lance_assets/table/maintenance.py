@@ -46,7 +46,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 
 import lance
 from lance.optimize import Compaction, RewriteResult
@@ -132,7 +131,7 @@ def _rebased(result: RewriteResult, version: int) -> RewriteResult:
     return RewriteResult.from_json(json.dumps(doc))
 
 
-def compact_table(table: Table | str | Path, *,
+def compact_table(table: Table, *,
                   target_rows_per_fragment: int = DEFAULT_ROWS_PER_FRAGMENT,
                   include: set[int] | None = None, report: MaintenanceReport | None = None,
                   log: Callable[[str], None] = print) -> MaintenanceReport:
@@ -141,7 +140,6 @@ def compact_table(table: Table | str | Path, *,
 
     Fragments whose column groups are still being written are left out, unless ``include``
     names them (``forget`` must rewrite every fragment that held a forgotten row)."""
-    table = Table.of(table)
     report = report or MaintenanceReport()
     for _ in range(MAX_COMPACTION_ROUNDS):
         report.compaction_rounds += 1
@@ -250,7 +248,7 @@ def cleanup_versions(table: Table, keep_versions_for: timedelta, report: Mainten
 
 
 def maintain(
-    root: Table | str | Path,
+    table: Table,
     *,
     compact: bool = True,
     target_rows_per_fragment: int = DEFAULT_ROWS_PER_FRAGMENT,
@@ -272,7 +270,6 @@ def maintain(
     ``retention``: apply the snapshot policy (``table.snapshots``), keeping the newest
     ``keep_unnamed_runs`` unnamed training runs per owner."""
     start = time.perf_counter()
-    table = Table.of(root)
     ds = table.newest()
     report = MaintenanceReport(version_before=ds.version,
                                fragments_before=len(ds.get_fragments()))
