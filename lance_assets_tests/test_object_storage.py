@@ -200,7 +200,7 @@ def test_concurrent_ingests_into_s3_add_each_row_exactly_once(s3):
             errors.append(e)
 
     threads = [threading.Thread(target=run) for _ in range(2)]
-    with ingest_lock(root, log=quiet):  # both start while a third ingest holds the lease
+    with ingest_lock(Table.of(root), log=quiet):  # both start while a third ingest holds the lease
         [t.start() for t in threads]
         time.sleep(1.5)
         assert not Table.of(root).exists()  # neither wrote past the lease
@@ -433,10 +433,10 @@ def test_ingest_where_no_lease_is_possible_is_refused_unless_one_ingest_is_promi
 
     monkeypatch.delenv(SINGLE_INGEST_ENV, raising=False)
     with pytest.raises(storage.StorageConfigError, match=SINGLE_INGEST_ENV), \
-            ingest_lock("gs://bucket/prefix", log=quiet):
+            ingest_lock(Table.of("gs://bucket/prefix"), log=quiet):
         pass
     monkeypatch.setenv(SINGLE_INGEST_ENV, "1")
-    with ingest_lock("gs://bucket/prefix", log=quiet) as held:
+    with ingest_lock(Table.of("gs://bucket/prefix"), log=quiet) as held:
         held.check()  # no lock to lose
 
 

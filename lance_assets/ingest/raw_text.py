@@ -33,7 +33,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import duckdb
@@ -135,9 +134,10 @@ class HeldLock:
 
 
 @contextmanager
-def ingest_lock(root: str | Path, log: Callable[[str], None] = print) -> Iterator[HeldLock]:
-    """Exclusive right to ingest into the table under ``root`` (see the module docstring)."""
-    path = paths.ingest_lock_path(root)
+def ingest_lock(table: Table, log: Callable[[str], None] = print) -> Iterator[HeldLock]:
+    """Exclusive right to ingest into ``table`` (see the module docstring)."""
+    root = table.root
+    path = paths.ingest_lock_path(root, table.name)
     if storage.is_object_store(path) and path.protocol not in storage.EXCLUSIVE_CREATE_SCHEMES:
         if os.environ.get(SINGLE_INGEST_ENV) != "1":
             raise storage.StorageConfigError(
@@ -366,7 +366,7 @@ def ingest(
     start = time.perf_counter()
     report = IngestReport()
     rows_by_unit: dict[str, int] = {}
-    with ingest_lock(table.root, log) as held:
+    with ingest_lock(table, log) as held:
         report.lock_wait_s = held.waited_s
         fragments_before = len(table.newest().get_fragments()) if table.exists() else 0
         skipped = SkipCounter()
