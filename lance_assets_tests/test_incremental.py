@@ -88,10 +88,11 @@ def test_rerun_with_nothing_new_adds_nothing(tmp_path):
 KILLER = textwrap.dedent("""
     import sys
     from lance_assets.ingest.raw_text import ingest
+    from lance_assets.table import Table
     from lance_assets.tokens.token_ids import token_ids
     root, src, what = sys.argv[1:4]
     if what == "ingest":
-        ingest(root, src, rows_per_commit=32, rows_per_fragment=64, log=lambda m: None)
+        ingest(Table.of(root), src, rows_per_commit=32, rows_per_fragment=64, log=lambda m: None)
     else:
         token_ids(root, "byte", fragments_per_commit=1, log=lambda m: None)
 """)

@@ -147,7 +147,8 @@ def test_dedup_flag_with_an_ingest_landing_right_after_its_hashing(tmp_path, mon
     def hash_then_let_an_ingest_land(ds, log=print):
         out = hashed(ds, log)
         subprocess.run([sys.executable, "-c", "from lance_assets.ingest.raw_text import ingest; "
-                        f"ingest({str(root)!r}, {str(b)!r}, rows_per_fragment=100, "
+                        "from lance_assets.table import Table; "
+                        f"ingest(Table.of({str(root)!r}), {str(b)!r}, rows_per_fragment=100, "
                         "rows_per_commit=400, log=lambda m: None)"], env=ENV, check=True)
         return out
 

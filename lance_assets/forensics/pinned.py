@@ -82,7 +82,7 @@ def resolve_pin(table: Table, version: int | None = None) -> Pin:
         given = table.choose(version)
         return Pin(given.version, max_id(given.dataset), None, None,
                    f"table version {version} (given)")
-    run = model_run(table.root)
+    run = model_run(table)
     if run is None:
         latest = table.choose()
         return Pin(latest.version, max_id(latest.dataset), None, None,
