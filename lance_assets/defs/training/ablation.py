@@ -109,7 +109,8 @@ class AblationConfig(dg.Config):
         runs = train_config.TrainConfig(num_splits=NUM_SPLITS, batch_size=self.batch_size)
         problem = train_config.world_problem(runs, self.nproc_per_node, world_is="nproc_per_node")
         if problem:  # the trainer's rule for the runs' loader splits
-            raise ValueError(train_config.config_words(problem))
+            raise ValueError(f"{train_config.config_words(problem)} (every run reads "
+                             f"{NUM_SPLITS} loader splits)")
         return self
 
 

@@ -78,8 +78,10 @@ def check_world(cfg: TrainConfig) -> None:
     before a run holds its snapshot or starts an agent."""
     problem = world_problem(cfg, cfg.nnodes * cfg.nproc_per_node,
                             world_is="nnodes x nproc_per_node")
+    if problem and problem.startswith("nnodes"):
+        raise dg.Failure(f"{config_words(problem)}: change nnodes, nproc_per_node or num_splits")
     if problem:
-        raise dg.Failure(config_words(problem) + ": change nnodes, nproc_per_node or num_splits")
+        raise dg.Failure(config_words(problem))
 
 
 def local_agent_envs(cfg: TrainConfig) -> list[dict[str, str]]:
