@@ -46,7 +46,7 @@ def prepare(work: Path, mb: float) -> Path:
     quiet = lambda _m: None  # noqa: E731
     source, docs, nbytes = build_corpus(work / "corpus" / "local_text.parquet", int(mb * 1e6))
     print(f"# corpus: {docs:,} local text files, {nbytes / 1e6:.1f} MB")
-    ingest(root, str(source), log=quiet)
+    ingest(Table.of(root), str(source), log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     produce(quality_signals.PRODUCER, Table.of(root), log=quiet)

@@ -85,7 +85,7 @@ def planted_table(work: Path, corpus: str, mb: float, share: float, seed: int) -
     parquet.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"text": [t for t, _ in rows], "score": [s for _, s in rows]}), parquet)
     quiet = lambda _m: None  # noqa: E731
-    ingest(root, str(parquet), log=quiet)
+    ingest(Table.of(root), str(parquet), log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     return root

@@ -43,9 +43,9 @@ def prepare(work: Path, mb: float, vocab: int) -> Path:
     quiet = lambda _m: None  # noqa: E731
     source, docs, nbytes = build_corpus(work / "corpus" / "local_text.parquet", int(mb * 1e6))
     print(f"# corpus: {docs:,} local text files, {nbytes / 1e6:.1f} MB")
-    ingest(root, str(source), log=quiet)
+    ingest(Table.of(root), str(source), log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    bpe.train_bpe(root, vocab_size=vocab, max_train_bytes=int(mb * 1e6), log=quiet)
+    bpe.train_bpe(Table.of(root), vocab_size=vocab, max_train_bytes=int(mb * 1e6), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), log=quiet)
     return root
 

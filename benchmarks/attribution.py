@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     texts_in = [Path(f).read_text(errors="replace") for f in files]
     src = work / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts_in))
-    ingest(root, str(src), log=quiet)
+    ingest(Table.of(root), str(src), log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     table = Table.of(root)
     ds = table.newest()
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     res["index"] = {}
     for target in (vindex.DOCUMENTS, vindex.CHUNKS):
-        r = vindex.vector_index(root, flat_below=args.flat_below, target=target)
+        r = vindex.vector_index(Table.of(root), flat_below=args.flat_below, target=target)
         res["index"][target.column] = {"build_s": r.build_s, **r.settings.to_dict()}
         print(f"index on {target.column}: {r.settings.index_type}, {r.build_s:.1f} s, recall@10 "
               f"{r.settings.recall_at_10}", flush=True)
@@ -293,11 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     # 3. methods
     pin = Pin(ds.version, max_id(ds), None, None, "benchmark")
     t = time.perf_counter()
-    after = Attributor(root, pin, log=quiet)
+    after = Attributor(Table.of(root), pin, log=quiet)
     after_build_s = time.perf_counter() - t
-    words_only = Attributor(root, pin, meaning="none", log=quiet)
-    doc_vectors = Attributor(root, pin, meaning="document", log=quiet)
-    bpe_report = train_bpe(root, log=quiet)
+    words_only = Attributor(Table.of(root), pin, meaning="none", log=quiet)
+    doc_vectors = Attributor(Table.of(root), pin, meaning="document", log=quiet)
+    bpe_report = train_bpe(Table.of(root), log=quiet)
     before = {"byte": TokenBaseline(load_tokenizer("byte"), texts, ids, ds, model),
               "BPE": TokenBaseline(load_tokenizer(bpe_report.name, root), texts, ids, ds, model)}
     res["index_build_s"] = {"words (after)": after_build_s,

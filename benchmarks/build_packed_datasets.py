@@ -57,7 +57,7 @@ def epoch_blocks(data_dir: str, *, seq_len: int, filter: str = "NOT is_dup", val
                  ) -> tuple[np.ndarray, dict]:
     """Epoch 0 of the on-the-fly loader, as an (n_blocks, seq_len + 1) int32 array."""
     table = Table.of(data_dir)
-    snap = data.open_snapshot(table.db_dir, table.name, table_version)
+    snap = data.open_snapshot(table, table_version)
     block_len = seq_len + 1
     tfilter = train_filter(snap, filter, val_mod)
     n = data.count_blocks(snap, tfilter, block_len, num_splits)

@@ -80,7 +80,7 @@ def build_corpus(root: Path, rows: int, planted: float, seed: int) -> tuple[list
     pairs = [(position[c], position[s]) for c, s in pairs]
     src = root.parent / "source.parquet"
     pq.write_table(pa.table({"text": texts}), src)
-    ingest(root, str(src), log=lambda _m: None)
+    ingest(Table.of(root), str(src), log=lambda _m: None)
     return texts, pairs
 
 
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
         copies = [new_texts[c] for c, _ in new_pairs]
         extra = work / "extra.parquet"
         pq.write_table(pa.table({"text": copies}), extra)
-        ingest(root, str(extra), log=quiet)
+        ingest(Table.of(root), str(extra), log=quiet)
         report, t_inc = timed(produce, nd.PRODUCER, Table.of(root),
                               nd.NearDupSettings(minhash=settings), log=quiet)
         stats2 = report.stats

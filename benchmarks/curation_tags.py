@@ -184,7 +184,7 @@ def contamination_check(work: Path, rows: int, items: int, planted: int) -> dict
     pq.write_table(pa.table({"text": texts}), src / "c.parquet")
     (work / "evals.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in evals))
     root = work / "contam"
-    ingest(root, str(src), log=quiet)
+    ingest(Table.of(root), str(src), log=quiet)
     start = time.perf_counter()
     spec = contamination.EvalSetSpec("bench", str(work / "evals.jsonl"))
     produce(contamination.PRODUCER, Table.of(root), contamination.ContaminationSettings([spec]),
@@ -202,7 +202,7 @@ def contamination_check(work: Path, rows: int, items: int, planted: int) -> dict
 
 def throughput(work: Path, rows: int) -> list[dict]:
     base = work / "base"
-    ingest(base, f"synthetic:{rows}", log=quiet)
+    ingest(Table.of(base), f"synthetic:{rows}", log=quiet)
     evals = work / "evals-small.jsonl"
     texts = generate(SyntheticSpec(rows=200, seed=99)).column("text").to_pylist()
     evals.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))

@@ -158,14 +158,14 @@ def bench(rows: int, ray_arm: bool, work: Path) -> dict:
 
     old, new = work / f"before-{rows}", work / f"after-{rows}"
     start = time.perf_counter()
-    ingest(old, f"synthetic-web:{rows}", log=quiet)
+    ingest(Table.of(old), f"synthetic-web:{rows}", log=quiet)
     ingest_s = time.perf_counter() - start
     shutil.copytree(old, new)
     result = {"rows": rows, "ingest_s": round(ingest_s, 1),
               "first": {"before": measure("before", old), "after": measure("after", new)}}
     inc = increment_file(rows // 10, work / f"inc-{rows}")
     for root in (old, new):
-        ingest(root, str(inc), log=quiet)
+        ingest(Table.of(root), str(inc), log=quiet)
     ray_copy = work / f"after-ray-{rows}"
     if ray_arm:
         shutil.copytree(new, ray_copy)

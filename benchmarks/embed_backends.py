@@ -69,7 +69,7 @@ def quality_score_by_backend(rows: int = 2000) -> dict:
     for backend in ("torch", "torch-bf16", "onnx-int8"):
         work = tempfile.mkdtemp(prefix="embed-backends-")
         try:
-            ingest(work, f"synthetic:{rows}", log=lambda _m: None)
+            ingest(Table.of(work), f"synthetic:{rows}", log=lambda _m: None)
             produce(embeddings.PRODUCER, Table.of(work), embeddings.EmbeddingsSettings(backend=backend),
                     log=lambda _m: None)
             held = produce(quality_score.PRODUCER, Table.of(work), log=lambda _m: None).model["heldout"]

@@ -25,8 +25,8 @@ from lance_assets.ablation.stats import HeldOut, held_out_difference_se
 from lance_assets.table import Table
 from lance_assets.train import checkpoint, data
 from lance_assets.train.collectives import Collectives
+from lance_assets.train.evaluation import evaluate
 from lance_assets.train.model import GPT, GPTConfig
-from lance_assets.train.trainer import evaluate
 
 
 def load_run(run: Path) -> tuple[GPT, dict]:
@@ -48,7 +48,7 @@ def main() -> None:
     if summary["eval_filter"] != summary_b["eval_filter"]:
         raise SystemExit("the two runs were evaluated on different held-out splits")
     table = Table.of(args.data)
-    snap = data.open_snapshot(table.db_dir, table.name, summary["table_version"])
+    snap = data.open_snapshot(table, summary["table_version"])
     tpb = data.tokens_per_byte(snap, summary["eval_filter"])
     block_len = model_a.cfg.block_size + 1
     comm = Collectives(torch.device("cpu"))

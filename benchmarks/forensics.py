@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     res: dict = {"rows": args.rows}
 
     t = time.perf_counter()
-    ingest(root, f"synthetic:{args.rows}", log=quiet)
+    ingest(Table.of(root), f"synthetic:{args.rows}", log=quiet)
     res["ingest_s"] = time.perf_counter() - t
     table = Table.of(root)
     ds = table.newest()
@@ -162,10 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     res["vector_column_write_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    fts.text_index(root)
+    fts.text_index(Table.of(root))
     res["fts_build_s"] = time.perf_counter() - t
     print(f"full-text index: {res['fts_build_s']:.1f}s", flush=True)
-    rep = vindex.vector_index(root)
+    rep = vindex.vector_index(Table.of(root))
     s = rep.settings
     res["vector_index"] = {"build_s": rep.build_s, "total_s": rep.duration_s, **s.to_dict()}
     print(f"vector index {s.index_type}: built in {rep.build_s:.1f}s ({s.num_partitions} "
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     qvecs = model.encode(queries)
     res["embed_query_ms"] = (time.perf_counter() - t) / len(queries) * 1e3
     ds = table.newest()
-    searcher = Searcher(root, Pin(ds.version, max_id(ds), None, None, "benchmark"), model)
+    searcher = Searcher(Table.of(root), Pin(ds.version, max_id(ds), None, None, "benchmark"), model)
     k = 10
     lat = {
         "vector_ann": latencies(lambda i: searcher.vector(qvecs[i], k), list(range(len(queries)))),

@@ -79,7 +79,8 @@ for i, path in enumerate(sorted(glob.glob(folder + "/*.parquet"))):
 OURS = """
 import sys
 from lance_assets.ingest.raw_text import ingest
-report = ingest(sys.argv[2], sys.argv[1], log=lambda m: None)
+from lance_assets.table import Table
+report = ingest(Table.of(sys.argv[2]), sys.argv[1], log=lambda m: None)
 assert not report.files_failed, report.files_failed
 """
 

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     cpus = os.cpu_count() or 2
     try:
         raw = work / "raw"
-        ingest(raw, f"synthetic:{args.rows}", rows_per_fragment=args.rows // args.fragments,
+        ingest(Table.of(raw), f"synthetic:{args.rows}", rows_per_fragment=args.rows // args.fragments,
                log=quiet)
         ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
                  runtime_env=executor.runtime_env())

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp) / "data"
         build_table(root, args.rows)
         table = Table.of(root)
-        snap = data.open_snapshot(table.db_dir, table.name)
+        snap = data.open_snapshot(table)
         print(f"# {os.cpu_count()} cores; {args.blocks} blocks of {args.seq_len + 1} tokens per "
               "setting; 8 splits")
         print("| io_queue_depth | transform_parallelism | tokens/s | packer thread CPU share | "

@@ -46,7 +46,7 @@ def build(work: Path, docs: int) -> Path:
         work.mkdir(parents=True, exist_ok=True)
         pq.write_table(planted_domains(docs), work / "corpus.parquet")
         quiet = lambda _m: None  # noqa: E731
-        ingest(root, str(work / "corpus.parquet"), log=quiet)
+        ingest(Table.of(root), str(work / "corpus.parquet"), log=quiet)
         produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
         produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
                 log=quiet)

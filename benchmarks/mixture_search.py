@@ -107,7 +107,7 @@ def build(work: Path, table: pa.Table) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, work / "corpus.parquet")
     quiet = lambda _m: None  # noqa: E731
-    ingest(root, str(work / "corpus.parquet"), log=quiet)
+    ingest(Table.of(root), str(work / "corpus.parquet"), log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
             log=quiet)
@@ -178,7 +178,8 @@ def paired(root: Path, overrides: list[dict], seeds=(0, 1, 2)) -> None:
                                        ("ablation-mixture-paired", version))
                 if not (out / "summary.json").is_file():
                     with contextlib.redirect_stdout(io.StringIO()):
-                        train(trainer_args(TrainConfig(**run.settings), root, out, run.snapshot))
+                        train(trainer_args(TrainConfig(**run.settings), Table.of(root), out,
+                                           run.snapshot))
                 got[arm, seed] = json.loads((out / "summary.json").read_text())["val_bpb"]
         leads = [got["natural", s] - got["chosen", s] for s in seeds]
         print(f"| {json.dumps(override)} | {plan.steps} | {', '.join(f'{x:+.3f}' for x in leads)} "

@@ -33,7 +33,7 @@ def quiet(_msg: str) -> None:
 
 
 def build_table(root: Path, rows: int) -> None:
-    ingest(root, f"synthetic:{rows}", log=quiet)
+    ingest(Table.of(root), f"synthetic:{rows}", log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
 

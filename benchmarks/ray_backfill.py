@@ -43,7 +43,7 @@ def quiet(_msg: str) -> None:
 
 
 def build(root: Path, rows: int, fragments: int) -> Path:
-    ingest(root, f"synthetic:{rows}", rows_per_fragment=max(1, rows // fragments), log=quiet)
+    ingest(Table.of(root), f"synthetic:{rows}", rows_per_fragment=max(1, rows // fragments), log=quiet)
     return root
 
 

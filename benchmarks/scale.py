@@ -48,7 +48,7 @@ def run_stage(stage: str, root: str, rows: int) -> None:
     quiet = lambda _m: None  # noqa: E731
     if stage == "ingest":
         from lance_assets.ingest.raw_text import ingest
-        ingest(root, f"synthetic-web:{rows}", log=quiet)
+        ingest(Table.of(root), f"synthetic-web:{rows}", log=quiet)
     elif stage == "dedup_flag":
         from lance_assets.curation import dedup_flag
         produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)

@@ -82,7 +82,7 @@ def quality(work: Path, originals: int, copies: int, seed: int, backend: str = "
         planted = planted_set(originals, copies, originals, seed=seed, **reword)
         root = work / f"planted-{name}"
         write_jsonl(work / f"{name}.jsonl", planted.texts)
-        ingest(root, str(work / f"{name}.jsonl"), rows_per_fragment=64, log=quiet)
+        ingest(Table.of(root), str(work / f"{name}.jsonl"), rows_per_fragment=64, log=quiet)
         t = time.perf_counter()
         e = produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(backend=backend), log=quiet)
         embed_s = time.perf_counter() - t
@@ -160,7 +160,7 @@ def cost(work: Path, sizes: list[int]) -> None:
         root = work / f"cost-{rows}"
         write_jsonl(work / f"cost-{rows}-a.jsonl", texts[:cut])
         write_jsonl(work / f"cost-{rows}-b.jsonl", texts[cut:])
-        ingest(root, str(work / f"cost-{rows}-a.jsonl"), rows_per_fragment=4096, log=quiet)
+        ingest(Table.of(root), str(work / f"cost-{rows}-a.jsonl"), rows_per_fragment=4096, log=quiet)
         produce(chunks.PRODUCER, Table.of(root),
                 chunks.ChunkEmbeddingsSettings(embedder=SynonymBagEmbedder()), log=quiet)
         t = time.perf_counter()
@@ -170,7 +170,7 @@ def cost(work: Path, sizes: list[int]) -> None:
         t = time.perf_counter()
         produce(nd.PRODUCER, Table.of(root), log=quiet)
         nd_s = time.perf_counter() - t
-        ingest(root, str(work / f"cost-{rows}-b.jsonl"), rows_per_fragment=4096, log=quiet)
+        ingest(Table.of(root), str(work / f"cost-{rows}-b.jsonl"), rows_per_fragment=4096, log=quiet)
         produce(chunks.PRODUCER, Table.of(root),
                 chunks.ChunkEmbeddingsSettings(embedder=SynonymBagEmbedder()), log=quiet)
         t = time.perf_counter()
@@ -189,7 +189,7 @@ def demo(work: Path, rows: int) -> None:
     ``semantic_dup`` costs there and what it flags, next to ``near_dup``."""
     print(f"\n## The demo corpus (synthetic:{rows}), real model (CPU)")
     root = work / "demo"
-    ingest(root, f"synthetic:{rows}", log=quiet)
+    ingest(Table.of(root), f"synthetic:{rows}", log=quiet)
     produce(embed.PRODUCER, Table.of(root), log=quiet)
     produce(chunks.PRODUCER, Table.of(root), log=quiet)
     produce(nd.PRODUCER, Table.of(root), log=quiet)

@@ -106,7 +106,7 @@ def prepare(work: Path, docs: int, rewordings: int, seed: int, backend: str) -> 
     copies = [reworded(texts[i], rng, **REWORD) for i in chosen]
     src = work / "real.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts + copies))
-    ingest(root, str(src), rows_per_fragment=256, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=256, log=quiet)
     t = time.perf_counter()
     produce(detected_language.PRODUCER, Table.of(root), log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)

@@ -52,7 +52,7 @@ def topic_vectors(n: int, topics: int, seed: int, first_id: int) -> np.ndarray:
 def _append(root: Path, n: int, first_id: int, tag: str) -> None:
     src = root.parent / f"{root.name}-{tag}.jsonl"
     src.write_text("".join(json.dumps({"text": f"row {first_id + i}"}) + "\n" for i in range(n)))
-    ingest(root, str(src), rows_per_fragment=8192, log=_quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=8192, log=_quiet)
     src.unlink()
 
 

@@ -139,13 +139,13 @@ def main(argv: list[str] | None = None) -> int:
             lambda: build_corpus(work / "corpus" / "local_text.parquet", int(args.mb * 1e6)))
         print(f"corpus: {docs:,} local text files, {nbytes / 1e6:.1f} MB ({seconds:.1f}s)")
     if not Table.of(root).exists():
-        seconds, rep = timed(lambda: ingest(root, str(source), log=quiet))
+        seconds, rep = timed(lambda: ingest(Table.of(root), str(source), log=quiet))
         print(f"ingest: {rep.rows_added:,} rows, {rep.bytes_added / 1e6:.1f} MB ({seconds:.1f}s)")
         seconds, _ = timed(lambda: produce(dedup_flag.PRODUCER, Table.of(root), log=quiet))
         print(f"dedup_flag: {seconds:.1f}s")
 
     # -- tokenizer training ---------------------------------------------------------------------
-    report = bpe.train_bpe(root, vocab_size=args.vocab, max_train_bytes=int(args.train_mb * 1e6),
+    report = bpe.train_bpe(Table.of(root), vocab_size=args.vocab, max_train_bytes=int(args.train_mb * 1e6),
                            log=quiet)
     bpt = report.bytes_per_token
     print(f"\nBPE training: {report.vocab_size:,} ids from {report.train_docs:,} docs, "

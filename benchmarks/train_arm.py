@@ -1,5 +1,5 @@
 """One arm of the loader A/B: its blocks, and `tiny` trained on them through the trainer's own
-step function (``lance_assets.train.trainer.train_step``), so every arm runs the same training
+step function (``lance_assets.train.step.train_step``), so every arm runs the same training
 code and only the source of the blocks differs.
 
     python -m benchmarks.train_arm ARM DATA_DIR PACKED_DIR STEPS BATCH SEQ_LEN
@@ -25,7 +25,7 @@ from lance_assets.table import Table
 from lance_assets.train import data
 from lance_assets.train.config import TrainConfig
 from lance_assets.train.model import GPT, config_for
-from lance_assets.train.trainer import lr_scale, make_optimizers, train_step
+from lance_assets.train.step import lr_scale, make_optimizers, train_step
 
 SEED = 1337
 
@@ -33,7 +33,7 @@ SEED = 1337
 def corpus_snapshot(data_dir: str) -> data.TableSnapshot:
     """The corpus table under ``data_dir``, newest version, as the trainer opens it."""
     table = Table.of(data_dir)
-    return data.open_snapshot(table.db_dir, table.name)
+    return data.open_snapshot(table)
 
 
 def arm_batches(arm: str, data_dir: str, packed: str, batch: int, seq_len: int,

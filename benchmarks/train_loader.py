@@ -46,7 +46,7 @@ SHAPES = {"tiny": (128, 16), "small": (64, 4)}  # model -> (seq_len, batch) that
 
 def build_table(root: Path, rows: int) -> None:
     quiet = lambda _m: None  # noqa: E731
-    ingest(root, f"synthetic:{rows}", log=quiet)
+    ingest(Table.of(root), f"synthetic:{rows}", log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
 
@@ -119,9 +119,9 @@ def build_corpus(root: Path, corpus: str, rows: int, real_bytes: int) -> None:
         from benchmarks.tokenize_bench import build_corpus as local_texts
 
         source, _, _ = local_texts(root.parent / "real.parquet", real_bytes)
-        ingest(root, str(source), log=quiet)
+        ingest(Table.of(root), str(source), log=quiet)
     else:
-        ingest(root, f"synthetic-web:{rows}", log=quiet)
+        ingest(Table.of(root), f"synthetic-web:{rows}", log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
 
@@ -221,7 +221,7 @@ def sweep_workers(args) -> None:
             root = Path(tmp) / corpus / "data"
             build_corpus(root, corpus, args.rows, args.real_mb * 1_000_000)
             table = Table.of(root)
-            snap = data.open_snapshot(table.db_dir, table.name)
+            snap = data.open_snapshot(table)
             perms = Path(tmp) / corpus / "permutations"
             for seq_len in args.seq_lens:
                 blocks = args.tokens // (seq_len + 1)
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp) / "data"
         build_table(root, args.rows)
         table = Table.of(root)
-        snap = data.open_snapshot(table.db_dir, table.name)
+        snap = data.open_snapshot(table)
         print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
               f"torch {torch.__version__}, io_queue_depth {args.io_queue_depth}, "
               f"transform_parallelism {args.transform_parallelism or 'default (cpu count)'}")

@@ -16,7 +16,6 @@ contamination, every tagged snapshot, training run and ablation arm that read it
 their tagged versions), and the generated samples attributed to it. Exit status 1 when the
 document is not in the version read. With ``--against B`` it says how the document's state
 differs between the two snapshots (exit status 1 unless it is in both).
-
 ``diff`` says what changed in the data between two snapshots A and B (``forensics.diff``): each
 a tag, a version number, a training run or an ablation arm (``<ablation>/<arm>``). Documents
 added and removed (ids, never text), documents and tokens each rule moved between kept and

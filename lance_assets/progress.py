@@ -12,16 +12,14 @@ and reports progress through :func:`progress`::
             bar.update(1)
 
 A line reads ``token_ids: 3/8 fragments (38%), 1,200/3,200 rows, 410.2 rows/s, ~5 s left,
-2.9 s``: rate and time left are counted in rows when rows are counted, else in the unit.
-Work with no count (a table scan, k-means, building an index, training a tokenizer) is a
-:func:`phase`: ``building the index: still running, 45 s``, then ``... done in 52.0 s``.
+2.9 s``. Work with no count (a scan, k-means, an index build) is a :func:`phase`. A line is
+logged every tenth of ``total``, on an update ``LOG_EVERY_S`` after the last line, and by a
+heartbeat thread whenever the innermost block has been quiet that long: a slow fragment or an
+uncounted phase is never silent. ``note(text)`` says which part of the work runs; code with no
+handle on the bar calls :func:`advance`, which counts rows on this thread's innermost block.
 
-A line is logged every tenth of ``total``, on an update ``LOG_EVERY_S`` after the last line,
-and by a heartbeat (a daemon thread of the innermost open block on a ``log``) whenever the block
-has been quiet that long: a slow fragment or an uncounted phase is never silent. ``note(text)``
-says which part of the work runs; code with no handle on the bar calls :func:`advance`.
 The bar is drawn on stderr only when stderr is a terminal; ``LANCE_ASSETS_PROGRESS=0`` turns it
-off, ``=1`` forces it. Log lines are written in every case, so the web UI shows the same.
+off, ``=1`` forces it. Log lines are written in every case.
 """
 
 from __future__ import annotations

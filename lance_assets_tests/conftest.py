@@ -21,6 +21,7 @@ import os
 
 import pytest
 
+from lance_assets.table import Table
 from lance_assets_tests.helpers import quiet
 
 os.environ.setdefault("LANCE_LOG", "error")
@@ -105,12 +106,11 @@ def tokenized_root(tmp_path_factory):
     (shared, read-only)."""
     from lance_assets.curation import dedup_flag, near_dup, quality_signals
     from lance_assets.ingest.raw_text import ingest
-    from lance_assets.table import Table
     from lance_assets.table.producer import produce
     from lance_assets.tokens import token_ids
 
     root = tmp_path_factory.mktemp("tokenized") / "data"
-    ingest(root, "synthetic:1500", rows_per_fragment=500, log=quiet)
+    ingest(Table.of(root), "synthetic:1500", rows_per_fragment=500, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
     produce(near_dup.PRODUCER, Table.of(root), log=quiet)
@@ -125,14 +125,13 @@ def bpe_root(tmp_path_factory):
     token columns yet (shared: copy it before writing)."""
     from lance_assets.curation import dedup_flag
     from lance_assets.ingest.raw_text import ingest
-    from lance_assets.table import Table
     from lance_assets.table.producer import produce
     from lance_assets.tokens.bpe import train_bpe
 
     root = tmp_path_factory.mktemp("bpe") / "data"
-    ingest(root, "synthetic", rows_per_fragment=500, log=quiet)
+    ingest(Table.of(root), "synthetic", rows_per_fragment=500, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    train_bpe(root, log=quiet)
+    train_bpe(Table.of(root), log=quiet)
     return root
 
 

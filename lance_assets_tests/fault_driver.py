@@ -113,11 +113,11 @@ def run(writer: str, root: str, source: str | None) -> None:
 
     if writer == "ingest":
         from lance_assets.ingest.raw_text import ingest
-        ingest(root, source, rows_per_fragment=128, rows_per_commit=200, log=quiet)
+        ingest(Table.of(root), source, rows_per_fragment=128, rows_per_commit=200, log=quiet)
         return
     if writer == "forget":  # SOURCE is the predicate
         from lance_assets.table.forget import forget
-        forget(root, source, log=quiet)
+        forget(Table.of(root), source, log=quiet)
         return
     if writer not in WRITERS:
         raise SystemExit(f"unknown writer {writer!r}; one of {', '.join(WRITERS)}, forget")

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import lance
 
+from lance_assets.table import Table
+
 
 @contextmanager
 def no_lock(root, log=print):
@@ -87,6 +89,6 @@ if __name__ == "__main__":
     if "--no-lock" in sys.argv[4:]:
         ingest_module.ingest_lock = no_lock
     freeze_before_commit(n)
-    report = ingest_module.ingest(root, source, rows_per_commit=1000, rows_per_fragment=512,
+    report = ingest_module.ingest(Table.of(root), source, rows_per_commit=1000, rows_per_fragment=512,
                                   log=lambda msg: print(msg, file=sys.stderr, flush=True))
     print(json.dumps({"rows_added": report.rows_added, "replans": report.replans}))

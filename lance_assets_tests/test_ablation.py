@@ -75,7 +75,7 @@ def garbage_root(tmp_path_factory):
     source = write_fineweb_parquet(base / "corpus.parquet", texts,
                                    extra={"score": pa.array(scores, pa.float64())})
     root = base / "data"
-    ingest(root, str(source), rows_per_fragment=400, log=quiet)
+    ingest(Table.of(root), str(source), rows_per_fragment=400, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     return root

@@ -64,7 +64,7 @@ def planted_root(base: Path, seed: int) -> Path:
     source = write_fineweb_parquet(base / f"planted-{seed}.parquet", texts,
                                    extra={"score": pa.array(scores, pa.float64())})
     root = base / f"data-{seed}"
-    ingest(root, str(source), rows_per_fragment=300, log=quiet)
+    ingest(Table.of(root), str(source), rows_per_fragment=300, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     return root
@@ -92,7 +92,7 @@ def compare(root: Path, rule_sets: dict, name: str) -> ablation.Outcome:
 
     def train(arm, seed, out):
         cfg = trainer_config(config, plan, arm, seed, out.name)
-        assert main(trainer_args(cfg, root, out, snapshot)) == 0
+        assert main(trainer_args(cfg, Table.of(root), out, snapshot)) == 0
 
     def folder(arm):
         return ablation.arm_folder(arm, run_settings(trainer_config(config, plan, arm, 0, "x"),

@@ -112,8 +112,8 @@ def test_evaluate_sums_the_loss_per_document_told_apart_by_eos():
     their ratio is the plain mean loss over every validation token."""
     from lance_assets.train import data
     from lance_assets.train.collectives import Collectives
+    from lance_assets.train.evaluation import evaluate
     from lance_assets.train.model import GPT, config_for
-    from lance_assets.train.trainer import evaluate
 
     torch.manual_seed(0)
     eos, pad = 256, 257

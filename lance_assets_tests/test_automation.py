@@ -137,7 +137,7 @@ def test_a_failed_blocking_check_upstream_holds_back_what_follows_it(tmp_path):
         assert ticks.tick() == set()
 
         landing_file(landing, "b.parquet", rows=60, seed=2)
-        library_ingest(store.root, str(landing), rows_per_fragment=100, log=lambda _: None)
+        library_ingest(store.table, str(landing), rows_per_fragment=100, log=lambda _: None)
         store.table.commit("lose a value", lambda ds: ds.update({"_written_is_dup": "NULL"},
                                                                  where="id = 3"))
         dedup_check = [c for c in checks if dg.AssetCheckKey(dg.AssetKey("dedup_flag"),

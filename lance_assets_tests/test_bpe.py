@@ -30,7 +30,7 @@ def copy_root(src, tmp_path):
 
 
 def test_bpe_compresses_3x_better_than_bytes_on_held_out_text(bpe_root):
-    report = bpe.train_bpe(bpe_root, log=quiet)  # the fixture's own training, reused
+    report = bpe.train_bpe(Table.of(bpe_root), log=quiet)  # the fixture's own training, reused
     assert report.nothing_to_do
     bpt = report.bytes_per_token
     assert bpt["byte"] == 1.0 and bpt["bpe"] >= 3 * bpt["byte"]
@@ -42,24 +42,24 @@ def test_bpe_compresses_3x_better_than_bytes_on_held_out_text(bpe_root):
 
 
 def test_trained_on_curated_non_held_out_text_only(bpe_root):
-    report = bpe.train_bpe(bpe_root, log=quiet)
+    report = bpe.train_bpe(Table.of(bpe_root), log=quiet)
     ds = lance.dataset(paths.table_uri(bpe_root))
     assert report.train_docs == ds.count_rows(filter="NOT is_dup AND id % 20 != 0")
     assert report.heldout_docs == ds.count_rows(filter="NOT is_dup AND id % 20 = 0")
 
 
 def test_training_is_reproducible_named_by_sha256_and_a_rerun_is_a_no_op(bpe_root, tmp_path):
-    first = bpe.train_bpe(bpe_root, log=quiet)
+    first = bpe.train_bpe(Table.of(bpe_root), log=quiet)
     root = copy_root(bpe_root, tmp_path)
     shutil.rmtree(paths.tokenizers_dir(root))
-    again = bpe.train_bpe(root, compare_with=(), log=quiet)
+    again = bpe.train_bpe(Table.of(root), compare_with=(), log=quiet)
     assert not again.nothing_to_do and again.sha256 == first.sha256
     path = paths.tokenizers_dir(root) / f"{again.sha256}.json"
     assert again.path == str(path) and bpe.latest_sha(root) == again.sha256
-    assert bpe.train_bpe(root, compare_with=(), log=quiet).nothing_to_do
+    assert bpe.train_bpe(Table.of(root), compare_with=(), log=quiet).nothing_to_do
 
     # a smaller vocabulary is another tokenizer, and becomes the latest
-    small = bpe.train_bpe(root, vocab_size=300, compare_with=(), log=quiet)
+    small = bpe.train_bpe(Table.of(root), vocab_size=300, compare_with=(), log=quiet)
     assert small.vocab_size == 300 and small.merges == 42 and small.sha256 != first.sha256
     assert bpe.latest_sha(root) == small.sha256
 
@@ -73,7 +73,7 @@ def test_training_is_reproducible_named_by_sha256_and_a_rerun_is_a_no_op(bpe_roo
 
 def test_sample_is_bounded_and_spread_over_the_corpus(bpe_root, tmp_path):
     root = copy_root(bpe_root, tmp_path)
-    report = bpe.train_bpe(root, max_train_bytes=100_000, compare_with=(), log=quiet)
+    report = bpe.train_bpe(Table.of(root), max_train_bytes=100_000, compare_with=(), log=quiet)
     assert 100_000 <= report.train_bytes < 100_000 + 10_000
     ds = lance.dataset(paths.table_uri(root))
     where = bpe.sample_filter(ds, "NOT is_dup", 100_000)
@@ -86,9 +86,9 @@ def test_bad_filter_and_missing_dedup_are_clear_errors(tmp_path):
     from lance_assets.ingest.raw_text import ingest
 
     root = tmp_path / "data"
-    ingest(root, "synthetic:100", log=quiet)
+    ingest(Table.of(root), "synthetic:100", log=quiet)
     with pytest.raises(ValueError, match="needs `dedup_flag` materialized first"):
-        bpe.train_bpe(root, log=quiet)
+        bpe.train_bpe(Table.of(root), log=quiet)
     with pytest.raises(FileNotFoundError, match="Materialize the `tokenizer` asset first"):
         load_tokenizer("bpe", root)
 
@@ -112,7 +112,7 @@ def test_token_ids_default_to_the_trained_bpe_and_sampler_can_decode(bpe_root, t
         assert info.pad_id not in r["input_ids"] and info.eos_id not in r["input_ids"]
 
     # a retrained BPE does not silently change the column: auto keeps what input_ids hold ...
-    bpe.train_bpe(root, vocab_size=512, compare_with=(), log=quiet)
+    bpe.train_bpe(Table.of(root), vocab_size=512, compare_with=(), log=quiet)
     report = produce(token_ids.PRODUCER, Table.of(root), log=quiet)
     again = report.tokenizer
     assert again == info and report.nothing_to_do
@@ -126,19 +126,19 @@ def test_new_rows_do_not_mint_a_tokenizer_the_column_would_not_use(bpe_root, tmp
     from lance_assets.ingest.raw_text import ingest
 
     root = copy_root(bpe_root, tmp_path)
-    first = bpe.train_bpe(root, compare_with=(), log=quiet)
-    ingest(root, "synthetic:2500", log=quiet)  # new rows before token_ids: train again
+    first = bpe.train_bpe(Table.of(root), compare_with=(), log=quiet)
+    ingest(Table.of(root), "synthetic:2500", log=quiet)  # new rows before token_ids: train again
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    second = bpe.train_bpe(root, compare_with=(), log=quiet)
+    second = bpe.train_bpe(Table.of(root), compare_with=(), log=quiet)
     assert not second.nothing_to_do and second.train_docs > first.train_docs
     report = produce(token_ids.PRODUCER, Table.of(root), log=quiet)
     info = report.tokenizer
     assert info.sha256 == second.sha256
 
-    ingest(root, "synthetic:2600", log=quiet)  # new rows after token_ids: input_ids use it
+    ingest(Table.of(root), "synthetic:2600", log=quiet)  # new rows after token_ids: input_ids use it
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    assert bpe.train_bpe(root, compare_with=(), log=quiet).nothing_to_do
-    forced = bpe.train_bpe(root, compare_with=(), retrain=True, log=quiet)
+    assert bpe.train_bpe(Table.of(root), compare_with=(), log=quiet).nothing_to_do
+    forced = bpe.train_bpe(Table.of(root), compare_with=(), retrain=True, log=quiet)
     assert not forced.nothing_to_do and forced.train_docs > second.train_docs
     report = produce(token_ids.PRODUCER, Table.of(root), log=quiet)  # the column keeps its tokenizer
     again = report.tokenizer
@@ -146,7 +146,7 @@ def test_new_rows_do_not_mint_a_tokenizer_the_column_would_not_use(bpe_root, tmp
 
 
 def test_a_bpe_file_from_elsewhere_is_kept_next_to_the_table(bpe_root, tmp_path):
-    src = Path(bpe.train_bpe(bpe_root, log=quiet).path)
+    src = Path(bpe.train_bpe(Table.of(bpe_root), log=quiet).path)
     outside = tmp_path / "my_tokenizer.json"
     shutil.copyfile(src, outside)
     root = copy_root(bpe_root, tmp_path)

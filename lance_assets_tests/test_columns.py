@@ -15,7 +15,7 @@ from lance_assets_tests.helpers import quiet
 
 
 def test_is_dup_and_token_columns_leave_text_files_untouched(root):
-    ingest(root, "synthetic:400", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:400", rows_per_fragment=100, log=quiet)
     uri = paths.table_uri(root)
     before = data_files_by_field(lance.dataset(uri), "text")
     assert len(before) == 4 and all(len(v) == 1 for v in before.values())
@@ -32,7 +32,7 @@ def test_is_dup_and_token_columns_leave_text_files_untouched(root):
 
 
 def test_column_catch_up_is_per_fragment_and_old_values_stay(root):
-    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=100, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
     uri = paths.table_uri(root)
@@ -45,7 +45,7 @@ def test_column_catch_up_is_per_fragment_and_old_values_stay(root):
     assert report.nothing_to_do and report.version == ds.version
 
     # new documents arrive: the seed-0 corpus again (all duplicates) plus more
-    ingest(root, "synthetic:450", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:450", rows_per_fragment=100, log=quiet)
     ds = lance.dataset(uri)
     assert len(fragments_missing(ds, ["is_dup"])) == 5
     report = produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
@@ -63,7 +63,7 @@ def test_column_catch_up_is_per_fragment_and_old_values_stay(root):
 
 
 def test_write_columns_commits_in_groups_and_checks_row_counts(root):
-    ingest(root, "synthetic:250", rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), "synthetic:250", rows_per_fragment=50, log=quiet)
     uri = paths.table_uri(root)
     field = pa.field("id_squared", pa.int64())
 
@@ -126,7 +126,7 @@ def test_completeness_is_judged_by_the_write_marker_so_a_compaction_cannot_fake_
     next write fills them; the values written before are written again, equal."""
     from lance_assets.table.columns import unwritten_rows
 
-    ingest(root, "synthetic:200", rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), "synthetic:200", rows_per_fragment=50, log=quiet)
     uri = paths.table_uri(root)
     first = lance.dataset(uri).get_fragments()[0].fragment_id
 
@@ -156,7 +156,7 @@ def test_completeness_is_judged_by_the_write_marker_so_a_compaction_cannot_fake_
 def test_a_column_written_before_write_markers_is_adopted_not_recomputed(root):
     """A table from before write markers: fragments whose column sits in a data file of its
     own (how write_columns always wrote it) get a marker file; only the others are computed."""
-    ingest(root, "synthetic:200", rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), "synthetic:200", rows_per_fragment=50, log=quiet)
     uri = paths.table_uri(root)
     ds = lance.dataset(uri)
     ds.add_columns(pa.schema([SQUARE]))  # the old writer: columns, no marker ...
@@ -197,7 +197,7 @@ def test_a_column_written_in_one_group_is_refused_in_another_and_nothing_changes
     """Columns written together share data files and one write marker. Writing one of them
     again as part of another group cannot replace those files: it is refused up front, naming
     the group, and the table (values and completeness) stays as it was."""
-    ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:200", rows_per_fragment=100, log=quiet)
     uri = paths.table_uri(root)
     a = [pa.field("c0", pa.int32())]
     write_columns(Table.of(root), a, _constant(7, 1), log=quiet)

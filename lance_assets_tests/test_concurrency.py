@@ -36,7 +36,7 @@ def content(root) -> list[dict]:
 
 def test_column_writers_of_different_columns_run_at_once_in_processes(tmp_path):
     base = tmp_path / "base"
-    ingest(base, "synthetic:3000", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(base), "synthetic:3000", rows_per_fragment=100, log=quiet)
     sequential, concurrent = tmp_path / "seq", tmp_path / "conc"
     shutil.copytree(base, sequential)
     shutil.copytree(base, concurrent)
@@ -61,9 +61,9 @@ def test_maintenance_runs_next_to_the_column_writers(tmp_path):
     from lance_assets.table.maintenance import maintain
 
     base = tmp_path / "base"
-    ingest(base, "synthetic:2000", rows_per_fragment=100, rows_per_commit=300, log=quiet)
+    ingest(Table.of(base), "synthetic:2000", rows_per_fragment=100, rows_per_commit=300, log=quiet)
     lance.dataset(paths.table_uri(base)).delete("id % 50 = 7 AND id > 1000")
-    maintain(base, target_rows_per_fragment=100, log=quiet)  # deleted rows dropped: 20 fragments
+    maintain(Table.of(base), target_rows_per_fragment=100, log=quiet)  # deleted rows dropped: 20 fragments
     sequential, concurrent = tmp_path / "seq", tmp_path / "conc"
     shutil.copytree(base, sequential)
     shutil.copytree(base, concurrent)
@@ -75,12 +75,12 @@ def test_maintenance_runs_next_to_the_column_writers(tmp_path):
              for writer in COLUMN_WRITERS]
     compacted = 0
     while any(p.poll() is None for p in procs):
-        compacted += maintain(concurrent, target_rows_per_fragment=400, log=quiet).fragments_removed
+        compacted += maintain(Table.of(concurrent), target_rows_per_fragment=400, log=quiet).fragments_removed
         time.sleep(0.2)
     for writer, proc in zip(COLUMN_WRITERS, procs):
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"{writer} failed next to maintenance:\n{err[-3000:]}"
-    report = maintain(concurrent, target_rows_per_fragment=400, log=quiet)
+    report = maintain(Table.of(concurrent), target_rows_per_fragment=400, log=quiet)
     assert compacted + report.fragments_removed > 0 and report.fragments_left_out == 0
     ds = lance.dataset(paths.table_uri(concurrent))
     written = [c for c in ds.schema.names if c not in RAW_COLUMNS and not is_written_marker(c)]
@@ -94,7 +94,7 @@ def test_a_commit_that_loses_the_race_is_rebased_on_the_newest_version(tmp_path,
     Our commits are preempted, retried on the newest version, and the fragments the rival
     filled are left as it wrote them: one data file per fragment, the same values."""
     root = tmp_path / "data"
-    ingest(root, "synthetic:600", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:600", rows_per_fragment=100, log=quiet)
     reference = tmp_path / "reference"
     shutil.copytree(root, reference)
     produce(quality_signals.PRODUCER, Table.of(reference), log=quiet)
@@ -131,7 +131,7 @@ def test_a_commit_that_loses_the_race_is_rebased_on_the_newest_version(tmp_path,
 
 def test_same_column_written_twice_at_once_keeps_one_value_per_row(tmp_path):
     root = tmp_path / "data"
-    ingest(root, "synthetic:2000", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:2000", rows_per_fragment=100, log=quiet)
     procs = [subprocess.Popen([sys.executable, "-m", "lance_assets_tests.fault_driver",
                                "dedup_flag", str(root), "none", "0"], cwd=REPO,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -183,7 +183,7 @@ def test_an_ingest_frozen_before_its_commit_adds_nothing_twice_with_no_lock_at_a
     root, source = tmp_path / "data", "synthetic:3000"
     frozen = start_frozen(str(root), source, 2, "--no-lock")
     monkeypatch.setattr(ingest_module, "ingest_lock", no_lock)
-    second = ingest(root, source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
+    second = ingest(Table.of(root), source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
     assert second.rows_added == 3000 - 1024  # the frozen one committed the first part
     os.kill(frozen.pid, signal.SIGCONT)
     out, err = frozen.communicate(timeout=300)
@@ -191,7 +191,7 @@ def test_an_ingest_frozen_before_its_commit_adds_nothing_twice_with_no_lock_at_a
     thawed = json.loads(out.splitlines()[-1])
     assert thawed == {"rows_added": 1024, "replans": 1}
     reference = tmp_path / "reference"
-    ingest(reference, source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
+    ingest(Table.of(reference), source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
     assert table_rows(root) == table_rows(reference)
 
 

@@ -11,6 +11,7 @@ from lance_assets.definitions import defs
 from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
+from lance_assets.table import Table
 
 CORPUS = ("raw_text", "dedup_flag", "token_ids", "quality_signals", "near_dup", "text_index")
 
@@ -134,7 +135,7 @@ def test_broken_rule_is_refused_before_it_is_stored_and_training_never_starts(cu
     # nothing stored: the table did not change and the rules in force are still the defaults
     ds = lance.dataset(store.table_uri)
     assert ds.version == version and rules.stored_curation(ds).rules == rules.DEFAULT_RULES
-    assert rules.training_filter(paths.data_dir(store.data_dir)) == rules.validate(
+    assert rules.training_filter(Table.of(paths.data_dir(store.data_dir))) == rules.validate(
         ds, rules.DEFAULT_RULES)
 
     fixed = dg.materialize([*assets("curation_rules"), *CHECKS], resources={"lance_store": store})

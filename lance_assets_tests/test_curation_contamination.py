@@ -70,7 +70,7 @@ def world(tmp_path):
     src.mkdir()
     pq.write_table(pa.table({"text": docs[:200]}), src / "1.parquet")
     root = tmp_path / "data"
-    ingest(root, str(src), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=50, log=quiet)
     a = cont.EvalSetSpec("set_a", write_jsonl(tmp_path / "a.jsonl", items_a), "question")
     b_path = tmp_path / "b.parquet"
     pq.write_table(pa.table({"prompt": items_b}), b_path)
@@ -107,7 +107,7 @@ def test_planted_copies_are_found_and_new_sets_and_rows_are_incremental(world):
 
     # new rows: every set, only on the new fragments
     pq.write_table(pa.table({"text": world["docs"][200:]}), world["src"] / "2.parquet")
-    ingest(root, str(world["src"]), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(world["src"]), rows_per_fragment=50, log=quiet)
     third = produce(cont.PRODUCER, Table.of(root), cont.ContaminationSettings(eval_sets=[a, b]),
                     log=quiet)
     assert not third.registry_changed
@@ -130,7 +130,7 @@ def test_the_blocking_check_fails_while_a_kept_row_is_contaminated(world):
     assert guards.contamination_not_kept(ds).passed  # nothing registered yet
     produce(cont.PRODUCER, Table.of(root), cont.ContaminationSettings(eval_sets=[a]), log=quiet)
     ds = lance.dataset(paths.table_uri(root))
-    rules.store_curation(root, rules.Curation(rules={"long": "length(text) > 10"}))
+    rules.store_curation(Table.of(root), rules.Curation(rules={"long": "length(text) > 10"}))
     verdict = guards.contamination_not_kept(lance.dataset(paths.table_uri(root)))
     contaminated = ds.count_rows(filter="contaminated = true")
     assert not verdict.passed and verdict.numbers["kept_rows_contaminated_or_unchecked"] == \
@@ -138,7 +138,7 @@ def test_the_blocking_check_fails_while_a_kept_row_is_contaminated(world):
     assert "not_contaminated" in verdict.message
     added, _ = rules.tagger_rules(ds, keep_languages=[])
     assert added == {"not_contaminated": "NOT contaminated"}
-    rules.store_curation(root, rules.Curation(rules={"long": "length(text) > 10", **added}))
+    rules.store_curation(Table.of(root), rules.Curation(rules={"long": "length(text) > 10", **added}))
     assert guards.contamination_not_kept(lance.dataset(paths.table_uri(root))).passed
 
 

@@ -111,7 +111,7 @@ def test_fineweb_rules_decide_the_hand_checked_documents(tmp_path):
     src = tmp_path / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": text}) + "\n" for text, _ in DOCS.values()))
     root = tmp_path / "data"
-    ingest(root, str(src), log=quiet)
+    ingest(Table.of(root), str(src), log=quiet)
     produce(fineweb_signals.PRODUCER, Table.of(root), log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     name_of = {text: name for name, (text, _) in DOCS.items()}

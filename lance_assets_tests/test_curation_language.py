@@ -24,7 +24,7 @@ def ingested(tmp_path, texts, name="a", rows_per_fragment=None):
     src.mkdir(exist_ok=True)
     pq.write_table(pa.table({"text": texts}), src / f"{name}.parquet")
     kw = {"rows_per_fragment": rows_per_fragment} if rows_per_fragment else {}
-    ingest(root, str(src), log=quiet, **kw)
+    ingest(Table.of(root), str(src), log=quiet, **kw)
     return root
 
 
@@ -102,7 +102,7 @@ def test_column_write_is_incremental_and_leaves_text_alone(tmp_path):
     assert produce(language.PRODUCER, Table.of(root), log=quiet).nothing_to_do
     src = tmp_path / "src"
     pq.write_table(pa.table({"text": [SENTENCES["fr"][0] * 3]}), src / "b.parquet")
-    ingest(root, str(src), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=50, log=quiet)
     more = produce(language.PRODUCER, Table.of(root), log=quiet)
     assert more.rows_written == 1 and more.fragments_already_done == 3
 
@@ -117,7 +117,7 @@ def test_one_column_holds_one_detectors_values(tmp_path):
     produce(language.PRODUCER, Table.of(root), language.LanguageSettings(detector="cld2"), log=quiet)
     src = tmp_path / "src"
     pq.write_table(pa.table({"text": [t for t, _ in paragraphs[60:]]}), src / "b.parquet")
-    ingest(root, str(src), rows_per_fragment=30, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=30, log=quiet)
     table = Table.of(root)
     before = table.newest().version
     with pytest.raises(language.DetectorMismatchError, match=r"detector: 'cld2'.*drop_columns"):
@@ -183,12 +183,12 @@ def test_fineweb_score_bound_keeps_exactly_the_confident_rows(tmp_path):
     root = ingested(tmp_path, texts)
     produce(language.PRODUCER, Table.of(root), log=quiet)
     with pytest.raises(rules.RuleError, match="between 0 and 1"):
-        rules.put_in_force(root, {}, keep_languages=["en"], main_language_min_score=1.5)
+        rules.put_in_force(Table.of(root), {}, keep_languages=["en"], main_language_min_score=1.5)
     with pytest.raises(rules.RuleError, match="between 0 and 1"):
-        rules.put_in_force(root, {}, keep_languages=["en"], main_language_min_score=float("nan"))
+        rules.put_in_force(Table.of(root), {}, keep_languages=["en"], main_language_min_score=float("nan"))
     assert rules.stored_curation(Table.of(root).newest()) is None
 
-    done = rules.put_in_force(root, {}, keep_languages=["en"], main_language_min_score=0.65,
+    done = rules.put_in_force(Table.of(root), {}, keep_languages=["en"], main_language_min_score=0.65,
                               drop_contaminated=False)
     assert done.added == {"main_language": "lang IN ('en') AND lang_score >= 0.65"}
     ds = Table.of(root).newest()
@@ -196,6 +196,6 @@ def test_fineweb_score_bound_keeps_exactly_the_confident_rows(tmp_path):
     want = sorted(r["id"] for r in rows if r["lang"] == "en" and r["lang_score"] >= 0.65)
     low = [r for r in rows if r["lang"] == "en" and r["lang_score"] < 0.65]
     assert want and low  # the data has English rows on both sides of the bound
-    kept = ds.to_table(columns=["id"], filter=rules.training_filter(root)).column(0).to_pylist()
+    kept = ds.to_table(columns=["id"], filter=rules.training_filter(Table.of(root))).column(0).to_pylist()
     assert sorted(kept) == want
     assert done.evaluation.kept_rows == len(want)

@@ -40,7 +40,7 @@ def test_planted_near_duplicates_precision_and_recall(tmp_path):
     texts, pairs = plant_near_duplicates(texts, 0.15, seed=4)
     pq.write_table(pa.table({"text": texts}), tmp_path / "planted.parquet")
     root = tmp_path / "data"
-    ingest(root, str(tmp_path / "planted.parquet"), rows_per_fragment=400, log=quiet)
+    ingest(Table.of(root), str(tmp_path / "planted.parquet"), rows_per_fragment=400, log=quiet)
     report = produce(nd.PRODUCER, Table.of(root), log=quiet)
     stats = report.stats
     assert report.rows_written == len(texts) and stats.confirmed_pairs > 0
@@ -71,14 +71,14 @@ def test_incremental_matches_new_against_old_without_rewriting(tmp_path):
     pq.write_table(pa.table({"text": copies + base[:5]}), tmp_path / "b.parquet")
     root = tmp_path / "data"
     uri = paths.table_uri(root)
-    ingest(root, str(tmp_path / "a.parquet"), rows_per_fragment=200, log=quiet)
+    ingest(Table.of(root), str(tmp_path / "a.parquet"), rows_per_fragment=200, log=quiet)
     produce(nd.PRODUCER, Table.of(root), fragments_per_commit=2, log=quiet)
     before = lance.dataset(uri)
     old_values = before.to_table(columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id")
     old_files = data_files_by_field(before, "near_dup")
     assert not any(old_values.column("near_dup").to_pylist())  # no near-dups planted yet
 
-    ingest(root, str(tmp_path / "b.parquet"), rows_per_fragment=200, log=quiet)
+    ingest(Table.of(root), str(tmp_path / "b.parquet"), rows_per_fragment=200, log=quiet)
     report = produce(nd.PRODUCER, Table.of(root), log=quiet)
     stats = report.stats
     assert report.rows_written == len(copies) + 5 and report.fragments_already_done == 3
@@ -97,7 +97,7 @@ def test_incremental_matches_new_against_old_without_rewriting(tmp_path):
 
 def test_changed_settings_are_refused(tmp_path):
     root = tmp_path / "data"
-    ingest(root, "synthetic:100", log=quiet)
+    ingest(Table.of(root), "synthetic:100", log=quiet)
     produce(nd.PRODUCER, Table.of(root), log=quiet)
     with pytest.raises(nd.SettingsMismatchError, match="drop the columns"):
         produce(nd.PRODUCER, Table.of(root),
@@ -118,7 +118,7 @@ def test_a_chain_is_matched_when_its_middle_holds_no_key_of_its_own(tmp_path, la
     batches = [[a, b], [c]] if later else [[a, b, c]]
     for i, texts in enumerate(batches):
         pq.write_table(pa.table({"text": texts}), tmp_path / f"{i}.parquet")
-        ingest(root, str(tmp_path / f"{i}.parquet"), log=quiet)
+        ingest(Table.of(root), str(tmp_path / f"{i}.parquet"), log=quiet)
         produce(nd.PRODUCER, Table.of(root), log=quiet)
     t = lance.dataset(paths.table_uri(root)).to_table(
         columns=["id", "near_dup_cluster", "near_dup"]).sort_by("id").to_pylist()

@@ -52,7 +52,7 @@ def _write(tmp_path, name, texts):
 def test_matches_the_reference_including_hostile_inputs(tmp_path):
     texts = HOSTILE + generate(SyntheticSpec(rows=400, seed=5)).column("text").to_pylist()
     root = tmp_path / "data"
-    ingest(root, str(_write(tmp_path, "a", texts)), rows_per_fragment=64, log=quiet)
+    ingest(Table.of(root), str(_write(tmp_path, "a", texts)), rows_per_fragment=64, log=quiet)
     report = produce(para_dup.PRODUCER, Table.of(root), fragments_per_commit=3, log=quiet)
     stats = report.stats
     table = lance.dataset(paths.table_uri(root)).to_table(
@@ -77,13 +77,13 @@ def test_incremental_runs_equal_one_run(tmp_path):
     texts = generate(SyntheticSpec(rows=500, seed=9)).column("text").to_pylist()
     first, second = texts[:300], texts[300:] + texts[:20]  # later copies of earlier documents
     whole = tmp_path / "whole"
-    ingest(whole, str(_write(tmp_path, "1", first)), rows_per_fragment=100, log=quiet)
+    ingest(Table.of(whole), str(_write(tmp_path, "1", first)), rows_per_fragment=100, log=quiet)
     split = tmp_path / "split"
     shutil.copytree(whole, split)
     produce(para_dup.PRODUCER, Table.of(split), log=quiet)
     src2 = _write(tmp_path, "2", second)
     for root in (whole, split):
-        ingest(root, str(src2), rows_per_fragment=100, log=quiet)
+        ingest(Table.of(root), str(src2), rows_per_fragment=100, log=quiet)
     more = produce(para_dup.PRODUCER, Table.of(split), log=quiet)
     assert more.rows_written == len(second) and more.fragments_already_done == 3
     produce(para_dup.PRODUCER, Table.of(whole), log=quiet)

@@ -88,7 +88,7 @@ def _table(tmp_path, texts):
     src.mkdir(exist_ok=True)
     pq.write_table(pa.table({"text": texts}), src / f"{len(list(src.iterdir()))}.parquet")
     root = tmp_path / "data"
-    ingest(root, str(src), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=50, log=quiet)
     return root
 
 

@@ -52,7 +52,7 @@ def test_signals_separate_boilerplate_and_salad_from_prose():
 
 def test_quality_signals_column_write_is_incremental(tmp_path):
     root = tmp_path / "data"
-    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=100, log=quiet)
     uri = paths.table_uri(root)
     text_files = data_files_by_field(lance.dataset(uri), "text")
     report = produce(quality.PRODUCER, Table.of(root), fragments_per_commit=2, log=quiet)
@@ -66,7 +66,7 @@ def test_quality_signals_column_write_is_incremental(tmp_path):
 
     again = produce(quality.PRODUCER, Table.of(root), log=quiet)
     assert again.nothing_to_do and lance.dataset(uri).version == ds.version
-    ingest(root, "synthetic:150", rows_per_fragment=100, log=quiet)  # a second source unit
+    ingest(Table.of(root), "synthetic:150", rows_per_fragment=100, log=quiet)  # a second source unit
     more = produce(quality.PRODUCER, Table.of(root), log=quiet)
     assert more.rows_written == 150 and more.fragments_already_done == 3
     assert np.all(lance.dataset(uri).to_table(columns=["word_count"]).column(0).to_numpy() > 0)

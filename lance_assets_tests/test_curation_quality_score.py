@@ -21,7 +21,7 @@ from lance_assets_tests.helpers import quiet
 
 
 def embedded_table(root, rows="synthetic:800"):
-    ingest(root, rows, rows_per_fragment=200, log=quiet)
+    ingest(Table.of(root), rows, rows_per_fragment=200, log=quiet)
     produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=FeatureEmbedder()),
             fragments_per_commit=2, log=quiet)
 
@@ -56,7 +56,7 @@ def test_new_rows_use_the_stored_model_and_a_retrain_rescores_every_row(tmp_path
     root = tmp_path / "data"
     embedded_table(root, "synthetic:400")
     first = produce(qm.PRODUCER, Table.of(root), log=quiet)
-    ingest(root, "synthetic:200", rows_per_fragment=200, log=quiet)  # a second source unit
+    ingest(Table.of(root), "synthetic:200", rows_per_fragment=200, log=quiet)  # a second source unit
     produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=FeatureEmbedder()), log=quiet)
     more = produce(qm.PRODUCER, Table.of(root), log=quiet)
     assert not more.trained and more.model["sha256"] == first.model["sha256"]
@@ -79,7 +79,7 @@ def test_a_corpus_without_labels_is_skipped_and_says_why(tmp_path):
     pq.write_table(pa.table({"text": [f"document {i} about rivers" for i in range(120)]}),
                    src / "a.parquet")
     root = tmp_path / "data"
-    ingest(root, str(src), log=quiet)
+    ingest(Table.of(root), str(src), log=quiet)
     with pytest.raises(qm.QualityModelError, match="materialize `embeddings`"):
         produce(qm.PRODUCER, Table.of(root), log=quiet)
     produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=FeatureEmbedder()), log=quiet)

@@ -24,7 +24,7 @@ GOOD = "text LIKE '%An introduction to the %'"
 def curated_root(tmp_path_factory):
     """The default synthetic corpus (the demo's), with every column curation reads."""
     root = tmp_path_factory.mktemp("curated") / "data"
-    ingest(root, "synthetic", rows_per_fragment=1000, log=quiet)
+    ingest(Table.of(root), "synthetic", rows_per_fragment=1000, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(quality.PRODUCER, Table.of(root), log=quiet)
     produce(near_dup.PRODUCER, Table.of(root), log=quiet)
@@ -95,22 +95,22 @@ def test_training_filter_follows_the_stored_rules(curated_root, tmp_path):
 
     root = tmp_path / "data"
     shutil.copytree(curated_root, root)
-    assert rules.training_filter(root) == rules.validate(dataset(root), rules.DEFAULT_RULES)
-    v = rules.store_curation(root, rules.Curation(rules={"exact_dup": "NOT is_dup"}))
-    assert rules.store_curation(root, rules.Curation(rules={"exact_dup": "NOT is_dup"})) == v
-    assert rules.training_filter(root) == "NOT `is_dup`"
-    rules.store_curation(root, rules.Curation(rules={"z": "NOT is_dup", "a": "n_chars > 0"}))
-    flt = rules.training_filter(root)
+    assert rules.training_filter(Table.of(root)) == rules.validate(dataset(root), rules.DEFAULT_RULES)
+    v = rules.store_curation(Table.of(root), rules.Curation(rules={"exact_dup": "NOT is_dup"}))
+    assert rules.store_curation(Table.of(root), rules.Curation(rules={"exact_dup": "NOT is_dup"})) == v
+    assert rules.training_filter(Table.of(root)) == "NOT `is_dup`"
+    rules.store_curation(Table.of(root), rules.Curation(rules={"z": "NOT is_dup", "a": "n_chars > 0"}))
+    flt = rules.training_filter(Table.of(root))
     assert flt == "(NOT `is_dup`) AND (`n_chars` > 0)"  # the order written
     assert safe_predicate(flt, dataset(root).schema.names).lance == flt  # the trainer re-parses it
     with pytest.raises(rules.RuleError, match="'short'"):  # refused before it is stored
-        rules.store_curation(root, rules.Curation(rules={"short": "n_chars <<< 3"}))
-    assert rules.training_filter(root) == flt
+        rules.store_curation(Table.of(root), rules.Curation(rules={"short": "n_chars <<< 3"}))
+    assert rules.training_filter(Table.of(root)) == flt
     # a broken rule that reached the table config some other way is caught when read back
     Table.of(root).set_config(rules.CURATION_KEY,
                               rules.Curation(rules={"short": "n_chars <<< 3"}).to_dict())
     with pytest.raises(rules.RuleError, match="'short'"):
-        rules.training_filter(root)
+        rules.training_filter(Table.of(root))
     assert not guards.rules_valid(dataset(root)).passed
 
 
@@ -123,7 +123,7 @@ def test_guards_pass_on_a_curated_table(curated_root):
 
 
 def test_profile_queries_run_on_the_lance_table(curated_root):
-    prof = profile.profile(curated_root)
+    prof = profile.profile(Table.of(curated_root))
     by_name = {r.name: r for r in prof.results}
     assert not [r.name for r in prof.results if r.error] and prof.kept_defined
     overview = by_name["01_overview"].rows[0]
@@ -135,12 +135,12 @@ def test_profile_queries_run_on_the_lance_table(curated_root):
 
 def test_text_index_is_kept_current(tmp_path):
     root = tmp_path / "data"
-    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
-    assert fts.text_index(root).action == "created"
-    assert fts.text_index(root).nothing_to_do
-    ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)  # a second source unit
-    report = fts.text_index(root)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=100, log=quiet)
+    assert fts.text_index(Table.of(root)).action == "created"
+    assert fts.text_index(Table.of(root)).nothing_to_do
+    ingest(Table.of(root), "synthetic:200", rows_per_fragment=100, log=quiet)  # a second source unit
+    report = fts.text_index(Table.of(root))
     assert report.action == "updated" and report.indexed_rows == 500 and report.unindexed_rows == 0
-    hits = fts.search(root, "telescope", limit=5, filter="id >= 300")
+    hits = fts.search(Table.of(root), "telescope", limit=5, filter="id >= 300")
     assert hits.num_rows == 5 and all(r >= 300 for r in hits.column("id").to_pylist())
     assert all("telescope" in t.lower() for t in hits.column("text").to_pylist())

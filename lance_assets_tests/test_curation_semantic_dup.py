@@ -38,7 +38,7 @@ DEFAULTS_ALL = sd.SemanticDupSettings(languages=[])  # the defaults, on every ro
 
 def add_rows(root, path, texts):
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    ingest(root, str(path), rows_per_fragment=10, log=quiet)
+    ingest(Table.of(root), str(path), rows_per_fragment=10, log=quiet)
     produce(chunk_embeddings.PRODUCER, Table.of(root),
             chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
                                                      embedder=SynonymBagEmbedder()),
@@ -133,7 +133,7 @@ def test_new_rows_are_compared_against_old_ones_without_rewriting(tmp_path, monk
 def test_rows_without_chunk_embeddings_are_refused_with_the_fix(tmp_path):
     root = tmp_path / "data"
     (tmp_path / "a.jsonl").write_text(json.dumps({"text": "one short document"}) + "\n")
-    ingest(root, str(tmp_path / "a.jsonl"), log=quiet)
+    ingest(Table.of(root), str(tmp_path / "a.jsonl"), log=quiet)
     with pytest.raises(sd.MissingChunkEmbeddingsError, match="materialize `chunk_embeddings`"):
         produce(sd.PRODUCER, Table.of(root), DEFAULTS_ALL, log=quiet)
     produce(chunk_embeddings.PRODUCER, Table.of(root),
@@ -143,7 +143,7 @@ def test_rows_without_chunk_embeddings_are_refused_with_the_fix(tmp_path):
     with pytest.raises(sd.MissingLanguageError, match="materialize `detected_language`"):
         produce(sd.PRODUCER, Table.of(root), log=quiet)  # the default compares English rows only
     (tmp_path / "b.jsonl").write_text(json.dumps({"text": "another short document"}) + "\n")
-    ingest(root, str(tmp_path / "b.jsonl"), log=quiet)  # no chunk_embeddings for it yet
+    ingest(Table.of(root), str(tmp_path / "b.jsonl"), log=quiet)  # no chunk_embeddings for it yet
     # an ingest that landed after `chunk_embeddings` ran: its rows wait, the rest is written
     report = produce(sd.PRODUCER, Table.of(root), DEFAULTS_ALL, log=quiet)
     stats = report.stats
@@ -212,7 +212,7 @@ def test_rows_without_chunks_get_nulls_and_are_counted(tmp_path):
     root = tmp_path / "data"
     (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n"
                                               for t in planted.texts))
-    ingest(root, str(tmp_path / "a.jsonl"), log=quiet)
+    ingest(Table.of(root), str(tmp_path / "a.jsonl"), log=quiet)
     no_chunks = {0: None, 1: []}  # a null list and an empty one
 
     def one_chunk_each(frag):
@@ -344,7 +344,7 @@ def test_the_side_store_is_made_again_after_forget_and_a_rerun_equals_one_with_i
     produce(sd.PRODUCER, Table.of(root), settings, log=quiet)
     store_dir = paths.semantic_dup_dir(root)
     assert ss.side_store(Table.of(root)).load_state() is not None and holds_files(store_dir)
-    report = forget(root, f"id = {len(first)}", log=quiet)
+    report = forget(Table.of(root), f"id = {len(first)}", log=quiet)
     assert any(f["path"] == str(store_dir) for f in report.files_removed)
     assert holds_files(store_dir) == []  # it held the forgotten row's vector
     assert ss.side_store(Table.of(root)).load_state() is None

@@ -63,11 +63,11 @@ RULES = {**{n: rule_text(n, CURRENT[n]) for n in TEMPLATES}, **NOT_SWEPT}
 def root(tmp_path_factory):
     """Quality signals and token counts on 600 rows, then rows appended without them (NULL)."""
     root = tmp_path_factory.mktemp("sweeps") / "data"
-    ingest(root, "synthetic:600", rows_per_fragment=300, log=quiet)
+    ingest(Table.of(root), "synthetic:600", rows_per_fragment=300, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
-    ingest(root, "synthetic:900", rows_per_fragment=300, log=quiet)
+    ingest(Table.of(root), "synthetic:900", rows_per_fragment=300, log=quiet)
     return root
 
 

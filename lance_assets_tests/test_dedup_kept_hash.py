@@ -78,7 +78,7 @@ def sources(tmp_path_factory) -> list[Path]:
 
 
 def _ingest(root: Path, source: Path) -> None:
-    ingest(root, str(source), rows_per_fragment=80, log=quiet)
+    ingest(Table.of(root), str(source), rows_per_fragment=80, log=quiet)
 
 
 def _columns(root: Path, cols=COLUMNS) -> pa.Table:

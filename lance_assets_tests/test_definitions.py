@@ -1,6 +1,7 @@
 import dagster as dg
 
 from lance_assets.definitions import defs
+from lance_assets.table import Table
 
 TAGGERS = ("detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score",
            "semantic_dup")
@@ -85,7 +86,7 @@ def test_train_config_mirrors_every_trainer_flag(tmp_path):
 
     cfg = TrainConfig(compile=True, pack=False, epochs=1.5, log_batch_hashes=True,
                       filter="NOT is_dup")  # '' would read the curation rules from a table
-    cmd = trainer_command(cfg, tmp_path, tmp_path / "out")
+    cmd = trainer_command(cfg, Table.of(tmp_path), tmp_path / "out")
     args = parse_args(cmd[cmd.index("lance_assets.train") + 1:])
     trainer_flags = set(vars(args)) - {"data", "out", "table", "table_version", "table_tag"}
     assert trainer_flags == set(TrainConfig.model_fields) - LAUNCH_ONLY

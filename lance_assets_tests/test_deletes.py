@@ -58,7 +58,7 @@ def _raw(base: Path) -> Path:
     src = write_fineweb_parquet(base / "src.parquet", texts,
                                 extra={"score": pa.array([float(i % 5) for i in range(600)])})
     root = base / "raw"
-    ingest(root, str(src), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=50, log=quiet)
     (root / EVAL_SET).parent.mkdir(parents=True)
     (root / EVAL_SET).write_text("".join(json.dumps({"question": " ".join(t.split()[:30])}) + "\n"
                                          for t in texts[5:300:97]))
@@ -163,7 +163,7 @@ def test_the_surviving_copy_is_kept_after_the_kept_one_is_deleted(raw, tmp_path,
     assert all(not flags[i][1] and flags[i + 540][1] and flags[i + 540][3] for i in kept)
     where = f"id IN ({','.join(map(str, kept))})"
     if how == "forget":
-        assert forget(root, where, log=quiet).rows_deleted == len(kept)
+        assert forget(Table.of(root), where, log=quiet).rows_deleted == len(kept)
     else:
         Table.of(root).commit("delete", lambda ds: ds.delete(where))
     assert all(_by_id(root, cols)[i + 540][1] for i in kept)  # until the columns run again

@@ -64,14 +64,14 @@ def run_record(root, name: str, tag: str, version: int, read: list[int]) -> None
 def history(tmp_path_factory):
     base = tmp_path_factory.mktemp("diff")
     root = base / "data"
-    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=100, log=quiet)
     columns(root)
     table = Table.of(root)
     # an unnamed run on this version: the retention releases it before B
     table.snapshots.hold("train-r0", table.newest().version, owner="pretrained_model",
                          kind=snaps.RUN, named=False)
     run_record(root, "r0", "train-r0", table.newest().version, [1, 2])
-    rules.put_in_force(root, RULES_A, keep_languages=[], drop_contaminated=False)
+    rules.put_in_force(Table.of(root), RULES_A, keep_languages=[], drop_contaminated=False)
     a = table.newest().version
     table.snapshots.hold("train-r1", a, owner="pretrained_model", kind=snaps.RUN)
     run_record(root, "r1", "train-r1", a, list(range(0, 200, 2)))
@@ -86,10 +86,10 @@ def history(tmp_path_factory):
     # between the two runs
     more = write_fineweb_parquet(base / "more.parquet", generate(
         SyntheticSpec(rows=120, seed=5)).column("text").to_pylist())
-    ingest(root, str(more), rows_per_fragment=100, log=quiet)  # ids 300-419
+    ingest(Table.of(root), str(more), rows_per_fragment=100, log=quiet)  # ids 300-419
     columns(root)
     produce(personal_data.PRODUCER, Table.of(root), log=quiet)  # a new tagger: columns only B has
-    rules.put_in_force(root, RULES_B, keep_languages=[], drop_contaminated=False)
+    rules.put_in_force(Table.of(root), RULES_B, keep_languages=[], drop_contaminated=False)
     deleted = [original, 7, 150]
     table.commit("delete", lambda d: d.delete(f"id IN ({', '.join(map(str, deleted))})"))
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)  # the copy is now the kept member

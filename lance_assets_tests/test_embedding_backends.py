@@ -85,18 +85,18 @@ def test_bf16_counts_as_native_only_with_amx(tmp_path, flags, amx):
 
 def test_the_column_records_its_backend_keeps_it_and_refuses_to_mix(tmp_path):
     root = tmp_path / "data"
-    ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:200", rows_per_fragment=100, log=quiet)
     first = produce(embed.PRODUCER, Table.of(root),
                     embed.EmbeddingsSettings(backend="torch", embedder=ClusteredEmbedder()), log=quiet)
     assert first.spec["backend"] == "torch"
-    ingest(root, "synthetic:100", rows_per_fragment=100, log=quiet)  # 100 new rows
+    ingest(Table.of(root), "synthetic:100", rows_per_fragment=100, log=quiet)  # 100 new rows
     again = produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=ClusteredEmbedder()),
                     log=quiet)  # auto keeps torch
     assert again.rows_written == 100 and again.spec["backend"] == "torch"
     ds = lance.dataset(paths.table_uri(root))
     assert embed.table_embedding_spec(ds).backend == "torch"
     assert table_embedder(ds).backend == "torch"  # queries are embedded like the column
-    ingest(root, "synthetic:101", rows_per_fragment=101, log=quiet)  # another source: 101 rows
+    ingest(Table.of(root), "synthetic:101", rows_per_fragment=101, log=quiet)  # another source: 101 rows
     with pytest.raises(embed.EmbeddingMismatchError, match="backend=torch"):
         produce(embed.PRODUCER, Table.of(root),
                 embed.EmbeddingsSettings(backend="onnx-int8", embedder=ClusteredEmbedder()), log=quiet)
@@ -106,7 +106,7 @@ def test_the_column_records_its_backend_keeps_it_and_refuses_to_mix(tmp_path):
                      chunks.ChunkEmbeddingsSettings(backend="onnx-int8", embedder=ClusteredEmbedder()),
                      log=quiet)
     assert report.spec["backend"] == "onnx-int8" and report.chunks_reused == 0
-    ingest(root, "synthetic:102", rows_per_fragment=102, log=quiet)
+    ingest(Table.of(root), "synthetic:102", rows_per_fragment=102, log=quiet)
     with pytest.raises(embed.EmbeddingMismatchError, match="backend onnx-int8"):
         produce(chunks.PRODUCER, Table.of(root),
                 chunks.ChunkEmbeddingsSettings(backend="torch", embedder=ClusteredEmbedder()), log=quiet)
@@ -167,7 +167,7 @@ def test_copies_take_their_kept_members_vectors_and_the_columns_equal_a_run_with
 
     roots = {"copies": tmp_path / "copies", "plain": tmp_path / "plain"}
     for root in roots.values():  # the demo generator: half its documents re-spaced copies
-        ingest(root, "synthetic:240", rows_per_fragment=60, log=quiet)
+        ingest(Table.of(root), "synthetic:240", rows_per_fragment=60, log=quiet)
     # `plain` has no is_dup: every row is embedded
     produce(dedup_flag.PRODUCER, Table.of(roots["copies"]), log=quiet)
     model = embed.shared_embedder(128, "cpu", "onnx-int8")
@@ -229,7 +229,7 @@ def test_a_kill_inside_a_fragment_loses_one_range_and_the_rerun_equals_a_clean_r
 
     clean, killed = tmp_path / "clean", tmp_path / "killed"
     for root in (clean, killed):  # one fragment of 400 rows: one unit for a commit
-        ingest(root, "synthetic:400", rows_per_fragment=1000, log=quiet)
+        ingest(Table.of(root), "synthetic:400", rows_per_fragment=1000, log=quiet)
     # ranges sized for a thousandth of a second: 64 rows, then the least (8 rows) each
     produce(chunks.PRODUCER, Table.of(clean),
             chunks.ChunkEmbeddingsSettings(embedder=KilledAfter(), range_seconds=1e-3), log=quiet)
@@ -254,7 +254,7 @@ def test_a_kill_inside_a_fragment_loses_one_range_and_the_rerun_equals_a_clean_r
     assert not any(paths.partial_dir(killed, "chunk_embeddings").rglob("*.arrow"))
     # a fragment that finishes in one range saves nothing
     one = tmp_path / "one"
-    ingest(one, "synthetic:50", rows_per_fragment=1000, log=quiet)
+    ingest(Table.of(one), "synthetic:50", rows_per_fragment=1000, log=quiet)
     produce(embed.PRODUCER, Table.of(one), embed.EmbeddingsSettings(embedder=KilledAfter()), log=quiet)
     assert not paths.partials_dir(one).exists()
     assert ranges.FIRST_RANGE == 64
@@ -264,7 +264,7 @@ def test_saved_ranges_are_for_one_fragment_as_it_is_and_one_spec(tmp_path):
     from lance_assets.embeddings import ranges
 
     root = tmp_path / "data"
-    ingest(root, "synthetic:300", rows_per_fragment=1000, log=quiet)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=1000, log=quiet)
     model = KilledAfter(3)
     with pytest.raises(KeyboardInterrupt):
         produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=model, range_seconds=1e-3),

@@ -54,14 +54,14 @@ def corpus(tmp_path_factory):
     records), an ablation of two arms, a forensics report attributing a sample; then the rules
     change and new rows arrive, so today's table is not what the run read."""
     root = tmp_path_factory.mktemp("explain") / "data"
-    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=100, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(quality.PRODUCER, Table.of(root), log=quiet)
     produce(near_dup.PRODUCER, Table.of(root), log=quiet)
-    rules.put_in_force(root, RULES, keep_languages=[], drop_contaminated=False)
+    rules.put_in_force(Table.of(root), RULES, keep_languages=[], drop_contaminated=False)
     table = Table.of(root)
     version = table.newest().version
-    train_filter = rules.training_filter(root)
+    train_filter = rules.training_filter(Table.of(root))
     table.snapshots.hold("train-r1", version, owner="pretrained_model", kind=snaps.RUN)
     run_record(root, "r1", "train-r1", version, train_filter)
     table.snapshots.hold("ablation-a1", version, owner="curation_ablation", kind=snaps.ABLATION)
@@ -91,9 +91,9 @@ def corpus(tmp_path_factory):
     paths.reports_dir(root).mkdir(parents=True, exist_ok=True)
     (paths.reports_dir(root) / "forensics.json").write_text(json.dumps(report))
     # today: a rule the run did not have, and rows it never saw
-    rules.put_in_force(root, {**RULES, "long_only": "word_count >= 100000"}, keep_languages=[],
+    rules.put_in_force(Table.of(root), {**RULES, "long_only": "word_count >= 100000"}, keep_languages=[],
                        drop_contaminated=False)
-    ingest(root, "synthetic:20", log=quiet)
+    ingest(Table.of(root), "synthetic:20", log=quiet)
     return {"root": root, "version": version, "filter": train_filter, "trained": trained,
             "reads": reads}
 
@@ -220,14 +220,14 @@ def test_exact_copies_come_from_text_hash_before_near_dup_is_written(tmp_path):
     root, src = tmp_path / "data", tmp_path / "src"
     src.mkdir()
     write_fineweb_parquet(src / "a.parquet", texts + [texts[4]])
-    ingest(root, str(src), log=quiet)
+    ingest(Table.of(root), str(src), log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     write_fineweb_parquet(src / "b.parquet", [texts[4]], start_id=100)
-    ingest(root, str(src), log=quiet)
+    ingest(Table.of(root), str(src), log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)  # hashed and flagged; near_dup not run again
     write_fineweb_parquet(src / "c.parquet", ["  ".join(texts[4].split())], start_id=200)
-    ingest(root, str(src), log=quiet)  # a third copy, not hashed yet
+    ingest(Table.of(root), str(src), log=quiet)  # a third copy, not hashed yet
     story = explain(Table.of(root), 4)
     (exact,) = [c for c in story.duplicates if c.kind == "exact"]
     assert (exact.size, exact.members, exact.kept, exact.this_kept) == (4, [4, 30, 31, 32], 4, True)
@@ -272,13 +272,13 @@ def test_a_semantic_copy_names_its_cluster_and_the_original_kept(tmp_path):
     root = tmp_path / "data"
     src = tmp_path / "a.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in planted.texts))
-    ingest(root, str(src), rows_per_fragment=10, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=10, log=quiet)
     produce(chunk_embeddings.PRODUCER, Table.of(root),
             chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
                                                      embedder=SynonymBagEmbedder()),
             log=quiet)
     produce(sd.PRODUCER, Table.of(root), sd.SemanticDupSettings(threshold=0.75, languages=[]), log=quiet)
-    rules.put_in_force(root, {"semantic_dup": "NOT semantic_dup"}, keep_languages=[],
+    rules.put_in_force(Table.of(root), {"semantic_dup": "NOT semantic_dup"}, keep_languages=[],
                        drop_contaminated=False)
     copy, original = next(iter(planted.copy_of.items()))  # ids are positions here
     story = explain(Table.of(root), copy)

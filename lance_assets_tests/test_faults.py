@@ -78,7 +78,7 @@ def world(tmp_path_factory):
                                  "score": corpus.column("score").slice(i * 300, 300)}),
                        src / f"{i}.parquet", row_group_size=100)
     raw = base / "raw"
-    ingest(raw, str(src), rows_per_fragment=128, rows_per_commit=200, log=quiet)
+    ingest(Table.of(raw), str(src), rows_per_fragment=128, rows_per_commit=200, log=quiet)
     # an evaluation set for `contamination`: 30-word passages of three documents
     planted = [" ".join(t.split()[:30]) for t in texts.to_pylist()[10:400:130]]
     (raw / EVAL_SET).parent.mkdir(parents=True)
@@ -180,7 +180,7 @@ def test_column_writer_killed_then_compacted_then_rerun_equals_uninterrupted(
     assert 0 < before.unwritten_rows < before.rows  # killed part-way
     fragments = len(lance.dataset(uri).get_fragments())
     if compaction == "table_maintenance":
-        report = maintain(root, keep_versions_for=timedelta(0), log=quiet)
+        report = maintain(Table.of(root), keep_versions_for=timedelta(0), log=quiet)
         assert report.fragments_removed > 0 and report.fragments_left_out > 0
     else:
         lance.dataset(uri).optimize.compact_files()  # merges written and unwritten fragments
@@ -210,7 +210,7 @@ def test_a_long_line_is_one_document_and_a_broken_first_ingest_leaves_a_valid_ta
     lines[50] = '{"text": "' + "y" * 900_000 + '"}'
     (src / "long.jsonl").write_text("\n".join(lines) + "\n")
     root = tmp_path / "data"
-    report = ingest(root, str(src), log=quiet)
+    report = ingest(Table.of(root), str(src), log=quiet)
     assert report.files_failed == {} and report.rows_added == 4000
     ds = lance.dataset(paths.table_uri(root))
     assert ds.count_rows("n_chars = 900000") == 1
@@ -218,7 +218,7 @@ def test_a_long_line_is_one_document_and_a_broken_first_ingest_leaves_a_valid_ta
     lines[3900] = '{"text": broken'
     (src / "broken.jsonl").write_text("\n".join(lines) + "\n")
     broken = str((src / "broken.jsonl").resolve())
-    first = ingest(tmp_path / "fresh", str(src / "broken.jsonl"), rows_per_commit=500, log=quiet)
+    first = ingest(Table.of(tmp_path / "fresh"), str(src / "broken.jsonl"), rows_per_commit=500, log=quiet)
     assert first.rows_skipped == {f"malformed JSON: {broken} line 3901": 1}
     assert first.rows_added == 3999 and not first.files_failed
     assert Table.of(tmp_path / "fresh").exists()
@@ -233,7 +233,7 @@ def test_a_long_line_is_one_document_and_a_broken_first_ingest_leaves_a_valid_ta
             raise OSError("input/output error")
         yield from real(*args, **kwargs)
     monkeypatch.setattr(sources, "_parse_json_lines", failing)
-    cut = ingest(tmp_path / "cut", str(src / "unreadable.jsonl"), rows_per_commit=100, log=quiet)
+    cut = ingest(Table.of(tmp_path / "cut"), str(src / "unreadable.jsonl"), rows_per_commit=100, log=quiet)
     monkeypatch.undo()
     assert "input/output error" in cut.files_failed[str((src / "unreadable.jsonl").resolve())]
     assert 0 < cut.rows_added < 4000 and Table.of(tmp_path / "cut").exists()

@@ -47,7 +47,7 @@ def corpus(tmp_path_factory):
     """400 synthetic documents, then (a later version) the planted one and 3 others; embeddings,
     the full-text index and the vector index (exact: a tiny table)."""
     root = tmp_path_factory.mktemp("forensics") / "data"
-    ingest(root, "synthetic:400", rows_per_fragment=200, log=quiet)
+    ingest(Table.of(root), "synthetic:400", rows_per_fragment=200, log=quiet)
     before_plant = lance.dataset(paths.table_uri(root)).version
     extra = root.parent / "planted.jsonl"
     extra.write_text("".join(json.dumps({"text": t}) + "\n" for t in [
@@ -55,13 +55,13 @@ def corpus(tmp_path_factory):
         PLANTED,
         "The ferry timetable changes in winter: two sailings a day, none on Sundays.",
         "Knitting a sock starts at the cuff; the heel is turned with short rows."]))
-    ingest(root, str(extra), log=quiet)
+    ingest(Table.of(root), str(extra), log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     embedder = embed.shared_embedder(MAX_TOKENS)
     report = produce(embed.PRODUCER, Table.of(root),
                      embed.EmbeddingsSettings(max_tokens=MAX_TOKENS, embedder=embedder), log=quiet)
-    fts.text_index(root)
-    index = vector_index(root)
+    fts.text_index(Table.of(root))
+    index = vector_index(Table.of(root))
     ds = lance.dataset(paths.table_uri(root))
     planted = ds.to_table(filter="text LIKE 'The lighthouse keeper%'",
                           columns=["id"]).to_pylist()[0]
@@ -88,7 +88,7 @@ def test_embeddings_are_unit_vectors_that_mean_something(corpus):
 
 
 def test_quoted_planted_document_is_attributed_at_rank_1(corpus):
-    att = Attributor(corpus["root"], embedder=corpus["embedder"], log=quiet)
+    att = Attributor(Table.of(corpus["root"]), embedder=corpus["embedder"], log=quiet)
     result = att.attribute(quote_200_chars(corpus), k=5)
     top = result.sources[0]
     assert top.id == corpus["planted_id"] and result.meaning == "document"
@@ -104,17 +104,17 @@ def test_quoted_planted_document_is_attributed_at_rank_1(corpus):
 
 def test_meaning_from_chunks_is_refused_where_there_are_none(corpus):
     with pytest.raises(MissingInputError, match="materialize `chunk_embeddings`"):
-        Attributor(corpus["root"], meaning="chunks", log=quiet)
+        Attributor(Table.of(corpus["root"]), meaning="chunks", log=quiet)
     with pytest.raises(ValueError, match="meaning='words'"):
-        Attributor(corpus["root"], meaning="words", log=quiet)
-    words_only = Attributor(corpus["root"], meaning="none", log=quiet)
+        Attributor(Table.of(corpus["root"]), meaning="words", log=quiet)
+    words_only = Attributor(Table.of(corpus["root"]), meaning="none", log=quiet)
     result = words_only.attribute(quote_200_chars(corpus), k=3)
     assert result.meaning == "none" and result.sources[0].id == corpus["planted_id"]
     assert result.sources[0].cosine is None and result.sources[0].found_by == ["ngram"]
 
 
 def test_template_text_is_remixed_not_verbatim(corpus):
-    att = Attributor(corpus["root"], embedder=corpus["embedder"], log=quiet)
+    att = Attributor(Table.of(corpus["root"]), embedder=corpus["embedder"], log=quiet)
     text = ("Students often ask why the comet does not rotate when the moon is faint. The bright "
             "planet can reflect the star. Scientists measure how a galaxy and a nebula interact.")
     result = att.attribute(text, k=5)
@@ -125,15 +125,15 @@ def test_template_text_is_remixed_not_verbatim(corpus):
 
 def test_rows_after_the_pinned_version_are_not_training_documents(corpus):
     """A model that trained on the table before the planted document could not have seen it."""
-    pin = resolve_pin(corpus["root"], version=corpus["before_plant"])
-    result = Attributor(corpus["root"], pin, embedder=corpus["embedder"], log=quiet).attribute(
+    pin = resolve_pin(Table.of(corpus["root"]), version=corpus["before_plant"])
+    result = Attributor(Table.of(corpus["root"]), pin, embedder=corpus["embedder"], log=quiet).attribute(
         quote_200_chars(corpus), k=5)
     assert corpus["planted_id"] not in {s.id for s in result.sources}
     assert result.verdict == "remixed"
 
 
 def test_hybrid_search_fuses_bm25_and_vectors(corpus):
-    searcher = Searcher(corpus["root"], embedder=corpus["embedder"])
+    searcher = Searcher(Table.of(corpus["root"]), embedder=corpus["embedder"])
     res = searcher.search("lighthouse keeper storm ledger", k=5)
     hit = res.hits[0]
     assert hit.id == corpus["planted_id"] and hit.vector_rank == 1 and hit.text_rank == 1
@@ -149,7 +149,7 @@ def test_semantic_near_dups_separate_what_dedup_already_flagged(corpus):
     ds = lance.dataset(paths.table_uri(corpus["root"]))
     flagged = set(ds.to_table(columns=["id"], filter="is_dup").column("id").to_pylist())
     assert flagged  # the synthetic corpus has exact duplicates: cosine 1 with their original
-    nd = semantic_near_dups(corpus["root"], threshold=0.9, sample=300, top=5)
+    nd = semantic_near_dups(Table.of(corpus["root"]), threshold=0.9, sample=300, top=5)
     assert nd.sample_rows == 300 and nd.pairs == 300 * 299 // 2 and nd.flags == ["is_dup"]
     assert 0 < nd.pairs_above_unflagged < nd.pairs_above
     assert nd.pair_rate == pytest.approx(nd.pairs_above / nd.pairs, abs=1e-6)

@@ -24,7 +24,7 @@ from lance_assets_tests.helpers import quiet
 
 def test_embedding_column_is_checkpointed_resumable_and_leaves_text_alone(tmp_path):
     root = tmp_path / "data"
-    ingest(root, "synthetic:600", rows_per_fragment=200, log=quiet)
+    ingest(Table.of(root), "synthetic:600", rows_per_fragment=200, log=quiet)
     uri = paths.table_uri(root)
     text_files = data_files_by_field(lance.dataset(uri), "text")
     with pytest.raises(KeyboardInterrupt):  # killed while embedding the second fragment (a
@@ -51,29 +51,29 @@ def test_embedding_column_is_checkpointed_resumable_and_leaves_text_alone(tmp_pa
 
 def test_vector_index_recall_is_measured_and_kept_current(tmp_path):
     root = tmp_path / "data"
-    ingest(root, "synthetic:3000", rows_per_fragment=1000, log=quiet)
+    ingest(Table.of(root), "synthetic:3000", rows_per_fragment=1000, log=quiet)
     produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=ClusteredEmbedder()), log=quiet)
     with pytest.raises(ValueError, match="IVF_PQ"):
-        vindex.vector_index(root, index_type="HNSW")
-    report = vindex.vector_index(root, recall_queries=50)
+        vindex.vector_index(Table.of(root), index_type="HNSW")
+    report = vindex.vector_index(Table.of(root), recall_queries=50)
     s = report.settings
     assert report.action == "created" and s.index_type == "IVF_HNSW_SQ"
     assert s.num_partitions == round(3000 ** 0.5) and s.recall_queries == 50
     assert s.recall_at_10 >= 0.9 and s.tuning[-1]["recall_at_10"] == s.recall_at_10
     ds = lance.dataset(paths.table_uri(root))
     assert vindex.current_settings(ds) == s and vindex.has_index(ds)
-    assert vindex.vector_index(root).action == "up_to_date"
+    assert vindex.vector_index(Table.of(root)).action == "up_to_date"
     # appended rows are embedded and added to the index, not rebuilt from scratch
     more = tmp_path / "more.jsonl"
     more.write_text("".join(json.dumps({"text": f"appended document number {i}"}) + "\n"
                             for i in range(300)))
-    ingest(root, str(more), log=quiet)
+    ingest(Table.of(root), str(more), log=quiet)
     produce(embed.PRODUCER, Table.of(root), embed.EmbeddingsSettings(embedder=ClusteredEmbedder()), log=quiet)
-    updated = vindex.vector_index(root, recall_queries=50)
+    updated = vindex.vector_index(Table.of(root), recall_queries=50)
     assert updated.action == "updated" and updated.unindexed_rows == 0
     assert updated.settings.recall_at_10 >= 0.9
     # exact search where the table is small, and the index is gone
-    flat = vindex.vector_index(root, flat_below=10_000)
+    flat = vindex.vector_index(Table.of(root), flat_below=10_000)
     assert flat.action == "flat" and flat.settings.index_type == "FLAT"
     assert not vindex.has_index(lance.dataset(paths.table_uri(root)))
 
@@ -142,7 +142,7 @@ def test_ngram_index_finds_shared_spans_even_when_sampled(tmp_path):
 
 def chunked_table(tmp_path, rows=600):
     root = tmp_path / "data"
-    ingest(root, f"synthetic:{rows}", rows_per_fragment=200, log=quiet)
+    ingest(Table.of(root), f"synthetic:{rows}", rows_per_fragment=200, log=quiet)
     return root
 
 
@@ -212,7 +212,7 @@ def test_chunk_index_recall_is_measured_against_exact_maxsim(tmp_path):
     produce(chunks.PRODUCER, Table.of(root),
             chunks.ChunkEmbeddingsSettings(chunk_tokens=48, overlap_tokens=8, embedder=ClusteredEmbedder()),
             log=quiet)
-    report = vindex.vector_index(root, recall_queries=40, target=vindex.CHUNKS)
+    report = vindex.vector_index(Table.of(root), recall_queries=40, target=vindex.CHUNKS)
     s = report.settings
     assert report.action == "created" and s.index_type == "IVF_HNSW_SQ"
     assert s.recall_queries == 40 and s.recall_at_10 >= 0.9
@@ -224,6 +224,6 @@ def test_chunk_index_recall_is_measured_against_exact_maxsim(tmp_path):
     for row in rows:
         last = np.asarray(row["chunk_embeddings"][-1], np.float32)
         assert vindex.knn_ids(ds, last, 3, s, target=vindex.CHUNKS)[0][0] == row["id"]
-    assert vindex.vector_index(root, target=vindex.CHUNKS).action == "up_to_date"
+    assert vindex.vector_index(Table.of(root), target=vindex.CHUNKS).action == "up_to_date"
     with pytest.raises(RuntimeError, match="materialize `embeddings` first"):
-        vindex.vector_index(root)
+        vindex.vector_index(Table.of(root))

@@ -38,16 +38,16 @@ def table(tmp_path_factory):
     root = base / "data"
     docs = longdocs.corpus(DOCS)
     (base / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
-    ingest(root, str(base / "docs.jsonl"), rows_per_fragment=8, log=quiet)
+    ingest(Table.of(root), str(base / "docs.jsonl"), rows_per_fragment=8, log=quiet)
     produce(embed.PRODUCER, Table.of(root), log=quiet)
     report = produce(chunks.PRODUCER, Table.of(root), log=quiet)
-    vindex.vector_index(root)
-    vindex.vector_index(root, target=vindex.CHUNKS)
+    vindex.vector_index(Table.of(root))
+    vindex.vector_index(Table.of(root), target=vindex.CHUNKS)
     ds = lance.dataset(paths.table_uri(root))
     rows = ds.to_table(columns=["id", "text"]).to_pylist()
     id_of = {r["text"]: r["id"] for r in rows}
     return {"root": root, "docs": docs, "ids": [id_of[t] for t in docs], "report": report,
-            "attributor": Attributor(root, log=quiet)}
+            "attributor": Attributor(Table.of(root), log=quiet)}
 
 
 def second_half_passage(table, i: int) -> str:

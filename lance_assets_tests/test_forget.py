@@ -26,7 +26,7 @@ from lance_assets_tests.helpers import quiet, write_fineweb_parquet
 
 
 def _table(root: Path, rows: int = 600) -> Table:
-    ingest(root, f"synthetic:{rows}", rows_per_fragment=100, rows_per_commit=200, log=quiet)
+    ingest(Table.of(root), f"synthetic:{rows}", rows_per_fragment=100, rows_per_commit=200, log=quiet)
     return Table.of(root)
 
 
@@ -35,7 +35,7 @@ def test_five_unnamed_runs_with_a_retention_of_two_keep_the_newest_two(tmp_path)
     table = _table(root, 300)
     tags = []
     for i in range(5):  # the asset's own snapshot step, one ingest between runs
-        ingest(root, f"synthetic:{300 + 100 * (i + 1)}", rows_per_fragment=100, log=quiet)
+        ingest(Table.of(root), f"synthetic:{300 + 100 * (i + 1)}", rows_per_fragment=100, log=quiet)
         tag, version = training_snapshot(TrainConfig(), table, root / "train" / f"run{i}")
         tags.append((tag, version))
     named, _ = training_snapshot(TrainConfig(run_name="keep"), table, root / "train" / "keep")
@@ -92,7 +92,7 @@ def test_forget_removes_the_documents_from_every_version_on_disk_and_names_the_r
     src.parent.mkdir()
     write_fineweb_parquet(src, [f"document {i}: " + " ".join(f"w{i * 7 + j}" for j in range(80))
                                 for i in range(600)])
-    ingest(root, str(src), rows_per_fragment=100, rows_per_commit=200, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=100, rows_per_commit=200, log=quiet)
     table = Table.of(root)
     forgotten = _texts(table, "id IN (5, 123, 444)")
     run = root / "train" / "r1"
@@ -105,7 +105,7 @@ def test_forget_removes_the_documents_from_every_version_on_disk_and_names_the_r
     reports = root / "reports"
     reports.mkdir()
     (reports / "forensics.json").write_text(json.dumps({"excerpt": forgotten[0][:300]}))
-    ingest(root, "synthetic:900", rows_per_fragment=100, rows_per_commit=200, log=quiet)
+    ingest(Table.of(root), "synthetic:900", rows_per_fragment=100, rows_per_commit=200, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     assert _on_disk(table.uri, forgotten)
 
@@ -143,7 +143,7 @@ def test_forget_removes_the_documents_from_every_version_on_disk_and_names_the_r
     chosen = dg.AssetSelection.from_string(selection).resolve(defs.resolve_asset_graph())
     assert {"pretrained_model", "samples", "forensics"} <= {k.to_user_string() for k in chosen}
     with pytest.raises(FileNotFoundError) as gone:
-        resolve_pin(root)  # what `--select forensics` alone meets: its model's version is gone
+        resolve_pin(Table.of(root))  # what `--select forensics` alone meets: its model's version is gone
     assert str(gone.value).endswith("(forensics --version)") and selection in str(gone.value)
     words = shlex.split(holder["rebuild"])
     assert words[:3] == ["rm", "-rf", str(run)] and words[3] == "&&"
@@ -200,16 +200,16 @@ def test_forget_reaches_the_indexes_reports_samples_and_log(tmp_path):
     src = tmp_path / "src" / "a.parquet"
     src.parent.mkdir()
     write_fineweb_parquet(src, texts[:700] + [planted] + texts[700:])
-    ingest(root, str(src), rows_per_fragment=200, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=200, log=quiet)
     table = Table.of(root)
     doc = int(table.newest().to_table(columns=["id"], filter=f"text LIKE '%{WORD}%'")
               .column("id")[0].as_py())
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    text_index(root)
+    text_index(Table.of(root))
     produce(embeddings.PRODUCER, Table.of(root), embeddings.EmbeddingsSettings(embedder=ClusteredEmbedder()),
             log=quiet)
-    vector_index(root, flat_below=0, index_type="IVF_PQ", recall_queries=5)
-    train_bpe(root, log=quiet)
+    vector_index(Table.of(root), flat_below=0, index_type="IVF_PQ", recall_queries=5)
+    train_bpe(Table.of(root), log=quiet)
     ex.save(table, ex.explain(table, doc))
     reports, samples = root / "reports", root / "samples"
     (reports / "forensics.json").write_text(json.dumps({"sources": [{"id": doc,
@@ -219,7 +219,7 @@ def test_forget_reaches_the_indexes_reports_samples_and_log(tmp_path):
     (samples / "samples.json").write_text(json.dumps({"samples": [
         {"prompt": "The", "completion": planted[17:300]}, {"prompt": "", "completion": "x y"}]}))
     (samples / "other.json").write_text(json.dumps({"samples": [{"completion": texts[3]}]}))
-    assert len(search(root, WORD, columns=("id",))) == 1
+    assert len(search(Table.of(root), WORD, columns=("id",))) == 1
     assert "reports/forensics.md" in _files_holding(root, WORD.encode())
     uuids = {name: {i["uuid"] for i in table.newest().list_indices() if i["name"] == name}
              for name in ("text_fts", "embedding_ann")}
@@ -257,9 +257,9 @@ def test_forget_reaches_the_indexes_reports_samples_and_log(tmp_path):
     tokens = [lance.dataset(u).stats.index_stats(n)["indices"][0]["num_tokens"]
               for u, n in ((after.uri, "text_fts"), (fresh.uri, "text_idx"))]
     assert tokens[0] == tokens[1], tokens
-    assert len(search(root, WORD, columns=("id",))) == 0
-    assert len(search(root, "common", columns=("id",))) == 0  # its other words went too
-    assert len(search(root, "w5", columns=("id",))) > 0  # the index still serves the rest
+    assert len(search(Table.of(root), WORD, columns=("id",))) == 0
+    assert len(search(Table.of(root), "common", columns=("id",))) == 0  # its other words went too
+    assert len(search(Table.of(root), "w5", columns=("id",))) > 0  # the index still serves the rest
     log = (root / "forget.log.jsonl").read_text()
     assert WORD not in log and json.loads(log.splitlines()[-1])["predicate_sha256"].startswith(
         "sha256:")
@@ -268,7 +268,7 @@ def test_forget_reaches_the_indexes_reports_samples_and_log(tmp_path):
 def test_a_forget_that_matches_nothing_changes_nothing(tmp_path):
     root = tmp_path / "data"
     table = _table(root, 300)
-    ingest(root, "synthetic:400", rows_per_fragment=100, log=quiet)  # a second version or more
+    ingest(Table.of(root), "synthetic:400", rows_per_fragment=100, log=quiet)  # a second version or more
     versions = [v["version"] for v in table.newest().versions()]
     assert len(versions) > 1
     report = forget(table, "id = 123456", log=quiet)
@@ -295,7 +295,7 @@ def test_forget_guards_a_large_or_total_erasure_and_a_dry_run_changes_nothing(tm
     src.parent.mkdir()
     write_fineweb_parquet(src, [f"document {i}: " + " ".join(f"w{i}x{j}" for j in range(20))
                                 for i in range(200)])
-    ingest(root, str(src), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=50, log=quiet)
     table = Table.of(root)
     tag, _ = training_snapshot(TrainConfig(run_name="r1"), table, root / "train" / "r1")
     version = table.newest().version

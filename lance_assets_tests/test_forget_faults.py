@@ -73,7 +73,7 @@ def semantic_table(tmp_path_factory):
     src = base / "a.jsonl"
     src.write_text("".join(json.dumps({"text": t, "url": f"https://ex.org/{i}"}) + "\n"
                            for i, t in enumerate(planted.texts)))
-    ingest(root, str(src), rows_per_fragment=8, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=8, log=quiet)
     produce(chunk_embeddings.PRODUCER, Table.of(root),
             chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
                                                      embedder=SynonymBagEmbedder()),
@@ -102,7 +102,7 @@ def _copy_comes_back_unflagged(root, semantic_table) -> None:
     planted = semantic_table["planted"]
     src = Path(root).parent / "again.jsonl"
     src.write_text(json.dumps({"text": planted.texts[semantic_table["original"]]}) + "\n")
-    ingest(root, str(src), rows_per_fragment=8, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=8, log=quiet)
     produce(chunk_embeddings.PRODUCER, Table.of(root),
             chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
                                                      embedder=SynonymBagEmbedder()),
@@ -125,7 +125,7 @@ def test_a_forget_killed_right_after_its_delete_is_finished_by_the_next_run(sema
     _run_killed(root, "after-delete", 1, where)
     assert lance.dataset(paths.table_uri(root)).count_rows(filter=where) == 0  # deleted ...
     assert held_on_disk(root, ids)  # ... but older versions still hold them
-    report = forget(root, where, log=quiet)
+    report = forget(Table.of(root), where, log=quiet)
     assert report.still_readable == 0
     assert held_on_disk(root, ids) == []
     assert not ids & stored_vectors(root)
@@ -182,9 +182,9 @@ def test_a_forget_killed_at_any_phase_is_finished_by_the_next_one(semantic_table
     story.write_text("a story")
     _kill_at(monkeypatch, point)
     with pytest.raises(Killed):
-        forget(root, where, log=quiet)
+        forget(Table.of(root), where, log=quiet)
     monkeypatch.undo()
-    report = forget(root, where, log=quiet)
+    report = forget(Table.of(root), where, log=quiet)
     assert report.still_readable == report.still_in_files == 0
     assert [r["ids"] for r in report.resumed] == ([] if point == "done" else [2])
     assert held_on_disk(root, ids) == [] and not ids & stored_vectors(root)
@@ -220,7 +220,7 @@ def test_a_forget_racing_a_column_writer_leaves_no_forgotten_row_in_any_data_fil
     from lance_assets.table.columns import unwritten_rows
 
     root = tmp_path / "data"
-    ingest(root, "synthetic:3000", rows_per_fragment=25, log=quiet)
+    ingest(Table.of(root), "synthetic:3000", rows_per_fragment=25, log=quiet)
     ids = set(range(7, 3000, 210))
     where = f"id IN ({', '.join(map(str, sorted(ids)))})"
     writer = subprocess.Popen([sys.executable, "-m", "lance_assets_tests.fault_driver",
@@ -231,10 +231,10 @@ def test_a_forget_racing_a_column_writer_leaves_no_forgotten_row_in_any_data_fil
     while "word_count" not in lance.dataset(uri).schema.names and time.time() < deadline:
         time.sleep(0.05)  # the writer's first commit (its columns) has landed
     try:
-        report = forget(root, where, log=quiet)
+        report = forget(Table.of(root), where, log=quiet)
     except ForgetError as e:  # allowed: it says so
         assert "run forget again" in str(e), e
-        report = forget(root, where, log=quiet)  # finishes once the writer is done
+        report = forget(Table.of(root), where, log=quiet)  # finishes once the writer is done
     _, err = writer.communicate(timeout=300)
     assert report.still_readable == 0
     assert held_on_disk(root, ids) == []
@@ -255,7 +255,7 @@ def test_a_forget_whose_rewrite_a_writer_keeps_preempting_fails_and_says_so(tmp_
     import lance_assets.table.forget as fg
 
     root = tmp_path / "data"
-    ingest(root, "synthetic:400", rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), "synthetic:400", rows_per_fragment=50, log=quiet)
     real = fg.compact_table
 
     def preempted(table, *, include=None, **kwargs):  # every rewrite of fragment 2 is dropped
@@ -264,10 +264,10 @@ def test_a_forget_whose_rewrite_a_writer_keeps_preempting_fails_and_says_so(tmp_
     monkeypatch.setattr("lance_assets.table.maintenance.incomplete_fragments",
                         lambda ds: {f.fragment_id for f in ds.get_fragments()})
     with pytest.raises(ForgetError, match="run forget again"):
-        forget(root, "id IN (3, 107, 260)", log=quiet)
+        forget(Table.of(root), "id IN (3, 107, 260)", log=quiet)
     monkeypatch.undo()
     assert held_on_disk(root, {107})  # fragment 2 still holds it, behind a deletion file
-    report = forget(root, "id IN (3, 107, 260)", log=quiet)
+    report = forget(Table.of(root), "id IN (3, 107, 260)", log=quiet)
     assert report.still_readable == 0 and held_on_disk(root, {3, 107, 260}) == []
 
 
@@ -284,7 +284,7 @@ def test_a_forget_landing_inside_a_semantic_dup_run_leaves_no_vector_of_it(seman
     src = tmp_path / "more.jsonl"
     src.write_text("".join(json.dumps({"text": planted.texts[i] + " more"}) + "\n"
                            for i in range(3)))
-    ingest(root, str(src), rows_per_fragment=8, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_fragment=8, log=quiet)
     produce(chunk_embeddings.PRODUCER, Table.of(root),
             chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
                                                      embedder=SynonymBagEmbedder()),
@@ -292,7 +292,7 @@ def test_a_forget_landing_inside_a_semantic_dup_run_leaves_no_vector_of_it(seman
     real = ss.append
 
     def forget_first(*args):
-        forget(root, f"id IN ({', '.join(map(str, sorted(ids)))})", log=quiet)
+        forget(Table.of(root), f"id IN ({', '.join(map(str, sorted(ids)))})", log=quiet)
         return real(*args)
     monkeypatch.setattr(ss, "append", forget_first)
     produce(sd.PRODUCER, Table.of(root), SEMANTIC, log=quiet)

@@ -13,6 +13,7 @@ from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.checks import CHECKS as TRAINING_CHECKS
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
+from lance_assets.table import Table
 
 
 def test_materialize_whole_graph(tmp_path):
@@ -119,10 +120,9 @@ def test_materialize_whole_graph(tmp_path):
     # the next training run carries what changed in the data since this one (the UI's data_diff)
     from lance_assets.curation.rules import DEFAULT_RULES, put_in_force
     from lance_assets.forensics.diff import diff
-    from lance_assets.table import Table
 
     assert "No earlier materialization of `pretrained_model`" in model["data_diff"]
-    put_in_force(root, {**DEFAULT_RULES, "gopher_word_count": "word_count BETWEEN 120 AND 100000",
+    put_in_force(Table.of(root), {**DEFAULT_RULES, "gopher_word_count": "word_count BETWEEN 120 AND 100000",
                         "no_symbols": "symbol_word_ratio <= 0.02"},
                  keep_languages=[], drop_contaminated=False)
     Table.of(root).commit("delete", lambda d: d.delete("id IN (3, 4, 5)"))

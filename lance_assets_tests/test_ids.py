@@ -34,15 +34,15 @@ def test_ids_after_a_delete_are_above_every_id_ever_used(tmp_path):
     and a cleanup of every old version, then a third source: its ids start above the deleted
     ones; ids equal Lance's stable row ids."""
     root, src = tmp_path / "data", tmp_path / "src"
-    ingest(root, str(source_file(src, "a", 300)), rows_per_fragment=100, log=quiet)
-    ingest(root, str(source_file(src, "b", 250)), rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), str(source_file(src, "a", 300)), rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), str(source_file(src, "b", 250)), rows_per_fragment=100, log=quiet)
     used = ids_of(root)
     assert used == list(range(550))
     uri = paths.table_uri(root)
     lance.dataset(uri).delete("source LIKE '%b.parquet%'")
-    maintain(root, keep_versions_for=timedelta(0), log=quiet)
+    maintain(Table.of(root), keep_versions_for=timedelta(0), log=quiet)
     assert ids_of(root) == list(range(300))  # the highest ids are gone from every version kept
-    ingest(root, str(source_file(src, "c", 120)), rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), str(source_file(src, "c", 120)), rows_per_fragment=100, log=quiet)
     new = ids_of(root, "source LIKE '%c.parquet%'")
     assert new == list(range(550, 670))  # strictly above every id ever used
     rows = lance.dataset(uri).to_table(columns=["id"], with_row_id=True).to_pylist()
@@ -64,7 +64,7 @@ def test_ids_never_repeat_whatever_is_deleted_or_compacted(tmp_path_factory, ste
     ever = -1
     for n, (action, size) in enumerate(steps):
         if action == "ingest":
-            ingest(root, str(source_file(src, f"s{n}", size)), rows_per_fragment=40, log=quiet)
+            ingest(Table.of(root), str(source_file(src, f"s{n}", size)), rows_per_fragment=40, log=quiet)
             new = ids_of(root, f"source LIKE '%s{n}.parquet%'")
             assert new and min(new) > ever and new == list(range(new[0], new[0] + len(new)))
             ever = max(ever, max(new))

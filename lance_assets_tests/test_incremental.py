@@ -40,7 +40,7 @@ def make_files(folder, n_files=4, rows=300, row_group=64):
 
 
 def build(root, source, **kw):
-    ingest(root, str(source), log=quiet, **kw)
+    ingest(Table.of(root), str(source), log=quiet, **kw)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet, fragments_per_commit=1)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet,
             fragments_per_commit=1)
@@ -80,8 +80,8 @@ def test_two_batches_equal_one(tmp_path):
 def test_rerun_with_nothing_new_adds_nothing(tmp_path):
     src = tmp_path / "src"
     make_files(src, n_files=2, rows=100)
-    first = ingest(tmp_path / "d", str(src), log=quiet)
-    again = ingest(tmp_path / "d", str(src), log=quiet)
+    first = ingest(Table.of(tmp_path / "d"), str(src), log=quiet)
+    again = ingest(Table.of(tmp_path / "d"), str(src), log=quiet)
     assert again.nothing_new and again.commits == 0 and again.version == first.version
     assert again.units_already_present == first.units_ingested
     assert "0 rows" in again.markdown()
@@ -95,7 +95,7 @@ KILLER = textwrap.dedent("""
     from lance_assets.tokens import token_ids
     root, src, what = sys.argv[1:4]
     if what == "ingest":
-        ingest(root, src, rows_per_commit=32, rows_per_fragment=64, log=lambda m: None)
+        ingest(Table.of(root), src, rows_per_commit=32, rows_per_fragment=64, log=lambda m: None)
     else:
         produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
                 fragments_per_commit=1, log=lambda m: None)
@@ -144,7 +144,7 @@ def test_sigkill_during_ingest_and_token_ids_then_rerun_is_identical(tmp_path):
     kill_when(script, root, src, "ingest", lambda ds: ds.version >= 5)
     partial = lance.dataset(paths.table_uri(root)).count_rows()
     assert 0 < partial < 1200
-    ingest(root, str(src), rows_per_commit=32, rows_per_fragment=64, log=quiet)
+    ingest(Table.of(root), str(src), rows_per_commit=32, rows_per_fragment=64, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet, fragments_per_commit=1)
     kill_when(script, root, src, "token_ids", some_fragments_have("input_ids"))
     ds = lance.dataset(paths.table_uri(root))
@@ -162,20 +162,20 @@ def test_hf_source_reads_through_datasets_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     files = make_files(tmp_path / "hf", n_files=2, rows=1500)
     data_files = [str(f) for f in files]
-    report = ingest(tmp_path / "d", "hf:parquet", hf_data_files=data_files, log=quiet)
+    report = ingest(Table.of(tmp_path / "d"), "hf:parquet", hf_data_files=data_files, log=quiet)
     assert report.rows_added == 3000 and len(report.units_ingested) == 1
     assert report.units_ingested[0].startswith("hf:parquet/train@local#")
     rows = content_raw(tmp_path / "d")
     assert [r["text"] for r in rows] == [t for f in files for t in pq.read_table(f)["text"].to_pylist()]
     assert [r["source_part"] for r in rows][::1024] == [0, 1, 2]
-    again = ingest(tmp_path / "d", "hf:parquet", hf_data_files=data_files, log=quiet)
+    again = ingest(Table.of(tmp_path / "d"), "hf:parquet", hf_data_files=data_files, log=quiet)
     assert again.rows_added == 0  # resumes after the last part: nothing left
 
     capped = tmp_path / "capped"
-    first = ingest(capped, "hf:parquet", hf_data_files=data_files, rows_per_commit=1000,
+    first = ingest(Table.of(capped), "hf:parquet", hf_data_files=data_files, rows_per_commit=1000,
                    max_new_rows=1500, log=quiet)
     assert first.rows_added == 2048  # stops at the first commit boundary past 1,500
-    rest = ingest(capped, "hf:parquet", hf_data_files=data_files, rows_per_commit=1000, log=quiet)
+    rest = ingest(Table.of(capped), "hf:parquet", hf_data_files=data_files, rows_per_commit=1000, log=quiet)
     assert rest.rows_added == 952 and content_raw(capped) == rows
 
 
@@ -189,20 +189,20 @@ def test_hf_watermark_is_keyed_by_the_file_list(tmp_path, monkeypatch):
         monkeypatch.setenv(var, value)
     files = make_files(tmp_path / "hf", n_files=3, rows=600)
     root = tmp_path / "d"
-    first = ingest(root, "hf:parquet", hf_data_files=[str(files[0])], log=quiet)
+    first = ingest(Table.of(root), "hf:parquet", hf_data_files=[str(files[0])], log=quiet)
     assert first.rows_added == 600
     # the list grows: a new unit, read from its start (the old offset of 600 would have
     # skipped the first 600 rows of the longer list, which are not the same rows)
-    grown = ingest(root, "hf:parquet", hf_data_files=[str(f) for f in files[:2]], log=quiet)
+    grown = ingest(Table.of(root), "hf:parquet", hf_data_files=[str(f) for f in files[:2]], log=quiet)
     assert grown.rows_added == 1200 and grown.units_ingested[0] != first.units_ingested[0]
     stored = lance.dataset(paths.table_uri(root)).to_table().to_pylist()
     from_second = [r["text"] for r in stored if r["source"] == grown.units_ingested[0]]
     assert from_second == [t for f in files[:2] for t in pq.read_table(f)["text"].to_pylist()]
-    assert ingest(root, "hf:parquet", hf_data_files=[str(f) for f in files[:2]],
+    assert ingest(Table.of(root), "hf:parquet", hf_data_files=[str(f) for f in files[:2]],
                   log=quiet).rows_added == 0  # the same list again: nothing new
     # a file rewritten in place (new modification time) is another unit as well
     os.utime(files[0], (1_000_000_000, 1_000_000_000))
-    again = ingest(root, "hf:parquet", hf_data_files=[str(files[0])], log=quiet)
+    again = ingest(Table.of(root), "hf:parquet", hf_data_files=[str(files[0])], log=quiet)
     assert again.rows_added == 600 and again.units_ingested[0] != first.units_ingested[0]
 
 

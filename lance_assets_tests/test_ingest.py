@@ -53,7 +53,7 @@ def test_parquet_folder_ingest_and_dedup_flag_exact_duplicates(tmp_path, root):
     write_fineweb_parquet(src / "000.parquet", f1)
     write_fineweb_parquet(src / "001.parquet", f2, start_id=1000)
 
-    report = ingest(root, str(src), rows_per_fragment=64, log=quiet)
+    report = ingest(Table.of(root), str(src), rows_per_fragment=64, log=quiet)
     assert report.rows_added == len(f1) + len(f2)
     assert report.fragments_added > 2
     report = produce(dedup_flag.PRODUCER, Table.of(root), fragments_per_commit=2, log=quiet)
@@ -76,15 +76,15 @@ def test_ingest_is_incremental_ids_unique_and_rerun_is_noop(tmp_path, root):
     src = tmp_path / "landing"
     src.mkdir()
     write_fineweb_parquet(src / "a.parquet", [f"alpha {i}" for i in range(50)])
-    first = ingest(root, str(src), log=quiet)
+    first = ingest(Table.of(root), str(src), log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     assert ds.has_stable_row_ids
-    again = ingest(root, str(src), log=quiet)
+    again = ingest(Table.of(root), str(src), log=quiet)
     assert again.nothing_new and again.rows_added == 0
     assert lance.dataset(paths.table_uri(root)).version == first.version  # no new version
 
     write_fineweb_parquet(src / "b.parquet", [f"beta {i}" for i in range(30)])
-    third = ingest(root, str(src), log=quiet)
+    third = ingest(Table.of(root), str(src), log=quiet)
     assert third.rows_added == 30 and len(third.units_ingested) == 1
     ids = [r["id"] for r in read(root, ["id"])]
     assert sorted(ids) == list(range(80))
@@ -93,7 +93,7 @@ def test_ingest_is_incremental_ids_unique_and_rerun_is_noop(tmp_path, root):
 def test_null_and_empty_texts_are_skipped_and_counted(tmp_path, root):
     path = tmp_path / "x.parquet"
     pq.write_table(pa.table({"text": pa.array(["good one", None, "", "   \n", "good two"])}), path)
-    report = ingest(root, str(path), log=quiet)
+    report = ingest(Table.of(root), str(path), log=quiet)
     assert report.rows_added == 2
     assert report.rows_skipped == {"null_text": 1, "empty_text": 2}
     assert [r["text"] for r in read(root, ["text"])] == ["good one", "good two"]
@@ -102,20 +102,20 @@ def test_null_and_empty_texts_are_skipped_and_counted(tmp_path, root):
 def test_custom_text_column(tmp_path, root):
     path = tmp_path / "c.parquet"
     pq.write_table(pa.table({"content": ["one doc", "two doc"], "id": [7, 8]}), path)
-    report = ingest(root, str(path), log=quiet)
+    report = ingest(Table.of(root), str(path), log=quiet)
     assert report.rows_added == 0 and "'text'" in report.files_failed[str(path.resolve())]
     assert "content" in report.files_failed[str(path.resolve())]  # the columns it does have
-    ingest(root, str(path), text_column="content", log=quiet)
+    ingest(Table.of(root), str(path), text_column="content", log=quiet)
     assert [r["doc_id"] for r in read(root, ["doc_id"])] == ["7", "8"]
 
 
 def test_bad_files_are_reported_others_ingest_and_nothing_stored_changes(tmp_path, root):
     good = write_fineweb_parquet(tmp_path / "good.parquet", ["kept text"])
-    ingest(root, str(good), log=quiet)
+    ingest(Table.of(root), str(good), log=quiet)
     before = read(root, ["id", "text"])
 
     with pytest.raises(SourceError, match="no such file or folder.*synthetic"):
-        ingest(root, str(tmp_path / "missing"), log=quiet)
+        ingest(Table.of(root), str(tmp_path / "missing"), log=quiet)
 
     folder = tmp_path / "mixed"
     folder.mkdir()
@@ -129,7 +129,7 @@ def test_bad_files_are_reported_others_ingest_and_nothing_stored_changes(tmp_pat
     pq.write_table(pa.table({"text": pa.array([b"caf\xc3\xa9 ok", b"bad \xff\xfe bytes"], pa.binary())}),
                    folder / "h_binary.parquet")
     pq.write_table(pa.table({"text": ["x" * 50_000_000, "a normal document"]}), folder / "i_huge.parquet")
-    report = ingest(root, str(folder), log=quiet)
+    report = ingest(Table.of(root), str(folder), log=quiet)
 
     failed = {Path(k).name: v for k, v in report.files_failed.items()}
     assert set(failed) == {"b_wrong_schema.parquet", "c_corrupt.parquet"}
@@ -154,7 +154,7 @@ def test_jsonl_and_txt_sources(tmp_path, root):
         "\n".join(json.dumps({"text": f"json doc {i}", "id": i}) for i in range(3)))
     (folder / "b.txt").write_text("a plain text document\nwith two lines")
     (folder / "c.txt").write_bytes(b"\xff\xfe not utf-8 \xc3")
-    report = ingest(root, str(folder), log=quiet)
+    report = ingest(Table.of(root), str(folder), log=quiet)
     assert report.rows_added == 4
     assert report.rows_skipped == {"not_utf8": 1}
     texts = sorted(r["text"] for r in read(root, ["text"]))
@@ -176,14 +176,14 @@ def test_a_damaged_row_group_is_skipped_and_named_and_the_groups_after_it_land(t
     with open(path, "r+b") as fh:  # garbage over the text column's first page header
         fh.seek(col.data_page_offset)
         fh.write(b"\xff" * 64)
-    first = ingest(root, str(src), log=quiet)
+    first = ingest(Table.of(root), str(src), log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     landed = sorted(int(t.split()[1]) for t in ds.to_table(columns=["text"]).column("text")
                     .to_pylist())
     assert landed == list(range(100)) + list(range(200, 300))
     (reason, n), = first.rows_skipped.items()
     assert n == 100 and str(path) in reason and "row group 1" in reason
-    again = ingest(root, str(src), log=quiet)
+    again = ingest(Table.of(root), str(src), log=quiet)
     assert again.rows_added == 0 and ds.count_rows() == 200
     assert lance.dataset(paths.table_uri(root)).count_rows() == 200
 
@@ -209,7 +209,7 @@ def test_raw_text_run_config_names_each_bad_field_and_its_range(tmp_path, field,
                            "source": "synthetic:10", field: value}}}})
     assert field == "text_column" or "from 1 to" in str(refused.value)
     with pytest.raises(IngestConfigError, match=f"{field} {value!r}: "):
-        ingest(root, "synthetic:10", **{field: value}, log=quiet)
+        ingest(Table.of(root), "synthetic:10", **{field: value}, log=quiet)
     assert not (root / "lance").exists()  # nothing ran
 
 
@@ -238,18 +238,18 @@ def test_a_moved_or_renamed_file_is_not_ingested_again_and_an_older_table_stays_
                 m.setattr(sources, "generation_key",
                           lambda path, start, end, fp, digest: f"file:{path}@{start}-{end}#{fp}")
                 m.setattr(sources, "content_digest", lambda *a, **k: "")
-            assert ingest(root, str(base / "src"), log=quiet).rows_added == 71
-        assert ingest(root, str(base / "src"), log=quiet).rows_added == 0
+            assert ingest(Table.of(root), str(base / "src"), log=quiet).rows_added == 71
+        assert ingest(Table.of(root), str(base / "src"), log=quiet).rows_added == 0
         (base / "src").rename(base / "moved")
         (base / "moved" / "a.parquet").rename(base / "moved" / "renamed.parquet")
-        again = ingest(root, str(base / "moved"), log=quiet)
+        again = ingest(Table.of(root), str(base / "moved"), log=quiet)
         assert again.rows_added == 0 and not again.files_failed, (release, again)
         (base / "copy").mkdir()
         (base / "copy" / "c2.txt").write_text("one text document")
         (base / "moved" / "b.jsonl").rename(base / "copy" / "b2.jsonl")
         with open(base / "copy" / "b2.jsonl", "a") as fh:  # moved, then grown
             fh.write(json.dumps({"text": "a new line"}) + "\n")
-        grown = ingest(root, str(base / "copy"), log=quiet)
+        grown = ingest(Table.of(root), str(base / "copy"), log=quiet)
         assert grown.rows_added == 1 and not grown.files_failed, (release, grown)
         texts = read(root, ["text"])
         assert sorted(r["text"] for r in texts).count("jsonl doc 0") == 1
@@ -285,7 +285,7 @@ def test_a_malformed_jsonl_line_is_skipped_and_named_by_its_line_and_the_run_che
     (check,) = result.get_asset_check_evaluations()
     assert check.check_name == "files_ingested" and not check.passed
     assert "b.parquet" in check.description and "replace or remove" in check.description
-    again = ingest(tmp_path / "data", str(src / "a.jsonl"), log=quiet)  # nothing twice
+    again = ingest(Table.of(tmp_path / "data"), str(src / "a.jsonl"), log=quiet)  # nothing twice
     assert again.rows_added == 0 and not again.files_failed
     # a first ingest of nothing but a broken file says which file, not "materialize raw_text"
     fresh = dg.materialize([defs.get_assets_def("raw_text")], raise_on_error=False,

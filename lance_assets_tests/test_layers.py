@@ -18,6 +18,8 @@ and its imports collected, those inside functions included.
   third-party package, no function's globals rebound, no ``_private`` attribute that no code of
   ours defines. The one module allowed to reach inside a dependency (``ADAPTERS``) says in its
   docstring what it relies on and checks it.
+- Below the edges (the command lines, ``defs/``, the trainer's entry point) a table argument is
+  a ``Table``: no library parameter is typed as a ``Table`` or a string or path.
 """
 
 import ast
@@ -567,3 +569,72 @@ def test_the_contract_check_catches_every_spelling(tmp_path):
         "def h(t, w):\n    return t.pinned(w, what='x')\n")
     assert contract_calls(module_trees(pkg)) == {
         "lance_assets.bad": ["4: write_columns", "6: write_columns", "8: pinned"]}
+
+
+# Where a string becomes the table (``Table.of``): the command lines, the Dagster layer, the
+# trainer's entry point. Below them the library takes a ``Table``.
+EDGES = ("lance_assets.defs", "lance_assets.definitions", "lance_assets.__main__",
+         "lance_assets.forensics.__main__", "lance_assets.train.__main__",
+         "lance_assets.train.trainer")
+PATH_TYPES = {"str", "PathLike", "Path", "Location", "UPath"}
+
+
+def annotation_names(annotation: ast.expr) -> set[str]:
+    """The type names an annotation mentions, string annotations (``"Table | str"``) included."""
+    names: set[str] = set()
+    for n in ast.walk(annotation):
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            names.add(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            try:
+                names |= annotation_names(ast.parse(n.value, mode="eval").body)
+            except SyntaxError:
+                pass
+    return names
+
+
+def table_or_path_parameters(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """module -> ``line: function(parameter)`` of every library parameter typed as a ``Table``
+    or a string or path; ``Table.of``, the one resolver, aside."""
+    out: dict[str, list[str]] = {}
+    for module, tree in trees.items():
+        if any(in_package(module, edge) for edge in EDGES):
+            continue
+        for n in ast.walk(tree):
+            if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if module == "lance_assets.table.handle" and n.name == "of":
+                continue
+            params = [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs]
+            for p in params:
+                names = annotation_names(p.annotation) if p.annotation is not None else set()
+                if "Table" in names and names & PATH_TYPES:
+                    out.setdefault(module, []).append(f"{n.lineno}: {n.name}({p.arg})")
+    return out
+
+
+def test_below_the_edges_a_table_argument_is_a_table():
+    found = table_or_path_parameters(TREES)
+    assert not found, ("take a Table and let the caller resolve a string with Table.of at the "
+                       f"edge (the CLI, defs/, the trainer's entry): {found}")
+
+
+def test_the_table_argument_check_catches_every_spelling(tmp_path):
+    pkg = tmp_path / "lance_assets"
+    (pkg / "table").mkdir(parents=True)
+    (pkg / "defs").mkdir()
+    for d in (pkg, pkg / "table", pkg / "defs"):
+        (d / "__init__.py").write_text("")
+    (pkg / "table" / "handle.py").write_text(
+        "class Table:\n    def of(cls, where: 'Table | str | None' = None): ...\n")
+    (pkg / "defs" / "assets.py").write_text("def a(root: Table | str): ...\n")
+    (pkg / "ok.py").write_text("def f(table: Table, root: str | Path): ...\n")
+    (pkg / "bad.py").write_text(
+        "import os\nfrom typing import Union\n"
+        "def f(table: Union[Table, str, os.PathLike]): ...\n"
+        "def g(x, *, table: 'Table | str'): ...\n"
+        "class C:\n    def __init__(self, root: Table | Path): ...\n")
+    assert table_or_path_parameters(module_trees(pkg)) == {
+        "lance_assets.bad": ["3: f(table)", "4: g(table)", "6: __init__(root)"]}

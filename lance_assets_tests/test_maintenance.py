@@ -20,17 +20,17 @@ from lance_assets_tests.helpers import quiet
 
 def test_maintenance_compacts_refreshes_the_index_and_keeps_tagged_versions(tmp_path):
     root = tmp_path / "data"
-    ingest(root, "synthetic:600", rows_per_fragment=100, rows_per_commit=200, log=quiet)
+    ingest(Table.of(root), "synthetic:600", rows_per_fragment=100, rows_per_commit=200, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    fts.text_index(root)
+    fts.text_index(Table.of(root))
     uri = paths.table_uri(root)
     snapshots = Table.of(root).snapshots
     tagged = snapshots.hold("train-kept", lance.dataset(uri).version, owner="test")
-    ingest(root, "synthetic:900", rows_per_fragment=100, rows_per_commit=200, log=quiet)
+    ingest(Table.of(root), "synthetic:900", rows_per_fragment=100, rows_per_commit=200, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     lance.dataset(uri).delete("id % 10 = 0")
     before = lance.dataset(uri)
-    report = maintain(root, keep_versions_for=timedelta(0), log=quiet)
+    report = maintain(Table.of(root), keep_versions_for=timedelta(0), log=quiet)
     after = lance.dataset(uri)
     assert report.fragments_before == len(before.get_fragments()) > report.fragments_after
     assert report.fragments_removed > report.fragments_added > 0
@@ -42,7 +42,7 @@ def test_maintenance_compacts_refreshes_the_index_and_keeps_tagged_versions(tmp_
     assert lance.dataset(uri, version="train-kept").count_rows() == 600  # still readable
     assert after.count_rows() == 1350 and after.count_rows("id % 10 = 0") == 0
     # released, the next cleanup reclaims the snapshot
-    again = maintain(root, keep_versions_for=timedelta(0), release=["train-kept"], log=quiet)
+    again = maintain(Table.of(root), keep_versions_for=timedelta(0), release=["train-kept"], log=quiet)
     assert again.tags_released == {"train-kept": tagged} and again.tags_kept == {}
     assert [v["version"] for v in lance.dataset(uri).versions()] == [lance.dataset(uri).version]
     assert snapshots.version("train-kept") is None
@@ -57,7 +57,7 @@ def test_columns_written_check_fails_on_unwritten_rows_and_blocks_what_is_downst
     from lance_assets.defs.resources import LanceStore
 
     root = tmp_path / "data"
-    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=100, log=quiet)
     store = LanceStore(data_dir=str(root))
     checks = [c for c in defs.asset_checks
               if dg.AssetCheckKey(dg.AssetKey("dedup_flag"), "columns_written") in c.check_keys]
@@ -74,7 +74,7 @@ def test_columns_written_check_fails_on_unwritten_rows_and_blocks_what_is_downst
     assert "Materialize `dedup_flag` again" in evaluation.description
     # the asset writes every row: the check passes, downstream runs
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    ingest(root, "synthetic:450", rows_per_fragment=100, log=quiet)  # new, unwritten rows
+    ingest(Table.of(root), "synthetic:450", rows_per_fragment=100, log=quiet)  # new, unwritten rows
     result = run(dg.AssetSelection.checks_for_assets(dg.AssetKey("dedup_flag"))
                  | dg.AssetSelection.assets("tokenizer"))
     (evaluation,) = result.get_asset_check_evaluations()
@@ -116,7 +116,7 @@ def test_columns_written_passes_without_a_quality_model_and_fails_on_unscored_ro
     pq.write_table(pa.table({"text": [f"document {i} about rivers" for i in range(120)]}),
                    src / "a.parquet")
     unlabelled = tmp_path / "unlabelled"
-    ingest(unlabelled, str(src), log=quiet)
+    ingest(Table.of(unlabelled), str(src), log=quiet)
     produce(embed.PRODUCER, Table.of(unlabelled), embed.EmbeddingsSettings(embedder=FeatureEmbedder()),
             log=quiet)
     assert isinstance(produce(quality_model.PRODUCER, Table.of(unlabelled), log=quiet), Skip)
@@ -124,12 +124,12 @@ def test_columns_written_passes_without_a_quality_model_and_fails_on_unscored_ro
     assert evaluation.passed and "no quality model was trained" in evaluation.description
 
     labelled = tmp_path / "labelled"
-    ingest(labelled, "synthetic:400", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(labelled), "synthetic:400", rows_per_fragment=100, log=quiet)
     produce(embed.PRODUCER, Table.of(labelled), embed.EmbeddingsSettings(embedder=FeatureEmbedder()),
             log=quiet)
     produce(quality_model.PRODUCER, Table.of(labelled), log=quiet)
     assert evaluate(labelled).passed
-    added = ingest(labelled, "synthetic:500", rows_per_fragment=100, log=quiet).rows_added
+    added = ingest(Table.of(labelled), "synthetic:500", rows_per_fragment=100, log=quiet).rows_added
     produce(embed.PRODUCER, Table.of(labelled), embed.EmbeddingsSettings(embedder=FeatureEmbedder()),
             log=quiet)  # rows not scored yet
     evaluation = evaluate(labelled)
@@ -144,7 +144,7 @@ def test_columns_written_reports_rows_after_the_pinned_version_as_pending(tmp_pa
     from lance_assets.defs.resources import LanceStore
 
     root = tmp_path / "data"
-    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=100, log=quiet)
     key = dg.AssetKey("dedup_flag")
     checks = [c for c in defs.asset_checks
               if dg.AssetCheckKey(key, "columns_written") in c.check_keys]
@@ -160,14 +160,14 @@ def test_columns_written_reports_rows_after_the_pinned_version_as_pending(tmp_pa
     result, evaluation = run(dg.AssetSelection.assets(key) | dg.AssetSelection.checks_for_assets(key))
     meta = result.asset_materializations_for_node("dedup_flag")[0].metadata
     assert meta["lance/pinned_rows_end"].value == 300 and evaluation.passed
-    ingest(root, "synthetic:450", rows_per_fragment=100, log=quiet)  # after the pin
+    ingest(Table.of(root), "synthetic:450", rows_per_fragment=100, log=quiet)  # after the pin
     _, evaluation = run(dg.AssetSelection.checks_for_assets(key))
     assert evaluation.passed and evaluation.metadata["pending_rows"].value == 450
     assert evaluation.metadata["unwritten_rows"].value == 450 and "wait for" in evaluation.description
     # a row of the pinned version without its value is a failure, pending rows or not
     uri = paths.table_uri(root)
     lance.dataset(uri).delete("id = 5")
-    maintain(root, keep_versions_for=timedelta(0), log=quiet)  # rewrites the fragment
+    maintain(Table.of(root), keep_versions_for=timedelta(0), log=quiet)  # rewrites the fragment
     Table.of(root).commit("unmark", lambda ds: ds.update({"_written_is_dup": "NULL"}, where="id = 7"))
     _, evaluation = run(dg.AssetSelection.checks_for_assets(key))
     assert not evaluation.passed and evaluation.metadata["pending_rows"].value == 450
@@ -194,7 +194,7 @@ def test_compaction_never_mixes_ids_out_of_order_in_a_fragment(tmp_path, monkeyp
     table = Table.of(root)
     real = maintenance.incomplete_fragments
     for r in range(rounds):
-        ingest(root, f"synthetic:{500 + r}", rows_per_fragment=100, log=quiet)
+        ingest(Table.of(root), f"synthetic:{500 + r}", rows_per_fragment=100, log=quiet)
         new = [f for f in table.newest().get_fragments() if f.physical_rows <= 101][-5:]
         gap = new[2].fragment_id
         for frag in (new[0], new[3]):

@@ -56,7 +56,7 @@ def corpus_root(base: Path, table) -> Path:
     source = base / "corpus.parquet"
     pq.write_table(table, source)
     root = base / "data"
-    ingest(root, str(source), rows_per_fragment=1000, log=quiet)
+    ingest(Table.of(root), str(source), rows_per_fragment=1000, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
             log=quiet)
@@ -92,7 +92,7 @@ def in_process(root: Path, stop_at: str | None = None):
         if stopped:
             cfg = cfg.model_copy(update={"steps": cfg.steps // 4})
         with contextlib.redirect_stdout(io.StringIO()):
-            assert main(trainer_args(cfg, root, run.out, run.snapshot)) == 0
+            assert main(trainer_args(cfg, Table.of(root), run.out, run.snapshot)) == 0
         if stopped:
             raise KeyboardInterrupt  # what a cancel does to the search
 
@@ -100,7 +100,7 @@ def in_process(root: Path, stop_at: str | None = None):
 
 
 def search(root: Path, cfg, stop_at: str | None = None) -> mixture.SearchReport:
-    return mixture.run_search(root, Table.of(root), cfg, in_process(root, stop_at), log=quiet)
+    return mixture.run_search(Table.of(root), cfg, in_process(root, stop_at), log=quiet)
 
 
 def test_planted_junk_gets_under_a_tenth_and_the_chosen_mixture_beats_natural(planted_root):
@@ -239,7 +239,7 @@ def test_proxies_as_ray_tasks_train_what_the_local_path_trains(ray_cluster, halv
                                  ("ablation-mixture-ray", version))
                 for i, w in enumerate(weights)]
 
-    remote.train_on_ray(halves_root, runs("ray"), threads=1, log=quiet)
+    remote.train_on_ray(Table.of(halves_root), runs("ray"), threads=1, log=quiet)
     launch = in_process(halves_root)
     for run in runs("local"):
         launch(run)

@@ -65,7 +65,7 @@ def test_rotary_scores_depend_only_on_relative_position():
 
 def test_modern_learns_a_batch_with_muon_and_adamw():
     from lance_assets.train.config import TrainConfig
-    from lance_assets.train.trainer import make_optimizers, train_step
+    from lance_assets.train.step import make_optimizers, train_step
 
     torch.manual_seed(0)
     cfg = TrainConfig(arch="modern", seq_len=32)

@@ -14,6 +14,7 @@ import time
 import dagster as dg
 import pytest
 
+from lance_assets.table import Table
 from lance_assets.train import checkpoint
 from lance_assets_tests.helpers import processes_mentioning, steps_logged
 
@@ -61,7 +62,7 @@ def reference(data_root, tmp_path_factory):
         if steps > len(hashes):
             out = tmp_path_factory.mktemp("reference")
             cfg = TrainConfig(**{**CONFIG, "steps": steps, "grad_accum": 2})
-            assert main(trainer_args(cfg, data_root, out)) == 0
+            assert main(trainer_args(cfg, Table.of(data_root), out)) == 0
             logged = steps_logged(out)
             assert sorted(logged) == list(range(1, steps + 1))
             hashes.clear()

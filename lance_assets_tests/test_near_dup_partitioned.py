@@ -251,7 +251,7 @@ def sources(tmp_path_factory) -> list[Path]:
 
 
 def _ingest(root: Path, source: Path) -> None:
-    ingest(root, str(source), rows_per_fragment=70, log=quiet)
+    ingest(Table.of(root), str(source), rows_per_fragment=70, log=quiet)
 
 
 @pytest.fixture(scope="module")
@@ -306,7 +306,7 @@ def test_ray_matches_a_chain_like_the_single_process_path(ray_cluster, tmp_path,
         for i, texts in enumerate(batches):
             path = tmp_path / f"{where}{i}.parquet"
             pq.write_table(pa.table({"text": texts}), path)
-            ingest(root, str(path), rows_per_fragment=20, log=quiet)
+            ingest(Table.of(root), str(path), rows_per_fragment=20, log=quiet)
             produce(nd.PRODUCER, Table.of(root), nd.NearDupSettings(partitions=2), executor=where, log=quiet)
         got[where] = _columns(root)
     assert_same(got["ray"], got["local"])
@@ -391,7 +391,7 @@ def test_the_driver_holds_references_not_the_corpus(ray_cluster, tmp_path, monke
         root = tmp_path / f"d{rows}"
         texts = generate(SyntheticSpec(rows=rows, seed=2, dup_fraction=0.05)).column("text")
         pq.write_table(pa.table({"text": texts}), tmp_path / f"{rows}.parquet")
-        ingest(root, str(tmp_path / f"{rows}.parquet"), rows_per_fragment=rows // 6, log=quiet)
+        ingest(Table.of(root), str(tmp_path / f"{rows}.parquet"), rows_per_fragment=rows // 6, log=quiet)
         kept = {}
         monkeypatch.setattr(nd, "clusters",
                             lambda *a, _k=kept, **k: _k.setdefault("c", real(*a, **k)))

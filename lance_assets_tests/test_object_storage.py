@@ -136,7 +136,7 @@ def test_whole_graph_on_s3_keeps_everything_in_the_bucket_and_no_secret_anywhere
         assert secret not in repr(mat.materialization.metadata)
     # ... nor in the loader state spawned DataLoader workers receive (its shared-memory
     # counters travel separately, through multiprocessing)
-    snap = data.open_snapshot(storage.uri_of(paths.db_dir(root)), "corpus")
+    snap = data.open_snapshot(Table.of(root))
     loader = data.train_dataset(snap, filter="n_tokens > 0", block_len=65, blocks_per_epoch=4,
                                 num_splits=1, rank=0, world_size=1, seed=0, epoch=0)
     state = loader.__getstate__()
@@ -194,13 +194,13 @@ def test_concurrent_ingests_into_s3_add_each_row_exactly_once(s3):
 
     def run():
         try:
-            reports.append(ingest(root, "synthetic:400", rows_per_fragment=100, rows_per_commit=100,
+            reports.append(ingest(Table.of(root), "synthetic:400", rows_per_fragment=100, rows_per_commit=100,
                                   log=quiet))
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
     threads = [threading.Thread(target=run) for _ in range(2)]
-    with ingest_lock(root, log=quiet):  # both start while a third ingest holds the lease
+    with ingest_lock(Table.of(root), log=quiet):  # both start while a third ingest holds the lease
         [t.start() for t in threads]
         time.sleep(1.5)
         assert not Table.of(root).exists()  # neither wrote past the lease
@@ -255,14 +255,14 @@ def test_an_ingest_frozen_past_its_lease_adds_nothing_twice(s3, tmp_path, monkey
     monkeypatch.setenv(storage.LEASE_TTL_ENV, "2")
     frozen = start_frozen(root, source, 2)
     time.sleep(2.5)  # its lease expires: the renewal thread is frozen with it
-    second = ingest(root, source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
+    second = ingest(Table.of(root), source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
     assert second.rows_added == 3000 - 1024 and second.lock_wait_s < 30
     os.kill(frozen.pid, signal.SIGCONT)
     out, err = frozen.communicate(timeout=300)
     # its stale commit conflicted; the retry then found the lease taken over and stopped
     assert frozen.returncode != 0 and "LeaseLost" in err, err[-3000:]
     reference = tmp_path / "reference"
-    ingest(reference, source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
+    ingest(Table.of(reference), source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
     assert table_rows(root) == table_rows(reference)
 
 
@@ -433,10 +433,10 @@ def test_ingest_where_no_lease_is_possible_is_refused_unless_one_ingest_is_promi
 
     monkeypatch.delenv(SINGLE_INGEST_ENV, raising=False)
     with pytest.raises(storage.StorageConfigError, match=SINGLE_INGEST_ENV), \
-            ingest_lock("gs://bucket/prefix", log=quiet):
+            ingest_lock(Table.of("gs://bucket/prefix"), log=quiet):
         pass
     monkeypatch.setenv(SINGLE_INGEST_ENV, "1")
-    with ingest_lock("gs://bucket/prefix", log=quiet) as held:
+    with ingest_lock(Table.of("gs://bucket/prefix"), log=quiet) as held:
         held.check()  # no lock to lose
 
 

@@ -77,7 +77,7 @@ def _sources(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _ingest(root: Path, source: Path) -> None:
-    ingest(root, str(source), rows_per_fragment=100, rows_per_commit=400, log=quiet)
+    ingest(Table.of(root), str(source), rows_per_fragment=100, rows_per_commit=400, log=quiet)
 
 
 def _columns(root: Path, cols: list[str]) -> pa.Table:
@@ -145,7 +145,8 @@ def test_dedup_flag_with_an_ingest_landing_right_after_its_hashing(tmp_path, mon
     def hash_then_let_an_ingest_land(ds, log=print):
         out = hashed(ds, log)
         subprocess.run([sys.executable, "-c", "from lance_assets.ingest.raw_text import ingest; "
-                        f"ingest({str(root)!r}, {str(b)!r}, rows_per_fragment=100, "
+                        "from lance_assets.table import Table; "
+                        f"ingest(Table.of({str(root)!r}), {str(b)!r}, rows_per_fragment=100, "
                         "rows_per_commit=400, log=lambda m: None)"], env=ENV, check=True)
         return out
 
@@ -459,7 +460,7 @@ def test_a_mixed_run_keeps_every_row_once_and_every_value_equal_to_a_clean_run(t
         _ingest(clean, source)
     gone = ",".join(f"'{d}'" for d in DELETED + FORGOTTEN)
     lance.dataset(Table.of(clean).uri).delete(f"doc_id IN ({gone})")
-    maintain(clean, keep_versions_for=timedelta(0), target_rows_per_fragment=300, log=quiet)
+    maintain(Table.of(clean), keep_versions_for=timedelta(0), target_rows_per_fragment=300, log=quiet)
     _writers(clean)
 
     ds = table.newest()

@@ -37,14 +37,14 @@ def test_null_share_counts_rows_the_writer_has_not_reached(tmp_path):
     texts = generate(SyntheticSpec(rows=150, seed=4)).column("text")
     pq.write_table(pa.table({"text": texts.slice(0, 100)}), landing / "a.parquet")
     root = tmp_path / "data"
-    ingest(root, str(landing), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(landing), rows_per_fragment=50, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     uri = paths.table_uri(root)
-    assert null_share_metadata(uri, ["is_dup"]) == {"null_share/is_dup": 0.0}
+    assert null_share_metadata(Table.of(uri), ["is_dup"]) == {"null_share/is_dup": 0.0}
 
     pq.write_table(pa.table({"text": texts.slice(100, 50)}), landing / "b.parquet")
-    ingest(root, str(landing), rows_per_fragment=50, log=quiet)  # 50 rows without is_dup yet
-    assert null_share_metadata(uri, ["is_dup"]) == {"null_share/is_dup": round(50 / 150, 6)}
+    ingest(Table.of(root), str(landing), rows_per_fragment=50, log=quiet)  # 50 rows without is_dup yet
+    assert null_share_metadata(Table.of(uri), ["is_dup"]) == {"null_share/is_dup": round(50 / 150, 6)}
 
 
 def test_curation_numbers_equal_sums_over_the_rows_each_rule_keeps(tokenized_root):

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from lance_assets import paths
 from lance_assets.curation import profile, rules
 from lance_assets.curation.predicate import PredicateError, safe_predicate
+from lance_assets.table import Table
 
 ROWS = 40
 SETTINGS = settings(max_examples=80, deadline=None,
@@ -300,7 +301,7 @@ def test_hostile_predicates_are_refused_store_nothing_and_touch_no_file(table, t
         return
     version = lance.dataset(ds.uri).version
     with pytest.raises(rules.RuleError):
-        rules.store_curation(root, rules.Curation(rules={"hostile": text}))
+        rules.store_curation(Table.of(root), rules.Curation(rules={"hostile": text}))
     assert lance.dataset(ds.uri).version == version
     assert rules.stored_curation(lance.dataset(ds.uri)) is None
     hits = profile.rule_hits(con, ds, {"hostile": text})  # the profile's path: reported, not run

@@ -63,7 +63,7 @@ def _texts(n: int, seed: int) -> list[str]:
 
 
 def _ingest(root, path) -> None:
-    ingest(root, str(path), rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), str(path), rows_per_fragment=50, log=quiet)
 
 
 def _producer(**kw) -> ColumnProducer:
@@ -186,7 +186,7 @@ class DataclassLike:
 
 
 def test_a_state_that_skips_writes_nothing_and_says_why(root):
-    ingest(root, "synthetic:60", rows_per_fragment=30, log=quiet)
+    ingest(Table.of(root), "synthetic:60", rows_per_fragment=30, log=quiet)
     producer = _producer(fields=[N_CHARS], state=lambda run, before: Skip("no labels to learn from"),
                          compute=lambda settings, state: count_chars)
     done = produce(producer, Table.of(root), log=quiet)
@@ -209,7 +209,7 @@ class Closing:
 
 
 def test_a_compute_is_closed_however_its_write_ends(root):
-    ingest(root, "synthetic:90", rows_per_fragment=30, log=quiet)
+    ingest(Table.of(root), "synthetic:90", rows_per_fragment=30, log=quiet)
     producer = _producer(steps=(Step(fields=[N_CHARS], compute=lambda s, st: Closing()),
                                 Step(fields=[SHARE], compute=lambda s, st: Share(1))))
     with pytest.raises(ValueError, match="injected"):

@@ -166,7 +166,7 @@ def rows_logged(lines, prefix: str) -> list[int]:
 
 @pytest.mark.parametrize("column", ["embedding", "chunk_embeddings"])
 def test_embeddings_log_rows_within_one_fragment_batch_by_batch(tmp_path, often, column):
-    ingest(tmp_path, "synthetic:120", rows_per_fragment=1000, log=quiet)  # one fragment
+    ingest(Table.of(tmp_path), "synthetic:120", rows_per_fragment=1000, log=quiet)  # one fragment
     lines, model = Lines(), SlowEmbedder()
     if column == "embedding":  # one range of the whole fragment: no count at a range's end
         produce(embed.PRODUCER, Table.of(tmp_path),
@@ -184,7 +184,7 @@ def test_embeddings_log_rows_within_one_fragment_batch_by_batch(tmp_path, often,
 
 
 def test_the_column_writer_counts_rows_as_a_fragment_yields_them(tmp_path, often):
-    ingest(tmp_path, "synthetic:200", rows_per_fragment=1000, log=quiet)
+    ingest(Table.of(tmp_path), "synthetic:200", rows_per_fragment=1000, log=quiet)
     field = pa.field("slow_len", pa.int32())
 
     def slow(frag):
@@ -206,7 +206,7 @@ def test_the_column_writer_counts_rows_as_a_fragment_yields_them(tmp_path, often
 def test_training_the_tokenizer_logs_the_texts_read(tmp_path, often, monkeypatch):
     from lance_assets.tokens import bpe
 
-    ingest(tmp_path, "synthetic:300", rows_per_fragment=1000, log=quiet)
+    ingest(Table.of(tmp_path), "synthetic:300", rows_per_fragment=1000, log=quiet)
     real = bpe._texts
 
     def slow_texts(*args):
@@ -216,7 +216,7 @@ def test_training_the_tokenizer_logs_the_texts_read(tmp_path, often, monkeypatch
 
     monkeypatch.setattr(bpe, "_texts", slow_texts)
     lines = Lines()
-    bpe.train_bpe(tmp_path, vocab_size=300, filter="id >= 0", compare_with=(), log=lines)
+    bpe.train_bpe(Table.of(tmp_path), vocab_size=300, filter="id >= 0", compare_with=(), log=lines)
     reading = [line for line in lines if line.startswith("tokenizer: training the BPE: ")]
     assert any("texts/s" in line and "reading texts" in line for line in reading), lines
 

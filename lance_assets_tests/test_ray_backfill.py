@@ -41,7 +41,7 @@ FRAGMENTS = 6
 def raw(tmp_path_factory):
     """A raw table of 6 fragments (with exact and near duplicates) to copy and backfill."""
     root = tmp_path_factory.mktemp("ray") / "raw"
-    ingest(root, "synthetic:600", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:600", rows_per_fragment=100, log=quiet)
     assert len(lance.dataset(paths.table_uri(root)).get_fragments()) == FRAGMENTS
     return root
 
@@ -72,7 +72,7 @@ def trained_bpe(raw, tmp_path) -> tuple[str, object]:
     data root, as the driver does."""
     root = copy(raw, tmp_path, "bpe")
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    report = train_bpe(root, vocab_size=512, compare_with=(), log=quiet)
+    report = train_bpe(Table.of(root), vocab_size=512, compare_with=(), log=quiet)
     return BPE_PREFIX + report.sha256, paths.tokenizers_dir(root)
 
 

@@ -47,7 +47,7 @@ def test_is_dup_matches_duckdb_on_planted_copies(tmp_path):
 
     root = tmp_path / "data"
     spec = sw.WebSpec(rows=3000, seed=5, exact_dup=0.05)
-    ingest(root, "synthetic-web:3000", rows_per_fragment=700, log=quiet)
+    ingest(Table.of(root), "synthetic-web:3000", rows_per_fragment=700, log=quiet)
     produce(dedup.PRODUCER, Table.of(root), log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     got = ds.to_table(columns=["id", "is_dup"]).sort_by("id").column("is_dup").to_numpy(
@@ -112,7 +112,7 @@ def test_near_dup_on_web_corpus_finds_planted_copies_and_rejects_partial_ones(tm
     root = tmp_path / "data"
     spec = sw.WebSpec(rows=4000, seed=0, near_dup=0.06, partial_dup=0.04)
     del spec
-    ingest(root, "synthetic-web:4000", rows_per_fragment=900, log=quiet)
+    ingest(Table.of(root), "synthetic-web:4000", rows_per_fragment=900, log=quiet)
     produce(nd.PRODUCER, Table.of(root), log=quiet)
     t = lance.dataset(paths.table_uri(root)).to_table(
         columns=["id", "near_dup", "near_dup_cluster"]).sort_by("id")
@@ -147,7 +147,7 @@ def test_write_columns_commits_in_time_batches_and_loses_at_most_one_group(tmp_p
     import time as _time
 
     root = tmp_path / "data"
-    ingest(root, "synthetic:1200", rows_per_fragment=50, log=quiet)
+    ingest(Table.of(root), "synthetic:1200", rows_per_fragment=50, log=quiet)
     uri = paths.table_uri(root)
     field = pa.field("n_chars2", pa.int64())
 

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table
 from lance_assets_tests.helpers import quiet
 
 
@@ -14,7 +15,7 @@ from lance_assets_tests.helpers import quiet
 def bare_root(tmp_path_factory):
     """A table with raw text only: no embeddings, no tokens, no text index."""
     root = tmp_path_factory.mktemp("cli") / "data"
-    ingest(root, "synthetic:60", rows_per_fragment=60, log=quiet)
+    ingest(Table.of(root), "synthetic:60", rows_per_fragment=60, log=quiet)
     return root
 
 

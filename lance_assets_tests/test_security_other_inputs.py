@@ -10,6 +10,7 @@ import torch
 from lance_assets import paths
 from lance_assets.forensics import pinned
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table
 from lance_assets.tokens.bpe import train_bpe
 from lance_assets.train.checkpoint import CheckpointError
 from lance_assets_tests.helpers import WritesAMarker, quiet
@@ -18,7 +19,7 @@ from lance_assets_tests.helpers import WritesAMarker, quiet
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("inputs") / "data"
-    ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:200", rows_per_fragment=100, log=quiet)
     return root
 
 
@@ -31,7 +32,7 @@ def test_a_pinned_checkpoint_that_would_run_code_is_refused(root, tmp_path):
     torch.save({"step": 10, "table_version": 1, "payload": WritesAMarker(str(marker))}, evil)
     paths.latest_checkpoint_pointer(root).write_text(str(evil))
     with pytest.raises(CheckpointError, match="refused"):
-        pinned.model_run(root)
+        pinned.model_run(Table.of(root))
     assert not marker.exists()
     proc = subprocess.run([sys.executable, "-m", "lance_assets.forensics", "search", "anything",
                            "--data", str(root)], capture_output=True, text=True, timeout=300)
@@ -48,5 +49,5 @@ def test_a_pinned_checkpoint_that_would_run_code_is_refused(root, tmp_path):
 ])
 def test_the_tokenizer_sample_filter_is_parsed_not_pasted(root, hostile):
     with pytest.raises(ValueError, match="filter"):
-        train_bpe(root, vocab_size=300, filter=hostile, log=quiet)
+        train_bpe(Table.of(root), vocab_size=300, filter=hostile, log=quiet)
     assert not paths.tokenizers_dir(root).exists() or not any(paths.tokenizers_dir(root).iterdir())

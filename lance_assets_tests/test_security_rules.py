@@ -37,7 +37,7 @@ STRAY_PAREN_RULES = {**rules.DEFAULT_RULES,
 def signals_root(tmp_path_factory):
     """A small corpus with every column the default rules read (shared: copy before writing)."""
     root = tmp_path_factory.mktemp("security") / "data"
-    ingest(root, "synthetic:300", rows_per_fragment=150, log=quiet)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=150, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
     produce(near_dup.PRODUCER, Table.of(root), log=quiet)
@@ -58,7 +58,7 @@ def dataset(root):
 def assert_refused_and_nothing_stored(root, bad_rules, rule_name):
     before = dataset(root)
     with pytest.raises(rules.RuleError, match=f"rule '{rule_name}'"):
-        rules.store_curation(root, rules.Curation(rules=bad_rules))
+        rules.store_curation(Table.of(root), rules.Curation(rules=bad_rules))
     after = dataset(root)
     assert after.version == before.version
     assert rules.stored_curation(after) == rules.stored_curation(before)
@@ -79,7 +79,7 @@ def test_profile_shows_no_file_even_with_a_hostile_rule_in_the_table_config(root
     hostile = {**rules.DEFAULT_RULES, "x": PASSWD_RULE, "y": copy_to_rule(target),
                "z'); SELECT 1; --": "NOT is_dup"}
     Table.of(root).set_config(rules.CURATION_KEY, rules.Curation(rules=hostile).to_dict())
-    prof = profile.profile(root)
+    prof = profile.profile(Table.of(root))
     shown = repr(prof)
     assert "root:" not in shown and "/bin/" not in shown  # no line of /etc/passwd
     assert not target.exists()
@@ -143,11 +143,11 @@ def test_default_rules_with_one_stray_paren_are_refused(root):
 
 
 def test_training_filter_has_no_pasted_user_text(root):
-    rules.store_curation(root, rules.Curation(rules={"a": "NOT is_dup", "b": "word_count >= 50"}))
-    flt = rules.training_filter(root)
+    rules.store_curation(Table.of(root), rules.Curation(rules={"a": "NOT is_dup", "b": "word_count >= 50"}))
+    flt = rules.training_filter(Table.of(root))
     assert flt == "(NOT `is_dup`) AND (`word_count` >= 50)"
     assert "%" not in flt  # the validation split is the trainer's, not pasted in here
-    assert rules.training_predicate(root).columns == {"is_dup", "word_count"}
+    assert rules.training_predicate(Table.of(root)).columns == {"is_dup", "word_count"}
 
 
 RUN_PREDICATE = textwrap.dedent("""

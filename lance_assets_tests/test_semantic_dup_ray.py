@@ -34,7 +34,7 @@ def test_ray_tasks_per_cluster_group_write_the_local_columns(ray_cluster, tmp_pa
         for n, texts in enumerate(steps):
             src = tmp_path / f"{where}{n}.jsonl"
             src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-            ingest(root, str(src), rows_per_fragment=8, log=quiet)
+            ingest(Table.of(root), str(src), rows_per_fragment=8, log=quiet)
             produce(chunk_embeddings.PRODUCER, Table.of(root),
                     chunk_embeddings.ChunkEmbeddingsSettings(chunk_tokens=64, overlap_tokens=8,
                                                              embedder=SynonymBagEmbedder()),

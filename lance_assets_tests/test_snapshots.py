@@ -42,7 +42,7 @@ def root(tokenized_root, tmp_path):
 
 def new_commits(root) -> None:
     """What the hourly ingest and the backfills do meanwhile: new rows, their columns."""
-    ingest(root, "synthetic:1800", rows_per_fragment=500, log=quiet)
+    ingest(Table.of(root), "synthetic:1800", rows_per_fragment=500, log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
 

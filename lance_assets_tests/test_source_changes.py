@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 from lance_assets import paths
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.sources import JSONL_PART_BYTES
+from lance_assets.table import Table
 from lance_assets_tests.helpers import quiet
 
 
@@ -29,14 +30,14 @@ def test_rows_appended_to_a_jsonl_are_ingested_by_the_next_run(tmp_path):
     feed = src / "feed.jsonl"
     feed.write_text(lines(0, 3000))  # several parts
     root = tmp_path / "data"
-    first = ingest(root, str(src), log=quiet)
+    first = ingest(Table.of(root), str(src), log=quiet)
     assert first.rows_added == 3000
     with open(feed, "a") as fh:
         fh.write(lines(3000, 500))
-    second = ingest(root, str(src), log=quiet)
+    second = ingest(Table.of(root), str(src), log=quiet)
     assert second.rows_added == 500 and not second.files_failed
     assert texts(root) == [f"doc-{i}" for i in range(3500)]  # each row once, in file order
-    third = ingest(root, str(src), log=quiet)
+    third = ingest(Table.of(root), str(src), log=quiet)
     assert third.rows_added == 0 and third.nothing_new and not third.files_failed
 
 
@@ -51,9 +52,9 @@ def test_appended_rows_equal_a_single_ingest_of_the_whole_file(tmp_path):
     for a, b in zip(cuts, cuts[1:]):
         with open(src / "f.jsonl", "a") as fh:
             fh.write("".join(chunks[a:b]))
-        ingest(tmp_path / "inc", str(src), log=quiet)
+        ingest(Table.of(tmp_path / "inc"), str(src), log=quiet)
     (whole / "f.jsonl").write_text(body)
-    ingest(tmp_path / "once", str(whole), log=quiet)
+    ingest(Table.of(tmp_path / "once"), str(whole), log=quiet)
     assert texts(tmp_path / "inc") == texts(tmp_path / "once")
 
 
@@ -63,10 +64,10 @@ def test_a_rewritten_file_is_refused_by_name_and_stored_rows_stay(tmp_path):
     pq.write_table(pa.table({"text": ["alpha doc", "beta doc"]}), src / "a.parquet")
     (src / "b.jsonl").write_text(lines(0, 10))
     root = tmp_path / "data"
-    ingest(root, str(src), log=quiet)
+    ingest(Table.of(root), str(src), log=quiet)
     pq.write_table(pa.table({"text": ["alpha doc", "beta doc", "gamma doc"]}), src / "a.parquet")
     (src / "b.jsonl").write_text(lines(100, 10))  # same size, other content
-    report = ingest(root, str(src), log=quiet)
+    report = ingest(Table.of(root), str(src), log=quiet)
     assert report.rows_added == 0
     assert set(report.files_failed) == {str((src / "a.parquet").resolve()),
                                         str((src / "b.jsonl").resolve())}
@@ -74,7 +75,7 @@ def test_a_rewritten_file_is_refused_by_name_and_stored_rows_stay(tmp_path):
     assert lance.dataset(paths.table_uri(root)).count_rows() == 12
     # the refused file under a new name is new data
     os.rename(src / "a.parquet", src / "a2.parquet")
-    assert ingest(root, str(src), log=quiet).rows_added == 3
+    assert ingest(Table.of(root), str(src), log=quiet).rows_added == 3
 
 
 def test_a_jsonl_line_longer_than_a_part_is_read_whole(tmp_path):
@@ -82,7 +83,7 @@ def test_a_jsonl_line_longer_than_a_part_is_read_whole(tmp_path):
     src.mkdir()
     big = "z" * (2 * JSONL_PART_BYTES)
     (src / "big.jsonl").write_text(lines(0, 5) + f'{{"text": "{big}"}}\n' + lines(5, 5))
-    report = ingest(tmp_path / "data", str(src), max_doc_chars=3 * JSONL_PART_BYTES, log=quiet)
+    report = ingest(Table.of(tmp_path / "data"), str(src), max_doc_chars=3 * JSONL_PART_BYTES, log=quiet)
     assert report.rows_added == 11 and not report.files_failed
 
 
@@ -90,7 +91,7 @@ def test_a_folder_or_glob_with_no_files_warns_instead_of_saying_nothing_new(tmp_
     empty = tmp_path / "empty"
     empty.mkdir()
     for spec in (str(empty), str(tmp_path / "typo*/*.parquet")):
-        report = ingest(tmp_path / "data", spec, log=quiet)
+        report = ingest(Table.of(tmp_path / "data"), spec, log=quiet)
         assert report.nothing_new
         assert report.warnings and "matches no" in report.warnings[0] and spec in report.warnings[0]
         assert "Warning" in report.markdown()

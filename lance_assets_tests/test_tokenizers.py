@@ -45,7 +45,7 @@ def test_byte_tokens_are_utf8_bytes_of_a_sliced_array():
 def test_token_columns_and_tokenizer_recorded_in_table(root):
     from lance_assets.ingest.raw_text import ingest
 
-    ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:200", rows_per_fragment=100, log=quiet)
     report = produce(token_ids.PRODUCER, Table.of(root),
                      token_ids.TokenIdsSettings(tokenizer="cl100k_base"), log=quiet)
     info = report.tokenizer

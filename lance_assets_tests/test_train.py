@@ -8,7 +8,8 @@ from lance_assets.table import Table
 from lance_assets.table.producer import produce
 from lance_assets.train import checkpoint, data
 from lance_assets.train.config import DEFAULT_STEPS
-from lance_assets.train.trainer import block_hashes, main
+from lance_assets.train.loop import block_hashes
+from lance_assets.train.trainer import main
 
 
 def metrics(out):
@@ -30,18 +31,18 @@ def test_demo_training_validation_loss_falls(tmp_path):
     from lance_assets_tests.helpers import quiet
 
     root = tmp_path / "data"
-    ingest(root, "synthetic", log=quiet)
+    ingest(Table.of(root), "synthetic", log=quiet)
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
     # the default filter is the curation rules over these
     produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
     produce(near_dup.PRODUCER, Table.of(root), log=quiet)
-    train_bpe(root, log=quiet)  # the `tokenizer` asset: token_ids use its BPE by default
+    train_bpe(Table.of(root), log=quiet)  # the `tokenizer` asset: token_ids use its BPE by default
     produce(token_ids.PRODUCER, Table.of(root), log=quiet)
     out = tmp_path / "run"
     # the demo's flags, but its first third: the whole 300 steps cost minutes of the suite, and
     # the first 100 already show whether the defaults learn (`make demo` runs all 300)
     defaults = TrainConfig()
-    cmd = trainer_command(TrainConfig(steps=100, ckpt_every=100), root, out)
+    cmd = trainer_command(TrainConfig(steps=100, ckpt_every=100), Table.of(root), out)
     assert main(cmd[cmd.index("lance_assets.train") + 1:]) == 0
     vals = [m["val_loss"] for m in metrics(out) if "val_loss" in m]
     assert (defaults.steps or DEFAULT_STEPS) == 300 and defaults.eval_every == 50
@@ -67,7 +68,7 @@ def test_resume_continues_from_checkpoint(tokenized_root, tmp_path):
 
 
 def test_validation_blocks_are_frozen_and_disjoint_from_training(tokenized_root):
-    snap = data.open_snapshot(str(tokenized_root / "lance"), "corpus")
+    snap = data.open_snapshot(Table.of(tokenized_root))
     split = data.splits("NOT is_dup", 20, snap.table.schema.names)
     vf = split.val.lance
     a = data.val_blocks(snap, filter=vf, block_len=65, max_blocks=8)
@@ -133,7 +134,7 @@ def test_no_validation_document_reaches_a_training_batch(tokenized_root, tmp_pat
                  "--filter", pull_in_val, "--log-batch-hashes"]) == 0
     seen = {h for m in metrics(out) if "batch_hashes" in m for h in m["batch_hashes"]}
     assert len(seen) > 100
-    snap = data.open_snapshot(str(tokenized_root / "lance"), "corpus")
+    snap = data.open_snapshot(Table.of(tokenized_root))
     rows = snap.table.to_lance().to_table(columns=["id", "input_ids"], filter="n_tokens > 0")
     shape = data.TruncateOrPad(513, snap.tokenizer["eos_id"], snap.tokenizer["pad_id"])
     by_split = {True: set(), False: set()}
@@ -154,7 +155,6 @@ def test_a_run_is_said_to_have_trained_on_exactly_what_it_read(tokenized_root, t
 
     from lance_assets.defs.training.assets import TrainConfig, training_snapshot
     from lance_assets.forensics.explain import explain
-    from lance_assets.table import Table
     from lance_assets.table.forget import forget
     from lance_assets.train.read_record import rows_read
     from lance_assets_tests.helpers import quiet

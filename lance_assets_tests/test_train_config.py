@@ -14,6 +14,7 @@ from lance_assets.definitions import defs
 from lance_assets.defs.training.assets import trainer_command
 from lance_assets.defs.training.config import LAUNCH_ONLY
 from lance_assets.defs.training.config import TrainConfig as DagsterTrainConfig
+from lance_assets.table import Table
 from lance_assets.train import config
 from lance_assets.train.trainer import main
 
@@ -126,7 +127,7 @@ def test_cli_flags_and_dagster_config_come_from_one_definition(tmp_path):
     cfg = DagsterTrainConfig(compile=True, pack=False, epochs=1.5, log_batch_hashes=True,
                              filter="NOT is_dup", arch="modern", seq_len=64, lr=1e-3, min_lr=1e-4,
                              transform_parallelism=3, resume="auto", tokenizer="byte")
-    cmd = trainer_command(cfg, tmp_path, tmp_path / "out")
+    cmd = trainer_command(cfg, Table.of(tmp_path), tmp_path / "out")
     args = config.parse_args(cmd[cmd.index("lance_assets.train") + 1:])
     for name in expected - LAUNCH_ONLY:
         assert getattr(args, name) == getattr(cfg, name), name

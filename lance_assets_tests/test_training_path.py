@@ -93,10 +93,10 @@ def test_rule_columns_are_parsed_never_pasted():
 
 def test_a_rule_on_a_signal_not_written_everywhere_blocks_training_until_it_is(tmp_path):
     root = tmp_path / "data"
-    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=100, log=quiet)
     produce(paragraph_dups.PRODUCER, Table.of(root), log=quiet)
-    ingest(root, "synthetic:150", rows_per_fragment=100, log=quiet)  # new rows, not tagged yet
-    rules.put_in_force(root, {"few_repeats": "dup_paragraph_frac < 0.5"}, keep_languages=[],
+    ingest(Table.of(root), "synthetic:150", rows_per_fragment=100, log=quiet)  # new rows, not tagged yet
+    rules.put_in_force(Table.of(root), {"few_repeats": "dup_paragraph_frac < 0.5"}, keep_languages=[],
                        drop_contaminated=False)
     verdict = guards.rule_columns_written(lance.dataset(paths.table_uri(root)))
     assert not verdict.passed

@@ -83,8 +83,8 @@ def test_the_scan_finds_every_way_of_choosing_a_version(tmp_path):
 @pytest.fixture
 def table(tmp_path) -> Table:
     root = tmp_path / "data"
-    ingest(root, "synthetic:200", rows_per_fragment=100, log=quiet)
-    ingest(root, "synthetic:300", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:200", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(root), "synthetic:300", rows_per_fragment=100, log=quiet)
     return Table.of(root)
 
 
@@ -169,7 +169,7 @@ def test_versions_and_snapshots_the_retention_removed_name_why_and_the_fix(table
     first = _first(table)
     table.snapshots.hold("train-old", first, owner="pretrained_model", kind=snaps.RUN,
                          named=False)
-    ingest(table.root, "synthetic:400", rows_per_fragment=100, log=quiet)
+    ingest(Table.of(table.root), "synthetic:400", rows_per_fragment=100, log=quiet)
     table.snapshots.hold("train-new", table.newest().version, owner="pretrained_model",
                          kind=snaps.RUN, named=False)
     # one unnamed run kept: train-old is released, and its version then cleaned up
@@ -192,15 +192,15 @@ def test_the_trainer_resolves_its_tag_through_the_table(table):
     import torch
 
     from lance_assets.train.collectives import Collectives
-    from lance_assets.train.trainer import TrainError, pinned_version
+    from lance_assets.train.setup import TrainError, pinned_version
 
     first = _first(table)
     table.snapshots.hold("train-r1", first, owner="pretrained_model")
-    root, comm = Path(table.root), Collectives(torch.device("cpu"))
+    comm = Collectives(torch.device("cpu"))
     cfg = SimpleNamespace(table="corpus", table_version=None, table_tag="train-r1")
-    assert pinned_version(root, cfg, None, comm) == (first, "train-r1")
+    assert pinned_version(table, cfg, None, comm) == (first, "train-r1")
     cfg.table_tag = None
-    assert pinned_version(root, cfg, None, comm) == (table.newest().version, None)
+    assert pinned_version(table, cfg, None, comm) == (table.newest().version, None)
     cfg.table_tag = "train-gone"
     with pytest.raises(TrainError, match="--table-tag train-gone: .*no tag 'train-gone'"):
-        pinned_version(root, cfg, None, comm)
+        pinned_version(table, cfg, None, comm)

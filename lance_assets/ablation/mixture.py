@@ -338,10 +338,10 @@ def mixture_filter(ds: lance.LanceDataset, config: MixtureSettings) -> str:
         raise ablation.AblationError(f"{e}\nOr give mixture_search a filter") from None
 
 
-def run_search(root: Path, table: Table, config: MixtureSettings, launch: Launch, *,
+def run_search(table: Table, config: MixtureSettings, launch: Launch, *,
                launch_many: LaunchMany | None = None, log: Callable[[str], None] = print,
                warn: Callable[[str], None] | None = None) -> SearchReport:
-    """The search ``config`` describes on ``table`` (data root ``root``). Every run not found
+    """The search ``config`` describes on ``table``. Every run not found
     finished is handed to ``launch``, or, with ``launch_many`` (Ray tasks), the swarm's and then
     the verification's all at once."""
     warn = warn or log
@@ -360,7 +360,7 @@ def run_search(root: Path, table: Table, config: MixtureSettings, launch: Launch
                                      "proxies")
     table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
                          named=bool(config.name))
-    base = paths.ablation_dir(root, "mixture-" + name)
+    base = paths.ablation_dir(table.root, "mixture-" + name)
     caps = plan.vector("cap")
     log(f"mixture {name}: table version {version} (tag {tag}), {len(plan.domains)} domains ("
         + ", ".join(f"{d.name}: {d.tokens:,} tokens, natural {d.natural:.3f}, at most "

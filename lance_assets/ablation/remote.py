@@ -15,13 +15,12 @@ import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 from lance_assets.ablation.plan import AblationError
 from lance_assets.ablation.runner import Run
 from lance_assets.launch.torchrun import SHUTDOWN_TIMEOUT_S, agent_command, agent_preexec, stop_agents
 from lance_assets.progress import progress
-from lance_assets.table import executor
+from lance_assets.table import Table, executor
 from lance_assets.train import config as train_config
 
 TAIL = 3000  # characters of a failed run's output quoted in the error
@@ -34,12 +33,12 @@ class Task:
     threads: int  # OMP_NUM_THREADS of its ranks
 
 
-def command(root: Path, run: Run) -> list[str]:
+def command(table: Table, run: Run) -> list[str]:
     """``torchrun ... -m lance_assets.train`` for ``run`` (its trainer settings as flags)."""
     trainer = {f.name for f in fields(train_config.TrainConfig) if not f.metadata["cli_only"]}
     values = {k: v for k, v in run.settings.items() if k in trainer}
     tag, version = run.snapshot
-    args = ["--data", str(root), "--out", str(run.out), "--table-tag", tag, "--table-version",
+    args = ["--data", table.root, "--out", str(run.out), "--table-tag", tag, "--table-version",
             str(version), *train_config.to_flags(values)]
     return agent_command(args, nproc_per_node=int(run.settings.get("nproc_per_node", 1)))
 
@@ -61,7 +60,7 @@ def train_task(_shared, task: Task) -> str:
     return task.out
 
 
-def train_on_ray(root: Path, runs: list[Run], *, threads: int = 1,
+def train_on_ray(table: Table, runs: list[Run], *, threads: int = 1,
                  log: Callable[[str], None] = print) -> None:
     """Every run in ``runs`` as a Ray task (``nproc_per_node`` GPUs each where the cluster has
     GPUs, else ``threads`` CPUs); returns when all finished, an ``AblationError`` naming the
@@ -69,7 +68,7 @@ def train_on_ray(root: Path, runs: list[Run], *, threads: int = 1,
     executor.ensure_ray(log)
     gpus = executor.cluster_gpus()
     per_run = int(runs[0].settings.get("nproc_per_node", 1)) if runs else 1
-    tasks = [Task(str(r.out), command(root, r), threads) for r in runs]
+    tasks = [Task(str(r.out), command(table, r), threads) for r in runs]
     log(f"Ray: {len(tasks)} training runs as tasks ("
         + (f"{per_run} GPU(s) each" if gpus else f"{threads} CPU(s) each") + ")")
     with progress(total=len(tasks), desc="Ray: training runs", unit="run", log=log) as bar:

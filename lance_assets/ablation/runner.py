@@ -235,10 +235,10 @@ class AblationReport:
                 "stopped_early": self.outcome.stopped_early}
 
 
-def run_ablation(root: Path, table: Table, config: AblationSettings,
+def run_ablation(table: Table, config: AblationSettings,
                  launch: Callable[[Run], object], *, log: Callable[[str], None] = print,
                  warn: Callable[[str], None] | None = None) -> AblationReport:
-    """The ablation ``config`` describes on ``table`` (under the data root ``root``), every
+    """The ablation ``config`` describes on ``table``, every
     run not found finished handed to ``launch``. An ``ablation.AblationError`` for a plan that
     cannot run (a broken rule set: refused before anything is tagged or trained) or a run that
     stopped short of its steps."""
@@ -257,7 +257,7 @@ def run_ablation(root: Path, table: Table, config: AblationSettings,
     log(f"ablation {name}: table version {version} (tag {tag}), {len(plan.arms)} arms x "
         f"{len(config.seeds)} seeds, {plan.steps} steps ({plan.budget_tokens:,} tokens) per "
         f"run, held out: {plan.held_out_docs:,} documents")
-    base = paths.ablation_dir(root, name)
+    base = paths.ablation_dir(table.root, name)
     storage.write_atomic(base / "plan.json", json.dumps(
         {"tag": tag, **{k: v for k, v in vars(plan).items() if k != "arms"},
          "arms": [vars(a) for a in plan.arms]}, indent=2, default=str).encode())

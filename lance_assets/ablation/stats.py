@@ -14,10 +14,9 @@ The lead is the mean of the ``d_s``; its standard error has two parts:
   (documents, not blocks: the blocks of one document are not independent samples) is added.
 
 ``se = sqrt(seeds² + held_out²)``, with Welch-Satterthwaite degrees of freedom (n - 1 for the
-seed part, documents - 1 for the held-out part).
-
-**The rule.** A lead is *real* when its two-sided 95 % confidence interval excludes zero:
-``lead > t(0.975, df) x se``. With one seed there is no seed part to estimate and no verdict.
+seed part, documents - 1 for the held-out part). **The rule.** A lead is *real* when its
+two-sided 95 % confidence interval excludes zero: ``lead > t(0.975, df) x se``. With one seed
+there is no seed part to estimate and no verdict.
 
 **Power.** With n seeds the smallest lead detected with probability 0.8 under that rule is
 ``(t(0.975, df) + t(0.8, df)) x se(n)``, ``se(n)`` projected from the per-seed spread seen so

@@ -17,10 +17,8 @@ file from a configured folder) can read or write a file, attach a database or lo
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
 
 import duckdb
 import lance
@@ -66,11 +64,10 @@ def locked_connection(tables: dict[str, object], memory_limit: str = "2GB"
     return con
 
 
-def flag_rate(table: Union[Table, str, os.PathLike], column: str) -> float:
+def flag_rate(table: Table, column: str) -> float:
     """Share of the rows holding the boolean ``column`` where it is true (0.0 when none hold
-    it): ``is_dup`` for ``dedup_flag``, ``near_dup`` for ``near_dup``. ``table``: a ``Table``
-    or a data root."""
-    ds = Table.of(table).newest()
+    it): ``is_dup`` for ``dedup_flag``, ``near_dup`` for ``near_dup``."""
+    ds = table.newest()
     if column not in ds.schema.names:
         raise ValueError(f"{ds.uri} has no column {column!r}; materialize the asset that writes it")
     quoted = '"' + column.replace('"', '""') + '"'  # an identifier, never text to run
@@ -184,10 +181,10 @@ def histogram_png(con: duckdb.DuckDBPyConnection) -> bytes | None:
     return buf.getvalue()
 
 
-def profile(table: Union[Table, str, os.PathLike], queries: str | Path | None = None) -> Profile:
+def profile(table: Table, queries: str | Path | None = None) -> Profile:
     """The profile queries (``queries``: a folder of ``.sql`` files) over the newest version of
-    ``table`` (a ``Table`` or a data root)."""
-    ds = Table.of(table).newest()
+    ``table``."""
+    ds = table.newest()
     rules = curation_in_force(ds).rules
     usable, problems = rule_predicates(ds, rules)
     kept = combined_predicate(usable) if usable and not problems else None

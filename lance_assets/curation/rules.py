@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Union
 
 import lance
 import pyarrow.compute as pc
@@ -361,11 +360,10 @@ def curation_in_force(ds: lance.LanceDataset) -> Curation:
     return stored_curation(ds) or Curation()
 
 
-def store_curation(table: Union[Table, str, os.PathLike], curation: Curation) -> int:
+def store_curation(table: Table, curation: Curation) -> int:
     """Record ``curation`` in the table's config (a new table version only if it changed).
     The rules are checked first: a rule set with any broken rule raises ``RuleError`` and
-    nothing is stored. ``table``: a ``Table`` or a data root."""
-    table = Table.of(table)
+    nothing is stored."""
     ds = table.newest()
     validated_predicate(ds, curation.rules)
     stored = stored_curation(ds)
@@ -375,15 +373,14 @@ def store_curation(table: Union[Table, str, os.PathLike], curation: Curation) ->
     return ds.version
 
 
-def training_predicate(table: Union[Table, str, os.PathLike]) -> Predicate:
+def training_predicate(table: Table) -> Predicate:
     """The combined predicate of the rules in force, checked against the table (``RuleError``).
-    The validation split is not in it: the trainer holds it out itself. ``table``: a ``Table``
-    or a data root."""
-    ds = Table.of(table).newest()
+    The validation split is not in it: the trainer holds it out itself."""
+    ds = table.newest()
     return validated_predicate(ds, curation_in_force(ds).rules)
 
 
-def training_filter(table: Union[Table, str, os.PathLike]) -> str:
+def training_filter(table: Table) -> str:
     """``training_predicate`` as Lance SQL, rendered from the parsed rules (parses again with
     ``safe_predicate`` to the same predicate)."""
     return training_predicate(table).lance
@@ -488,7 +485,7 @@ class RulesRefused(RuleError):
         self.broken = broken
 
 
-def put_in_force(table: Union[Table, str, os.PathLike], rules: dict[str, str], *,
+def put_in_force(table: Table, rules: dict[str, str], *,
                  keep_languages: list[str] | tuple[str, ...] = ("auto",),
                  main_language_min_share: float = DEFAULT_MAIN_LANGUAGE_MIN_SHARE,
                  main_language_min_score: float = 0.0,
@@ -497,8 +494,7 @@ def put_in_force(table: Union[Table, str, os.PathLike], rules: dict[str, str], *
     """Record ``rules`` and the taggers' rules (the corpus's main languages, ``NOT
     contaminated``; a rule of the user's with the same name wins) as the curation in force,
     checked against the table first (``RulesRefused``: nothing recorded), then evaluate them:
-    rows and tokens each rule removes. ``table``: a ``Table`` or a data root."""
-    table = Table.of(table)
+    rows and tokens each rule removes."""
     added, notes = tagger_rules(table.newest(), keep_languages=keep_languages,
                                 main_language_min_share=main_language_min_share,
                                 main_language_min_score=main_language_min_score,

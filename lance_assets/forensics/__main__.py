@@ -81,13 +81,13 @@ def read_text_arg(path: str) -> str:
 
 
 def check_version(table, version: int | None) -> None:
-    """``table``: a ``Table`` or a data root."""
+    """``--version`` names a version of ``table`` (a ``Table``) that is still there."""
     if version is None:
         return
-    from lance_assets.table import Table, VersionChoiceError
+    from lance_assets.table import VersionChoiceError
 
     try:
-        Table.of(table).choose(version)
+        table.choose(version)
     except VersionChoiceError as err:
         raise UsageError(f"--version {version}: {err}") from None
 

@@ -2,48 +2,33 @@
 with a text, whatever its layout (OLMoTrace-style n-gram matching on a normalised view), and by
 meaning over their whole length (late interaction over ``chunk_embeddings``).
 
-1. **The view.** Text and training documents are compared as their words (``words.py``):
-   case-folded, whitespace and punctuation dropped, each word kept with its character range.
-   A passage whose lines were re-flowed or re-wrapped is the same sequence of words as its
-   source, where token ids would differ at every line break.
-2. **Candidates.** (a) Every n-gram of ``min_span`` words of the text is looked up in an n-gram
-   index of the training documents' words at the pinned table version: any document sharing a
-   span of ``min_span`` words or more shares at least one such n-gram. N-grams found in more than
-   ``max_df`` documents (boilerplate) say nothing about where a text came from and are not used
-   to find candidates. (b) For every chunk of the text (cut like the table's chunks), the
-   ``k_vector`` training documents whose best chunk is nearest (MaxSim with one query vector),
-   on the ``chunk_embeddings`` index; tables without it fall back to the document ``embedding``.
-3. **Shared spans.** For every candidate, the longest common word runs with the text (dynamic
-   programming over the two word arrays), reported as *matches*: a character range of the text
-   and one of the document. ``coverage`` is the share of the text's words inside runs of at
-   least ``min_span`` words shared with the document. Matches that follow each other in both
-   texts, with gaps of at most ``MAX_GAP_WORDS`` words, chain into a *passage*: a copied
-   stretch of the document in which some words were changed; ``unmatched`` is the share of the
-   passage's words outside the matches (changed words and the short runs between them).
-4. **Score** = ``coverage + MEANING_WEIGHT * meaning``: shared words first, meaning second;
-   ``meaning`` is the cosine of the text's chunk and the document's chunk that are closest.
-5. **Verdict**, from the largest *copy*: the passage, of any top document, with the most
-   matched words among those of at least ``PASSAGE_MIN_WORDS`` matched words and at most
-   ``EDITED_COPY_MAX_UNMATCHED`` unmatched (thresholds measured, see docs/forensics.md).
-   *near-verbatim* when at most ``NEAR_VERBATIM_MAX_UNMATCHED`` of its words are unmatched (the
-   text copies the document, layout aside); *edited copy* otherwise (a copy with words
-   changed); *remixed* when there is no copy: the text is made of short pieces and themes
-   found across documents.
+1. **The view**: text and documents are compared as their words (``words.py``: case-folded,
+   punctuation and whitespace dropped), so a re-flowed passage is the same words as its source.
+2. **Candidates**: (a) documents sharing an n-gram of ``min_span`` words with the text, from an
+   n-gram index of the pinned version's training documents (n-grams in more than ``max_df``
+   documents, boilerplate, are not used); (b) the ``k_vector`` documents whose best chunk is
+   nearest each chunk of the text (MaxSim on ``chunk_embeddings``, else ``embedding``).
+3. **Shared spans**: the longest common word runs of each candidate and the text (*matches*);
+   ``coverage`` is the share of the text's words in runs of at least ``min_span`` words. Matches
+   in order with gaps of at most ``MAX_GAP_WORDS`` words chain into a *passage*, whose
+   ``unmatched`` share is its words outside the matches.
+4. **Score** = ``coverage + MEANING_WEIGHT * meaning`` (the cosine of the closest chunks).
+5. **Verdict**, from the largest passage of at least ``PASSAGE_MIN_WORDS`` matched words and at
+   most ``EDITED_COPY_MAX_UNMATCHED`` unmatched: *near-verbatim* (at most
+   ``NEAR_VERBATIM_MAX_UNMATCHED`` unmatched), *edited copy* otherwise, *remixed* when there is
+   no such passage (thresholds and how they were chosen: docs/forensics.md).
 
-The n-gram index lives in memory (words as 32-bit fingerprints, 16 bytes per indexed n-gram);
-above ``MAX_INDEX_NGRAMS`` positions only n-grams whose hash is divisible by ``sample_mod`` are
-kept, which still finds any shared span a few times longer than ``min_span`` (the same n-gram is
-kept on both sides).
+The n-gram index lives in memory (32-bit word fingerprints); above ``MAX_INDEX_NGRAMS``
+positions only n-grams whose hash is divisible by ``sample_mod`` are kept on both sides, which
+still finds any shared span a few times longer than ``min_span``.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Union
 
 import lance
 import numpy as np
@@ -334,14 +319,13 @@ class Attributor:
     """Holds the pinned training documents' word n-gram index and the model, so many texts
     (every sample of a run) are attributed for the price of one build."""
 
-    def __init__(self, table: Union[Table, str, os.PathLike], pin: Pin | None = None,
+    def __init__(self, table: Table, pin: Pin | None = None,
                  embedder: Embedder | None = None,
                  min_span: int = MIN_SPAN_WORDS, max_ngrams: int = MAX_INDEX_NGRAMS,
                  meaning: str = "auto", log: Callable[[str], None] = print):
-        """``table``: a ``Table`` or a data root. ``meaning``: ``auto`` (chunks when the table
-        has them, else document vectors, else none), or one of ``chunks``, ``document``,
-        ``none`` (comparisons)."""
-        self.table = Table.of(table)
+        """``meaning``: ``auto`` (chunks when the table has them, else document vectors, else
+        none), or one of ``chunks``, ``document``, ``none`` (comparisons)."""
+        self.table = table
         self.root = paths.data_dir(self.table.root)
         self.pin = pin or resolve_pin(self.table)
         self.latest = self.table.open()
@@ -559,9 +543,8 @@ def verdict_of(sources: list[Source], covered: float, min_span: int) -> tuple[st
            if near.cosine is not None else ""))
 
 
-def attribute(table: Union[Table, str, os.PathLike], text: str, k: int = 5, *,
+def attribute(table: Table, text: str, k: int = 5, *,
               version: int | None = None, log: Callable[[str], None] = print) -> Attribution:
     """Rank the training documents ``text`` most likely draws on (see the module docstring);
-    ``table``: a ``Table`` or a data root."""
-    table = Table.of(table)
+   """
     return Attributor(table, resolve_pin(table, version), log=log).attribute(text, k)

@@ -11,9 +11,7 @@ flagged, and the closest pairs that neither flagged: what only meaning finds.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
-from typing import Union
 
 import numpy as np
 
@@ -42,12 +40,10 @@ class NearDupReport:
         return asdict(self)
 
 
-def semantic_near_dups(table: Union[Table, str, os.PathLike], *, pin: Pin | None = None,
+def semantic_near_dups(table: Table, *, pin: Pin | None = None,
                        threshold: float = DEFAULT_THRESHOLD, sample: int = DEFAULT_SAMPLE,
                        top: int = 10, seed: int = 0) -> NearDupReport:
-    """Near-duplicate pairs by cosine similarity on a random sample of the pinned rows
-    (``table``: a ``Table`` or a data root)."""
-    table = Table.of(table)
+    """Near-duplicate pairs by cosine similarity on a random sample of the pinned rows."""
     pin = pin or resolve_pin(table)
     ds = table.newest()
     if EMBEDDING.name not in ds.schema.names:

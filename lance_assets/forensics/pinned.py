@@ -11,10 +11,7 @@ since. Token ids are read at the pinned version itself, opened through the run's
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Union
 
 import lance
 
@@ -54,10 +51,10 @@ def max_id(ds: lance.LanceDataset) -> int:
     return best
 
 
-def model_run(root: Table | str | Path) -> dict | None:
-    """``{checkpoint, table_version, filter}`` of the newest trained model, or None (``root``:
-    a data root, or a ``Table`` for its data root)."""
-    pointer = paths.latest_checkpoint_pointer(root.root if isinstance(root, Table) else root)
+def model_run(table: Table) -> dict | None:
+    """``{checkpoint, table_version, filter}`` of the newest model trained on ``table``'s data
+    root, or None."""
+    pointer = paths.latest_checkpoint_pointer(table.root)
     if not pointer.is_file():
         return None
     ckpt = storage.location(pointer.read_text().strip())
@@ -79,15 +76,13 @@ def model_run(root: Table | str | Path) -> dict | None:
         "materialize `pretrained_model` again, or pass an explicit table version")
 
 
-def resolve_pin(table: Union[Table, str, os.PathLike], version: int | None = None) -> Pin:
-    """The pinned rows: ``version`` when given, else the newest model's, else the newest table.
-    ``table`` is a ``Table`` or a data root."""
-    table = Table.of(table)
+def resolve_pin(table: Table, version: int | None = None) -> Pin:
+    """The pinned rows: ``version`` when given, else the newest model's, else the newest table."""
     if version is not None:
         given = table.choose(version)
         return Pin(given.version, max_id(given.dataset), None, None,
                    f"table version {version} (given)")
-    run = model_run(table.root)
+    run = model_run(table)
     if run is None:
         latest = table.choose()
         return Pin(latest.version, max_id(latest.dataset), None, None,

@@ -4,12 +4,10 @@ corpus's semantic near-duplicates, as Markdown (``DATA/reports/forensics.md``) a
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
 
 from lance_assets import paths, storage
 from lance_assets.embeddings.embeddings import EMBEDDING
@@ -115,15 +113,14 @@ def load_samples(root: str | Path) -> tuple[Path, dict]:
     return path, json.loads(path.read_text())
 
 
-def forensics_report(table: Union[Table, str, os.PathLike], *, k: int = 5,
+def forensics_report(table: Table, *, k: int = 5,
                      version: int | None = None,
                      near_dup_threshold: float = 0.95, near_dup_sample: int = 2000,
                      attributor: Attributor | None = None,
                      log: Callable[[str], None] = print) -> ForensicsReport:
     """Attribute every sample in ``samples.json``; add the semantic near-duplicates. Written to
-    ``DATA/reports/forensics.{md,json}``. ``table``: a ``Table`` or a data root."""
+    ``DATA/reports/forensics.{md,json}``."""
     start = time.perf_counter()
-    table = Table.of(table)
     root = paths.data_dir(table.root)
     samples_path, samples = load_samples(root)
     pin = attributor.pin if attributor else resolve_pin(table, version)

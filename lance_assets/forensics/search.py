@@ -23,11 +23,9 @@ reaches Lance.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Union
 
 import lance
 import numpy as np
@@ -166,10 +164,9 @@ def has_text_index(ds: lance.LanceDataset) -> bool:
 class Searcher:
     """Vector, full-text and hybrid search over one table; keeps the model and table open."""
 
-    def __init__(self, table: Union[Table, str, os.PathLike], pin: Pin | None = None,
+    def __init__(self, table: Table, pin: Pin | None = None,
                  embedder: Embedder | None = None):
-        """``table``: a ``Table`` or a data root."""
-        self.table = Table.of(table)
+        self.table = table
         self.root = paths.data_dir(self.table.root)
         self.ds = self.table.newest()
         self.pin = pin or resolve_pin(self.table)
@@ -254,12 +251,11 @@ class Searcher:
         return SearchResult(query, mode, hits, self.ds.version, self.pin.to_dict(), notes, timings)
 
 
-def search(table: Union[Table, str, os.PathLike], query: str, k: int = 10, *,
+def search(table: Table, query: str, k: int = 10, *,
            mode: str = "hybrid", version: int | None = None,
            filter: str | None = None) -> SearchResult:
     """Hybrid (default), vector or full-text search over the pinned rows; each hit has id, score
-    and a snippet. ``table``: a ``Table`` or a data root. ``version`` pins another table
+    and a snippet. ``version`` pins another table
     version; ``filter`` adds a SQL predicate."""
-    table = Table.of(table)
     pin = resolve_pin(table, version)
     return Searcher(table, pin).search(query, k, mode, filter)

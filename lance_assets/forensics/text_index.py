@@ -8,11 +8,9 @@ index's coverage of ``text`` intact.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Union
 
 import lance
 import pyarrow as pa
@@ -42,12 +40,11 @@ def _stats(ds: lance.LanceDataset) -> dict | None:
     return ds.stats.index_stats(INDEX_NAME)
 
 
-def text_index(table: Union[Table, str, os.PathLike],
+def text_index(table: Table,
                log: Callable[[str], None] | None = None) -> TextIndexReport:
-    """Create the inverted index on ``text``, or add the rows appended since it was built.
-    ``table``: a ``Table`` or a data root; ``log``: progress lines while it builds."""
+    """Create the inverted index on ``text``, or add the rows appended since it was built. ``log``:
+    progress lines while it builds."""
     start = time.perf_counter()
-    table = Table.of(table)
     ds = table.newest()
     stats = _stats(ds)
     if stats is None:
@@ -72,13 +69,13 @@ def text_index(table: Union[Table, str, os.PathLike],
     )
 
 
-def search(table: Union[Table, str, os.PathLike], query: str, *, filter: str | None = None,
+def search(table: Table, query: str, *, filter: str | None = None,
            limit: int = 10, columns: tuple[str, ...] = ("id", "url", "text")) -> pa.Table:
     """The ``limit`` best BM25 matches for ``query`` (with ``_score``), optionally only among
-    rows passing ``filter`` (e.g. the training filter). ``table``: a ``Table`` or a data root."""
+    rows passing ``filter`` (e.g. the training filter)."""
     from lance_assets.curation.predicate import safe_predicate
 
-    ds = Table.of(table).newest()
+    ds = table.newest()
     if filter is not None:
         filter = safe_predicate(filter, ds.schema.names).lance
     return ds.to_table(full_text_query=query, columns=list(columns), filter=filter,

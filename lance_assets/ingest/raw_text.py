@@ -1,40 +1,26 @@
 """Append a source's new documents to the corpus table, exactly once.
 
-Rows are written in append commits of about ``rows_per_commit`` rows, always ending on a part
-boundary. Each row stores its unit's key (``source``) and part number (``source_part``), so the
-highest committed part per unit is read back from the table itself: it is the watermark, and it
-is committed atomically with the rows. A run killed at any moment loses only its uncommitted
-parts; the next run starts after the watermark and ends with exactly the rows of an
-uninterrupted run, with the same ids.
+Rows are written in append commits of about ``rows_per_commit`` rows, ending on a part boundary.
+Each row stores its unit's key (``source``) and part number (``source_part``): the highest
+committed part per unit, read back from the table, is the watermark, committed atomically with
+the rows. A run killed at any moment loses only its uncommitted parts; the next run ends with
+exactly the rows (and ids) of an uninterrupted run.
 
-Exactly-once between concurrent runs (two Dagster instances, a schedule and a manual run, a
-process frozen past its lease) lives in the commit itself. Every ingest commit is a Lance
-``Merge`` that states the table's whole fragment list as this writer read it, plus its new
-fragments. Lance rejects (as a retryable conflict) a ``Merge`` when anything that changes the
-fragment list landed after the version it was built on: another ingest's commit, an append, a
-compaction, a delete. The retry rebuilds the commit on the newest version, but only after
-checking that no row was appended since the plan: Lance's row-id counter (every row ever
-appended, deleted ones included) must be where the plan read it. A compaction or a delete leaves
-it as it is; an append by anyone moves it, even when its rows were deleted again afterwards.
-If it moved, the plan is stale (``StalePlan``): the files this writer wrote are removed, and the
-ingest plans again from the table as it now is. So two writers that planned from one version
-cannot both land, whatever their timing, and no clock is involved.
+Exactly-once between concurrent runs lives in the commit. Every ingest commit is a Lance
+``Merge`` stating the whole fragment list as this writer read it plus its new fragments; Lance
+rejects it (a retryable conflict) when anything changed the fragment list since. The retry
+rebuilds on the newest version only if Lance's row-id counter (every row ever appended, deleted
+ones included) is where the plan read it; if an append moved it, the plan is stale
+(``StalePlan``): its files are removed and the ingest plans again. No clock is involved.
 
-The lock only saves wasted work: an ingest holds an exclusive lock on
-``<data>/lance/corpus.ingest.lock`` from reading the watermark to its last commit, so a second
-run waits instead of writing files it would have to throw away. On a local disk or NFS it is an
-``flock`` (released by the kernel when its holder dies, SIGKILL included; Linux maps it to NFS
-byte-range locks). On object storage it is an expiring lease (``storage.ObjectLease``,
-create-if-absent PUTs) renewed while the ingest runs; a dead holder delays the next run by at
-most the lease's TTL.
+The lock only saves wasted work: ``<data>/lance/corpus.ingest.lock`` is held from reading the
+watermark to the last commit, an ``flock`` on local disk or NFS (released when its holder dies),
+an expiring lease on object storage (``storage.ObjectLease``).
 
-Ids only grow over the table's whole life: the next id is the larger of Lance's own row-id
-counter (``table.row_id_high_water``: every row ever appended, deleted ones included) and the
-largest stored id + 1. With the ``Merge`` fence, the counter cannot move between planning and
-commit, so an ingested row's ``id`` equals its stable Lance row id.
-
-The first ingest creates the table empty (a commit of the schema alone) before writing rows, so
-a run killed at any instruction leaves either no table or a valid one.
+Ids only grow over the table's life: the next id is the larger of the row-id counter
+(``table.row_id_high_water``) and the largest stored id + 1; with the ``Merge`` fence an
+ingested row's ``id`` equals its stable Lance row id. The first ingest creates the table empty
+(the schema alone) before writing rows, so a kill leaves either no table or a valid one.
 """
 
 from __future__ import annotations
@@ -47,7 +33,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import duckdb
@@ -149,9 +134,10 @@ class HeldLock:
 
 
 @contextmanager
-def ingest_lock(root: str | Path, log: Callable[[str], None] = print) -> Iterator[HeldLock]:
-    """Exclusive right to ingest into the table under ``root`` (see the module docstring)."""
-    path = paths.ingest_lock_path(root)
+def ingest_lock(table: Table, log: Callable[[str], None] = print) -> Iterator[HeldLock]:
+    """Exclusive right to ingest into ``table`` (see the module docstring)."""
+    root = table.root
+    path = paths.ingest_lock_path(root, table.name)
     if storage.is_object_store(path) and path.protocol not in storage.EXCLUSIVE_CREATE_SCHEMES:
         if os.environ.get(SINGLE_INGEST_ENV) != "1":
             raise storage.StorageConfigError(
@@ -356,7 +342,7 @@ class _Parts:
 
 
 def ingest(
-    root: Table | str | Path,
+    table: Table,
     source: str,
     *,
     text_column: str = "text",
@@ -367,7 +353,7 @@ def ingest(
     max_new_rows: Optional[int] = None,
     log: Callable[[str], None] = print,
 ) -> IngestReport:
-    """Append what is new in ``source`` to the corpus table under ``root``.
+    """Append what is new in ``source`` to ``table``.
 
     A file that cannot be read (corrupt, wrong schema, bad JSON) is left out and reported in
     ``files_failed``; the others still ingest, and nothing already stored changes. With
@@ -378,10 +364,9 @@ def ingest(
                    rows_per_commit=rows_per_commit, max_doc_chars=max_doc_chars,
                    max_new_rows=max_new_rows)
     start = time.perf_counter()
-    table = Table.of(root)
     report = IngestReport()
     rows_by_unit: dict[str, int] = {}
-    with ingest_lock(table.root, log) as held:
+    with ingest_lock(table, log) as held:
         report.lock_wait_s = held.waited_s
         fragments_before = len(table.newest().get_fragments()) if table.exists() else 0
         skipped = SkipCounter()

@@ -1,27 +1,24 @@
 """The partitioned steps of ``near_dup``: band keys shuffled by key, candidate pairs per
 partition, and connected components by label propagation over groups of documents.
 
-Pure numpy (and scipy for a group's components), no table access, no executor, no state
-between calls: each function is one task's work, called in this process or as a Ray task, so
-both paths give the same columns by construction.
+Pure numpy (and scipy for a group's own components), no table access and no executor: each
+function is one task's work, called in this process for the single-process path and as a Ray
+task for the distributed one, so both give the same columns by construction.
 
-Semantics (what makes the result independent of how the corpus is partitioned, and of a run
-interrupted between commits): a document's *signature* is a hash of its band keys, equal for
-copies. For each band key, its *representatives* are the first holder (smallest id) of each
-distinct signature among every document of the pinned version that has the key (rows already
-written and this run's new rows alike), the first :data:`HOLDERS_PER_KEY` of them by id; the
-first is the key's first holder. Each new document holding the key is a candidate with every
-representative of smaller id, ranked by its place among them. A document keeps its keys' first
-holders and its other pairs by rank then id, :data:`CANDIDATES_PER_DOC` pairs in all (more
-only when the first holders alone are more).
+Semantics (independent of how the corpus is partitioned, and of a run interrupted between
+commits): a document's *signature* is a hash of its band keys, equal for copies. A band key's
+*representatives* are the first holder (smallest id) of each distinct signature among every
+document of the pinned version holding the key, the first :data:`HOLDERS_PER_KEY` of them by
+id. Each new document holding the key is a candidate with every representative of smaller id,
+ranked by its place among them; it keeps its keys' first holders and its other pairs by rank
+then id, :data:`CANDIDATES_PER_DOC` pairs in all (more only when the first holders are more).
+More than the first holder, because in a chain A -> B -> C (C a near-copy of B, not of A)
+every key C shares with B may also be A's: paired with A alone, C would never meet B.
 
-Why more than the first holder: in a chain A -> B -> C (C a near-copy of B, not of A) every
-key C shares with B may also be A's; paired with A alone, C would never meet B.
-
-Candidates are confirmed by exact Jaccard elsewhere; a confirmed pair with a new holder is an
-edge between new documents, one with an old holder attaches the new document to its cluster. A
-component of new documents takes the smallest cluster it attaches to, else its smallest id;
-every member but an unattached component's smallest id is flagged.
+Candidates are confirmed by exact Jaccard elsewhere; confirmed pairs with a new holder are edges
+between new documents, those with an old one attach the new document to that document's
+cluster. A connected component of new documents takes the smallest cluster it attaches to,
+else its smallest id; every member but an unattached component's smallest id is flagged.
 """
 
 from __future__ import annotations

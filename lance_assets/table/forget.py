@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
-from pathlib import Path
 
 import lance
 import numpy as np
@@ -300,12 +299,11 @@ def _sample(table: Table, ids: np.ndarray) -> list[str]:
     return [str(int(i)) for i in ids[:SAMPLE_URLS]]
 
 
-def forget(table: Table | str | Path, where: str, *, force: bool = False, dry_run: bool = False,
+def forget(table: Table, where: str, *, force: bool = False, dry_run: bool = False,
            max_share: float = MAX_SHARE, allow_all: bool = False,
            log: Callable[[str], None] = print) -> ForgetReport:
     """Remove the documents ``where`` selects from every version on disk (module docstring)."""
     start = time.perf_counter()
-    table = Table.of(table)
     newest = table.newest()
     try:
         pred = safe_predicate(where, newest.schema.names)

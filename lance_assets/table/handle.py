@@ -17,8 +17,9 @@ A :class:`Table` knows where the table is (resolved once, from an argument or
 - **config**: the table's key/value config (``get_config``, ``set_config``);
 - **snapshots**: tags with an owner and a retention (``snapshots``, ``table.snapshots``).
 
-The library takes a ``Table`` (or anything ``Table.of`` accepts: a data root, for callers and
-tests that have one) and the Dagster resource hands one out.
+The library takes a ``Table``. A string (a data root, or the dataset's ``.lance`` URI) becomes
+one in ``Table.of``, once, at the edges: the command lines, the Dagster resource
+(``LanceStore.table``) and the trainer's entry point.
 """
 
 from __future__ import annotations

@@ -1,40 +1,24 @@
 """The corpus table over its lifetime: compaction, cleanup of old versions, index refresh, and
-the snapshots (Lance tags) that training runs read.
-
-Safe at any moment, next to ingest, column backfills and training, because of three rules:
+the snapshots (Lance tags) that training runs read. Safe at any moment, next to ingest, column
+backfills and training, because of these rules:
 
 - **Compaction never loses a value a writer has not written yet.** Every column group carries a
-  write marker (``corpus.columns``), so rows that a rewrite fills with nulls stay detectably
-  unwritten and the writers refill them, whoever compacted (this module, ``compact_files`` or
-  lancedb's ``optimize``). This module goes further and leaves out of compaction the fragments
-  whose groups are still being written (a marker is null), so a backfill in flight keeps its
-  fragments and nothing is computed twice; fragments with deleted rows are compacted anyway,
-  since column writes need whole fragments.
-- **Cleanup never removes a tagged version.** ``cleanup_old_versions`` runs with
-  ``error_if_tagged_old_versions=False``: Lance keeps every tagged version and the files it
-  references, and removes the other versions older than ``keep_versions_for`` (never the
-  newest). Each training run tags the version it reads (``train-<run name>``), so its ranks,
-  its resume, ``samples`` and the forensics read it however aggressive the cleanup. A release
-  (``release_snapshot``) deletes the tag; the next cleanup may then remove that version.
-- **Compaction lands while ingest runs.** Every ingest commit is a ``Merge`` (its exactly-once
-  fence), and Lance rejects a compaction's ``Rewrite`` when a ``Merge`` landed after the version
-  it was planned on, so a compaction committed the ordinary way restarts from scratch after
-  every ingest commit, and under a steady ingest never lands. Here the rewritten files are kept
-  and the commit is rebuilt on the newest version, for the rewrite groups whose fragments are
-  still exactly as they were read (same data files, same deletion file: a ``Merge`` lists them
-  unchanged). Groups whose fragments changed meanwhile (a column write, a delete) are dropped,
-  their new files removed, and planned again.
-- **A fragment's ids ascend.** Lance (14) appends a rewrite's new fragments after the fragments
-  it left alone, so after a compaction with a gap (a fragment left out, or one already big
-  enough, before a rewritten group) the fragments are no longer in id order, and a later
-  rewrite of neighbours would mix their ids in one fragment (the column writers read a
-  fragment's rows in id order: ``near_dup`` refuses such a fragment). A rewrite group is
-  therefore kept only when its fragments, in the order Lance merges them, are consecutive in id
-  order with ascending ranges; the others are left as they are and counted
-  (``groups_left_out_of_order``).
-- **Every step commits like any writer**: retried on the newest version when a concurrent
-  commit wins (``Table.commit``); a writer whose read version a cleanup removed is retried the
-  same way.
+  write marker (``corpus.columns``), so rows a rewrite fills with nulls stay detectably unwritten
+  and are refilled. Fragments whose groups are still being written are left out of compaction,
+  so a backfill in flight keeps its fragments (those with deleted rows are compacted anyway).
+- **Cleanup never removes a tagged version** (``error_if_tagged_old_versions=False``). Each
+  training run tags the version it reads (``train-<run name>``), so its ranks, resume,
+  ``samples`` and the forensics read it however aggressive the cleanup.
+- **Compaction lands while ingest runs.** Lance rejects a ``Rewrite`` planned before an ingest's
+  ``Merge``; here the rewritten files are kept and the commit rebuilt on the newest version for
+  the groups whose fragments are unchanged (same data and deletion files). Groups changed
+  meanwhile are dropped, their files removed, and planned again.
+- **A fragment's ids ascend.** Lance appends a rewrite's new fragments after those it left
+  alone, so a rewrite group is kept only when its fragments are consecutive in id order with
+  ascending ranges (the column writers read a fragment's rows in id order); the others are left
+  as they are and counted (``groups_left_out_of_order``).
+- **Every step commits like any writer**: retried on the newest version when a concurrent commit
+  wins (``Table.commit``), or when a cleanup removed the version it read.
 - **Snapshots have owners.** Each tag carries a record of who holds it (``table.snapshots``);
   ``maintain`` releases what the retention policy no longer keeps before it cleans up.
 """
@@ -46,7 +30,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 
 import lance
 from lance.optimize import Compaction, RewriteResult
@@ -132,7 +115,7 @@ def _rebased(result: RewriteResult, version: int) -> RewriteResult:
     return RewriteResult.from_json(json.dumps(doc))
 
 
-def compact_table(table: Table | str | Path, *,
+def compact_table(table: Table, *,
                   target_rows_per_fragment: int = DEFAULT_ROWS_PER_FRAGMENT,
                   include: set[int] | None = None, report: MaintenanceReport | None = None,
                   log: Callable[[str], None] = print) -> MaintenanceReport:
@@ -141,7 +124,6 @@ def compact_table(table: Table | str | Path, *,
 
     Fragments whose column groups are still being written are left out, unless ``include``
     names them (``forget`` must rewrite every fragment that held a forgotten row)."""
-    table = Table.of(table)
     report = report or MaintenanceReport()
     for _ in range(MAX_COMPACTION_ROUNDS):
         report.compaction_rounds += 1
@@ -250,7 +232,7 @@ def cleanup_versions(table: Table, keep_versions_for: timedelta, report: Mainten
 
 
 def maintain(
-    root: Table | str | Path,
+    table: Table,
     *,
     compact: bool = True,
     target_rows_per_fragment: int = DEFAULT_ROWS_PER_FRAGMENT,
@@ -272,7 +254,6 @@ def maintain(
     ``retention``: apply the snapshot policy (``table.snapshots``), keeping the newest
     ``keep_unnamed_runs`` unnamed training runs per owner."""
     start = time.perf_counter()
-    table = Table.of(root)
     ds = table.newest()
     report = MaintenanceReport(version_before=ds.version,
                                fragments_before=len(ds.get_fragments()))

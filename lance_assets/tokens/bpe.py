@@ -220,7 +220,7 @@ def bytes_per_token(tokenizers: dict, texts: list[str]) -> dict[str, float | Non
 
 
 def train_bpe(
-    table: Table | str | os.PathLike,
+    table: Table,
     *,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     max_train_bytes: int = DEFAULT_MAX_TRAIN_BYTES,
@@ -232,12 +232,11 @@ def train_bpe(
 ) -> BpeReport:
     """Train the corpus BPE, or reuse the newest one when its settings are the same and either
     the table has not changed or its input_ids already use it (``retrain`` forces training);
-    returns what was trained and how well it compresses. ``table``: a ``Table`` or a data root
-    (the tokenizer is saved under the table's data root)."""
+    returns what was trained and how well it compresses. The
+    tokenizer is saved under the table's data root."""
     start = time.perf_counter()
     if vocab_size < 258:
         raise ValueError(f"vocab_size {vocab_size}: needs at least 258 ids (256 bytes, EOS, PAD)")
-    table = Table.of(table)
     root = table.root
     ds = table.newest()
     checked = _check_filter(ds, filter)

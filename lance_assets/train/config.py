@@ -199,32 +199,55 @@ def mixture_problem(cfg) -> str | None:
     return None
 
 
+def settings_problem(cfg) -> str | None:
+    """What makes ``cfg``'s settings inconsistent with one another, or None (``cfg``: the
+    trainer's settings or the run config's: each rule is written here once, in flag words)."""
+    if cfg.min_lr > cfg.lr:
+        return f"--min-lr {cfg.min_lr}: must not exceed --lr {cfg.lr}"
+    return mixture_problem(cfg)
+
+
 def check(cfg: TrainConfig | LaunchConfig) -> None:
     """Every field in range, and the settings consistent with one another."""
     for f in fields(cfg):
         check_value(type(cfg), f.name, getattr(cfg, f.name))
-    if isinstance(cfg, TrainConfig) and cfg.min_lr > cfg.lr:
-        raise ConfigError(f"--min-lr {cfg.min_lr}: must not exceed --lr {cfg.lr}")
-    problem = mixture_problem(cfg) if isinstance(cfg, TrainConfig) else None
+    problem = settings_problem(cfg) if isinstance(cfg, TrainConfig) else None
     if problem:
         raise ConfigError(problem)
 
 
-def check_world(cfg: TrainConfig, world: int) -> None:
-    """The splits divide among ``world`` ranks and their loader workers, and every step ends where
-    the loader can be checkpointed."""
+def world_problem(cfg, world: int, world_is: str | None = None) -> str | None:
+    """What keeps ``cfg``'s loader splits (``num_splits``, ``num_workers``, ``batch_size``,
+    ``grad_accum``) from dividing among ``world`` ranks and their loader workers, or ending
+    every step where the loader can be checkpointed; None when nothing does. ``world_is``: how
+    the caller's user sets the world (a launch's ``nnodes x nproc_per_node``)."""
     if cfg.num_splits % world:
-        raise ConfigError(f"--num-splits {cfg.num_splits} must be divisible by the world size {world}")
+        if world_is:
+            return f"{world_is} = {world} must divide --num-splits {cfg.num_splits}"
+        return f"--num-splits {cfg.num_splits} must be divisible by the world size {world}"
     splits_per_rank = cfg.num_splits // world
     if cfg.num_workers and splits_per_rank % cfg.num_workers:
-        raise ConfigError(
-            f"--num-splits {cfg.num_splits} must be divisible by the world size x --num-workers "
-            f"({world} x {cfg.num_workers}): each worker reads its own splits")
+        return (f"--num-splits {cfg.num_splits} must be divisible by the world size x "
+                f"--num-workers ({world} x {cfg.num_workers}): each worker reads its own splits")
     if (cfg.batch_size * cfg.grad_accum) % splits_per_rank:
-        raise ConfigError(
-            f"--batch-size x --grad-accum ({cfg.batch_size * cfg.grad_accum}) must be a multiple "
-            f"of the splits per rank ({splits_per_rank}) so every step ends on a checkpointable "
-            "loader boundary")
+        return (f"--batch-size x --grad-accum ({cfg.batch_size * cfg.grad_accum}) must be a "
+                f"multiple of the splits per rank ({splits_per_rank}) so every step ends on a "
+                "checkpointable loader boundary")
+    return None
+
+
+def check_world(cfg: TrainConfig, world: int) -> None:
+    """``world_problem`` as the trainer's error, for the world it was started in."""
+    problem = world_problem(cfg, world)
+    if problem:
+        raise ConfigError(problem)
+
+
+def config_words(message: str) -> str:
+    """A problem in flag words (``--min-lr``, ``--no-pack``) in run-config words (``min_lr``,
+    ``pack: false``), for the Dagster configs that share these rules."""
+    message = message.replace("--no-pack", "pack: false")
+    return re.sub(r"--([a-z-]+)", lambda m: m.group(1).replace("-", "_"), message)
 
 
 class _Parser(argparse.ArgumentParser):

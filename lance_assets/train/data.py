@@ -27,7 +27,6 @@ import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Union
 
 import lancedb
 import numpy as np
@@ -36,7 +35,7 @@ import torch
 from lancedb.permutation import permutation_builder
 from lancedb.streaming import StreamingDataLoader, StreamingDataset
 
-from lance_assets import paths, storage
+from lance_assets import storage
 from lance_assets.curation.predicate import Predicate, PredicateError, safe_predicate
 from lance_assets.keys import TOKENIZER_KEY
 from lance_assets.table import Table
@@ -52,35 +51,17 @@ class TableSnapshot:
     tokenizer: dict  # name, eos_id, pad_id, vocab_size, sha256
 
 
-def as_table(where: Union[Table, str, os.PathLike], table_name: str | None = None) -> Table:
-    """``where`` itself when it is a ``Table``; else ``where`` is the LanceDB folder (``DATA/lance``,
-    what ``Table.db_dir`` names, possibly an object-store URI) that holds ``table_name``."""
-    if isinstance(where, Table):
-        return where
-    db_dir = storage.location(where)
-    table = Table.of(storage.uri_of(db_dir.parent), name=table_name or paths.TABLE_NAME)
-    if storage.location(table.db_dir).name != db_dir.name:
-        raise ValueError(f"{where}: not the LanceDB folder of a data root ({table.db_dir}); pass "
-                         "a Table (lance_assets.table.Table.of(DATA))")
-    return table
+def resolve_version(table: Table, tag: str | None = None) -> int:
+    """The version ``tag`` names, or the newest version of the table."""
+    return table.choose(tag).version
 
 
-def resolve_version(table: Union[Table, str, os.PathLike], table_name: str | None = None,
-                    tag: str | None = None) -> int:
-    """The version ``tag`` names, or the newest version of the table. ``table``: a ``Table``, or
-    the LanceDB folder that holds ``table_name``."""
-    return as_table(table, table_name).choose(tag).version
-
-
-def open_snapshot(table: Union[Table, str, os.PathLike], table_name: str | None = None,
-                  version: int | None = None) -> TableSnapshot:
+def open_snapshot(table: Table, version: int | None = None) -> TableSnapshot:
     """Open the table pinned at ``version`` (default: the newest) and read its tokenizer.
 
-    ``table``: a ``Table``, or the LanceDB folder that holds ``table_name``; either may be on
-    object storage. The connection holds no credentials (Lance reads them from the environment,
-    see ``storage_options_for``), so the ``StreamingDataset`` state that DataLoader workers
-    pickle carries none either."""
-    table = as_table(table, table_name)
+    The table may be on object storage. The connection holds no credentials (Lance reads them
+    from the environment, see ``storage_options_for``), so the ``StreamingDataset`` state that
+    DataLoader workers pickle carries none either."""
     # pin the newest when no version is given: the loader reads one version whatever lands
     version = version or table.choose().version
     handle = table.lancedb_table(version)

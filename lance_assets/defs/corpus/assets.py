@@ -82,7 +82,7 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
     `date`, `score`, `int_score`, `language`, `language_score`, `token_count`). Incremental and
     exactly-once: what is already in the table is skipped, a killed run resumes."""
     source = config.source or lance_store.source
-    report = ingest.ingest(lance_store.root, source, text_column=config.text_column,
+    report = ingest.ingest(lance_store.table, source, text_column=config.text_column,
                            rows_per_fragment=config.rows_per_fragment,
                            rows_per_commit=config.rows_per_commit,
                            max_doc_chars=config.max_doc_chars,
@@ -154,7 +154,7 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, lance_
     DATA/tokenizers/<sha256>.json; `token_ids` uses it by default. Reports bytes/token on
     held-out text for this BPE, for bytes and for cl100k_base. Re-running trains again only when
     the settings change, or the table changed and its `input_ids` do not use this BPE yet."""
-    report = bpe.train_bpe(lance_store.root, vocab_size=config.vocab_size,
+    report = bpe.train_bpe(lance_store.table, vocab_size=config.vocab_size,
                            max_train_bytes=config.max_train_bytes, filter=config.filter,
                            heldout_max_bytes=config.heldout_max_bytes, retrain=config.retrain,
                            log=context.log.info)

@@ -52,8 +52,8 @@ def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance
     """Lance full-text (BM25 inverted) index `text_fts` on `text`. The first run builds it; later
     runs add only the rows appended since. Query: `Table.of(root).newest().to_table(
     full_text_query="telescope", limit=10)` or `lance_assets.forensics.text_index.search`."""
-    report = fts.text_index(lance_store.root, log=context.log.info)
-    hits = fts.search(lance_store.root, config.example_query, limit=5, columns=("id",))
+    report = fts.text_index(lance_store.table, log=context.log.info)
+    hits = fts.search(lance_store.table, config.example_query, limit=5, columns=("id",))
     example = [{"id": r["id"], "score": round(r["_score"], 3)} for r in hits.to_pylist()]
     version = index_data_version(context, lance_store.table, fts.INDEX_NAME)
     return dg.MaterializeResult(data_version=version, metadata={
@@ -200,7 +200,7 @@ def corpus_profile(context: dg.AssetExecutionContext, config: ProfileConfig,
     The queries are the .sql files in lance_assets/curation/sql/profile: edit or add one."""
     folder = Path(config.queries_dir) if config.queries_dir else profile.QUERIES_DIR
     with phase("corpus_profile: DuckDB queries over the table", context.log.info, announce=False):
-        prof = profile.profile(lance_store.root, folder)
+        prof = profile.profile(lance_store.table, folder)
     metadata: dict = {
         "dagster/uri": lance_store.table.uri,
         "lance/table_version": prof.table_version,

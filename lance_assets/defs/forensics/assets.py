@@ -48,7 +48,7 @@ class VectorIndexConfig(dg.Config):
 def index_metadata(context: dg.AssetExecutionContext, config: VectorIndexConfig,
                    lance_store: LanceStore, target: vindex.VectorColumn) -> dict:
     """Build or update ``target``'s index; the metadata both index assets show."""
-    r = vindex.vector_index(lance_store.root, index_type=config.index_type,
+    r = vindex.vector_index(lance_store.table, index_type=config.index_type,
                             target_recall=config.target_recall,
                             recall_queries=config.recall_queries, flat_below=config.flat_below,
                             target=target, log=context.log.info)
@@ -128,7 +128,7 @@ def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
     DATA/reports/forensics.md and .json."""
     from lance_assets.forensics.report import forensics_report
 
-    report = forensics_report(lance_store.root, k=config.k,
+    report = forensics_report(lance_store.table, k=config.k,
                               near_dup_threshold=config.near_dup_threshold,
                               near_dup_sample=config.near_dup_sample, log=context.log.info)
     nd = report.near_dups

@@ -106,10 +106,11 @@ class AblationConfig(dg.Config):
             raise ValueError(f"min_lead {self.min_lead}: give a lead in bits/byte >= 0")
         if self.token_budget < 1 or self.evals_per_run < 1:
             raise ValueError("token_budget and evals_per_run must be >= 1")
-        if NUM_SPLITS % self.nproc_per_node or self.batch_size % (NUM_SPLITS // self.nproc_per_node):
-            raise ValueError(f"nproc_per_node {self.nproc_per_node} must divide {NUM_SPLITS} and "
-                             f"batch_size {self.batch_size} be a multiple of "
-                             f"{NUM_SPLITS} / nproc_per_node")
+        runs = train_config.TrainConfig(num_splits=NUM_SPLITS, batch_size=self.batch_size)
+        problem = train_config.world_problem(runs, self.nproc_per_node, world_is="nproc_per_node")
+        if problem:  # the trainer's rule for the runs' loader splits
+            raise ValueError(f"{train_config.config_words(problem)} (every run reads "
+                             f"{NUM_SPLITS} loader splits)")
         return self
 
 
@@ -169,20 +170,21 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
     their validation curves, `arm/<name>/val_bpb` per arm, and the best arm with whether its lead
     is real; `data_diff`: what changed in the data since the previous ablation's snapshot.
     Finished runs are reused on a rerun; an interrupted one resumes."""
+    table = lance_store.table  # the ablation's one table handle
 
     def train(run: runner.Run) -> None:
         hint = (f"to continue, materialize curation_ablation again with the same config "
                 f"(name: {run.ablation}): finished runs are reused, this one resumes")
-        launch(context, pipes_subprocess_client, TrainConfig(**run.settings), lance_store.root,
-               run.out, run.snapshot, resume_hint=hint).get_materialize_result()
+        launch(context, pipes_subprocess_client, TrainConfig(**run.settings), table, run.out,
+               run.snapshot, resume_hint=hint).get_materialize_result()
 
     try:
-        report = runner.run_ablation(lance_store.root, lance_store.table, config, train,
-                                     log=context.log.info, warn=context.log.warning)
+        report = runner.run_ablation(table, config, train, log=context.log.info,
+                                     warn=context.log.warning)
     except AblationError as e:
         raise dg.Failure(str(e)) from None
     metadata = ablation_metadata(report)
-    metadata.update(data_diff_metadata(context, lance_store.table, report.name))
+    metadata.update(data_diff_metadata(context, table, report.name))
     return dg.MaterializeResult(metadata=metadata)
 
 

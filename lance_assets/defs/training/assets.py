@@ -30,24 +30,25 @@ from lance_assets.progress import phase
 from lance_assets.table import Table, maintenance, snapshots
 from lance_assets.table.fingerprint import digest
 from lance_assets.train import checkpoint
-from lance_assets.train.config import to_flags
+from lance_assets.train.config import config_words, to_flags, world_problem
 
 
-def trainer_args(cfg: TrainConfig, root: Path, out: Path,
+def trainer_args(cfg: TrainConfig, table: Table, out: Path,
                  snapshot: tuple[str, int] | None = None) -> list[str]:
-    """The flags of `-m lance_assets.train`: one per trainer setting (launch settings left out),
-    and the run's snapshot (tag, version) when given."""
+    """The flags of `-m lance_assets.train` reading ``table``: one per trainer setting (launch
+    settings left out), and the run's snapshot (tag, version) when given."""
     if not cfg.filter:  # the curation rules' combined filter, validated against the table
-        cfg = cfg.model_copy(update={"filter": training_filter(root)})
+        cfg = cfg.model_copy(update={"filter": training_filter(table)})
     settings = {k: v for k, v in cfg.model_dump().items() if k not in LAUNCH_ONLY}
     pinned = ["--table-tag", snapshot[0], "--table-version", str(snapshot[1])] if snapshot else []
-    return ["--data", str(root), "--out", str(out), *pinned, *to_flags(settings)]
+    named = ["--table", table.name] if table.name != paths.TABLE_NAME else []
+    return ["--data", table.root, *named, "--out", str(out), *pinned, *to_flags(settings)]
 
 
-def trainer_command(cfg: TrainConfig, root: Path, out: Path,
+def trainer_command(cfg: TrainConfig, table: Table, out: Path,
                     snapshot: tuple[str, int] | None = None) -> list[str]:
     """`torchrun --standalone ... -m lance_assets.train` on this machine (one node)."""
-    return agent_command(trainer_args(cfg, root, out, snapshot),
+    return agent_command(trainer_args(cfg, table, out, snapshot),
                          nproc_per_node=cfg.nproc_per_node)
 
 
@@ -73,11 +74,14 @@ def training_snapshot(cfg: TrainConfig, table: Table, out: Path) -> tuple[str, i
 
 
 def check_world(cfg: TrainConfig) -> None:
-    """The loader's splits must divide evenly over every rank of every node."""
-    world = cfg.nnodes * cfg.nproc_per_node
-    if cfg.num_splits % world:
-        raise dg.Failure(f"nnodes x nproc_per_node = {world} must divide num_splits "
-                         f"{cfg.num_splits}: change nnodes, nproc_per_node or num_splits")
+    """The trainer's rule (``train.config.world_problem``) for the launch's world, checked
+    before a run holds its snapshot or starts an agent."""
+    problem = world_problem(cfg, cfg.nnodes * cfg.nproc_per_node,
+                            world_is="nnodes x nproc_per_node")
+    if problem and problem.startswith("nnodes"):
+        raise dg.Failure(f"{config_words(problem)}: change nnodes, nproc_per_node or num_splits")
+    if problem:
+        raise dg.Failure(config_words(problem))
 
 
 def local_agent_envs(cfg: TrainConfig) -> list[dict[str, str]]:
@@ -95,13 +99,12 @@ def local_agent_envs(cfg: TrainConfig) -> list[dict[str, str]]:
 
 
 def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: TrainConfig,
-           root: Path, out: Path, snapshot: tuple[str, int] | None = None, *,
+           table: Table, out: Path, snapshot: tuple[str, int] | None = None, *,
            resume_hint: str | None = None) -> dg.PipesClientCompletedInvocation:
     """The trainer on ``cfg.nnodes`` nodes by ``cfg.launcher``, every rank reading the
     ``snapshot`` (tag, version); on cancel, say how to go on (``resume_hint``, default: for
     ``pretrained_model``)."""
-    check_world(cfg)
-    args = trainer_args(cfg, root, out, snapshot)
+    args = trainer_args(cfg, table, out, snapshot)
     rdzv_id = f"{out.name}-{context.run.run_id[:8]}"
     extras = {"resume_hint": resume_hint or "to continue, materialize pretrained_model again "
                                             f"with resume: auto and run_name: {out.name}"}
@@ -245,15 +248,15 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     (no cleanup removes it; resume, `samples` and `forensics` read it too). Metadata: the loss
     curve, the settings, and `data_diff`: what changed in the data since the previous run
     (documents added and removed, what each rule moved, flags flipped, with a chart)."""
-    root = lance_store.root
+    root, table = lance_store.root, lance_store.table  # the run's one table handle
     out = paths.run_dir(root, config.run_name or context.run.run_id[:8])
     start = time.perf_counter()
     check_world(config)
-    tag, version = training_snapshot(config, lance_store.table, out)
+    tag, version = training_snapshot(config, table, out)
     context.log.info(f"training on table version {version}, tagged {tag} (release it with "
                      f"table_maintenance's release_snapshots once the run is no longer needed)")
-    with lance_store.table.snapshots.using(tag):  # `forget` will not release it while it trains
-        invocation = launch(context, pipes_subprocess_client, config, root, out, (tag, version))
+    with table.snapshots.using(tag):  # `forget` will not release it while it trains
+        invocation = launch(context, pipes_subprocess_client, config, table, out, (tag, version))
     reported = invocation.get_materialize_result()
     summary = json.loads((out / "summary.json").read_text())
     storage.write_atomic(paths.latest_checkpoint_pointer(root), summary["checkpoint"].encode())
@@ -268,7 +271,7 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     records = loss_curve_records(out / "metrics.jsonl")
     if records:
         metadata["loss_curve_table"] = loss_curve_table(records)
-    metadata.update(data_diff_metadata(context, lance_store.table, out.name))
+    metadata.update(data_diff_metadata(context, table, out.name))
     settings = comparable_settings(config)
     metadata["train_settings"] = dg.MetadataValue.json(settings)
     metadata["train_settings_digest"] = digest(settings)

@@ -6,7 +6,6 @@ as descriptions and whose validator applies the same ranges, so the launchpad, t
 trainer cannot drift apart.
 """
 
-import re
 from dataclasses import MISSING, fields
 from typing import Any, get_type_hints
 
@@ -38,12 +37,9 @@ def dagster_config(name: str, doc: str, *sources: type) -> type[dg.Config]:
             except train_config.ConfigError as e:  # "--seq-len 0: ..." -> "seq_len 0: ..."
                 flag, rest = str(e).split(" ", 1)
                 raise ValueError(f"{flag[2:].replace('-', '_')} {rest}") from None
-        if self.min_lr > self.lr:
-            raise ValueError(f"min_lr {self.min_lr}: must not exceed lr {self.lr}")
-        problem = train_config.mixture_problem(self)
+        problem = train_config.settings_problem(self)
         if problem:
-            raise ValueError(re.sub(r"--([a-z-]+)", lambda m: m.group(1).replace("-", "_"),
-                                    problem.replace("--no-pack", "pack: false")))
+            raise ValueError(train_config.config_words(problem))
         return self
 
     model = pydantic.create_model(

@@ -121,7 +121,7 @@ def mixture_search(context: dg.AssetExecutionContext, config: MixtureConfig,
     bits/byte, `lead_over_natural`, `smallest_detectable_lead`, `lead_is_real`, the
     regression's leave-one-out error, a plot, and the run config that trains `pretrained_model`
     on the chosen weights. Finished runs are reused on a rerun; an interrupted one resumes."""
-    root, table = lance_store.root, lance_store.table
+    table = lance_store.table  # the search's one table handle
     if not config.domains and config.domain_column not in table.newest().schema.names:
         message = ("no domains: give mixture_search's config `domains` ({name: SQL predicate}) "
                    f"or a `domain_column` the table has (it has no {config.domain_column!r})")
@@ -131,16 +131,16 @@ def mixture_search(context: dg.AssetExecutionContext, config: MixtureConfig,
     def train(run: runner.Run) -> None:
         hint = (f"to continue, materialize mixture_search again with the same config (name: "
                 f"{run.ablation}): finished runs are reused, this one resumes")
-        launch(context, pipes_subprocess_client, TrainConfig(**run.settings), root, run.out,
+        launch(context, pipes_subprocess_client, TrainConfig(**run.settings), table, run.out,
                run.snapshot, resume_hint=hint).get_materialize_result()
 
     many = None
     if executor_name(config.executor) == "ray":
         def many(runs: list[runner.Run]) -> None:
-            remote.train_on_ray(root, runs, log=context.log.info)
+            remote.train_on_ray(table, runs, log=context.log.info)
 
     try:
-        report = mixture.run_search(root, table, config, train, launch_many=many,
+        report = mixture.run_search(table, config, train, launch_many=many,
                                     log=context.log.info, warn=context.log.warning)
     except AblationError as e:
         raise dg.Failure(str(e)) from None

@@ -129,7 +129,7 @@ def _plan(a: _Prepared, b: _Prepared, read: set[str], full: bool, log) -> rowpla
                         len(removed), len(flipped), {"a": light, "b": light})
 
 
-def diff(table: Table | str, a: str | int, b: str | int, *,
+def diff(table: Table, a: str | int, b: str | int, *,
          domains: Mapping[str, str] | None = None, full: bool = False,
          log: Callable[[str], None] | None = None) -> DataDiff:
     """What changed between snapshots ``a`` and ``b`` (tags, version numbers, training runs,
@@ -138,7 +138,6 @@ def diff(table: Table | str, a: str | int, b: str | int, *,
     of both versions even where the row versions say what changed."""
     log = log or _quiet
     start = time.perf_counter()
-    table = Table.of(table)
     domains = dict(domains or {})
     for name in domains:
         if not isinstance(name, str) or not NAME_RE.match(name):
@@ -198,12 +197,11 @@ def _read_and_compare(a: _Prepared, b: _Prepared, domains: list[str], log, full:
     return out
 
 
-def against_previous(table: Table | str, previous: list[str | int | None], current: str | int,
+def against_previous(table: Table, previous: list[str | int | None], current: str | int,
                      *, log: Callable[[str], None] | None = None) -> DataDiff:
     """The diff from an earlier result to ``current``: the first of ``previous`` (say a run's
     folder, then its tag, then its version) that names a side; when none does, the error the
     most specific one raised (a snapshot gone: who held it and what released it)."""
-    table = Table.of(table)
     first: DiffError | None = None
     for ref in previous:
         if ref is None or str(ref).strip() == "":
