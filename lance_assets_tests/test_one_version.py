@@ -250,6 +250,7 @@ def _ingest_loop_script(root: Path, folder: Path, seconds: float, stop: Path) ->
     return f"""
 import os, time, random
 from lance_assets.ingest.raw_text import ingest
+from lance_assets.table import Table
 from lance_assets_tests.helpers import write_fineweb_parquet
 end, i = time.monotonic() + {seconds}, 0
 while time.monotonic() < end and not os.path.exists({str(stop)!r}):
@@ -257,7 +258,7 @@ while time.monotonic() < end and not os.path.exists({str(stop)!r}):
     texts = [' '.join(f'x{{rng.randrange(5000)}}' for _ in range(60)) for _ in range(300)]
     path = '{folder}/part-%05d.parquet' % i
     write_fineweb_parquet(path, texts, start_id=i * 1000)
-    ingest({str(root)!r}, '{folder}/*.parquet', rows_per_fragment=50, rows_per_commit=100,
+    ingest(Table.of({str(root)!r}), '{folder}/*.parquet', rows_per_fragment=50, rows_per_commit=100,
            log=lambda m: None)
     i += 1
 print('ingests', i)
@@ -316,10 +317,11 @@ def test_zero_retention_next_to_ingests_and_column_writers_fails_no_run(tmp_path
     maint = subprocess.Popen([sys.executable, "-c", f"""
 import os, time
 from datetime import timedelta
+from lance_assets.table import Table
 from lance_assets.table.maintenance import maintain
 end = time.monotonic() + 40
 while time.monotonic() < end and not os.path.exists({str(stop)!r}):
-    maintain({str(root)!r}, keep_versions_for=timedelta(0), target_rows_per_fragment=400,
+    maintain(Table.of({str(root)!r}), keep_versions_for=timedelta(0), target_rows_per_fragment=400,
              log=lambda m: None)
 """], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     ingests = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 35, stop)],
@@ -421,15 +423,16 @@ def test_a_mixed_run_keeps_every_row_once_and_every_value_equal_to_a_clean_run(t
     root = tmp_path / "mixed"
     rng = random.Random(seed)
     ing = ("import time; time.sleep({d}); from lance_assets.ingest.raw_text import ingest; "
-           "ingest({r!r}, {s!r}, rows_per_fragment=100, rows_per_commit=300, log=lambda m: None)")
+           "from lance_assets.table import Table; ingest(Table.of({r!r}), {s!r}, "
+           "rows_per_fragment=100, rows_per_commit=300, log=lambda m: None)")
     writers = ("import time; time.sleep({d}); from lance_assets.curation import dedup_flag, "
                "near_dup; from lance_assets.table import Table; "
                "from lance_assets.table.producer import produce\n"
                "for _ in range(3):\n    produce(dedup_flag.PRODUCER, Table.of({r!r}), "
                "log=lambda m: None); produce(near_dup.PRODUCER, Table.of({r!r}), log=lambda m: None)")
     maint = ("import time; time.sleep({d}); from datetime import timedelta; "
-             "from lance_assets.table.maintenance import maintain\n"
-             "for _ in range(4):\n    maintain({r!r}, keep_versions_for=timedelta(0), "
+             "from lance_assets.table import Table; from lance_assets.table.maintenance import maintain\n"
+             "for _ in range(4):\n    maintain(Table.of({r!r}), keep_versions_for=timedelta(0), "
              "target_rows_per_fragment=300, log=lambda m: None)")
     scripts = {"ingest A": ing.format(d=rng.uniform(0, 1), r=str(root), s=str(a)),
                "ingest A again": ing.format(d=rng.uniform(0, 3), r=str(root), s=str(a)),
