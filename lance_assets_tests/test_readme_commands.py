@@ -150,6 +150,10 @@ def test_readme_sections_come_in_the_order_a_newcomer_reads_them():
     text = README.read_text()
     lines = len(text.splitlines())
     assert lines <= README_MAX_LINES, f"README has {lines} lines; move detail to docs/"
+    dated = [line for line in text.splitlines() if re.search(r"\b20\d\d-\d\d-\d\d\b", line)]
+    assert len(dated) <= 1, f"the README is in the present: one dated line at most, not {dated}"
+    figures = len((README.parent / "docs" / "benchmarks.md").read_text().splitlines())
+    assert figures <= 700, f"docs/benchmarks.md has {figures} lines: current figures only"
     headings = re.findall(r"^## (.+)$", text, re.M)
     order = ["Two commands", "What the demo shows", "Code map", "The web UI", "The command line",
              "Schedule and sensor"]
