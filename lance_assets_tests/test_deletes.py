@@ -193,3 +193,15 @@ def test_the_surviving_copy_is_kept_after_the_kept_one_is_deleted(raw, tmp_path,
     run_writer("semantic_dup", str(root), None)
     assert _by_id(root, cols) == now
     assert Table.of(root).newest().version == version  # and nothing was committed
+
+
+def test_two_config_updates_of_one_key_retry_and_other_incompatible_commits_do_not():
+    """Lance calls two concurrent updates of one config key incompatible; the attempt re-reads
+    the newest config, so the commit retries. Other incompatible transactions are raised."""
+    from lance_assets.table.core import is_retryable_conflict
+
+    said = ("Incompatible transaction: This UpdateConfig transaction is incompatible with "
+            "concurrent transaction UpdateConfig at version 15., conflict_resolver.rs:2357:34")
+    assert is_retryable_conflict(OSError(said))
+    assert not is_retryable_conflict(OSError(said.replace("UpdateConfig at", "Rewrite at")))
+    assert not is_retryable_conflict(ValueError(said))

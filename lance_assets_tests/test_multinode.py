@@ -79,7 +79,7 @@ def cancel_after_three_steps(root, config, out):
     proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(root), json.dumps(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 300  # two agents (and a Ray job) start slowly on busy cores
         while time.time() < deadline and len(steps_logged(out)) < 3:
             if proc.poll() is not None:
                 break

@@ -97,6 +97,9 @@ def is_retryable_conflict(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, OSError) and (
         text.startswith("Retryable commit conflict")
+        # two config updates of one key: the attempt re-reads the newest config and rebuilds
+        or (text.startswith("Incompatible transaction: This UpdateConfig transaction")
+            and "concurrent transaction UpdateConfig" in text)
         or ("/_versions/" in text and ".manifest was not found" in text))
 
 
