@@ -107,7 +107,7 @@ def _np(arr) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False)
 
 
-def _repeats(parents: np.ndarray, values: pa.Array, lengths: np.ndarray, n: int):
+def repeats(parents: np.ndarray, values: pa.Array, lengths: np.ndarray, n: int):
     """Per document: how many elements equal an earlier element of the same document, and
     their characters (datatrove's ``find_duplicates``), by grouping (document, value)."""
     if len(parents) == 0:
@@ -252,14 +252,14 @@ def compute_signals(texts: pa.Array) -> pa.RecordBatch:
     n_lines = _count(lparent, n)
     llen = _np(pc.utf8_length(lflat)).astype(np.int64)
     non_empty = _np(pc.not_equal(pc.utf8_length(pc.utf8_trim_whitespace(lflat)), 0))
-    dup_lines, dup_line_chars = _repeats(lparent[non_empty], lflat.filter(pa.array(non_empty)),
+    dup_lines, dup_line_chars = repeats(lparent[non_empty], lflat.filter(pa.array(non_empty)),
                                          llen[non_empty], n)
 
     # paragraphs: split on blank lines after trimming, as Gopher's repetition filter does
     paras = pc.split_pattern_regex(pc.utf8_trim_whitespace(texts), r"\n{2,}")
     pparent = _np(pc.list_parent_indices(paras))
     pflat = paras.flatten()
-    dup_paras, dup_para_chars = _repeats(pparent, pflat, _np(pc.utf8_length(pflat)).astype(np.int64), n)
+    dup_paras, dup_para_chars = repeats(pparent, pflat, _np(pc.utf8_length(pflat)).astype(np.int64), n)
 
     def line_share(pattern: str) -> np.ndarray:
         hit = _np(pc.match_substring_regex(lflat, pattern)).astype(np.float64)

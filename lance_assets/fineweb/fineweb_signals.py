@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_assets.curation.quality_signals import ngram_windows
+from lance_assets.curation.quality_signals import repeats as _duplicates
 from lance_assets.fineweb import web_words
 from lance_assets.table.producer import ColumnProducer
 
@@ -130,18 +131,6 @@ def _split(strings, pattern: str):
     """``strings`` split on ``pattern``: (pieces, parent index of each)."""
     parts = pc.split_pattern_regex(strings, pattern)
     return parts.flatten(), _np(pc.list_parent_indices(parts))
-
-
-def _duplicates(parents: np.ndarray, values: pa.Array, lengths: np.ndarray, n: int):
-    """datatrove's ``find_duplicates`` per document: elements equal to an earlier one of the
-    same document, and their characters."""
-    if len(parents) == 0:
-        return np.zeros(n), np.zeros(n)
-    groups = pa.table({"p": parents, "v": values, "len": lengths}).group_by(["p", "v"]).aggregate(
-        [("len", "count"), ("len", "max")])
-    extra = _np(groups["len_count"]).astype(np.int64) - 1
-    gp = _np(groups["p"])
-    return _count(gp, n, extra), _count(gp, n, extra * _np(groups["len_max"]))
 
 
 def _ngram_signals(parents, ids, wlen, n_docs, n_chars) -> dict[str, np.ndarray]:
