@@ -214,3 +214,34 @@ def test_compaction_never_mixes_ids_out_of_order_in_a_fragment(tmp_path, monkeyp
     # reads every fragment in id order: refused before the fix
     produce(near_dup.PRODUCER, Table.of(root), log=quiet)
     assert table.newest().count_rows("near_dup IS NULL") == 0
+
+
+def test_compaction_plans_again_when_a_cleanup_removes_the_version_it_rewrites(tmp_path,
+                                                                                 monkeypatch):
+    """Another process compacts and cleans up with no retention between this compaction's plan
+    and its rewrite: the files it reads are gone. It drops what it rewrote and plans again on
+    the newest version (a `forget` next to `maintain(keep_versions_for=0)` failed on this)."""
+    from lance_assets.table import maintenance
+
+    root = tmp_path / "data"
+    table = Table.of(root)
+    ingest(table, "synthetic:400", rows_per_fragment=50, log=quiet)
+    table.commit("delete", lambda d: d.delete("id < 10"), log=quiet)
+    real, raced = maintenance.in_id_order, []
+
+    def racing(ds, tasks):
+        if not raced:
+            raced.append(ds.version)
+            maintain(Table.of(root), keep_versions_for=timedelta(0),
+                     target_rows_per_fragment=100, log=quiet)
+        return real(ds, tasks)
+
+    monkeypatch.setattr(maintenance, "in_id_order", racing)
+    said = []
+    report = maintenance.compact_table(table, target_rows_per_fragment=400, log=said.append)
+    assert raced and report.compaction_rounds == 2
+    assert any(f"version {raced[0]} lost files to a cleanup" in m for m in said)
+    ds = table.newest()
+    assert ds.count_rows() == 390 and len(ds.get_fragments()) == 1
+    assert sorted(ds.to_table(columns=["id"]).column("id").to_pylist()) == list(range(10, 400))
+    assert all(f.metadata.deletion_file is None for f in ds.get_fragments())

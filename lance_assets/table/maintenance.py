@@ -35,7 +35,7 @@ import lance
 from lance.optimize import Compaction, RewriteResult
 
 from lance_assets.progress import phase, progress
-from lance_assets.table import Table
+from lance_assets.table import Table, is_version_gone
 from lance_assets.table.columns import incomplete_fragments
 from lance_assets.table.snapshots import DEFAULT_KEEP_UNNAMED_RUNS, SnapshotError  # noqa: F401
 
@@ -115,6 +115,34 @@ def _rebased(result: RewriteResult, version: int) -> RewriteResult:
     return RewriteResult.from_json(json.dumps(doc))
 
 
+def _plan(ds: lance.LanceDataset, target_rows_per_fragment: int, include: set[int] | None,
+          report: MaintenanceReport) -> list:
+    """The rewrite groups of one compaction round on ``ds`` (see ``compact_table``)."""
+    left_out = sorted(incomplete_fragments(ds) - (include or set()))
+    report.fragments_left_out = len(left_out)
+    # every deleted row is dropped (Lance's default waits for 10% of a fragment): column
+    # writes need fragments without deletion files
+    plan = Compaction.plan(ds, dict(
+        target_rows_per_fragment=target_rows_per_fragment, materialize_deletions=True,
+        materialize_deletions_threshold=0.0, excluded_fragment_ids=left_out))
+    tasks = in_id_order(ds, plan.tasks) if plan.tasks else []
+    report.groups_left_out_of_order = len(plan.tasks) - len(tasks)
+    # a fragment with deleted rows in a group left out is rewritten alone: deleted rows
+    # leave the data files (forget's promise), and one fragment keeps its own order
+    merged = {f.id for t in tasks for f in t.fragments}
+    every = [f.fragment_id for f in ds.get_fragments()]
+    for task in plan.tasks:
+        for frag in task.fragments:
+            if frag.id in merged or frag.deletion_file is None:
+                continue
+            alone = Compaction.plan(ds, dict(
+                target_rows_per_fragment=target_rows_per_fragment,
+                materialize_deletions=True, materialize_deletions_threshold=0.0,
+                excluded_fragment_ids=[f for f in every if f != frag.id]))
+            tasks.extend(alone.tasks)
+    return tasks
+
+
 def compact_table(table: Table, *,
                   target_rows_per_fragment: int = DEFAULT_ROWS_PER_FRAGMENT,
                   include: set[int] | None = None, report: MaintenanceReport | None = None,
@@ -128,37 +156,29 @@ def compact_table(table: Table, *,
     for _ in range(MAX_COMPACTION_ROUNDS):
         report.compaction_rounds += 1
         ds = table.newest()
-        left_out = sorted(incomplete_fragments(ds) - (include or set()))
-        report.fragments_left_out = len(left_out)
-        # every deleted row is dropped (Lance's default waits for 10% of a fragment): column
-        # writes need fragments without deletion files
-        plan = Compaction.plan(ds, dict(
-            target_rows_per_fragment=target_rows_per_fragment, materialize_deletions=True,
-            materialize_deletions_threshold=0.0, excluded_fragment_ids=left_out))
-        tasks = in_id_order(ds, plan.tasks) if plan.tasks else []
-        report.groups_left_out_of_order = len(plan.tasks) - len(tasks)
-        # a fragment with deleted rows in a group left out is rewritten alone: deleted rows
-        # leave the data files (forget's promise), and one fragment keeps its own order
-        merged = {f.id for t in tasks for f in t.fragments}
-        every = [f.fragment_id for f in ds.get_fragments()]
-        for task in plan.tasks:
-            for frag in task.fragments:
-                if frag.id in merged or frag.deletion_file is None:
-                    continue
-                alone = Compaction.plan(ds, dict(
-                    target_rows_per_fragment=target_rows_per_fragment,
-                    materialize_deletions=True, materialize_deletions_threshold=0.0,
-                    excluded_fragment_ids=[f for f in every if f != frag.id]))
-                tasks.extend(alone.tasks)
-        if not tasks:
-            return report
-        rows = [sum(getattr(f, "physical_rows", 0) for f in task.fragments) for task in tasks]
-        results = []
-        with progress(len(tasks), "compaction: rewriting fragments", "group", log,
-                      rows_total=sum(rows)) as bar:
-            for task, n in zip(tasks, rows):
-                results.append(task.execute(ds))
-                bar.update(1, rows=n)
+        results: list[RewriteResult] = []
+        try:
+            tasks = _plan(ds, target_rows_per_fragment, include, report)
+            if not tasks:
+                return report
+            rows = [sum(getattr(f, "physical_rows", 0) for f in task.fragments)
+                    for task in tasks]
+            with progress(len(tasks), "compaction: rewriting fragments", "group", log,
+                          rows_total=sum(rows)) as bar:
+                for task, n in zip(tasks, rows):
+                    results.append(task.execute(ds))
+                    bar.update(1, rows=n)
+        except Exception as exc:
+            if not is_version_gone(exc):
+                raise
+            # a cleanup with no retention removed files of the version being planned or
+            # rewritten: what was rewritten is dropped, and the newest version planned again
+            report.rewrites_dropped += len(results)
+            table.remove_files([f.path for r in results for m in r.new_fragments
+                                for f in m.data_files()])
+            log(f"compaction: version {ds.version} lost files to a cleanup while it was "
+                "rewritten; planning again on the newest")
+            continue
 
         def attempt(newest: lance.LanceDataset, results: list = results) -> tuple[list, list]:
             live = {f.fragment_id: f.metadata for f in newest.get_fragments()}
