@@ -135,18 +135,32 @@ def bpe_root(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="session")
+_RAY: dict[str, str] = {}  # the GCS address while this worker's Ray runs
+
+
+@pytest.fixture
 def ray_cluster():
     """The worker's one local Ray, sized to its share of the machine, for every module of the
-    ``ray`` group; its workers import this package and the tests'. Yields the GCS address."""
+    ``ray`` group; its workers import this package and the tests'. Returns the GCS address.
+    Started by the group's first test that needs it and stopped after the group's last test
+    (``pytest_runtest_teardown``): an idle Ray costs a few CPU-seconds a minute."""
     ray = pytest.importorskip("ray")
-    import lance_assets_tests
-    from lance_assets.table import executor
+    if "address" not in _RAY:
+        import lance_assets_tests
+        from lance_assets.table import executor
 
-    cpus = max(2, len(os.sched_getaffinity(0)) // WORKERS)
-    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env=executor.runtime_env([lance_assets_tests]))
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
+        cpus = max(2, len(os.sched_getaffinity(0)) // WORKERS)
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                 runtime_env=executor.runtime_env([lance_assets_tests]))
+        _RAY["address"] = ray.get_runtime_context().gcs_address
+    return _RAY["address"]
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Ray stops once the worker's next test is outside the ``ray`` group (a group's tests run
+    one after another on one worker)."""
+    if "address" in _RAY and (nextitem is None or _unit(nextitem) != "ray"):
+        import ray
+
         ray.shutdown()
+        del _RAY["address"]
