@@ -30,7 +30,7 @@ CHAIN_CHECKS = {"rules_valid", "filter_keeps_rows", "input_ids_present", "n_toke
                 "duplicate_rate_in_bounds", "contamination_not_kept", "bytes_per_token_not_worse",
                 "columns_written", "rule_columns_written"}
 TRAINING = {"pretrained_model", "samples", "forensics", "val_bpb_not_worse"}
-INGEST_CONFIG = {"ops": {"raw_text": {"config": {"rows_per_fragment": 100}}}}
+INGEST_CONFIG = {"ops": {"raw_text": {"config": {"rows_per_fragment": 40}}}}
 CHAIN_CONFIG = {"ops": {"embeddings": {"config": {"max_tokens": 16}}}}
 
 
@@ -71,7 +71,7 @@ class Ticks:
 
 def test_new_rows_bring_every_column_and_nothing_else_does(tmp_path, monkeypatch):
     landing = tmp_path / "landing"
-    landing_file(landing, "a.parquet", rows=160, seed=1)
+    landing_file(landing, "a.parquet", rows=80, seed=1)
     store = LanceStore(data_dir=str(tmp_path / "data"), source=str(landing))
     resources = {"lance_store": store}
     raw_text = defs.get_assets_def("raw_text")
@@ -84,7 +84,7 @@ def test_new_rows_bring_every_column_and_nothing_else_does(tmp_path, monkeypatch
         default, auto = Ticks(defs, instance), Ticks(auto_train_definitions(monkeypatch), instance)
         assert default.tick() == set() and auto.tick() == set()  # a fresh instance starts nothing
 
-        ingest()  # 160 new rows
+        ingest()  # 80 new rows
         chain = default.tick()
         assert chain == COLUMN_CHAIN | CHAIN_CHECKS, chain
         assert auto.tick() == COLUMN_CHAIN | CHAIN_CHECKS | TRAINING
@@ -100,8 +100,8 @@ def test_new_rows_bring_every_column_and_nothing_else_does(tmp_path, monkeypatch
         ingest()  # nothing new: same data version
         assert default.tick() == set() and auto.tick() == set()
 
-        landing_file(landing, "b.parquet", rows=60, seed=2)
-        ingest()  # 60 new rows
+        landing_file(landing, "b.parquet", rows=30, seed=2)
+        ingest()  # 30 new rows
         assert default.tick() == COLUMN_CHAIN | CHAIN_CHECKS
         assert auto.tick() == COLUMN_CHAIN | CHAIN_CHECKS | TRAINING
 
@@ -124,7 +124,7 @@ def test_a_failed_blocking_check_upstream_holds_back_what_follows_it(tmp_path):
     from lance_assets.ingest.raw_text import ingest as library_ingest
 
     landing = tmp_path / "landing"
-    landing_file(landing, "a.parquet", rows=160, seed=1)
+    landing_file(landing, "a.parquet", rows=80, seed=1)
     store = LanceStore(data_dir=str(tmp_path / "data"), source=str(landing))
     resources = {"lance_store": store}
     with dg.instance_for_test() as instance:
@@ -136,8 +136,8 @@ def test_a_failed_blocking_check_upstream_holds_back_what_follows_it(tmp_path):
                               instance=instance, resources=resources, run_config=CHAIN_CONFIG).success
         assert ticks.tick() == set()
 
-        landing_file(landing, "b.parquet", rows=60, seed=2)
-        library_ingest(store.table, str(landing), rows_per_fragment=100, log=lambda _: None)
+        landing_file(landing, "b.parquet", rows=30, seed=2)
+        library_ingest(store.table, str(landing), rows_per_fragment=40, log=lambda _: None)
         store.table.commit("lose a value", lambda ds: ds.update({"_written_is_dup": "NULL"},
                                                                  where="id = 3"))
         dedup_check = [c for c in checks if dg.AssetCheckKey(dg.AssetKey("dedup_flag"),
