@@ -9,6 +9,7 @@ adds the launcher's own ``LaunchConfig``. ``check`` enforces the same ranges on 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import sys
@@ -151,9 +152,15 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+@functools.cache
+def _hints(cls) -> dict[str, Any]:
+    """``cls``'s field types, evaluated once (the annotations are strings)."""
+    return get_type_hints(cls)
+
+
 def value_type(cls, name: str) -> type:
     """The field's type without Optional: int, float, str or bool."""
-    hint = get_type_hints(cls)[name]
+    hint = _hints(cls)[name]
     if get_origin(hint) is Union:
         hint = next(a for a in get_args(hint) if a is not type(None))
     return hint
