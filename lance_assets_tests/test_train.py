@@ -17,7 +17,7 @@ def metrics(out):
 
 
 # measured at step 50 (still in the 60-step warmup, so the same as in the full run): 7.006 ->
-# 2.185 (0.31 of it) with the default seed, SEEDS_AT_50 with seeds 0-2; 1.532 at step 100, 0.94
+# 2.185 (0.31 of it) with the default seed, 0.31 with seeds 0 and 1; 1.532 at step 100, 0.94
 # after the full 300 steps. A default that stops learning stays near ln(vocab)
 VAL_AT_50_MAX_SHARE = 0.45
 
