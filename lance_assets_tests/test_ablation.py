@@ -206,7 +206,7 @@ def test_cancelled_ablation_resumes_and_names_the_arm_without_garbage(garbage_ro
     script.write_text(RUNNER)
     proc = subprocess.Popen([sys.executable, str(script), str(garbage_root), json.dumps(CONFIG)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
+    deadline = time.time() + 480  # a runner and two torchruns start: minutes under load
     while time.time() < deadline:  # the first arm finished, the second one mid-way
         if loss_lines(run_folder(garbage_root, "drops_garbage")) >= 3:
             break

@@ -7,7 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -77,51 +77,67 @@ def test_a_commit_landing_between_two_ranks_starts_leaves_both_on_one_version(ro
     assert summary["table_version"] == before
 
 
-RUNNER = textwrap.dedent("""
-    import json, sys
-    import dagster as dg
+CONFIG = {"steps": 60, "seq_len": 32, "batch_size": 4, "num_splits": 8, "warmup": 2,
+          "eval_every": 1000, "eval_blocks": 4, "ckpt_every": 20, "log_every": 1000,
+          "nproc_per_node": 2, "run_name": "snap", "filter": "NOT is_dup"}
+
+
+def train(root, config) -> dict:
+    """The `pretrained_model` asset (torchrun through Dagster Pipes), materialized in this
+    process: the test's own Python already holds the definitions, and the ranks are torchrun's
+    processes either way. Its metadata's plain values."""
     from lance_assets.definitions import defs
     from lance_assets.defs.resources import LanceStore
     from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
     result = dg.materialize(
         [defs.get_assets_def("pretrained_model")],
-        resources={"lance_store": LanceStore(data_dir=sys.argv[1]),
+        resources={"lance_store": LanceStore(data_dir=str(root)),
                    "pipes_subprocess_client": TorchrunPipesClient(termination_timeout_seconds=55)},
-        run_config={"ops": {"pretrained_model": {"config": json.loads(sys.argv[2])}}})
+        run_config={"ops": {"pretrained_model": {"config": config}}})
     meta = result.asset_materializations_for_node("pretrained_model")[0].metadata
-    print(json.dumps({k: v.value for k, v in meta.items() if isinstance(v.value, (int, str))}))
-""")
-CONFIG = {"steps": 60, "seq_len": 32, "batch_size": 4, "num_splits": 8, "warmup": 2,
-          "eval_every": 1000, "eval_blocks": 4, "ckpt_every": 20, "log_every": 1000,
-          "nproc_per_node": 2, "run_name": "snap", "filter": "NOT is_dup"}
+    return {k: v.value for k, v in meta.items() if isinstance(v.value, (int, str))}
 
 
-def train(root, config) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", RUNNER, str(root), json.dumps(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+class Background(threading.Thread):
+    """``train`` in a thread (Dagster installs no signal handler off the main thread): the test
+    freezes its ranks and moves the table meanwhile."""
 
+    def __init__(self, *args):
+        super().__init__(daemon=True)
+        self.args, self.result, self.error = args, None, None
+        self.start()
 
-def finished(proc) -> dict:
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-4000:]
-    return json.loads(out.strip().splitlines()[-1])
+    def run(self):
+        try:
+            self.result = train(*self.args)
+        except BaseException as e:  # handed to the test by finished()
+            self.error = e
+
+    def finished(self, timeout: float = 600) -> dict:
+        self.join(timeout)
+        assert not self.is_alive(), "the training run did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 def test_the_most_aggressive_maintenance_during_training_leaves_its_snapshot_readable(root):
     """A 2-rank run is frozen mid-run while the table moves on (new rows, deletes) and
     `table_maintenance` compacts and removes every version but the newest and the tagged ones.
-    Thawed, the run finishes; it resumes from its checkpoint on the same snapshot; `samples`
-    and `forensics` read it."""
+    Thawed, the run finishes; it resumes from its checkpoint on the same snapshot (on one rank);
+    `samples` and `forensics` read it."""
     from lance_assets.definitions import defs
     from lance_assets.defs.resources import LanceStore
 
     uri = paths.table_uri(root)
     out = root / "train" / "snap"
-    proc = train(root, CONFIG)
+    run = Background(root, CONFIG)
     deadline = time.monotonic() + 300
     while not steps_logged(out):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-3000:]
+        if not run.is_alive() or time.monotonic() > deadline:
+            run.finished(timeout=0)
+            raise AssertionError("the run logged no step")
         time.sleep(0.05)
     ranks = processes_mentioning(str(out))
     for pid in ranks:  # freeze the run: everything below happens in the middle of it
@@ -144,11 +160,14 @@ def test_the_most_aggressive_maintenance_during_training_leaves_its_snapshot_rea
     finally:
         for pid in ranks:
             os.kill(pid, signal.SIGCONT)
-    first = finished(proc)
+    first = run.finished()
     assert first["step"] == CONFIG["steps"] and first["table_version"] == snapshot
     assert first["lance/snapshot_tag"] == "train-snap" and first["table_tag"] == "train-snap"
 
-    more = finished(train(root, {**CONFIG, "steps": CONFIG["steps"] + 10, "resume": "auto"}))
+    # resumed on one rank with twice the accumulation (the same global batch): one torchrun
+    # process less, and the checkpoint's snapshot is still the one the ranks read
+    more = train(root, {**CONFIG, "steps": CONFIG["steps"] + 10, "resume": "auto",
+                        "nproc_per_node": 1, "grad_accum": 2})
     assert more["step"] == CONFIG["steps"] + 10 and more["table_version"] == snapshot
     assert sorted(steps_logged(out)) == list(range(1, CONFIG["steps"] + 11))
 

@@ -16,9 +16,10 @@ def metrics(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-# measured 7.006 -> 1.532 at step 100 (the full 300 steps reach 0.94); a default that stops
-# learning stays near ln(vocab)
-VAL_AT_100_MAX_SHARE = 0.35
+# measured at step 50 (still in the 60-step warmup, so the same as in the full run): 7.006 ->
+# 2.185 (0.31 of it) with the default seed, 0.31 with seeds 0 and 1; 1.532 at step 100, 0.94
+# after the full 300 steps. A default that stops learning stays near ln(vocab)
+VAL_AT_50_MAX_SHARE = 0.45
 
 
 def test_demo_training_validation_loss_falls(tmp_path):
@@ -39,20 +40,19 @@ def test_demo_training_validation_loss_falls(tmp_path):
     train_bpe(Table.of(root), log=quiet)  # the `tokenizer` asset: token_ids use its BPE by default
     produce(token_ids.PRODUCER, Table.of(root), log=quiet)
     out = tmp_path / "run"
-    # the demo's flags, but its first third: the whole 300 steps cost minutes of the suite, and
-    # the first 100 already show whether the defaults learn (`make demo` runs all 300)
+    # the demo's flags, but its first sixth: the whole 300 steps cost minutes of the suite, and
+    # the first 50 already show whether the defaults learn (`make demo` runs all 300)
     defaults = TrainConfig()
-    cmd = trainer_command(TrainConfig(steps=100, ckpt_every=100), Table.of(root), out)
+    cmd = trainer_command(TrainConfig(steps=50, ckpt_every=50), Table.of(root), out)
     assert main(cmd[cmd.index("lance_assets.train") + 1:]) == 0
     vals = [m["val_loss"] for m in metrics(out) if "val_loss" in m]
     assert (defaults.steps or DEFAULT_STEPS) == 300 and defaults.eval_every == 50
-    assert len(vals) == 3  # step 0, 50, 100
+    assert len(vals) == 2  # step 0, 50
     assert vals[0] > 6.5  # ~ln(1057) at init: the demo BPE's ids
-    assert vals[-1] < VAL_AT_100_MAX_SHARE * vals[0]
-    assert vals == sorted(vals, reverse=True)
+    assert vals[-1] < VAL_AT_50_MAX_SHARE * vals[0]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["step"] == 100 and summary["tokenizer"].startswith("bpe:")
-    ckpt = checkpoint.load(out / "ckpt_0000100.pt")
+    assert summary["step"] == 50 and summary["tokenizer"].startswith("bpe:")
+    ckpt = checkpoint.load(out / "ckpt_0000050.pt")
     assert ckpt["table_version"] == summary["table_version"] and ckpt["loader"]["num_splits"] == 8
 
 
