@@ -164,3 +164,20 @@ def pytest_runtest_teardown(item, nextitem):
 
         ray.shutdown()
         del _RAY["address"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``LANCE_ASSETS_TEST_TIMELINE=FILE``: one line per test (worker, start, end, id),
+    appended to FILE, to see which units run beside which and which one ends the suite."""
+    path = os.environ.get("LANCE_ASSETS_TEST_TIMELINE")
+    if not path:
+        yield
+        return
+    import time
+
+    start = time.time()
+    yield
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(path, "a") as out:
+        out.write(f"{worker}\t{start:.1f}\t{time.time():.1f}\t{item.nodeid}\n")
