@@ -37,6 +37,8 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from lance_assets.definitions import defs
+from lance_assets.defs.resources import lance_store_from_env
+from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
 # a server under start and page timeouts: never beside another timing test (conftest)
 pytestmark = pytest.mark.xdist_group("timing")
@@ -161,26 +163,28 @@ def dagster_ui(tmp_path_factory):
     env = {**os.environ, "DAGSTER_HOME": str(home), "LANCE_ASSETS_DATA": str(base / "data"),
            "LANCE_ASSETS_SOURCE": SOURCE, "LANCE_LOG": "error",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    # The column assets are materialized in this process, on the server's instance (the UI,
+    # not the CLI, is the subject here): the location's multiprocess executor would start one
+    # process per step, each importing the code location again.
+    with pytest.MonkeyPatch.context() as patch, \
+            dg.DagsterInstance.from_config(str(home)) as instance:
+        for name in ("DAGSTER_HOME", "LANCE_ASSETS_DATA", "LANCE_ASSETS_SOURCE"):
+            patch.setenv(name, env[name])
+        resources = {"lance_store": lance_store_from_env(),
+                     "pipes_subprocess_client": TorchrunPipesClient()}
+        done = dg.materialize(defs.assets, selection=COLUMN_ASSETS, instance=instance,
+                              resources=resources, raise_on_error=False)
+        if not done.success:
+            pytest.fail(f"materializing {COLUMN_ASSETS} failed: {done.all_events[-1]}")
+        # a second materialization with new rows: numeric metadata becomes a series to plot
+        done = dg.materialize(defs.assets, selection=SERIES_ASSETS, instance=instance,
+                              resources=resources, raise_on_error=False, run_config={
+                                  "ops": {"raw_text": {"config": {"source": MORE_ROWS}}}})
+        if not done.success:
+            pytest.fail(f"materializing {SERIES_ASSETS} again failed: {done.all_events[-1]}")
+
     # Dagster reads `.env` from the working directory: run in `base` so a developer's `.env`
     # cannot point the server at real data.
-    in_process = base / "in_process.yaml"
-    in_process.write_text("execution:\n  config:\n    in_process: {}\n")
-    done = subprocess.run(
-        [str(DAGSTER), "asset", "materialize", "-m", "lance_assets.definitions",
-         "--select", ",".join(COLUMN_ASSETS), "-c", str(in_process)],
-        check=False, cwd=base, env=env, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        pytest.fail(f"materializing {COLUMN_ASSETS} failed:\n{done.stderr[-4000:]}")
-    # a second materialization with new rows: numeric metadata becomes a series to plot
-    done = subprocess.run(
-        [str(DAGSTER), "asset", "materialize", "-m", "lance_assets.definitions",
-         "--select", ",".join(SERIES_ASSETS),
-         "--config-json", json.dumps({"execution": {"config": {"in_process": {}}},
-                                      "ops": {"raw_text": {"config": {"source": MORE_ROWS}}}})],
-        check=False, cwd=base, env=env, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        pytest.fail(f"materializing {SERIES_ASSETS} again failed:\n{done.stderr[-4000:]}")
-
     url = f"http://127.0.0.1:{free_port()}"
     log = base / "dagster_dev.log"
     with open(log, "wb") as out, sigint_not_ignored():

@@ -75,17 +75,20 @@ def test_whole_graph_on_s3_keeps_everything_in_the_bucket_and_no_secret_anywhere
     bucket, secret, client = s3
     root = f"s3://{bucket}/prefix"
     monkeypatch.setenv("LANCE_ASSETS_DATA", root)
-    monkeypatch.setenv("LANCE_ASSETS_SOURCE", "synthetic:600")
+    monkeypatch.setenv("LANCE_ASSETS_SOURCE", "synthetic:200")
     monkeypatch.chdir(tmp_path)  # the default ./data would land here: it must stay empty
     run_config = {"ops": {
-        "raw_text": {"config": {"rows_per_fragment": 300}},
+        "raw_text": {"config": {"rows_per_fragment": 100}},  # two fragments
         "pretrained_model": {"config": {"steps": 10, "seq_len": 64, "batch_size": 8,
-                                        "eval_every": 10, "ckpt_every": 5, "nproc_per_node": 1,
+                                        "eval_every": 10, "eval_blocks": 4, "ckpt_every": 5,
+                                        "nproc_per_node": 1,
                                         "run_name": "s3run"}},
         "samples": {"config": {"prompts": ["The", ""], "max_new_tokens": 8}},
         "vector_index": {"config": {"recall_queries": 5}},
         "forensics": {"config": {"near_dup_sample": 100}},
-        "curation_ablation": {"config": {"seeds": [0], "token_budget": 2048}},  # one run per arm
+        # one run per arm, one small validation pass each
+        "curation_ablation": {"config": {"seeds": [0], "token_budget": 2048, "eval_blocks": 8,
+                                         "evals_per_run": 1}},
     }}
     resources = {"lance_store": lance_store_from_env(),
                  "pipes_subprocess_client": TorchrunPipesClient()}
@@ -106,7 +109,7 @@ def test_whole_graph_on_s3_keeps_everything_in_the_bucket_and_no_secret_anywhere
     assert {"text", "is_dup", "input_ids", "n_tokens", "near_dup", "embedding",
             "chunk_embeddings"} <= reported
     assert reported <= set(ds.schema.names)
-    assert ds.count_rows() == 600
+    assert ds.count_rows() == 200
 
     # checkpoints, tokenizer, samples and reports under the same prefix
     assert "prefix/train/s3run/ckpt_0000010.pt" in stored
@@ -212,37 +215,44 @@ def test_concurrent_ingests_into_s3_add_each_row_exactly_once(s3):
     assert sorted(ds.to_table(columns=["id"])["id"].to_pylist()) == list(range(400))
 
 
-@pytest.mark.xdist_group("timing")  # 2 s TTLs: not beside another timing test
+# The tests' leases live in one process with the S3 server (one GIL) on a loaded machine: a
+# renewal (every TTL / 4: two requests) can wait over a second, so a holder keeps its lease only
+# with TTLs of several seconds.
+LEASE_TTL_S = 6.0
+
+
+@pytest.mark.xdist_group("timing")  # TTLs of seconds: not beside another timing test
 def test_lease_waits_for_its_holder_and_takes_over_an_expired_one(s3):
     bucket, _, _ = s3
     folder = f"s3://{bucket}/lease/corpus.ingest.lock"
-    a = storage.ObjectLease(folder, "a", ttl_s=2.0, poll_s=0.05, log=quiet)
+    ttl = LEASE_TTL_S
+    a = storage.ObjectLease(folder, "a", ttl_s=ttl, poll_s=0.2, log=quiet)
     a.acquire()
-    b = storage.ObjectLease(folder, "b", ttl_s=2.0, poll_s=0.05, log=quiet)
+    b = storage.ObjectLease(folder, "b", ttl_s=ttl, poll_s=0.2, log=quiet)
     got = threading.Event()
     waiter = threading.Thread(target=lambda: (b.acquire(), got.set()))
     waiter.start()
-    time.sleep(3.0)  # longer than the TTL: a keeps renewing, so b keeps waiting
-    assert not got.is_set()
+    assert not got.wait(ttl + 1)  # longer than the TTL: a keeps renewing, so b keeps waiting
     a.check()
     a.release()
-    waiter.join(timeout=10)
+    waiter.join(timeout=10 * ttl)
     assert got.is_set() and (a.generation, b.generation) == (None, 2)  # a's was 1
 
     # b dies without releasing (its renewals stop): after the TTL c takes over, and b, if it
     # was merely stalled, finds out before its next commit
     b._stop.set()
     b._thread.join()
-    c = storage.ObjectLease(folder, "c", ttl_s=2.0, poll_s=0.05, log=quiet)
+    c = storage.ObjectLease(folder, "c", ttl_s=ttl, poll_s=0.2, log=quiet)
     t0 = time.monotonic()
     c.acquire()
-    assert 0.5 < time.monotonic() - t0 < 6 and c.generation == b.generation + 1
+    # c waits for what is left of b's TTL: b renewed at most TTL / 4 (and a request) before
+    assert ttl / 4 < time.monotonic() - t0 < 3 * ttl and c.generation == b.generation + 1
     with pytest.raises(storage.LeaseLost):
         b.check()
     c.release()
 
 
-@pytest.mark.xdist_group("timing")  # 2 s TTLs: not beside another timing test
+@pytest.mark.xdist_group("timing")  # TTLs of seconds: not beside another timing test
 def test_an_ingest_frozen_past_its_lease_adds_nothing_twice(s3, tmp_path, monkeypatch):
     """The clock-based lease cannot stop a holder frozen (SIGSTOP) between its lease check and
     its commit: a second ingest takes the lease over after the TTL and completes. Thawed, the
@@ -252,9 +262,9 @@ def test_an_ingest_frozen_past_its_lease_adds_nothing_twice(s3, tmp_path, monkey
 
     bucket, _, _ = s3
     root, source = f"s3://{bucket}/frozen", "synthetic:3000"
-    monkeypatch.setenv(storage.LEASE_TTL_ENV, "2")
+    monkeypatch.setenv(storage.LEASE_TTL_ENV, str(LEASE_TTL_S))  # the second ingest's too
     frozen = start_frozen(root, source, 2)
-    time.sleep(2.5)  # its lease expires: the renewal thread is frozen with it
+    time.sleep(LEASE_TTL_S + 0.5)  # its lease expires: the renewal thread is frozen with it
     second = ingest(Table.of(root), source, rows_per_commit=1000, rows_per_fragment=512, log=quiet)
     assert second.rows_added == 3000 - 1024 and second.lock_wait_s < 30
     os.kill(frozen.pid, signal.SIGCONT)
@@ -277,14 +287,15 @@ def frozen_after_looking(self, gen):
         os.kill(os.getpid(), signal.SIGSTOP)
     return holder(self, gen)
 storage.ObjectLease._holder = frozen_after_looking
-lease = storage.ObjectLease(sys.argv[1], "contender", ttl_s=4.0, poll_s=0.05, log=lambda m: None)
+lease = storage.ObjectLease(sys.argv[1], "contender", ttl_s=float(sys.argv[2]), poll_s=0.05,
+                            log=lambda m: None)
 lease.acquire()
 print(f"acquired {lease.generation} at {time.time()}", flush=True)
 lease.release()
 """
 
 
-@pytest.mark.xdist_group("timing")  # 4 s TTLs: not beside another timing test
+@pytest.mark.xdist_group("timing")  # TTLs of seconds: not beside another timing test
 def test_lease_contenders_under_the_generation_reuse_interleaving_never_both_hold(s3):
     """Contender B looks at the lease (generation 1, released) and freezes. Meanwhile A takes
     and releases generation 2, and D takes generation 3 and holds it. Thawed, B tries to create
@@ -292,10 +303,11 @@ def test_lease_contenders_under_the_generation_reuse_interleaving_never_both_hol
     twice), and B waits for D instead of holding the lease next to it."""
     bucket, _, _ = s3
     folder = f"s3://{bucket}/reuse/corpus.ingest.lock"
-    first = storage.ObjectLease(folder, "first", ttl_s=4.0, poll_s=0.05, log=quiet)
+    first = storage.ObjectLease(folder, "first", ttl_s=LEASE_TTL_S, poll_s=0.05, log=quiet)
     first.acquire()
     first.release()
-    contender = subprocess.Popen([sys.executable, "-c", GENERATION_REUSE_CONTENDER, folder],
+    contender = subprocess.Popen([sys.executable, "-c", GENERATION_REUSE_CONTENDER, folder,
+                                  str(LEASE_TTL_S)],
                                  env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
     from lance_assets_tests.stall_driver import is_stopped
@@ -304,10 +316,10 @@ def test_lease_contenders_under_the_generation_reuse_interleaving_never_both_hol
     while not is_stopped(contender.pid):
         assert contender.poll() is None and time.monotonic() < deadline, contender.stderr.read()
         time.sleep(0.05)
-    a = storage.ObjectLease(folder, "a", ttl_s=4.0, poll_s=0.05, log=quiet)
+    a = storage.ObjectLease(folder, "a", ttl_s=LEASE_TTL_S, poll_s=0.05, log=quiet)
     a.acquire()
     a.release()
-    d = storage.ObjectLease(folder, "d", ttl_s=4.0, poll_s=0.05, log=quiet)
+    d = storage.ObjectLease(folder, "d", ttl_s=LEASE_TTL_S, poll_s=0.05, log=quiet)
     d.acquire()
     assert (a.generation, d.generation) == (None, 3)
     os.kill(contender.pid, signal.SIGCONT)
