@@ -39,7 +39,7 @@ if WORKERS > 1:  # before torch is imported anywhere in this worker
 UNIT_SECONDS = {
     "test_ablation_power": 250, "timing": 200, "test_mixture_search": 200,
     "test_object_storage": 130, "ray": 125, "test_multinode": 110, "test_seeds": 110,
-    "test_resume": 90, "test_one_version": 90, "test_concurrency": 65, "test_snapshots": 65,
+    "test_resume": 45, "test_one_version": 90, "test_concurrency": 65, "test_snapshots": 65,
     "test_automation": 65, "test_mixture_loader": 60, "test_train": 55, "test_ablation": 50,
     "test_cancel": 45, "test_faults": 30, "test_shared_permutation": 30,
     "test_column_metadata": 25, "test_forensics_reformatted": 25, "test_embedding_backends": 20,

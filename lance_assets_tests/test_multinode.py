@@ -1,6 +1,7 @@
 """`pretrained_model` on two nodes (two torchrun agents sharing a c10d rendezvous), launched on
-this machine and as a Ray job: cancelled mid-run, then resumed on one node, it sees exactly the
-batches of an uninterrupted run."""
+this machine and as a Ray job: cancelled mid-run, it has seen exactly the batches of an
+uninterrupted run, and (after the local launcher's cancel) resumed on one node it goes on with
+them. The resume is the same for both launchers: the trainer's ranks write the checkpoint."""
 
 import json
 import os
@@ -20,6 +21,7 @@ from lance_assets_tests.helpers import processes_mentioning, steps_logged
 
 STEPS = 200  # the interrupted runs' length: long enough for a cancel to land mid-run
 MORE = 10  # steps the resumed run adds after the checkpoint
+AHEAD = 60  # the reference's least length: enough for either case's cancel
 CONFIG = {"steps": STEPS, "seq_len": 32, "batch_size": 4, "num_splits": 8, "warmup": 5,
           "eval_every": 1000, "ckpt_every": 1000, "log_every": 1000, "log_batch_hashes": True}
 
@@ -51,8 +53,8 @@ def data_root(tokenized_root, tmp_path_factory):
 def reference(data_root, tmp_path_factory):
     """Per-step batch hashes of an uninterrupted run: one process, the same global batch.
     (They depend on the seed and the data only, not on the run's length or its LR, so the
-    reference runs only as far as a test asks: a cancel lands within the first few dozen steps,
-    and a run of all STEPS would cost the suite a minute and a half.)"""
+    reference runs only as far as the tests ask: a cancel lands within the first few dozen
+    steps. Both launchers' cases share it: it runs once, to at least ``AHEAD`` steps.)"""
     from lance_assets.defs.training.assets import TrainConfig, trainer_args
     from lance_assets.train.trainer import main
 
@@ -61,10 +63,11 @@ def reference(data_root, tmp_path_factory):
     def upto(steps: int) -> dict[int, list]:
         if steps > len(hashes):
             out = tmp_path_factory.mktemp("reference")
-            cfg = TrainConfig(**{**CONFIG, "steps": steps, "grad_accum": 2})
+            run_steps = max(steps, AHEAD)
+            cfg = TrainConfig(**{**CONFIG, "steps": run_steps, "grad_accum": 2})
             assert main(trainer_args(cfg, Table.of(data_root), out)) == 0
             logged = steps_logged(out)
-            assert sorted(logged) == list(range(1, steps + 1))
+            assert sorted(logged) == list(range(1, run_steps + 1))
             hashes.clear()
             hashes.update({step: row["batch_hashes"] for step, row in logged.items()})
         return hashes
@@ -119,6 +122,13 @@ def test_two_nodes_cancelled_then_resumed_on_one_node_see_the_same_batches(
     assert f"interrupted at step {k}; checkpoint {saved[-1]}; {hint}" in said, said[-3000:]
     assert f"training cancelled; newest checkpoint {saved[-1].name} in {out}; {hint}" in said
     assert f"done: step {k}, no evaluation ran after step 0 (eval_every 1000)" in said
+
+    if launcher == "ray":  # the two-node prefix; the resume from it is the [local] case's
+        expected = reference(k)
+        logged = steps_logged(out)
+        for step in range(1, k + 1):
+            assert logged[step]["batch_hashes"] == expected[step], step
+        return
 
     # what the cancel said: the same run_name, resume: auto; one node with twice the
     # accumulation (the same global batch), MORE steps past the checkpoint

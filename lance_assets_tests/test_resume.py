@@ -1,7 +1,6 @@
 """Elastic resume, SIGINT flushes, SIGKILL during a checkpoint write: real torchrun processes."""
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import time
 import pytest
 
 from lance_assets.train import checkpoint
+from lance_assets.train.trainer import main
 from lance_assets_tests import seed_lines
 from lance_assets_tests.helpers import descendants, steps_logged, still_running
 
@@ -43,17 +43,29 @@ def with_flag(flags, name, value):
     return out + [name, value]
 
 
+def without(flags, name):
+    """``flags`` without ``name`` and its value."""
+    at = flags.index(name)
+    return [*flags[:at], *flags[at + 2:]]
+
+
 def test_the_reference_line_with_workers_reads_the_blocks_of_no_workers_and_resumes_anywhere(
         tokenized_root, tmp_path):
-    """Its batches with --num-workers 2 are those with 0; killed with kill -9 like the
-    reference's demo, it leaves no worker behind; resumed on half the world with twice the batch
-    (and workers) it continues with the blocks of the uninterrupted run, and resumed on the same
-    world with another worker count its loss continues exactly."""
+    """Its batches with --num-workers 2 are those of an uninterrupted run without workers (on
+    one process with the same global batch: the blocks depend on neither); killed with kill -9
+    like the reference's demo, it leaves no worker behind; resumed on half the world with twice
+    the batch (and workers) it continues with the blocks of the uninterrupted run; and a resume
+    with another worker count than the checkpoint's continues that run's loss exactly."""
+    # the uninterrupted reference, in this process: the half-world line without workers, every
+    # checkpoint kept (the resume with another worker count below starts from its first)
     ref = tmp_path / "ref"
-    finish(torchrun(2, tokenized_root, ref, *with_flag(EIGHT_GPU_LINE, "--num-workers", "0")))
+    ref_line = with_flag(with_flag(without(HALF_WORLD_LINE, "--resume"), "--num-workers", "0"),
+                         "--keep-ckpts", str(STEPS))
+    assert main([*ref_line, "--data", str(tokenized_root), "--out", str(ref),
+                 "--log-batch-hashes"]) == 0
     reference = steps_logged(ref)
     assert sorted(reference) == list(range(1, STEPS + 1))
-    assert all(len(r["batch_hashes"]) == 128 for r in reference.values())  # 2 ranks x 32 x 2
+    assert all(len(r["batch_hashes"]) == 128 for r in reference.values())  # 64 x 2 accumulated
 
     run = tmp_path / "run"
     proc = torchrun(2, tokenized_root, run, *EIGHT_GPU_LINE)
@@ -75,33 +87,36 @@ def test_the_reference_line_with_workers_reads_the_blocks_of_no_workers_and_resu
     assert k % CKPT_EVERY == 0 and CKPT_EVERY <= k < max(logged) < STEPS
     # both ranks' loader states merged: every split emitted one block per step (64 per rank)
     assert saved["world_size"] == 2 and saved["loader"]["blocks_emitted_per_split"] == [k] * 128
-    for step in logged:  # with 2 workers, the blocks of 0 workers
+    for step in logged:  # 2 ranks with 2 workers each: the blocks of 1 rank with none
         assert logged[step]["batch_hashes"] == reference[step]["batch_hashes"], step
 
     # half the world, twice the batch, workers: the blocks of the uninterrupted run
-    half = tmp_path / "half"
-    shutil.copytree(run, half)
-    finish(torchrun(1, tokenized_root, half, *HALF_WORLD_LINE))
-    resumed = steps_logged(half)
+    finish(torchrun(1, tokenized_root, run, *HALF_WORLD_LINE))
+    resumed = steps_logged(run)
     assert sorted(resumed) == list(range(1, STEPS + 1))
     for step in range(k + 1, STEPS + 1):
         assert resumed[step]["batch_hashes"] == reference[step]["batch_hashes"], step
 
-    # the same world with one worker (saved with two): the loss continues exactly
-    finish(torchrun(2, tokenized_root, run, *with_flag(EIGHT_GPU_LINE, "--num-workers", "1"),
-                    "--resume", "auto"))
-    same = steps_logged(run)
-    for step in range(k + 1, STEPS + 1):
+    # the same world with one worker (saved with none): the loss continues exactly
+    again = tmp_path / "again"
+    first = checkpoint.list_checkpoints(ref)[0]
+    assert checkpoint.load(first)["step"] == CKPT_EVERY
+    assert main([*with_flag(ref_line, "--num-workers", "1"), "--data", str(tokenized_root),
+                 "--out", str(again), "--log-batch-hashes", "--resume", str(first)]) == 0
+    same = steps_logged(again)
+    assert sorted(same) == list(range(CKPT_EVERY + 1, STEPS + 1))
+    for step in same:
         assert same[step]["batch_hashes"] == reference[step]["batch_hashes"], step
         assert same[step]["loss"] == pytest.approx(reference[step]["loss"], rel=1e-6, abs=1e-6), step
 
 
 @pytest.mark.xdist_group("timing")  # a kill aimed at a write window
 def test_sigkill_during_checkpoint_write_keeps_the_previous_one(tokenized_root, tmp_path):
-    """`small` writes a ~1.5 GB checkpoint: long enough to be killed in the middle of it."""
+    """`small` writes a ~1.5 GB checkpoint: long enough to be killed in the middle of it. Two
+    steps: killed while writing the second step's checkpoint, the rerun resumes from the first."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "lance_assets.train", "--data", str(tokenized_root), "--out",
-           str(out), "--model", "small", "--seq-len", "16", "--batch-size", "8", "--steps", "3",
+           str(out), "--model", "small", "--seq-len", "16", "--batch-size", "8", "--steps", "2",
            "--ckpt-every", "1", "--eval-every", "1000", "--eval-blocks", "8", "--lr", "6e-4"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
@@ -120,7 +135,7 @@ def test_sigkill_during_checkpoint_write_keeps_the_previous_one(tokenized_root, 
     assert checkpoint.load(checkpoint.resolve_resume("auto", out))["step"] == 1
 
     subprocess.run(cmd + ["--resume", "auto"], check=True, timeout=600, capture_output=True)
-    assert [p.name for p in checkpoint.list_checkpoints(out)] == ["ckpt_0000002.pt", "ckpt_0000003.pt"]
+    assert [p.name for p in checkpoint.list_checkpoints(out)] == ["ckpt_0000001.pt", "ckpt_0000002.pt"]
     assert not list(out.glob(".ckpt_*.tmp-*"))  # the next save cleared the stale partial write
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["step"] == 3
+    assert summary["step"] == 2 and sorted(steps_logged(out)) == [1, 2]
