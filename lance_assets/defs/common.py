@@ -27,8 +27,12 @@ TABLE_TAGS = {"lance_assets/table": "corpus"}  # assets that read or write the c
 # `make demo`'s pretrained_model and curation_ablation split two cores and both take twice as long.
 TRAINER_TAG = "lance_assets/trainer"
 TRAINER_TAGS = {TRAINER_TAG: "torchrun"}
+# Each step's process forks from a server that imported the code location once (Dagster's
+# `forkserver` start method preloads the job's module): a spawned step would import it again,
+# seconds of CPU per step.
 RUN_EXECUTOR = dg.multiprocess_executor.configured(
-    {"tag_concurrency_limits": [{"key": TRAINER_TAG, "limit": 1}]}, name="multiprocess")
+    {"tag_concurrency_limits": [{"key": TRAINER_TAG, "limit": 1}],
+     "start_method": {"forkserver": {}}}, name="multiprocess")
 
 # Assets referenced across domains.
 RAW_TEXT = dg.AssetKey("raw_text")
