@@ -143,11 +143,46 @@ def run(writer: str, root: str, source: str | None) -> None:
     produce(module.PRODUCER, Table.of(root), settings, fragments_per_commit=1, log=quiet)
 
 
-if __name__ == "__main__":
-    writer, root, point, n = sys.argv[1:5]
-    source = sys.argv[5] if len(sys.argv) > 5 else None
+def main(argv: list[str]) -> None:
+    writer, root, point, n = argv[:4]
+    source = argv[4] if len(argv) > 4 else None
     if point != "none":
         if point not in POINTS:
             raise SystemExit(f"unknown point {point!r}; one of {', '.join(POINTS)}")
         install(point, int(n))
     run(writer, root, source)
+
+
+def _child(argv: list[str], cwd: str, log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.chdir(cwd)
+    main(argv)
+
+
+def killed(argv: list[str], cwd: str, timeout: float = 300) -> tuple[int | None, str]:
+    """``main(argv)`` in a process of its own, as ``python -m lance_assets_tests.fault_driver``
+    runs it, but forked from a server that imported the writers once (multiprocessing's
+    forkserver; it never opens a table, so its forks are safe): (exit code, its output)."""
+    import multiprocessing
+    import tempfile
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["lance_assets_tests.fault_driver", "lance_assets_tests.helpers",
+                                "lance_assets.ingest.raw_text", "lance_assets.table.forget",
+                                "lance_assets.testing.embedders", *MODULES.values()])
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "out.txt")
+        proc = ctx.Process(target=_child, args=(argv, cwd, log))
+        proc.start()
+        proc.join(timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        with open(log, errors="replace") as out:
+            return proc.exitcode, out.read()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

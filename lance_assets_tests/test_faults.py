@@ -9,8 +9,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from datetime import timedelta
 
 import lance
@@ -22,6 +20,7 @@ from lance_assets import paths
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import Table
+from lance_assets_tests import fault_driver
 from lance_assets_tests.fault_driver import EVAL_SET
 from lance_assets_tests.fault_driver import run as run_writer
 from lance_assets_tests.helpers import quiet
@@ -113,12 +112,9 @@ def kill_then_rerun(world, tmp_path, writer: str, point: str, n: int) -> None:
     root = tmp_path / "data"
     if writer != "ingest":
         shutil.copytree(start_of(writer, world["embedded"], world["chunked"], world["raw"]), root)
-    cmd = [sys.executable, "-m", "lance_assets_tests.fault_driver", writer, str(root), point,
-           str(n), str(world["src"])]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "LANCE_LOG": "error"})
-    assert proc.returncode == -signal.SIGKILL, (
-        f"{writer} was not killed at {point} {n} (rc {proc.returncode}): {proc.stderr[-2000:]}")
+    code, out = fault_driver.killed([writer, str(root), point, str(n), str(world["src"])], REPO)
+    assert code == -signal.SIGKILL, (
+        f"{writer} was not killed at {point} {n} (rc {code}): {out[-2000:]}")
     if writer == "ingest" and point == "before-commit" and n == 1:
         assert not Table.of(root).exists()  # killed before the first commit: no table at all
     run_writer(writer, str(root), str(world["src"]))
@@ -167,11 +163,9 @@ def test_column_writer_killed_then_compacted_then_rerun_equals_uninterrupted(
 
     root = tmp_path / "data"
     shutil.copytree(start_of(writer, world["embedded"], world["chunked"], world["raw"]), root)
-    cmd = [sys.executable, "-m", "lance_assets_tests.fault_driver", writer, str(root),
-           "after-commit", str(KILL_AFTER_COMMIT.get(writer, 4))]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "LANCE_LOG": "error"})
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    code, out = fault_driver.killed(
+        [writer, str(root), "after-commit", str(KILL_AFTER_COMMIT.get(writer, 4))], REPO)
+    assert code == -signal.SIGKILL, out[-2000:]
     uri = paths.table_uri(root)
     group = [c for c in lance.dataset(uri).schema.names for want in FIRST_GROUP[writer]
              if c == want or (want.endswith("_") and c.startswith(want))]
