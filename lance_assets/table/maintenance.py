@@ -115,6 +115,11 @@ def _rebased(result: RewriteResult, version: int) -> RewriteResult:
     return RewriteResult.from_json(json.dumps(doc))
 
 
+def _new_files(results: list[RewriteResult]) -> list[str]:
+    """The data files that rewrites wrote (to remove when they are not committed)."""
+    return [f.path for r in results for m in r.new_fragments for f in m.data_files()]
+
+
 def _plan(ds: lance.LanceDataset, target_rows_per_fragment: int, include: set[int] | None,
           report: MaintenanceReport) -> list:
     """The rewrite groups of one compaction round on ``ds`` (see ``compact_table``)."""
@@ -174,8 +179,7 @@ def compact_table(table: Table, *,
             # a cleanup with no retention removed files of the version being planned or
             # rewritten: what was rewritten is dropped, and the newest version planned again
             report.rewrites_dropped += len(results)
-            table.remove_files([f.path for r in results for m in r.new_fragments
-                                for f in m.data_files()])
+            table.remove_files(_new_files(results))
             log(f"compaction: version {ds.version} lost files to a cleanup while it was "
                 "rewritten; planning again on the newest")
             continue
@@ -196,8 +200,7 @@ def compact_table(table: Table, *,
         if not changed:
             break
         report.rewrites_dropped += len(changed)
-        table.remove_files([f.path for r in changed for m in r.new_fragments
-                            for f in m.data_files()])
+        table.remove_files(_new_files(changed))
         log(f"compaction: {len(changed)} rewrite group(s) dropped (their fragments changed while "
             "they were rewritten); planning those again")
     log(f"compaction: {report.fragments_removed} fragment(s) into {report.fragments_added}; "
