@@ -20,6 +20,7 @@ from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
 from lance_assets.table.fingerprint import data_version
 from lance_assets.table.forget import ForgetError, forget
+from lance_assets.table.forget_journal import Journal
 from lance_assets.table.maintenance import maintain
 from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
@@ -302,9 +303,11 @@ def test_forget_guards_a_large_or_total_erasure_and_a_dry_run_changes_nothing(tm
 
     everything = _cli(capsys, root, "--where", "text LIKE '%'")
     assert everything.returncode == 2 and "--allow-all" in everything.stderr
-    assert "every one of the table's 200 rows" in everything.stderr
+    assert "200 document(s) match in the versions on disk, 100% of the 200 rows" in \
+        everything.stderr and "the whole table" in everything.stderr
     many = _cli(capsys, root, "--where", "id < 50")
-    assert many.returncode == 2 and "50 of the table's 200 rows (25%)" in many.stderr
+    assert many.returncode == 2 and "50 document(s) match in the versions on disk, 25% of the " \
+        "200 rows the largest version on disk holds" in many.stderr
     assert "--max-share 0.26" in many.stderr
     dry = _cli(capsys, root, "--where", "text LIKE '%'", "--dry-run")
     assert dry.returncode == 0, dry.stderr
@@ -318,3 +321,56 @@ def test_forget_guards_a_large_or_total_erasure_and_a_dry_run_changes_nothing(tm
     assert json.loads(done.stdout)["rows_deleted"] == 50
     assert _cli(capsys, root, "--where", "id >= 0", "--allow-all", "--max-share", "1").returncode == 0
     assert table.newest().count_rows() == 0 and not table.snapshots.list()
+
+
+def _forget(root, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lance_assets", "forget", "--data", str(root),
+                           *args], capture_output=True, text=True)
+
+
+def test_the_guard_counts_every_version_and_a_hand_made_snapshot_goes_only_when_named(
+        tmp_path, capsys):
+    """An operator tags the table by hand, then deletes `id >= 20` by hand. `forget --where
+    "id >= 20"` matches none of the newest version's 20 rows but 380 of the 400 documents on
+    disk: refused against the largest version, and refused again for the hand-made tag until
+    `--release` names it; nothing changes before that. The dry run reports the same figures.
+    Once the newest version is emptied by hand, forgetting what the older one holds is the whole
+    table: `--allow-all`, whatever `--max-share`."""
+    root = tmp_path / "data"
+    table = _table(root, 400)
+    table.newest().tags.create("before-cleanup", table.newest().version)  # by hand, with Lance
+    table.commit("a delete by hand", lambda d: d.delete("id >= 20"))
+    version = table.newest().version
+    wide = _forget(root, "--where", "id >= 20")
+    assert wide.returncode == 2, wide.stderr
+    assert "error: forget (sha256:" in wide.stderr and "Traceback" not in wide.stderr
+    assert "380 document(s) match in the versions on disk, 95% of the 400 rows the largest " \
+        "version on disk holds" in wide.stderr and "--max-share 0.96" in wide.stderr
+    dry = _cli(capsys, root, "--where", "id >= 20", "--dry-run")
+    assert dry.returncode == 0 and "Dry run: **380 document(s)**" in dry.stdout
+    assert "95% of the 400 rows" in dry.stdout and "0 of them in the newest version's 20" in dry.stdout
+    assert "`before-cleanup` (made or named by a user)" in dry.stdout
+    assert "--max-share 0.96" in dry.stdout and "--release before-cleanup" in dry.stdout
+    kept = _cli(capsys, root, "--where", "id >= 20", "--max-share", "0.96")
+    assert kept.returncode == 2 and "snapshot(s) before-cleanup (version" in kept.stderr
+    assert "pass --release before-cleanup" in kept.stderr
+    typo = _cli(capsys, root, "--where", "id >= 20", "--max-share", "0.96", "--release", "befor")
+    assert typo.returncode == 2 and "--release befor: the table has no such tag" in typo.stderr
+    assert table.newest().version == version and "before-cleanup" in table.snapshots.list()
+    assert table.open("before-cleanup").count_rows() == 400
+    assert not Journal(table).pending() and not (root / "forget.log.jsonl").exists()
+
+    named = _forget(root, "--where", "id >= 20", "--max-share", "0.96", "--release",
+                    "before-cleanup", "--json")
+    assert named.returncode == 0, named.stderr
+    report = json.loads(named.stdout)
+    assert report["released"] == {"before-cleanup": version - 1} and report["ids"] == 380
+    assert (report["largest_rows"], report["share"]) == (400, 0.95)
+    assert not table.snapshots.list() and table.newest().count_rows() == 20
+
+    table.commit("another delete by hand", lambda d: d.delete("id >= 0"))
+    whole = _cli(capsys, root, "--where", "id < 20", "--max-share", "1")
+    assert whole.returncode == 2 and "the whole table" in whole.stderr
+    assert "--allow-all" in whole.stderr and table.open(table.newest().version - 1).count_rows() == 20
+    done = _cli(capsys, root, "--where", "id < 20", "--max-share", "1", "--allow-all")
+    assert done.returncode == 0, done.stderr

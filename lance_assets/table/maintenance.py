@@ -38,8 +38,8 @@ from lance_assets.progress import phase, progress
 from lance_assets.table import Table, is_version_gone
 from lance_assets.table.columns import incomplete_fragments
 from lance_assets.table.snapshots import DEFAULT_KEEP_UNNAMED_RUNS, SnapshotError  # noqa: F401
+from lance_assets.table.snapshots import RUN_PREFIX as SNAPSHOT_PREFIX
 
-SNAPSHOT_PREFIX = "train-"
 DEFAULT_ROWS_PER_FRAGMENT = 4096
 """Rows per fragment: what ingest writes (``ingest.raw_text`` takes it from here) and what
 compaction aims for."""
