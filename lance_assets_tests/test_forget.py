@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -374,3 +375,38 @@ def test_the_guard_counts_every_version_and_a_hand_made_snapshot_goes_only_when_
     assert "--allow-all" in whole.stderr and table.open(table.newest().version - 1).count_rows() == 20
     done = _cli(capsys, root, "--where", "id < 20", "--max-share", "1", "--allow-all")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_pending_forget_releases_a_users_snapshot_only_when_its_plan_or_the_rerun_names_it(
+        tmp_path, capsys):
+    """Forgets killed after their plan, each with a snapshot made by hand that holds its
+    documents: one planned without naming it (the rerun refuses before any phase, then
+    finishes once `--release` names it), one whose plan named it (the rerun releases it
+    unasked), one tagged after the plan (found by the verification, refused, kept pending)."""
+    root = tmp_path / "data"
+    table = _table(root, 300)
+    journal = Journal(table)
+
+    def killed_after_plan(ids: list[int], tag: str, release: list[str], holders=True) -> None:
+        table.newest().tags.create(tag, table.newest().version)  # by hand, with Lance
+        journal.plan(np.asarray(ids), {"release": release, "holders": [
+            {"tag": tag, "version": table.newest().version, "rows": len(ids)}] if holders else []})
+
+    killed_after_plan([5, 6], "mine", [])
+    refused = _cli(capsys, root, "--where", "id = 7")
+    assert refused.returncode == 2 and "pass --release mine" in refused.stderr
+    assert "The forget is pending" in refused.stderr
+    assert table.newest().count_rows(filter="id IN (5, 6, 7)") == 3 and len(journal.pending()) == 1
+    named = _cli(capsys, root, "--where", "id = 7", "--release", "mine")
+    assert named.returncode == 0, named.stderr
+    assert not journal.pending() and "mine" not in table.snapshots.list()
+
+    killed_after_plan([8], "yours", ["yours"])
+    assert _cli(capsys, root, "--where", "id = 9").returncode == 0
+    assert "yours" not in table.snapshots.list()
+
+    killed_after_plan([10], "late", [], holders=False)
+    late = _cli(capsys, root, "--where", "id = 11")
+    assert late.returncode == 2 and "pass --release late" in late.stderr
+    assert "late" in table.snapshots.list() and len(journal.pending()) == 1
+    assert table.open("late").count_rows(filter="id = 10") == 1

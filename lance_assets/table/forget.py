@@ -418,6 +418,7 @@ def _finish(table: Table, journal: Journal, planned: Planned, force: bool,
                           for h in planned.detail.get("holders", [])]
     # what the plan allowed, and what the run finishing it names
     report.release = sorted(set(planned.detail.get("release", [])) | set(release))
+    _may_release(table, report, planned.op)  # before a phase it has not finished
     root = storage.location(table.root)
     if not planned.has("files"):  # while the texts are still in the table
         quoted = [t for got in each_version(table, lambda ds: texts(ds, filters)) for t in got]
@@ -498,8 +499,9 @@ def _spans(versions: set[int]) -> list[list[int]]:
     return out
 
 
-def _release(table: Table, report: ForgetReport, op: str, log: Callable[[str], None]) -> None:
-    """Release every holder (a user's snapshot only when named: ``forget_guard``)."""
+def _may_release(table: Table, report: ForgetReport, op: str) -> dict:
+    """The table's snapshots; ``ForgetError`` when a holder still tagged is a user's that
+    neither the plan nor this run names (``forget_guard``)."""
     tags = table.snapshots.list()
     for h in report.holders:
         h.by_hand = made_by_hand(tags.get(h.tag))
@@ -509,6 +511,12 @@ def _release(table: Table, report: ForgetReport, op: str, log: Callable[[str], N
                               "with the flag below (it finishes this one).")
     if problem:
         raise ForgetError(problem)
+    return tags
+
+
+def _release(table: Table, report: ForgetReport, op: str, log: Callable[[str], None]) -> None:
+    """Release every holder (a user's snapshot only when named: ``forget_guard``)."""
+    tags = _may_release(table, report, op)
     for h in report.holders:
         if h.tag in tags and h.tag not in report.released:
             if not report.forced and table.snapshots.in_use(h.tag):  # a run started meanwhile
