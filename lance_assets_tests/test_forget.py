@@ -4,6 +4,7 @@ on disk, the runs that held them named, a running run protecting its snapshot un
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import timedelta
@@ -410,3 +411,28 @@ def test_a_pending_forget_releases_a_users_snapshot_only_when_its_plan_or_the_re
     assert late.returncode == 2 and "pass --release late" in late.stderr
     assert "late" in table.snapshots.list() and len(journal.pending()) == 1
     assert table.open("late").count_rows(filter="id = 10") == 1
+
+
+def test_a_closed_standard_output_costs_the_output_only(tmp_path):
+    """`python -m lance_assets forget ... | head -0`: the reader is gone before anything is
+    printed. The forget finishes, prints no traceback and exits 0 (its own status); `diff
+    --list` through the same entry point likewise."""
+    root = tmp_path / "data"
+    _table(root, 200)
+
+    def closed(*args) -> subprocess.CompletedProcess:
+        read, write = os.pipe()
+        os.close(read)  # no reader: the first write fails with EPIPE
+        try:
+            return subprocess.run([sys.executable, "-m", "lance_assets", *args, "--data",
+                                   str(root)], stdout=write, stderr=subprocess.PIPE, text=True)
+        finally:
+            os.close(write)
+
+    done = closed("forget", "--where", "id = 7")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "Forgot **1 document(s)**" in done.stderr  # its log on the standard error
+    assert Table.of(root).newest().count_rows(filter="id = 7") == 0
+    assert json.loads((root / "forget.log.jsonl").read_text())["ids"] == 1
+    listed = closed("diff", "--list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
