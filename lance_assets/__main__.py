@@ -6,30 +6,20 @@
     python -m lance_assets diff A B [--domain NAME=PREDICATE ...] [--full] [--json] [--data DIR]
     python -m lance_assets diff --list [--data DIR]
 
-``forget`` removes the documents the predicate selects from every version on disk
-(``table.forget``); the predicate goes through the curation rules' parser. It first finishes
-any forget that was interrupted; ``--dry-run`` changes nothing. It refuses, before it changes
-anything, a predicate matching more than ``--max-share`` of the most rows a version on disk
-holds (``--allow-all``: as many as that version holds, or every row of the newest), and the
-release of a snapshot a user made or named that no ``--release TAG`` names.
-
+``forget`` removes the documents the predicate selects from every version on disk, after its
+guards (``table.forget``, ``table.forget_guard``); it first finishes any interrupted forget.
 ``explain`` tells one document's story (``forensics.explain``): every signal, each rule in force
-and its verdict, its exact, near and semantic duplicate clusters and the member kept,
-contamination, every tagged snapshot, training run and ablation arm that read it (evaluated at
-their tagged versions), and the generated samples attributed to it. Exit status 1 when the
-document is not in the version read. With ``--against B`` it says how the document's state
-differs between the two snapshots (exit status 1 unless it is in both).
-``diff`` says what changed in the data between two snapshots A and B (``forensics.diff``): each
-a tag, a version number, a training run or an ablation arm (``<ablation>/<arm>``). Documents
-added and removed (ids, never text), documents and tokens each rule moved between kept and
-dropped, the same per source and per ``--domain``, every flag and signal column's flipped
-values, the tokenizer, and the overlap of what two runs read. ``--list`` names what there is to
-compare.
+and its verdict, its duplicate clusters, contamination, every snapshot, run and ablation arm
+that read it, and the samples attributed to it; with ``--against B``, how its state differs
+between the two snapshots. ``diff`` says what changed in the data between two snapshots A and B
+(``forensics.diff``): each a tag, a version number, a training run or an ablation arm
+(``<ablation>/<arm>``): documents added and removed (ids, never text), what each rule moved,
+per source and ``--domain``, flipped flags and signals, the tokenizer, the overlap of what two
+runs read. ``--list`` names what there is to compare.
 
-Exit status: 0 done; 1 (``forget``) forgotten rows left, (``explain``) the document is not there;
-2 a refusal or a mistake in the input, named in one line. A standard output closed early (``|
-head``, ``>&-``) changes nothing: the command's work is done, what it would have printed is
-dropped, and the status is the one above.
+Exit status: 0 done; 1 forgotten rows left (``forget``), the document absent (``explain``); 2 a
+refusal or a mistake in the input, named in one line. A standard output closed early (``|
+head``, ``>&-``) costs only what would have been printed: the work is done, the status as above.
 """
 
 from __future__ import annotations

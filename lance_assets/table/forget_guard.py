@@ -16,12 +16,11 @@ A dry run reports the same figures and says which of these a forget would meet.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from lance_assets.table.snapshots import Snapshot, made_by_project
 
-if TYPE_CHECKING:
-    from lance_assets.table.forget import ForgetReport, Holder
+ForgetReport = Holder = Any  # ``forget``'s (which imports this module)
 
 MAX_SHARE = 0.1  # of the most rows a version on disk holds: more needs max_share raised
 

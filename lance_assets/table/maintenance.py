@@ -19,14 +19,9 @@ backfills and training, because of these rules:
   as they are and counted (``groups_left_out_of_order``).
 - **Every step commits like any writer**: retried on the newest version when a concurrent commit
   wins (``Table.commit``), or when a cleanup removed the version it read.
-- **Snapshots have owners.** Each tag carries a record of who holds it (``table.snapshots``);
-  ``maintain`` releases what the retention policy no longer keeps before it cleans up. A tag
-  made or named by a user is released only when ``release`` names it.
-- **A cleanup counts what it drops for good, in every version.** It never removes a tagged
-  version, a user's tag included, however short the retention. The documents that only the
-  versions it removes still read (rows deleted since, by hand or by a writer) are counted
-  before it runs, against the most rows a version on disk holds, and reported
-  (``documents_dropped``, ``largest_rows``).
+- **Snapshots have owners** (``table.snapshots``): ``maintain`` releases what the retention no
+  longer keeps and what ``release`` names before it cleans up, and counts the documents only
+  the versions it removes read, in every version (``documents_dropped``).
 """
 
 from __future__ import annotations

@@ -14,11 +14,8 @@ decision that ``table_maintenance`` applies:
 - a **named** snapshot (a ``run_name``, an ablation ``name``, a tag made by hand) is kept until
   it is released (``release``, ``table_maintenance``'s ``release_snapshots``, ``forget``);
 - a tag without a record (made by hand, or by an older version of this project) is kept.
-
-The project makes its own tags for training runs (``train-<run>``) and ablations
-(``ablation-<name>``, mixture searches included): ``made_by_project``. Any other tag was made or
-named by a user, and no step releases it unless that step is given its name (``forget
---release TAG``, ``table_maintenance``'s ``release_snapshots``).
+  Tags ``train-*`` and ``ablation-*`` are the project's (``made_by_project``); no step releases
+  any other unless given its name (``forget --release``, ``release_snapshots``).
 
 The record is written after the tag and removed after it, so a process killed in between leaves
 at worst a tag without a record, which is kept: retention never releases what it cannot account
