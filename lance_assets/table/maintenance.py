@@ -303,13 +303,23 @@ def dropped_by_cleanup(table: Table, keep_versions_for: timedelta,
         removed = (number != newest.version and number not in tagged
                    and _older(v["timestamp"], keep_versions_for))
         (gone if removed else kept).update(frags)
-    ids = [gone[k].to_table(columns=["id"]).column("id").to_numpy() for k in gone if k not in kept]
+    ids = [_live_ids(gone[k]) for k in gone if k not in kept]
     left = np.unique(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
     for frag in kept.values():  # a compaction or a delete since gave them other fragments
         if not len(left):
             break
-        left = left[~np.isin(left, frag.to_table(columns=["id"]).column("id").to_numpy())]
+        left = left[~np.isin(left, _live_ids(frag))]
     return int(len(left)), largest
+
+
+def _live_ids(frag) -> np.ndarray:
+    """A fragment's live ids; none when a concurrent cleanup removed its files meanwhile."""
+    try:
+        return frag.to_table(columns=["id"]).column("id").to_numpy()
+    except Exception as exc:  # noqa: BLE001 - re-raised unless its version went away
+        if isinstance(exc, (OSError, ValueError)) or is_version_gone(exc):
+            return np.zeros(0, np.int64)
+        raise
 
 
 def maintain(
