@@ -1,33 +1,32 @@
 """``python -m lance_assets``: table tools that are not assets.
 
     python -m lance_assets forget --where "<predicate>" [--dry-run] [--max-share F] [--allow-all]
-                                  [--force] [--json] [--data DIR]
+                                  [--release TAG ...] [--force] [--json] [--data DIR]
     python -m lance_assets explain --id N [--version V|TAG] [--against B] [--json] [--data DIR]
     python -m lance_assets diff A B [--domain NAME=PREDICATE ...] [--full] [--json] [--data DIR]
     python -m lance_assets diff --list [--data DIR]
 
-``forget`` removes the documents the predicate selects from every version on disk
-(``table.forget``); the predicate goes through the curation rules' parser. It first finishes
-any forget that was interrupted; ``--dry-run`` changes nothing.
-
+``forget`` removes the documents the predicate selects from every version on disk, after its
+guards (``table.forget``, ``table.forget_guard``); it first finishes any interrupted forget.
 ``explain`` tells one document's story (``forensics.explain``): every signal, each rule in force
-and its verdict, its exact, near and semantic duplicate clusters and the member kept,
-contamination, every tagged snapshot, training run and ablation arm that read it (evaluated at
-their tagged versions), and the generated samples attributed to it. Exit status 1 when the
-document is not in the version read. With ``--against B`` it says how the document's state
-differs between the two snapshots (exit status 1 unless it is in both).
-``diff`` says what changed in the data between two snapshots A and B (``forensics.diff``): each
-a tag, a version number, a training run or an ablation arm (``<ablation>/<arm>``). Documents
-added and removed (ids, never text), documents and tokens each rule moved between kept and
-dropped, the same per source and per ``--domain``, every flag and signal column's flipped
-values, the tokenizer, and the overlap of what two runs read. ``--list`` names what there is to
-compare.
+and its verdict, its duplicate clusters, contamination, every snapshot, run and ablation arm
+that read it, and the samples attributed to it; with ``--against B``, how its state differs
+between the two snapshots. ``diff`` says what changed in the data between two snapshots A and B
+(``forensics.diff``): each a tag, a version number, a training run or an ablation arm
+(``<ablation>/<arm>``): documents added and removed (ids, never text), what each rule moved,
+per source and ``--domain``, flipped flags and signals, the tokenizer, the overlap of what two
+runs read. ``--list`` names what there is to compare.
+
+Exit status: 0 done; 1 forgotten rows left (``forget``), the document absent (``explain``); 2 a
+refusal or a mistake in the input, named in one line. A standard output closed early (``|
+head``, ``>&-``) costs only what would have been printed: the work is done, the status as above.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from lance_assets.table import Table, TableMissingError
@@ -52,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
                         "rows (default: %(default)s)")
     f.add_argument("--allow-all", action="store_true",
                    help="allow a predicate that matches every row of the table")
+    f.add_argument("--release", action="append", default=[], metavar="TAG",
+                   help="a snapshot made or named by a user that forget may release when it "
+                        "holds one of the documents (repeat for each; the project's own "
+                        "train-* and ablation-* snapshots need none)")
     f.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
     f.add_argument("--json", action="store_true", help="print the report as JSON")
     e = sub.add_parser("explain", help="why a document is in or out, and what trained on it")
@@ -83,18 +86,47 @@ def main(argv: list[str] | None = None) -> int:
         return _explain(args)
     if args.command == "diff":
         return _diff(parser, args)
-    log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
+    log = (lambda _m: None) if args.json else _say
     try:
         report = forget(Table.of(args.data), args.where, force=args.force, dry_run=args.dry_run,
-                        max_share=args.max_share, allow_all=args.allow_all, log=log)
+                        max_share=args.max_share, allow_all=args.allow_all,
+                        release=args.release, log=log)
     except (ForgetError, TableMissingError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        _say(f"error: {e}")
         return 2
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2, default=str))
-    else:
-        print(report.markdown())
+    _out(json.dumps(report.to_dict(), indent=2, default=str) if args.json else report.markdown())
     return 0 if report.still_readable == report.still_in_files == 0 else 1
+
+
+def _out(text: str) -> None:
+    """Print ``text`` on the standard output; one closed early (``| head``) drops it and what
+    follows, never the work (module docstring)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _closed(sys.stdout)
+
+
+def _say(text: str) -> None:
+    """A progress line or an error on the standard error, dropped likewise when it is closed."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        _closed(sys.stderr)
+
+
+def _closed(stream) -> None:
+    """Point ``stream``'s descriptor at /dev/null: later writes, and the flush at exit, go
+    nowhere instead of raising again (Python's documented idiom for SIGPIPE)."""
+    if stream is None:
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -110,17 +142,17 @@ def _explain(args: argparse.Namespace) -> int:
             change = document_diff(table, args.id, ref if ref is not None else
                                    table.newest().version, args.against)
         except (ExplainError, DiffError, TableMissingError) as err:
-            print(f"error: {err}", file=sys.stderr)
+            _say(f"error: {err}")
             return 2
-        print(json.dumps(change.to_dict(), indent=2, default=str) if args.json
-              else change.markdown())
+        _out(json.dumps(change.to_dict(), indent=2, default=str) if args.json
+             else change.markdown())
         return 0 if all(change.present) else 1
     try:
         story = explain(Table.of(args.data), args.id, ref=ref)
     except (ExplainError, TableMissingError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        _say(f"error: {err}")
         return 2
-    print(json.dumps(story.to_dict(), indent=2, default=str) if args.json else story.markdown())
+    _out(json.dumps(story.to_dict(), indent=2, default=str) if args.json else story.markdown())
     return 0 if story.present else 1
 
 
@@ -130,7 +162,7 @@ def _diff(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         table = Table.of(args.data)
         if args.list:
-            print(listing(table))
+            _out(listing(table))
             return 0
         if not args.a or not args.b:
             parser.error("diff: give two sides, A and B (or --list)")
@@ -141,14 +173,34 @@ def _diff(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 raise DiffError(f"--domain {item!r}: give NAME=PREDICATE, e.g. --domain "
                                 "\"web=source LIKE 'file:%web%'\"")
             domains[name.strip()] = predicate
-        log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
+        log = (lambda _m: None) if args.json else _say
         result = diff(table, args.a, args.b, domains=domains, full=args.full, log=log)
     except (DiffError, TableMissingError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        _say(f"error: {err}")
         return 2
-    print(json.dumps(result.to_dict(), indent=2, default=str) if args.json else result.markdown())
+    _out(json.dumps(result.to_dict(), indent=2, default=str) if args.json else result.markdown())
     return 0
 
 
+def _hold_std_fds() -> None:
+    """Open /dev/null on a standard descriptor the shell closed (``>&-``): otherwise the first
+    file this process opens (a table's data file) would take its number."""
+    for fd in (1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _hold_std_fds()
+    try:
+        status = main()
+    except BrokenPipeError:  # a write this module does not route through _out or _say
+        _closed(sys.stdout)
+        _closed(sys.stderr)
+        status = 1
+    sys.exit(status)

@@ -259,18 +259,27 @@ def test_a_snapshot_cleanup_removed_names_the_retention_that_released_it(history
     assert "a cleanup then removed version" in message
 
 
-def test_a_snapshot_forget_released_names_forget(tmp_path):
+def test_a_snapshot_forget_released_names_forget(tmp_path, capsys):
     """``forget`` releases the snapshots holding what it forgets, and says so in the release
-    note the diff reads back."""
+    note the diff reads back; a version its cleanup removed is named as forget's doing."""
     from benchmarks.diff_bench import write_table
 
     table = write_table(tmp_path / "data", rows=1_000, rows_per_fragment=500)
+    untagged = table.newest().version
+    table.commit("a delete by hand", lambda d: d.delete("id = 9"))
     table.snapshots.hold("train-old", table.newest().version, owner="pretrained_model",
                          kind=snaps.RUN)
     forget(table, "id IN (3, 4)", log=quiet)
     with pytest.raises(DiffError, match="tag train-old .* was released at .*: forget: it held "
-                       "documents being forgotten"):
+                       "documents being forgotten") as err:
         diff(table, "train-old", table.newest().version)
+    # forget's own cleanup removed its version (forget's log says so), not table_maintenance
+    assert f"`forget` removed version {untagged + 1} at " in str(err.value)
+    assert "table_maintenance" not in str(err.value)
+    code = cli(["diff", str(untagged), str(table.newest().version), "--data", str(table.root)])
+    message = capsys.readouterr().err
+    assert code == 2 and f"`forget` removed version {untagged} at " in message, message
+    assert "table_maintenance" not in message
 
 
 def test_a_release_killed_after_its_note_leaves_the_snapshot_readable(history):

@@ -4,12 +4,14 @@ on disk, the runs that held them named, a running run protecting its snapshot un
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -20,6 +22,7 @@ from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
 from lance_assets.table.fingerprint import data_version
 from lance_assets.table.forget import ForgetError, forget
+from lance_assets.table.forget_journal import Journal
 from lance_assets.table.maintenance import maintain
 from lance_assets.table.producer import produce
 from lance_assets_tests.helpers import quiet, write_fineweb_parquet
@@ -302,9 +305,11 @@ def test_forget_guards_a_large_or_total_erasure_and_a_dry_run_changes_nothing(tm
 
     everything = _cli(capsys, root, "--where", "text LIKE '%'")
     assert everything.returncode == 2 and "--allow-all" in everything.stderr
-    assert "every one of the table's 200 rows" in everything.stderr
+    assert "200 document(s) match in the versions on disk, 100% of the 200 rows" in \
+        everything.stderr and "the whole table" in everything.stderr
     many = _cli(capsys, root, "--where", "id < 50")
-    assert many.returncode == 2 and "50 of the table's 200 rows (25%)" in many.stderr
+    assert many.returncode == 2 and "50 document(s) match in the versions on disk, 25% of the " \
+        "200 rows the largest version on disk holds" in many.stderr
     assert "--max-share 0.26" in many.stderr
     dry = _cli(capsys, root, "--where", "text LIKE '%'", "--dry-run")
     assert dry.returncode == 0, dry.stderr
@@ -318,3 +323,116 @@ def test_forget_guards_a_large_or_total_erasure_and_a_dry_run_changes_nothing(tm
     assert json.loads(done.stdout)["rows_deleted"] == 50
     assert _cli(capsys, root, "--where", "id >= 0", "--allow-all", "--max-share", "1").returncode == 0
     assert table.newest().count_rows() == 0 and not table.snapshots.list()
+
+
+def _forget(root, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lance_assets", "forget", "--data", str(root),
+                           *args], capture_output=True, text=True)
+
+
+def test_the_guard_counts_every_version_and_a_hand_made_snapshot_goes_only_when_named(
+        tmp_path, capsys):
+    """An operator tags the table by hand, then deletes `id >= 20` by hand. `forget --where
+    "id >= 20"` matches none of the newest version's 20 rows but 380 of the 400 documents on
+    disk: refused against the largest version, and refused again for the hand-made tag until
+    `--release` names it; nothing changes before that. The dry run reports the same figures.
+    Once the newest version is emptied by hand, forgetting what the older one holds is the whole
+    table: `--allow-all`, whatever `--max-share`."""
+    root = tmp_path / "data"
+    table = _table(root, 400)
+    table.newest().tags.create("before-cleanup", table.newest().version)  # by hand, with Lance
+    table.commit("a delete by hand", lambda d: d.delete("id >= 20"))
+    version = table.newest().version
+    wide = _forget(root, "--where", "id >= 20")
+    assert wide.returncode == 2, wide.stderr
+    assert "error: forget (sha256:" in wide.stderr and "Traceback" not in wide.stderr
+    assert "380 document(s) match in the versions on disk, 95% of the 400 rows the largest " \
+        "version on disk holds" in wide.stderr and "--max-share 0.96" in wide.stderr
+    dry = _cli(capsys, root, "--where", "id >= 20", "--dry-run")
+    assert dry.returncode == 0 and "Dry run: **380 document(s)**" in dry.stdout
+    assert "95% of the 400 rows" in dry.stdout and "0 of them in the newest version's 20" in dry.stdout
+    assert "`before-cleanup` (made or named by a user)" in dry.stdout
+    assert "--max-share 0.96" in dry.stdout and "--release before-cleanup" in dry.stdout
+    kept = _cli(capsys, root, "--where", "id >= 20", "--max-share", "0.96")
+    assert kept.returncode == 2 and "snapshot(s) before-cleanup (version" in kept.stderr
+    assert "pass --release before-cleanup" in kept.stderr
+    typo = _cli(capsys, root, "--where", "id >= 20", "--max-share", "0.96", "--release", "befor")
+    assert typo.returncode == 2 and "--release befor: the table has no such tag" in typo.stderr
+    assert table.newest().version == version and "before-cleanup" in table.snapshots.list()
+    assert table.open("before-cleanup").count_rows() == 400
+    assert not Journal(table).pending() and not (root / "forget.log.jsonl").exists()
+
+    named = _forget(root, "--where", "id >= 20", "--max-share", "0.96", "--release",
+                    "before-cleanup", "--json")
+    assert named.returncode == 0, named.stderr
+    report = json.loads(named.stdout)
+    assert report["released"] == {"before-cleanup": version - 1} and report["ids"] == 380
+    assert (report["largest_rows"], report["share"]) == (400, 0.95)
+    assert not table.snapshots.list() and table.newest().count_rows() == 20
+
+    table.commit("another delete by hand", lambda d: d.delete("id >= 0"))
+    whole = _cli(capsys, root, "--where", "id < 20", "--max-share", "1")
+    assert whole.returncode == 2 and "the whole table" in whole.stderr
+    assert "--allow-all" in whole.stderr and table.open(table.newest().version - 1).count_rows() == 20
+    done = _cli(capsys, root, "--where", "id < 20", "--max-share", "1", "--allow-all")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_pending_forget_releases_a_users_snapshot_only_when_its_plan_or_the_rerun_names_it(
+        tmp_path, capsys):
+    """Forgets killed after their plan, each with a snapshot made by hand that holds its
+    documents: one planned without naming it (the rerun refuses before any phase, then
+    finishes once `--release` names it), one whose plan named it (the rerun releases it
+    unasked), one tagged after the plan (found by the verification, refused, kept pending)."""
+    root = tmp_path / "data"
+    table = _table(root, 300)
+    journal = Journal(table)
+
+    def killed_after_plan(ids: list[int], tag: str, release: list[str], holders=True) -> None:
+        table.newest().tags.create(tag, table.newest().version)  # by hand, with Lance
+        journal.plan(np.asarray(ids), {"release": release, "holders": [
+            {"tag": tag, "version": table.newest().version, "rows": len(ids)}] if holders else []})
+
+    killed_after_plan([5, 6], "mine", [])
+    refused = _cli(capsys, root, "--where", "id = 7")
+    assert refused.returncode == 2 and "pass --release mine" in refused.stderr
+    assert "The forget is pending" in refused.stderr
+    assert table.newest().count_rows(filter="id IN (5, 6, 7)") == 3 and len(journal.pending()) == 1
+    named = _cli(capsys, root, "--where", "id = 7", "--release", "mine")
+    assert named.returncode == 0, named.stderr
+    assert not journal.pending() and "mine" not in table.snapshots.list()
+
+    killed_after_plan([8], "yours", ["yours"])
+    assert _cli(capsys, root, "--where", "id = 9").returncode == 0
+    assert "yours" not in table.snapshots.list()
+
+    killed_after_plan([10], "late", [], holders=False)
+    late = _cli(capsys, root, "--where", "id = 11")
+    assert late.returncode == 2 and "pass --release late" in late.stderr
+    assert "late" in table.snapshots.list() and len(journal.pending()) == 1
+    assert table.open("late").count_rows(filter="id = 10") == 1
+
+
+def test_a_closed_standard_output_costs_the_output_only(tmp_path):
+    """`python -m lance_assets forget ... | head -0`: the reader is gone before anything is
+    printed. The forget finishes, prints no traceback and exits 0 (its own status); `diff
+    --list` through the same entry point likewise."""
+    root = tmp_path / "data"
+    _table(root, 200)
+
+    def closed(*args) -> subprocess.CompletedProcess:
+        read, write = os.pipe()
+        os.close(read)  # no reader: the first write fails with EPIPE
+        try:
+            return subprocess.run([sys.executable, "-m", "lance_assets", *args, "--data",
+                                   str(root)], stdout=write, stderr=subprocess.PIPE, text=True)
+        finally:
+            os.close(write)
+
+    done = closed("forget", "--where", "id = 7")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "Forgot **1 document(s)**" in done.stderr  # its log on the standard error
+    assert Table.of(root).newest().count_rows(filter="id = 7") == 0
+    assert json.loads((root / "forget.log.jsonl").read_text())["ids"] == 1
+    listed = closed("diff", "--list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr

@@ -50,6 +50,31 @@ def test_maintenance_compacts_refreshes_the_index_and_keeps_tagged_versions(tmp_
         snapshots.release("train-kept")
 
 
+def test_a_cleanup_without_history_keeps_a_users_tag_and_counts_what_it_drops_for_good(tmp_path):
+    """An operator tags version A by hand (400 rows, no record); 600 rows come in; then `id >=
+    300` is deleted by hand. A cleanup keeping no history keeps the tag's version readable and
+    counts, across the versions, the 600 documents only untagged versions read (ids 300-399 live
+    on in the tag) against the largest version's 1,000 rows. A release naming a tag the table
+    lacks releases nothing."""
+    root = tmp_path / "data"
+    ingest(Table.of(root), "synthetic:400", rows_per_fragment=100, log=quiet)
+    table = Table.of(root)
+    tagged = table.newest().version
+    table.newest().tags.create("mine", tagged)  # by hand, with Lance: no record
+    ingest(Table.of(root), "synthetic:600", rows_per_fragment=100, log=quiet)
+    table.commit("a delete by hand", lambda d: d.delete("id >= 300"))
+    versions = [v["version"] for v in table.newest().versions()]
+    with pytest.raises(SnapshotError, match="no tag 'typo'.*nothing was released"):
+        maintain(table, release=["mine", "typo"], keep_versions_for=timedelta(0), log=quiet)
+    assert "mine" in table.snapshots.list()
+    assert [v["version"] for v in table.newest().versions()] == versions
+    report = maintain(table, keep_versions_for=timedelta(0), log=quiet)
+    assert (report.documents_dropped, report.largest_rows) == (600, 1000)
+    assert report.tags_kept == {"mine": tagged} and "600 document(s)" in report.markdown()
+    assert [v["version"] for v in table.newest().versions()] == [tagged, table.newest().version]
+    assert lance.dataset(table.uri, version="mine").count_rows() == 400
+
+
 def test_columns_written_check_fails_on_unwritten_rows_and_blocks_what_is_downstream(tmp_path):
     """Rows ingested after `dedup_flag` ran (here: a second ingest in between) are unwritten;
     the check says so and `tokenizer` (downstream) does not run; the next run passes."""

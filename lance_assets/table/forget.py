@@ -4,9 +4,11 @@
    evaluated on every version on disk, tagged or not, where its columns exist: an operator's
    own delete, or an earlier forget that died, hides nothing. The holders are the snapshots
    whose version reads one of them or keeps one in its data files behind a deletion file.
-2. **Guard**: more than ``max_share`` of the newest version's rows, or all of them, is refused
-   without an explicit setting; ``dry_run`` reports what would go and changes nothing; a
-   snapshot a running training run reads is not released unless forced.
+2. **Guard** (``forget_guard``): more than ``max_share`` of the most rows a version on disk
+   holds, or all of them, is refused without an explicit setting, and so is the release of a
+   snapshot a user made or named that the forget does not name (``release``); ``dry_run``
+   reports what would go and changes nothing; a snapshot a running training run reads is not
+   released unless forced.
 3. **Journal** the ids (``forget_journal``) before anything changes, then each phase: remove
    the files that quote them (reports, stories, samples: read while the texts still exist);
    delete the rows; release the holders; rewrite every fragment whose data files still hold one
@@ -17,7 +19,8 @@
    round; after ``ROUNDS`` the forget fails and says so, and the journal keeps it pending.
 
 Every forget first finishes the pending ones. The report goes to the run's metadata and to
-``<data>/forget.log.jsonl`` (ids' count and range, the predicate's sha256: never text).
+``<data>/forget.log.jsonl`` (ids' count and range, the predicate's sha256, the snapshots
+released and the versions its cleanup removed: never text).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import hashlib
 import json
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 
@@ -43,12 +46,21 @@ from lance_assets.table.forget_files import (  # noqa: F401 - quotes, shingles: 
     shingles,
     texts,
 )
+from lance_assets.table.forget_guard import (  # noqa: F401 - MAX_SHARE: the callers' default
+    MAX_SHARE,
+    ForgetError,
+    made_by_hand,
+    release_problem,
+    share_problem,
+    unknown_release,
+)
 from lance_assets.table.forget_journal import DONE, Journal, Planned
 from lance_assets.table.forget_scan import (
     Scanner,
     count,
     each_version,
     id_filters,
+    largest_version,
     matching_ids,
     versions_on_disk,
 )
@@ -62,17 +74,11 @@ from lance_assets.table.maintenance import (
 from lance_assets.table.predicate import PredicateError, lance_problem, safe_predicate
 from lance_assets.table.read_record import read_by
 from lance_assets.table.side import reset_side_folder
+from lance_assets.table.snapshots import ABLATION_PREFIX
 
-ABLATION_PREFIX = "ablation-"
 LOG_NAME = "forget.log.jsonl"
-MAX_SHARE = 0.1  # of the newest version's rows: more needs max_share raised
 ROUNDS = 3  # rewrite, cleanup and verify rounds before a forget racing writers gives up
 SAMPLE_URLS = 5
-
-
-class ForgetError(ValueError):
-    """A predicate that cannot be used, or a forget that must not run or could not finish; the
-    message says why and what to do."""
 
 
 @dataclass
@@ -93,6 +99,7 @@ class Holder:
     permutations: list[str] = field(default_factory=list)  # stored shuffles: they list the ids
     rebuild: str = ""  # what makes its artifacts again without the forgotten documents
     in_use: bool = False
+    by_hand: bool = False  # made or named by a user: released only when the forget names it
 
 
 def predicate_digest(predicate: str) -> str:
@@ -108,6 +115,11 @@ class ForgetReport:
     rows_deleted: int = 0
     live: int = 0  # of them, rows of the newest version when the forget started
     table_rows: int = 0  # rows of the newest version when the forget started
+    largest_rows: int = 0  # the most live rows a version on disk holds: what shares are of
+    largest_version: int = 0  # that version
+    share: float = 0.0  # ids / largest_rows
+    release: list[str] = field(default_factory=list)  # a user's snapshots it may release
+    refused: list[str] = field(default_factory=list)  # dry run: why a forget would be refused
     holders: list[Holder] = field(default_factory=list)
     released: dict[str, int] = field(default_factory=dict)
     forced: bool = False
@@ -117,6 +129,7 @@ class ForgetReport:
     pending: list[dict] = field(default_factory=list)  # dry run: interrupted forgets waiting
     rounds: int = 0
     versions_removed: int = 0
+    removed_versions: list[list[int]] = field(default_factory=list)  # [first, last]: its cleanup's
     bytes_reclaimed: int = 0
     versions_checked: int = 0
     still_readable: int = 0  # forgotten ids readable from some version after the cleanup
@@ -150,10 +163,15 @@ class ForgetReport:
         digest = f"({self.predicate_sha256[:19]}…)"
         if self.dry_run:
             lines.append(f"Dry run: **{self.ids:,} document(s)** match the predicate {digest} in "
-                         f"the versions on disk ({self.live:,} of the newest version's "
-                         f"{self.table_rows:,} rows); nothing was changed. Would release: "
-                         + (", ".join(f"`{h.tag}`" for h in self.holders) or "no snapshot")
+                         f"the versions on disk, {self.share:.0%} of the {self.largest_rows:,} "
+                         f"rows the largest version on disk holds (version "
+                         f"{self.largest_version}); {self.live:,} of them in the newest "
+                         f"version's {self.table_rows:,} rows. Nothing was changed. Would "
+                         "release: " + (", ".join(
+                             f"`{h.tag}`" + (" (made or named by a user)" if h.by_hand else "")
+                             for h in self.holders) or "no snapshot")
                          + ". Sample: " + (", ".join(f"`{s}`" for s in self.sample) or "none"))
+            lines += [f"A forget would be refused: {why}" for why in self.refused]
         elif not self.ids:
             lines.append(f"No document matches the predicate {digest} in any version on disk: "
                          f"nothing was deleted, released or cleaned up; version "
@@ -202,6 +220,7 @@ def _rm(folder) -> str:
 def _holder(table: Table, tag: str, version: int, rows: int) -> Holder:
     h = Holder(tag, version, rows)
     h.in_use = table.snapshots.in_use(tag)
+    h.by_hand = made_by_hand(table.snapshots.get(tag))
     root = storage.location(table.root)
     if tag.startswith(SNAPSHOT_PREFIX):
         h.kind, h.name = "run", tag[len(SNAPSHOT_PREFIX):]
@@ -300,11 +319,13 @@ def _sample(table: Table, ids: np.ndarray) -> list[str]:
 
 
 def forget(table: Table, where: str, *, force: bool = False, dry_run: bool = False,
-           max_share: float = MAX_SHARE, allow_all: bool = False,
+           max_share: float = MAX_SHARE, allow_all: bool = False, release: Iterable[str] = (),
            log: Callable[[str], None] = print) -> ForgetReport:
-    """Remove the documents ``where`` selects from every version on disk (module docstring)."""
+    """Remove the documents ``where`` selects from every version on disk (module docstring).
+    ``release``: snapshots made or named by a user that it may release (``forget_guard``)."""
     start = time.perf_counter()
     newest = table.newest()
+    release = sorted(set(release))
     try:
         pred = safe_predicate(where, newest.schema.names)
     except PredicateError as e:
@@ -315,7 +336,10 @@ def forget(table: Table, where: str, *, force: bool = False, dry_run: bool = Fal
     if not 0 < max_share <= 1:
         raise ForgetError(f"forget --max-share {max_share}: a share of the table's rows in (0, "
                           "1], e.g. 0.1")
-    report = ForgetReport(predicate=pred.source, forced=force, dry_run=dry_run)
+    problem = unknown_release(newest.tags.list(), release)
+    if problem:
+        raise ForgetError(problem)
+    report = ForgetReport(predicate=pred.source, forced=force, dry_run=dry_run, release=release)
     journal = Journal(table)
     for planned in journal.pending():
         if dry_run:
@@ -323,7 +347,7 @@ def forget(table: Table, where: str, *, force: bool = False, dry_run: bool = Fal
             continue
         log(f"forget: finishing an interrupted forget of {len(planned.ids):,} document(s) "
             f"(journal {planned.op})")
-        done = _finish(table, journal, planned, force, log)
+        done = _finish(table, journal, planned, force, log, release=release)
         report.resumed.append({"op": planned.op, "ids": done.ids,
                                "still_readable": done.still_readable,
                                "still_in_files": done.still_in_files})
@@ -334,22 +358,14 @@ def forget(table: Table, where: str, *, force: bool = False, dry_run: bool = Fal
     if len(ids):
         report.id_range = [int(ids[0]), int(ids[-1])]
     report.live, report.table_rows = count(newest, id_filters(ids)), newest.count_rows()
+    report.largest_rows, report.largest_version = largest_version(table)
+    report.share = report.ids / report.largest_rows if report.largest_rows else 0.0
     log(f"forget: {len(ids):,} document(s) match the predicate ({report.predicate_sha256[:19]}…) "
-        f"in the versions on disk, {report.live:,} of them in the newest version")
-    if dry_run:
-        pass  # a dry run reports; the guards below refuse only what would change the table
-    elif report.live and report.live == report.table_rows and not allow_all:
-        raise ForgetError(
-            f"forget ({report.predicate_sha256[:19]}…): the predicate matches every one of the "
-            f"table's {report.table_rows:,} rows; nothing was changed. Check it with --dry-run; "
-            "to erase the whole table, pass --allow-all (allow_all in forget_job).")
-    elif report.table_rows and report.live / report.table_rows > max_share:
-        raise ForgetError(
-            f"forget ({report.predicate_sha256[:19]}…): {report.live:,} of the table's "
-            f"{report.table_rows:,} rows ({report.live / report.table_rows:.0%}) match, more than "
-            f"--max-share {max_share:g}; nothing was changed. Check the predicate with --dry-run; "
-            f"to go on, pass --max-share {min(1.0, report.live / report.table_rows + 0.01):.2f} "
-            "(max_share in forget_job).")
+        f"in the versions on disk ({report.share:.0%} of the {report.largest_rows:,} rows of "
+        f"the largest version), {report.live:,} of them in the newest version")
+    refusals = [share_problem(report, max_share, allow_all)]
+    if not dry_run and refusals[0]:  # a dry run reports; a forget refuses before any change
+        raise ForgetError(refusals[0])
     scanner = Scanner(table)
     report.holders = _holders(table, ids, scanner) if len(ids) else []
     busy = [h.tag for h in report.holders if h.in_use]
@@ -359,9 +375,14 @@ def forget(table: Table, where: str, *, force: bool = False, dry_run: bool = Fal
             f"of the {len(ids):,} document(s) and a running training run still reads them. Wait "
             "for it to finish (or cancel it), or pass force to release them anyway (the run "
             "then fails on its next read of a removed file).")
+    refusals.append(release_problem(report.holders, release,
+                                    f"forget ({report.predicate_sha256[:19]}…)"))
+    if not dry_run and refusals[1]:
+        raise ForgetError(refusals[1])
     if dry_run or not len(ids):  # a dry run, or nothing matches: nothing changes
         if dry_run and len(ids):
             report.sample = _sample(table, ids)
+            report.refused = [r for r in refusals if r]
         report.version_after = table.newest().version
         report.duration_s = time.perf_counter() - start
         if not dry_run:
@@ -370,7 +391,9 @@ def forget(table: Table, where: str, *, force: bool = False, dry_run: bool = Fal
         return report
     planned = journal.plan(ids, {"predicate_sha256": report.predicate_sha256, "forced": force,
                                  "holders": [asdict(h) for h in report.holders],
-                                 "live": report.live, "table_rows": report.table_rows})
+                                 "release": release, "live": report.live,
+                                 "table_rows": report.table_rows,
+                                 "largest_rows": report.largest_rows})
     _finish(table, journal, planned, force, log, report, scanner)
     report.duration_s = time.perf_counter() - start
     log(report.markdown())
@@ -379,10 +402,11 @@ def forget(table: Table, where: str, *, force: bool = False, dry_run: bool = Fal
 
 def _finish(table: Table, journal: Journal, planned: Planned, force: bool,
             log: Callable[[str], None], report: ForgetReport | None = None,
-            scanner: Scanner | None = None) -> ForgetReport:
+            scanner: Scanner | None = None, release: Iterable[str] = ()) -> ForgetReport:
     """Every phase of ``planned`` not finished yet (each one safe to run again), then the
     verification rounds; ``ForgetError`` when writers kept a data file holding one of the ids
-    through every round (the journal keeps the operation pending)."""
+    through every round, or a user's snapshot neither the plan nor ``release`` names holds one
+    (the journal keeps the operation pending)."""
     ids, filters = planned.ids, id_filters(planned.ids)
     scanner = scanner or Scanner(table)
     force = force or bool(planned.detail.get("forced"))
@@ -392,6 +416,9 @@ def _finish(table: Table, journal: Journal, planned: Planned, force: bool,
         known = {f.name for f in fields(Holder)}
         report.holders = [Holder(**{k: v for k, v in h.items() if k in known})
                           for h in planned.detail.get("holders", [])]
+    # what the plan allowed, and what the run finishing it names
+    report.release = sorted(set(planned.detail.get("release", [])) | set(release))
+    _may_release(table, report, planned.op)  # before a phase it has not finished
     root = storage.location(table.root)
     if not planned.has("files"):  # while the texts are still in the table
         quoted = [t for got in each_version(table, lambda ds: texts(ds, filters)) for t in got]
@@ -405,16 +432,19 @@ def _finish(table: Table, journal: Journal, planned: Planned, force: bool,
             table.commit("forget: delete", lambda d, f=f: d.delete(f), log=log)
         journal.finish(planned, "delete", {"rows": before - table.newest().count_rows()})
     report.rows_deleted = int(planned.finished["delete"].get("rows", 0))
-    maint = MaintenanceReport()
+    maint, removed = MaintenanceReport(), set()
     for report.rounds in range(1, ROUNDS + 1):
-        _release(table, report, log)
+        _release(table, report, planned.op, log)
         holding = set(table.pinned(lambda ds: scanner.holds(ds, ids)[1], what="forget"))
         compact_table(table, include=holding, report=maint, log=log)
         if not planned.has("indexes"):  # before the cleanup: it removes the old index files
             journal.finish(planned, "indexes", {"indexes": rebuild_indexes(table, log)})
+        on_disk = _versions(table)
         cleanup_versions(table, timedelta(0), maint, log)
+        removed |= on_disk - _versions(table)
+        report.removed_versions = _spans(removed)
         _side_stores(root, report, log)
-        if not _verify(table, report, scanner, ids, force, log):
+        if not _verify(table, report, scanner, ids, force, planned.op, log):
             break
         log(f"forget: round {report.rounds}: {report.still_readable} readable, "
             f"{report.still_in_files} fragment(s) keep forgotten rows (writers changed them "
@@ -454,8 +484,39 @@ def _side_stores(root, report: ForgetReport, log: Callable[[str], None]) -> None
             log(f"forget: removed {path} (it held their vectors)")
 
 
-def _release(table: Table, report: ForgetReport, log: Callable[[str], None]) -> None:
+def _versions(table: Table) -> set[int]:
+    return {int(v["version"]) for v in table.newest().versions()}
+
+
+def _spans(versions: set[int]) -> list[list[int]]:
+    """``{3, 4, 5, 9}`` as ``[[3, 5], [9, 9]]``."""
+    out: list[list[int]] = []
+    for v in sorted(versions):
+        if out and out[-1][1] == v - 1:
+            out[-1][1] = v
+        else:
+            out.append([v, v])
+    return out
+
+
+def _may_release(table: Table, report: ForgetReport, op: str) -> dict:
+    """The table's snapshots; ``ForgetError`` when a holder still tagged is a user's that
+    neither the plan nor this run names (``forget_guard``)."""
     tags = table.snapshots.list()
+    for h in report.holders:
+        h.by_hand = made_by_hand(tags.get(h.tag))
+    problem = release_problem([h for h in report.holders if h.tag in tags
+                               and h.tag not in report.released], report.release,
+                              f"forget (journal {op})", then="The forget is pending: run it again "
+                              "with the flag below (it finishes this one).")
+    if problem:
+        raise ForgetError(problem)
+    return tags
+
+
+def _release(table: Table, report: ForgetReport, op: str, log: Callable[[str], None]) -> None:
+    """Release every holder (a user's snapshot only when named: ``forget_guard``)."""
+    tags = _may_release(table, report, op)
     for h in report.holders:
         if h.tag in tags and h.tag not in report.released:
             if not report.forced and table.snapshots.in_use(h.tag):  # a run started meanwhile
@@ -471,7 +532,7 @@ def _release(table: Table, report: ForgetReport, log: Callable[[str], None]) -> 
 
 
 def _verify(table: Table, report: ForgetReport, scanner: Scanner, ids: np.ndarray,
-            force: bool, log: Callable[[str], None]) -> bool:
+            force: bool, op: str, log: Callable[[str], None]) -> bool:
     """Whether a version on disk still reads one of ``ids`` or references a data file that
     keeps one (a snapshot tagged meanwhile becomes a holder, released next round)."""
     holding = scanner.holding(ids)
@@ -487,6 +548,12 @@ def _verify(table: Table, report: ForgetReport, scanner: Scanner, ids: np.ndarra
                 raise ForgetError(f"forget: snapshot {tag} (tagged while this forget ran) keeps "
                                   "forgotten rows and a running training run reads it; wait for "
                                   "it, or pass force; then run forget again (it finishes this one)")
+            problem = release_problem([h], report.release, f"forget (journal {op})",
+                                      then="It was tagged while this forget ran; the forget is "
+                                      "pending: run it again with the flag below (it finishes "
+                                      "this one).")
+            if problem:
+                raise ForgetError(problem)
             report.holders.append(h)
             log(f"forget: {tag} keeps forgotten rows in its data files; releasing it")
     return bool(holding)

@@ -58,6 +58,16 @@ def each_version(table: Table, work: Callable[[lance.LanceDataset], T]) -> Itera
                 raise
 
 
+def largest_version(table: Table) -> tuple[int, int]:
+    """(live rows, version) of the version on disk that holds the most rows (the newest of
+    equals): what a share of the table is measured against."""
+    best = (0, 0)
+    for rows, version in each_version(table, lambda ds: (ds.count_rows(), ds.version)):
+        if rows >= best[0]:
+            best = (rows, version)
+    return best
+
+
 def matching_ids(table: Table, where: str) -> np.ndarray:
     """The ids ``where`` selects in any version on disk where its columns exist, sorted. A
     fragment is scanned once for all the versions that share its data and deletion files."""

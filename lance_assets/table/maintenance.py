@@ -19,27 +19,29 @@ backfills and training, because of these rules:
   as they are and counted (``groups_left_out_of_order``).
 - **Every step commits like any writer**: retried on the newest version when a concurrent commit
   wins (``Table.commit``), or when a cleanup removed the version it read.
-- **Snapshots have owners.** Each tag carries a record of who holds it (``table.snapshots``);
-  ``maintain`` releases what the retention policy no longer keeps before it cleans up.
+- **Snapshots have owners** (``table.snapshots``): ``maintain`` releases what the retention no
+  longer keeps and what ``release`` names before it cleans up, and counts the documents only
+  the versions it removes read, in every version (``documents_dropped``).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import lance
+import numpy as np
 from lance.optimize import Compaction, RewriteResult
 
 from lance_assets.progress import phase, progress
 from lance_assets.table import Table, is_version_gone
 from lance_assets.table.columns import incomplete_fragments
 from lance_assets.table.snapshots import DEFAULT_KEEP_UNNAMED_RUNS, SnapshotError  # noqa: F401
+from lance_assets.table.snapshots import RUN_PREFIX as SNAPSHOT_PREFIX
 
-SNAPSHOT_PREFIX = "train-"
 DEFAULT_ROWS_PER_FRAGMENT = 4096
 """Rows per fragment: what ingest writes (``ingest.raw_text`` takes it from here) and what
 compaction aims for."""
@@ -69,6 +71,8 @@ class MaintenanceReport:
     data_files_removed: int = 0
     versions_removed: int = 0
     versions_kept: int = 0
+    documents_dropped: int = 0  # read only by the versions the cleanup removes: gone for good
+    largest_rows: int = 0  # the most rows a version on disk held: what it is a share of
     tags_kept: dict[str, int] = field(default_factory=dict)  # tag -> version
     tags_released: dict[str, int] = field(default_factory=dict)
     retention: dict[str, str] = field(default_factory=dict)  # tag -> why kept or released
@@ -82,7 +86,9 @@ class MaintenanceReport:
             f"compacted into {self.fragments_added:,}; {self.fragments_left_out:,} left out while "
             f"their columns are being written). Cleanup removed {self.versions_removed:,} "
             f"version(s) and {self.bytes_reclaimed / 1e6:,.1f} MB; {self.versions_kept:,} "
-            f"version(s) kept.",
+            f"version(s) kept; {self.documents_dropped:,} document(s) only the removed versions "
+            f"read (deleted since) are gone for good, of the {self.largest_rows:,} rows the "
+            "largest version held.",
         ]
         if self.tags_kept:
             lines.append("\n| tag kept | version | why |\n|---|---|---|")
@@ -254,6 +260,68 @@ def cleanup_versions(table: Table, keep_versions_for: timedelta, report: Mainten
         f"{stats.bytes_removed / 1e6:.1f} MB")
 
 
+def _id_fragments(ds: lance.LanceDataset) -> dict[tuple, object]:
+    """A version's fragments by what their live ids depend on: the data file holding ``id`` and
+    the deletion file (a column written since changes neither)."""
+    id_field = ds.lance_schema.field("id").id()
+    out = {}
+    for frag in ds.get_fragments():
+        meta = frag.metadata
+        deletion = meta.deletion_file
+        key = (next((f.path for f in meta.data_files() if id_field in f.fields), None),
+               None if deletion is None else (deletion.id, deletion.read_version))
+        out[key] = frag
+    return out
+
+
+def _older(stamp: datetime, keep: timedelta) -> bool:
+    now = datetime.now(stamp.tzinfo) if stamp.tzinfo else datetime.now()
+    return stamp <= now - keep
+
+
+def dropped_by_cleanup(table: Table, keep_versions_for: timedelta,
+                       releasing: Iterable[str] = ()) -> tuple[int, int]:
+    """(documents that only the versions a cleanup would remove read, the most rows a version
+    on disk holds). The cleanup keeps the newest version, the tagged ones (but ``releasing``)
+    and those younger than ``keep_versions_for``. A fragment's ids are read once per state."""
+    newest = table.newest()
+    skip = set(releasing)
+    tagged = {int(i["version"]) for t, i in newest.tags.list().items() if t not in skip}
+    gone: dict[tuple, object] = {}
+    kept: dict[tuple, object] = {}
+    largest = 0
+    for v in newest.versions():
+        number = int(v["version"])
+        try:
+            ds = newest if number == newest.version else table.open(number)
+            largest = max(largest, ds.count_rows())
+            frags = _id_fragments(ds)
+        except Exception as exc:  # noqa: BLE001 - one a concurrent cleanup removed holds nothing
+            if isinstance(exc, (OSError, ValueError)) or is_version_gone(exc):
+                continue
+            raise
+        removed = (number != newest.version and number not in tagged
+                   and _older(v["timestamp"], keep_versions_for))
+        (gone if removed else kept).update(frags)
+    ids = [_live_ids(gone[k]) for k in gone if k not in kept]
+    left = np.unique(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
+    for frag in kept.values():  # a compaction or a delete since gave them other fragments
+        if not len(left):
+            break
+        left = left[~np.isin(left, _live_ids(frag))]
+    return int(len(left)), largest
+
+
+def _live_ids(frag) -> np.ndarray:
+    """A fragment's live ids; none when a concurrent cleanup removed its files meanwhile."""
+    try:
+        return frag.to_table(columns=["id"]).column("id").to_numpy()
+    except Exception as exc:  # noqa: BLE001 - re-raised unless its version went away
+        if isinstance(exc, (OSError, ValueError)) or is_version_gone(exc):
+            return np.zeros(0, np.int64)
+        raise
+
+
 def maintain(
     table: Table,
     *,
@@ -275,19 +343,32 @@ def maintain(
     deleted rows are dropped for good. ``keep_versions_for``: untagged versions younger than
     this stay (in-flight readers and writers use recent versions); tagged ones always stay.
     ``retention``: apply the snapshot policy (``table.snapshots``), keeping the newest
-    ``keep_unnamed_runs`` unnamed training runs per owner."""
+    ``keep_unnamed_runs`` unnamed training runs per owner. A ``release`` naming no tag of the
+    table is refused before anything is released."""
     start = time.perf_counter()
     ds = table.newest()
     report = MaintenanceReport(version_before=ds.version,
                                fragments_before=len(ds.get_fragments()))
     snapshots = table.snapshots
+    missing = [t for t in release if t not in ds.tags.list()]
+    if missing:
+        raise SnapshotError(f"release_snapshots: {table.uri} has no tag {missing[0]!r} (its "
+                            f"tags: {', '.join(sorted(ds.tags.list())) or 'none'}); nothing was "
+                            "released or changed")
+    policy = snapshots.retention(keep_unnamed_runs) if retention else None
+    if cleanup:
+        releasing = [*release, *(policy.release if policy else ())]
+        report.documents_dropped, report.largest_rows = dropped_by_cleanup(
+            table, keep_versions_for, releasing)
+        log(f"cleanup: {report.documents_dropped:,} document(s) only the versions it removes "
+            f"read (deleted since) go for good, of the {report.largest_rows:,} rows the largest "
+            "version on disk holds")
     for tag in release:
         report.tags_released[tag] = snapshots.release(
             tag, "released on request (table_maintenance's release_snapshots)")
         report.retention[tag] = "released on request"
         log(f"released snapshot {tag} (version {report.tags_released[tag]})")
-    if retention:
-        policy = snapshots.retention(keep_unnamed_runs)
+    if policy is not None:
         report.retention.update(policy.keep)
         for tag, why in policy.release.items():
             try:

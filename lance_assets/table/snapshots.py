@@ -14,6 +14,8 @@ decision that ``table_maintenance`` applies:
 - a **named** snapshot (a ``run_name``, an ablation ``name``, a tag made by hand) is kept until
   it is released (``release``, ``table_maintenance``'s ``release_snapshots``, ``forget``);
 - a tag without a record (made by hand, or by an older version of this project) is kept.
+  Tags ``train-*`` and ``ablation-*`` are the project's (``made_by_project``); no step releases
+  any other unless given its name (``forget --release``, ``release_snapshots``).
 
 The record is written after the tag and removed after it, so a process killed in between leaves
 at worst a tag without a record, which is kept: retention never releases what it cannot account
@@ -38,6 +40,9 @@ from lance_assets import storage
 RUN = "run"
 ABLATION = "ablation"
 MANUAL = "manual"
+RUN_PREFIX = "train-"  # a training run's tag: train-<run name>
+ABLATION_PREFIX = "ablation-"  # an ablation's tag (a mixture search's: ablation-mixture-<name>)
+PROJECT_PREFIXES = (RUN_PREFIX, ABLATION_PREFIX)
 DEFAULT_KEEP_UNNAMED_RUNS = 3
 RELEASED = "released"  # the folder of release notes, next to the records
 NO_REASON = "released by hand or by forget (no reason given)"  # a note's reason when none is
@@ -60,6 +65,13 @@ class Snapshot:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def made_by_project(snap: Snapshot) -> bool:
+    """Whether ``snap`` is one the project makes for a training run or an ablation: its tag's
+    prefix says so (a run killed between tagging and recording leaves no record). Any other tag
+    was made or named by a user."""
+    return snap.tag.startswith(PROJECT_PREFIXES)
 
 
 @dataclass

@@ -71,6 +71,8 @@ def table_maintenance(context: dg.AssetExecutionContext, config: MaintenanceConf
         "data_files_removed": report.data_files_removed,
         "versions_removed": report.versions_removed,
         "versions_kept": report.versions_kept,
+        "documents_dropped": report.documents_dropped,  # only removed versions read them
+        "largest_rows": report.largest_rows,
         "tags_kept": dg.MetadataValue.json(report.tags_kept),
         "tags_released": dg.MetadataValue.json(report.tags_released),
         "retention": dg.MetadataValue.json(report.retention),

@@ -21,21 +21,27 @@ class ForgetConfig(dg.Config):
     """Report how many documents would go, a few of their urls and the snapshots it would
     release; change nothing."""
     max_share: float = MAX_SHARE
-    """Refuse when the documents are more than this share of the table's rows."""
+    """Refuse when the documents (matched in any version on disk) are more than this share of
+    the most rows a version on disk holds."""
     allow_all: bool = False
     """Allow a predicate that matches every row of the table."""
+    release: list[str] = []
+    """Snapshots made or named by a user (tags other than the project's `train-*` and
+    `ablation-*`) that the job may release when one holds a document being forgotten. Without
+    it, such a snapshot makes the job refuse before it changes anything, naming the tag."""
 
 
 @dg.op(tags={"lance_assets/table": "corpus"}, out=dg.Out(dg.Nothing))
 def forget_documents(context: dg.OpExecutionContext, config: ForgetConfig,
                      lance_store: LanceStore):
     """Delete the documents, release every snapshot that held them (naming the runs, checkpoints
-    and ablations behind each), compact and clean up so that no version on disk reads them,
-    then check that none does."""
+    and ablations behind each; a snapshot a user made only when `release` names it), compact
+    and clean up so that no version on disk reads them, then check that none does."""
     try:
         report = forget(lance_store.table, config.where, force=config.force,
                         dry_run=config.dry_run, max_share=config.max_share,
-                        allow_all=config.allow_all, log=context.log.info)
+                        allow_all=config.allow_all, release=config.release,
+                        log=context.log.info)
     except ForgetError as e:
         raise dg.Failure(str(e)) from None
     if report.still_readable or report.still_in_files:

@@ -23,7 +23,7 @@ from lance_assets.curation.predicate import COLUMN_NAME_RE, Predicate, Predicate
 from lance_assets.curation.rules import NAME_RE, rule_predicates
 from lance_assets.forensics.diff import rows as rowplan
 from lance_assets.forensics.diff.compare import Frame, compare, projections
-from lance_assets.forensics.diff.refs import DiffError, Side, resolve
+from lance_assets.forensics.diff.refs import DiffError, Side, removed_by_forget, resolve
 from lance_assets.forensics.diff.report import DataDiff
 from lance_assets.progress import phase
 from lance_assets.table import RAW_SCHEMA, Table, is_version_gone
@@ -154,12 +154,14 @@ def diff(table: Table, a: str | int, b: str | int, *,
     except Exception as exc:  # noqa: BLE001 - re-raised unless a cleanup removed a side
         if not is_version_gone(exc):
             raise
+        why = next(filter(None, (removed_by_forget(table, p.side.version) for p in (pa_, pb_))),
+                   "table_maintenance removes the versions no tag names once they are older "
+                   "than keep_versions_hours")
         raise DiffError(
             f"a cleanup removed files of {pa_.side.label()} or {pb_.side.label()} while the diff "
-            f"read them ({str(exc).splitlines()[0][:160]}): table_maintenance removes the "
-            "versions no tag names once they are older than keep_versions_hours. Compare tagged "
-            "snapshots (python -m lance_assets diff --list), or hold a tag on a version to keep "
-            "it") from None
+            f"read them ({str(exc).splitlines()[0][:160]}): {why}. Compare tagged snapshots "
+            "(python -m lance_assets diff --list), or hold a tag on a version to keep it"
+            ) from None
     out.notes = notes
     out.cost["seconds"] = round(time.perf_counter() - start, 3)
     return out

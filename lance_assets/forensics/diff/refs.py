@@ -6,7 +6,8 @@ A side is named the way a person names it: a snapshot tag, a version number, a t
 (``<name>``: its tag) or an ablation arm (``<name>/<arm>``, or ``<name>/<arm>/seed-<n>`` for one
 seed: the arm's rule set, what its seeds read). A run or arm whose snapshot a cleanup removed
 raises ``DiffError`` naming the snapshot, who held it and the retention or request that
-released it (the release note ``table.snapshots`` keeps, or ``forget``'s log).
+released it (the release note ``table.snapshots`` keeps, or ``forget``'s log), and what removed
+its version: ``forget``'s own cleanup when its log lists the version, else ``table_maintenance``.
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ def _when(t) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(t)))
 
 
-def _forgotten(table: Table, tag: str | None, version: int | None) -> str | None:
-    """``forget``'s own log of the release of ``tag`` (or of a tag naming ``version``)."""
+def _forget_log(table: Table):
+    """``forget``'s log entries, newest first."""
     log = storage.location(table.root) / FORGET_LOG
     try:
         lines = log.read_text().splitlines() if log.is_file() else []
@@ -97,6 +98,32 @@ def _forgotten(table: Table, tag: str | None, version: int | None) -> str | None
             entry = json.loads(line)
         except ValueError:
             continue
+        if isinstance(entry, dict):
+            yield entry
+
+
+def removed_by_forget(table: Table, version: int | None) -> str | None:
+    """``forget``'s own cleanup, when its log lists ``version`` among the versions it removed."""
+    for entry in _forget_log(table) if version is not None else ():
+        spans = entry.get("removed_versions") or []
+        if any(isinstance(s, list) and len(s) == 2 and s[0] <= version <= s[1] for s in spans):
+            return (f"`forget` removed version {version} at {entry.get('at', '?')} (its cleanup "
+                    "removes every version no tag names, so that none keeps a forgotten "
+                    "document)")
+    return None
+
+
+def removed_by(table: Table, version: int | None) -> str:
+    """What removed ``version``: ``forget``'s cleanup (its log), else ``table_maintenance``'s,
+    the only other step that removes versions."""
+    return removed_by_forget(table, version) or (
+        f"a cleanup then removed version {version} (table_maintenance removes the versions no "
+        "tag names once they are older than keep_versions_hours)")
+
+
+def _forgotten(table: Table, tag: str | None, version: int | None) -> str | None:
+    """``forget``'s own log of the release of ``tag`` (or of a tag naming ``version``)."""
+    for entry in _forget_log(table):
         released = entry.get("released") or {}
         hit = tag if tag in released else next(
             (t for t, v in released.items() if v == version), None)
@@ -130,10 +157,9 @@ def release_story(table: Table, tag: str | None, version: int | None) -> str:
 def _gone(table: Table, what: str, tag: str | None, version: int | None) -> DiffError:
     return DiffError(
         f"{what}: its snapshot (tag {tag or 'none'}, version {version}) can no longer be read: "
-        f"{release_story(table, tag, version)}; a cleanup then removed version {version} "
-        "(table_maintenance removes the versions no tag names once they are older than "
-        "keep_versions_hours). Compare another run or version (python -m lance_assets diff "
-        "--list), or train again to have a snapshot of today's table")
+        f"{release_story(table, tag, version)}; {removed_by(table, version)}. Compare another "
+        "run or version (python -m lance_assets diff --list), or train again to have a snapshot "
+        "of today's table")
 
 
 def _rules(ds: lance.LanceDataset) -> tuple[dict[str, str] | None, str]:
@@ -239,6 +265,11 @@ def resolve(table: Table, ref: str | int) -> Side:
         try:
             return _side(table, text, "version", f"version {int(text)}", table.choose(int(text)))
         except VersionChoiceError as err:
+            by_forget = removed_by_forget(table, int(text))
+            if by_forget:
+                raise DiffError(f"table version {text} of {table.uri} no longer exists: "
+                                f"{by_forget}. Compare a version that exists or a tag (python -m "
+                                "lance_assets diff --list)") from None
             story = release_story(table, None, int(text))
             raise DiffError(f"{err}" + (f" ({story})" if "no release" not in story else "")
                             ) from None
