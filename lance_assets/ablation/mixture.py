@@ -11,8 +11,9 @@ over the natural one, the smallest lead this budget can detect, and whether the 
 
 The target is a predicate choosing the held-out documents the mixture should be good at
 (default: every document of the mixture), drawn by the ablation's id hash (``eval_pct``); no
-run trains on them. Domains are the trainer's (``train.domains``): parsed, never pasted, and
-every document the mixture is made of is in exactly one, or the search is refused first.
+run trains on them. Domains are the trainer's (``train.domains.check_domains``): parsed, never
+pasted, every document the mixture is made of in exactly one, each holding enough to train on,
+and the swarm drawable within their caps, or the search is refused before it tags or writes.
 
 State is the run folders: a proxy or an arm whose ``summary.json`` says it trained every step
 is reused, an interrupted one resumes from its checkpoint; the swarm's weights, the regression
