@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -33,9 +34,16 @@ def latest_checkpoint(root: str | os.PathLike) -> Path:
 
 
 def load_model(ckpt_path: str | os.PathLike) -> tuple[GPT, dict]:
-    state = checkpoint.load(ckpt_path)
-    model = GPT(GPTConfig(**state["model_config"]))
-    model.load_state_dict(state["model"])
+    """The checkpoint's model; ``checkpoint.CheckpointError`` naming the file and the reason
+    when it does not load or its weights do not fit its own model config."""
+    state = checkpoint.load(ckpt_path, checkpoint.SAMPLE_KEYS)
+    try:
+        model = GPT(GPTConfig(**state["model_config"]))
+        model.load_state_dict(state["model"])
+    except Exception as e:  # noqa: BLE001 - the file's contents, whatever they hold
+        said = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise checkpoint.CheckpointError(f"{ckpt_path}: its weights do not make a model "
+                                         f"({type(e).__name__}: {said})") from None
     model.eval()
     # the run's data dir: where a trained BPE named in the checkpoint (bpe:<sha256>) lives
     return model, {**state["tokenizer"], "data_dir": state.get("args", {}).get("data")}
@@ -69,10 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = p.parse_args(argv)
-    ckpt = args.ckpt or latest_checkpoint(paths.data_dir(args.data))
-    samples = generate_samples(ckpt, args.prompt or DEFAULT_PROMPTS,
-                               max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                               top_k=args.top_k, seed=args.seed)
+    try:
+        ckpt = args.ckpt or latest_checkpoint(paths.data_dir(args.data))
+        samples = generate_samples(ckpt, args.prompt or DEFAULT_PROMPTS,
+                                   max_new_tokens=args.max_new_tokens,
+                                   temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+    except (checkpoint.CheckpointError, FileNotFoundError) as e:  # the user's file: one line
+        print(f"{p.prog}: error: {'--ckpt ' if args.ckpt else ''}{e}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps([{k: s[k] for k in ("prompt", "completion")} for s in samples], indent=2))
     else:

@@ -33,9 +33,15 @@ def test_a_checkpoint_whose_unpickling_runs_code_is_refused(tmp_path):
     assert not marker.exists() and "skipping" in logged[0]
 
 
+def resumable(step: int) -> dict:
+    """A state holding every key a resume reads."""
+    return {**dict.fromkeys(checkpoint.RESUME_KEYS, 0), "step": step,
+            "model": {"w": torch.ones(2)}, "model_config": {}}
+
+
 def test_resume_auto_skips_a_corrupt_newest_checkpoint(tmp_path):
-    checkpoint.save_atomic({"step": 10, "model": {"w": torch.ones(2)}}, tmp_path, 10)
-    newest = checkpoint.save_atomic({"step": 20, "model": {"w": torch.ones(2)}}, tmp_path, 20)
+    checkpoint.save_atomic(resumable(10), tmp_path, 10)
+    newest = checkpoint.save_atomic(resumable(20), tmp_path, 20)
     newest.write_bytes(newest.read_bytes()[: 100])  # e.g. a disk that lost the tail
     logged = []
     path, state = checkpoint.load_for_resume("auto", tmp_path, log=logged.append)

@@ -6,9 +6,11 @@ The table is `tokenized_root` copied, with a `domain` column added the way a use
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +25,9 @@ from lance_assets_tests.helpers import steps_logged
 
 WEIGHTS = {"a": 0.6, "b": 0.3, "c": 0.1}
 SMALL = {"small": "id % 100 = 1", "rest": "id % 100 != 1"}
+EMPTY_DOMAIN = {"abc": "domain IN ('a', 'b', 'c')", "code": "domain = 'code'"}  # no row is code
+DAGSTER = str(Path(sys.executable).with_name("dagster"))
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +139,13 @@ def test_a_mixture_resumes_on_another_world_size_with_the_same_blocks(domain_roo
     (["--domains", "domain", "--weights", '{"a": 0.1, "b": 0.1, "c": 0.8}', "--steps", "3000",
       "--max-repeats", "1"], "more than --max-repeats 1"),
     (["--domains", "domain"], "--domains and --weights go together"),
+    # a key given twice is refused, not silently taken as its last value
+    (["--domains", '{"x": "id < 0", "y": "id % 2 = 1", "x": "id % 2 = 0"}', "--weights",
+      '{"x": 1, "y": 1}'], "--domains: 'x' is given twice"),
+    (["--domains", "domain", "--weights", '{"a": 1, "b": 1, "c": 1, "a": 2}'],
+     "--weights: 'a' is given twice"),
+    (["--domains", json.dumps(EMPTY_DOMAIN), "--weights", '{"abc": 1, "code": 1}'],
+     "domain 'code' (predicate `domain = 'code'`) holds 0 rows / 0 tokens at version"),
     (["--domains", "domain", "--weights", '{"a": 1, "b": 1, "c": 1}', "--num-workers", "2"],
      "use --num-workers 0"),
 ])
@@ -147,3 +159,53 @@ def test_a_mixture_that_cannot_train_is_one_line_naming_the_flag(domain_root, tm
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and said in err and "--" in err, err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_the_assets_refuse_an_empty_domain_or_arm_before_any_tag_plan_or_process(domain_root,
+                                                                                  tmp_path):
+    """`mixture_search` and `pretrained_model` with a domain that holds no row, and
+    `curation_ablation` with an arm that keeps none, in one `dagster asset materialize`: each
+    step fails naming the domain or arm with its rows and tokens, and nothing was tagged,
+    planned or launched."""
+    root = tmp_path / "data"
+    shutil.copytree(domain_root, root)
+    config = {"ops": {
+        "mixture_search": {"config": {"name": "refused", "filter": "NOT is_dup",
+                                      "domains": EMPTY_DOMAIN}},
+        "pretrained_model": {"config": {"run_name": "refused", "domains": json.dumps(EMPTY_DOMAIN),
+                                        "weights": '{"abc": 0.9, "code": 0.1}', "steps": 5,
+                                        "seq_len": 16, "eval_blocks": 8}},
+        "curation_ablation": {"config": {"name": "refused", "seeds": [0, 1], "token_budget": 4096,
+                                         "evals_per_run": 1, "eval_blocks": 8,
+                                         "rule_sets": {"kept": {}, "code": {"c": "domain = 'code'"}}}},
+    }}
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env.update(LANCE_ASSETS_DATA=str(root), DAGSTER_HOME=str(tmp_path / "home"), LANCE_LOG="error")
+    (tmp_path / "home").mkdir()
+    run = subprocess.run([DAGSTER, "asset", "materialize", "-m", "lance_assets.definitions",
+                          "--select", "mixture_search,pretrained_model,curation_ablation",
+                          "--config-json", json.dumps(config)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=600)
+    said = run.stdout + run.stderr
+    assert run.returncode != 0, said[-3000:]
+    # each step's failure as the instance recorded it (a step process's own log lines may reach
+    # the CLI's output after it exits)
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        [record] = instance.get_run_records()
+        failed = {e.step_key: e.dagster_event.step_failure_data.error.message
+                  for e in instance.all_logs(record.dagster_run.run_id,
+                                             of_type=dg.DagsterEventType.STEP_FAILURE)}
+    assert set(failed) == {"mixture_search", "pretrained_model", "curation_ablation"}, failed
+    empty = "domain 'code' (predicate `domain = 'code'`) holds 0 rows / 0 tokens at version"
+    assert empty in failed["mixture_search"] and empty in failed["pretrained_model"], failed
+    assert "nothing was tagged or launched" in failed["pretrained_model"]
+    assert ("arm 'code' (rules {'c': \"domain = 'code'\"}) keeps 0 rows / 0 tokens"
+            in failed["curation_ablation"]), failed
+    assert not any(w in m for m in failed.values() for w in ("ValueError", "Dirichlet")), failed
+    assert "launching:" not in said
+    tags = list(Table.of(root).newest().tags.list())
+    assert not [t for t in tags if t.startswith(("ablation-", "train-"))], tags
+    assert not list(root.glob("ablations/**/plan.json")) and not (root / "train" / "refused").exists()
+

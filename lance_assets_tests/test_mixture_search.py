@@ -220,6 +220,21 @@ def test_the_regression_finds_a_planted_optimum_and_its_leave_one_out_error():
     assert predicted < loss.min()
 
 
+def test_a_budget_the_swarm_cannot_draw_is_refused_naming_the_smallest_domain():
+    """A domain whose tokens allow it no share under max_repeats: the swarm cannot draw a
+    mixture, and the search says which domain and how much it holds (``run_search`` draws the
+    swarm before it tags the version or writes plan.json), never a raw ValueError."""
+    from lance_assets.ablation.plan import AblationError
+
+    plan = mixture.SearchPlan(7, "NOT is_dup", "", 10, 400, 64, 512, 16_384, [
+        mixture.DomainPlan("web", "url LIKE '%/web/%'", 900, 90_000, 2_728, 0.99, 1.0),
+        mixture.DomainPlan("tiny", "url LIKE '%/tiny/%'", 2, 300, 8, 0.01, 0.0)])
+    with pytest.raises(AblationError, match=r"domain 'tiny' \(predicate `url LIKE '%/tiny/%'`\) "
+                                            r"holds 2 rows / 300 tokens at version 7, at most "
+                                            r"share 0\.0000"):
+        mixture.swarm_weights(plan, config(), 6)
+
+
 @pytest.mark.xdist_group("ray")
 def test_proxies_as_ray_tasks_train_what_the_local_path_trains(ray_cluster, halves_root, tmp_path):
     """Two proxies as Ray tasks (torchrun in each, one thread) and the same two trained here

@@ -90,15 +90,36 @@ def test_validation_blocks_are_frozen_and_disjoint_from_training(tokenized_root)
 
 
 def test_resume_auto_falls_back_past_a_corrupt_newest_checkpoint(tokenized_root, tmp_path, capsys):
+    """Files newest by name that do not load (bytes that make torch's weights-only loader raise
+    IndexError; a dict without what a resume reads) are skipped by --resume auto, named with the
+    reason; named by --resume or `sample --ckpt`, each is one line and exit 2, no traceback."""
+    from lance_assets import sample
+
     out = tmp_path / "run"
     common = ["--data", str(tokenized_root), "--out", str(out), "--seq-len", "32", "--batch-size", "8",
               "--eval-every", "1000", "--ckpt-every", "3", "--keep-ckpts", "3"]
     assert main(common + ["--steps", "6"]) == 0
-    (out / "ckpt_0000006.pt").write_bytes(b"not a checkpoint")
+    (out / "ckpt_0000006.pt").write_bytes(b".")  # torch.load(weights_only) raises IndexError
+    torch.save({"step": 7, "model": {}}, out / "ckpt_0000007.pt")  # loads, but no resume in it
     capsys.readouterr()
+    reasons = {"ckpt_0000006.pt": "IndexError", "ckpt_0000007.pt": "no optimizer"}
+    for name, reason in reasons.items():
+        assert main(common + ["--steps", "8", "--resume", str(out / name)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and name in err and reason in err, err
+        assert sample.main(["--ckpt", str(out / name)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and name in err and "--ckpt" in err, err
+    # the whole line `python -m lance_assets.sample --ckpt FILE` prints (its main, in process)
+    assert sample.main(["--ckpt", str(out / "ckpt_0000006.pt")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"python -m lance_assets.sample: error: --ckpt {out / 'ckpt_0000006.pt'}"
+                           ": not a readable checkpoint (IndexError"), line
     assert main(common + ["--steps", "8", "--resume", "auto"]) == 0
     said = capsys.readouterr().out
-    assert "skipping" in said and "ckpt_0000006.pt" in said and "resumed from" in said
+    skipped = [line for line in said.splitlines() if "skipping" in line]
+    assert len(skipped) == 2 and all(n in " ".join(skipped) and r in " ".join(skipped)
+                                     for n, r in reasons.items()), skipped
     assert "ckpt_0000003.pt at step 3" in said
     assert checkpoint.load(out / "ckpt_0000008.pt")["step"] == 8
 

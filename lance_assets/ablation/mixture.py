@@ -11,8 +11,9 @@ over the natural one, the smallest lead this budget can detect, and whether the 
 
 The target is a predicate choosing the held-out documents the mixture should be good at
 (default: every document of the mixture), drawn by the ablation's id hash (``eval_pct``); no
-run trains on them. Domains are the trainer's (``train.domains``): parsed, never pasted, and
-every document the mixture is made of is in exactly one, or the search is refused first.
+run trains on them. Domains are the trainer's (``train.domains.check_domains``): parsed, never
+pasted, every document the mixture is made of in exactly one, each holding enough to train on,
+and the swarm drawable within their caps, or the search is refused before it tags or writes.
 
 State is the run folders: a proxy or an arm whose ``summary.json`` says it trained every step
 is reused, an interrupted one resumes from its checkpoint; the swarm's weights, the regression
@@ -42,7 +43,7 @@ from lance_assets.progress import phase, progress
 from lance_assets.table import Table, snapshots
 from lance_assets.table.fingerprint import digest
 from lance_assets.table.predicate import PredicateError, safe_predicate
-from lance_assets.train.domains import DomainError, check_coverage, parse_domains
+from lance_assets.train.domains import DomainError, check_domains
 
 TAG_PREFIX = runner.ABLATION_TAG_PREFIX + "mixture-"  # forget and retention treat it as an ablation
 OWNER = "mixture_search"
@@ -132,15 +133,9 @@ def plan_search(ds: lance.LanceDataset, config: MixtureSettings, base_filter: st
     columns = ds.schema.names
     try:
         base = safe_predicate(base_filter, columns).and_(safe_predicate(BASE_FILTER, columns))
-        spec = json.dumps(config.domains) if config.domains else config.domain_column
-        if not spec:
-            raise DomainError("domains: give them as {name: SQL predicate}, or a domain_column "
-                              "whose values name them")
-        predicates = parse_domains(spec, ds, scope=base, flag="domains")
-        check_coverage(ds, predicates, base, flag="domains")
-    except (DomainError, PredicateError) as e:
-        raise ablation.AblationError(f"{e}. Fix mixture_search's config and materialize it "
-                                     "again") from None
+    except PredicateError as e:
+        raise ablation.AblationError(f"filter: {e}. Fix mixture_search's config and materialize "
+                                     "it again") from None
     held = ablation.held_out_predicate(config.target or base.source, config.eval_pct, columns)
     held = held.and_(base)
     held_docs, held_tokens = _sum_tokens(ds, held.lance)
@@ -148,21 +143,30 @@ def plan_search(ds: lance.LanceDataset, config: MixtureSettings, base_filter: st
         raise ablation.AblationError(f"target {config.target or base.source!r} with eval_pct "
                                      f"{config.eval_pct} holds out no tokenized document; "
                                      "loosen target or raise eval_pct")
-    pool = base.and_(held.negated())
+    pool = base.and_(held.negated())  # what every run trains on
     block_len, global_batch = config.seq_len + 1, config.batch_size * config.nproc_per_node
+    try:
+        spec = json.dumps(config.domains) if config.domains else config.domain_column
+        if not spec:
+            raise DomainError("domains: give them as {name: SQL predicate}, or a domain_column "
+                              "whose values name them")
+        # every domain trains in the swarm: each must hold documents outside the held-out split
+        _, _, sizes = check_domains(ds, spec, pool, block_len=block_len,
+                                    num_splits=runner.NUM_SPLITS, coverage_scope=base,
+                                    flag="domains")
+    except (DomainError, PredicateError) as e:
+        raise ablation.AblationError(f"{e}. Fix mixture_search's config and materialize it "
+                                     "again") from None
     steps = max(1, math.ceil(config.token_budget / (global_batch * config.seq_len)))
     per_split = steps * global_batch / runner.NUM_SPLITS
     plan = SearchPlan(ds.version, base.lance, held.lance, held_docs, held_tokens, steps,
                       steps * global_batch, steps * global_batch * config.seq_len)
     found = []
-    for name, pred in predicates.items():
-        docs, tokens = _sum_tokens(ds, pool.and_(pred).lance)
-        blocks = (tokens + docs) // block_len  # one EOS per document, as the trainer packs
-        blocks -= blocks % runner.NUM_SPLITS
+    for d in sizes:
         # the trainer refuses a split drawn past max_repeats epochs; the schedule keeps every
         # split within 2 blocks of its share
-        cap = (config.max_repeats * blocks / runner.NUM_SPLITS - 2) / per_split
-        found.append((name, pred.source, docs, tokens, blocks, min(1.0, max(0.0, cap))))
+        cap = (config.max_repeats * d.blocks / runner.NUM_SPLITS - 2) / per_split
+        found.append((d.name, d.predicate, d.docs, d.tokens, d.blocks, min(1.0, max(0.0, cap))))
     total = sum(f[3] for f in found)
     plan.domains = [DomainPlan(n, p, d, t, b, t / total if total else 0.0, c)
                     for n, p, d, t, b, c in found]
@@ -173,6 +177,24 @@ def plan_search(ds: lance.LanceDataset, config: MixtureSettings, base_filter: st
             + ", ".join(f"{d.name} {d.cap:.3f}" for d in plan.domains)
             + "); lower token_budget or raise max_repeats")
     return plan
+
+
+def swarm_weights(plan: SearchPlan, config: MixtureSettings, n: int) -> np.ndarray:
+    """The swarm's ``n`` Dirichlet-sampled weights within each domain's cap (seeded by the first
+    seed); an ``AblationError`` naming the domains too small for the budget when they cannot be
+    drawn (checked before anything is tagged)."""
+    try:
+        return regression.swarm(plan.vector("cap"), n, config.seeds[0])
+    except ValueError:
+        small = sorted(plan.domains, key=lambda d: d.cap)[:3]
+        raise ablation.AblationError(
+            "the swarm cannot draw mixtures that keep every domain within the share its tokens "
+            f"allow for {plan.budget_tokens:,} tokens per run at max_repeats "
+            f"{config.max_repeats:g}: "
+            + "; ".join(f"domain {d.name!r} (predicate `{d.predicate}`) holds {d.docs:,} rows / "
+                        f"{d.tokens:,} tokens at version {plan.version}, at most share "
+                        f"{d.cap:.4f}" for d in small)
+            + ". Widen or drop the small domains, lower token_budget or raise max_repeats") from None
 
 
 def weights_json(names: list[str], weights: np.ndarray) -> str:
@@ -358,6 +380,7 @@ def run_search(table: Table, config: MixtureSettings, launch: Launch, *,
         raise ablation.AblationError(f"proxies {config.proxies} x {len(plan.domains)} domains = "
                                      f"{n} proxies: the regression needs at least 3; raise "
                                      "proxies")
+    drawn = swarm_weights(plan, config, n)
     table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
                          named=bool(config.name))
     base = paths.ablation_dir(table.root, "mixture-" + name)
@@ -381,7 +404,7 @@ def run_search(table: Table, config: MixtureSettings, launch: Launch, *,
     # ---- the swarm: one seed, Dirichlet weights within the caps
     seed = config.seeds[0]
     members = [Member(f"proxy-{i:02d}", w, base / "swarm" / folder(f"proxy-{i:02d}", w))
-               for i, w in enumerate(regression.swarm(caps, n, seed))]
+               for i, w in enumerate(drawn)]
     trained = reused = 0
     with table.snapshots.using(tag):
         todo = [m for m in members if ablation.finished_summary(m.out, plan.steps) is None]

@@ -210,6 +210,23 @@ def plan_ablation(ds: lance.LanceDataset, rule_sets: dict[str, dict[str, str]], 
     return plan
 
 
+def check_trainable(plan: AblationPlan) -> None:
+    """Refuse, before anything is tagged or written, a plan with an arm whose rules keep nothing
+    to train on, or with no arm that can train: an ``AblationError`` naming each such arm with
+    its rows and tokens."""
+    def said(a: ArmPlan) -> str:
+        return (f"arm {a.name!r} (rules {a.rules or '{}'}) keeps {a.docs:,} rows / {a.tokens:,} "
+                f"tokens outside the held-out split at version {plan.version}; {a.note}")
+
+    empty = [a for a in plan.arms if a.blocks_per_epoch == 0]
+    if empty:
+        raise AblationError("rule_sets: " + "; ".join(map(said, empty)) + ". Loosen its rules "
+                            "or drop the arm, and materialize curation_ablation again")
+    if not any(a.trained for a in plan.arms):
+        raise AblationError("no arm can train on the budget: " + "; ".join(map(said, plan.arms))
+                            + ". Lower token_budget or set allow_repeats")
+
+
 # ---- results
 
 

@@ -251,6 +251,7 @@ def run_ablation(table: Table, config: AblationSettings,
     with phase(f"ablation {name}: planning the arms (documents and tokens each rule set keeps)",
                log, announce=False):
         plan = plan_for(config, ds, rule_sets)
+    ablation.check_trainable(plan)  # before the tag, plan.json or any run
     # no cleanup removes it now; an unnamed one is released once a newer one supersedes it
     table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
                          named=bool(config.name))

@@ -9,7 +9,10 @@ may be local or under an object-store data root (``s3://bucket/prefix/train/RUN`
 Loading uses ``torch.load(weights_only=True)``: only tensors and plain containers unpickle, so a
 file that is not ours (or was tampered with) is refused instead of executing whatever its pickle
 asks for. What we store is exactly that: tensors, dicts, lists, strings and numbers.
-``--resume auto`` skips a newest checkpoint that does not load and takes the one before it.
+A file that fails to load for any reason (not a zip, a pickle torch cannot read, keys a run
+needs missing) is a ``CheckpointError`` naming the file and the reason: ``--resume auto`` skips a
+newest checkpoint that does not load and takes the one before it; a file named by ``--resume`` or
+``sample --ckpt`` must load, and the CLI says why in one line.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 import io
 import pickle
 import re
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +28,11 @@ from lance_assets.storage import Location
 
 CKPT_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 FORMAT = "lance_assets.checkpoint/1"
+RESUME_KEYS = ("model", "optimizer", "step", "epoch", "tokens_seen", "loader", "world_size",
+               "model_config", "table_version")
+"""What a resume reads (``train.setup``); ``save`` in ``train.run`` writes them all."""
+SAMPLE_KEYS = ("step", "model", "model_config", "tokenizer")
+"""What ``python -m lance_assets.sample`` reads."""
 
 
 class CheckpointError(RuntimeError):
@@ -56,25 +63,36 @@ def list_checkpoints(out_dir: str | Path) -> list[Location]:
     return [p for _, p in sorted(found)]
 
 
-def load(path: str | Path) -> dict:
-    """A checkpoint written by ``save_atomic``; ``CheckpointError`` for anything else."""
+def load(path: str | Path, need: tuple[str, ...] = ("step",)) -> dict:
+    """A checkpoint written by ``save_atomic`` holding the keys ``need`` names;
+    ``CheckpointError`` naming the file and the reason for anything else (whatever exception
+    reading or unpickling it raised)."""
     try:
         data = storage.read_bytes(path)
     except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__})") from None
-    try:
-        import torch
+    import torch  # here, not at import: listing checkpoints (the Dagster side) needs no torch
 
+    try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: refused, it holds more than tensors and plain values "
                               f"({first[:200]}); only checkpoints written by this trainer load") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: "
-                              f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''})") from None
+    except Exception as e:  # noqa: BLE001 - arbitrary bytes raise anything (IndexError, KeyError, struct.error)
+        said = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}"
+                              + (f": {said}" if said else "") + ")") from None
     if not isinstance(state, dict) or "step" not in state:
         raise CheckpointError(f"{path}: not a lance_assets checkpoint (no step recorded)")
+    missing = [k for k in need if k not in state]
+    if missing:
+        raise CheckpointError(f"{path}: not a complete lance_assets checkpoint (no "
+                              f"{', '.join(missing)})")
+    for key in ("model", "model_config"):
+        if key in need and not isinstance(state[key], dict):
+            raise CheckpointError(f"{path}: not a lance_assets checkpoint ({key} is a "
+                                  f"{type(state[key]).__name__}, not a mapping)")
     return state
 
 
@@ -99,10 +117,10 @@ def load_for_resume(resume: str | None, out_dir: str | Path,
         return None, None
     if resume != "auto":
         path = resolve_resume(resume, out_dir)
-        return path, load(path)
+        return path, load(path, RESUME_KEYS)
     for path in reversed(list_checkpoints(out_dir)):
         try:
-            return path, load(path)
+            return path, load(path, RESUME_KEYS)
         except CheckpointError as e:
             log(f"--resume auto: skipping {e}")
     return None, None

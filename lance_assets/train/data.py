@@ -36,10 +36,10 @@ from lancedb.permutation import permutation_builder
 from lancedb.streaming import StreamingDataLoader, StreamingDataset
 
 from lance_assets import storage
-from lance_assets.curation.predicate import Predicate, PredicateError, safe_predicate
 from lance_assets.keys import TOKENIZER_KEY
 from lance_assets.table import Table
 from lance_assets.table.side import open_side_dataset, write_side_dataset
+from lance_assets.train.split import Splits, splits  # noqa: F401 (the loader's API)
 from lance_assets.train.streaming_adapter import PermutationError, SharedPermutationDataset, permutation_seed
 from lance_assets.train.workers import InOrderBatches
 
@@ -72,42 +72,6 @@ def open_snapshot(table: Table, version: int | None = None) -> TableSnapshot:
             "`token_ids` first"
         )
     return TableSnapshot(table=handle, version=version, tokenizer=json.loads(raw))
-
-
-@dataclass(frozen=True)
-class Splits:
-    train: Predicate
-    val: Predicate
-
-
-def splits(user_filter: str, val_mod: int, columns, eval_filter: str = "") -> Splits:
-    """The training and validation predicates: the user's filter (checked against ``columns``;
-    ``PredicateError`` names --filter otherwise) AND the trainer's own split.
-
-    With ``eval_filter`` (checked the same way) the validation split is those documents alone,
-    whatever the user's filter, and training keeps the user's filter AND NOT ``eval_filter``:
-    runs with different filters then evaluate on the same held-out documents, none of which
-    any of them trains on."""
-    if not isinstance(val_mod, int) or val_mod < 2:
-        raise ValueError(f"val_mod must be an integer >= 2, got {val_mod!r}")
-    columns = list(columns)
-    try:
-        user = safe_predicate(user_filter, columns) if user_filter.strip() else None
-    except PredicateError as e:
-        raise PredicateError(f"--filter: {e}") from None
-    has_tokens = safe_predicate("n_tokens > 0", columns)
-    if eval_filter.strip():
-        try:
-            held_out = safe_predicate(eval_filter, columns)
-        except PredicateError as e:
-            raise PredicateError(f"--eval-filter: {e}") from None
-        train = has_tokens.and_(held_out.negated())
-        return Splits(train if user is None else user.and_(train), has_tokens.and_(held_out))
-    train = safe_predicate(f"n_tokens > 0 AND id % {val_mod} != 0", columns)
-    val = safe_predicate(f"n_tokens > 0 AND id % {val_mod} = 0", columns)
-    if user is None:
-        return Splits(train, val)
-    return Splits(user.and_(train), user.and_(val))
 
 
 class TooLittleData(RuntimeError):
@@ -408,14 +372,14 @@ class TrainBatches:
         self.dataset = train_dataset(self.snap, epoch=self.epoch, **self.dataset_kw)
         if state is not None:
             self.dataset.load_state_dict(state)
-        splits = self.dataset_kw["num_splits"] // self.dataset_kw.get("world_size", 1)
+        own = self.dataset_kw["num_splits"] // self.dataset_kw.get("world_size", 1)
         step = self.batch_size * self.grad_accum  # read a step at a time when it is whole cycles
-        cycles = step // splits if step % splits == 0 else 1
+        cycles = step // own if step % own == 0 else 1
         # an epoch that opens in the middle of a step reads the rest of that step first
         rest = (self.grad_accum - self._micro % self.grad_accum) % self.grad_accum
-        first = rest * self.batch_size // splits if rest * self.batch_size % splits == 0 else None
+        first = rest * self.batch_size // own if rest * self.batch_size % own == 0 else None
         self._it = iter(train_loader(self.dataset, self.batch_size, self.num_workers,
-                                     splits_per_rank=splits, start_method=self.start_method,
+                                     splits_per_rank=own, start_method=self.start_method,
                                      cycles=cycles, first_cycles=first))
 
     def close(self) -> None:

@@ -41,6 +41,26 @@ class DomainError(ConfigError):
     """Domains or weights that cannot be used; the message names the flag and the fix."""
 
 
+def json_object(text: str, flag: str, shape: str):
+    """``text`` parsed as JSON, a key given twice in one object refused naming it (``json.loads``
+    alone keeps the last one silently); ``shape`` is the form to give, for the message."""
+    def once(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DomainError(f"{flag}: {key!r} is given twice; name each domain once "
+                                  f"(as {shape})")
+            seen.add(key)
+        return dict(pairs)
+
+    try:
+        return json.loads(text, object_pairs_hook=once)
+    except DomainError:
+        raise
+    except ValueError as e:
+        raise DomainError(f"{flag}: not a JSON object ({e}); give {shape}") from None
+
+
 def _bad_name(name) -> bool:
     return not isinstance(name, str) or not NAME_RE.match(name)
 
@@ -85,11 +105,7 @@ def parse_domains(spec: str, ds: lance.LanceDataset, scope: Predicate | None = N
                               "{name: SQL predicate}")
         raw = _column_domains(ds, text, scope)
     else:
-        try:
-            raw = json.loads(text)
-        except ValueError as e:
-            raise DomainError(f"{flag}: not a JSON object ({e}); give "
-                              '{"name": "SQL predicate", ...} or a column name') from None
+        raw = json_object(text, flag, '{"name": "SQL predicate", ...} or a column name')
     if not isinstance(raw, dict) or not raw:
         raise DomainError(f"{flag}: give at least one domain, as {{name: SQL predicate}} or a "
                           "column name")
@@ -119,11 +135,7 @@ def parse_domains(spec: str, ds: lance.LanceDataset, scope: Predicate | None = N
 
 def parse_weights(spec: str, names: list[str], flag: str = "--weights") -> dict[str, float]:
     """``spec`` (a JSON object {domain: share}) normalised to sum 1, for exactly ``names``."""
-    try:
-        raw = json.loads(spec) if spec.strip() else None
-    except ValueError as e:
-        raise DomainError(f"{flag}: not a JSON object ({e}); give "
-                          '{"domain": share, ...}') from None
+    raw = json_object(spec, flag, '{"domain": share, ...}') if spec.strip() else None
     if not isinstance(raw, dict):
         raise DomainError(f"{flag}: give each domain's share of the training tokens, as "
                           f"{{domain: share}} for {', '.join(names)}")
@@ -260,3 +272,127 @@ def draws(sched: np.ndarray, num_splits: int, blocks_per_split: int,
             out[:, split] += np.bincount(sched[(n * num_splits + split) % period],
                                          minlength=domains)[:domains]
     return out
+
+
+# ---- the one check of a mixture, and its plan
+
+
+@dataclass(frozen=True)
+class DomainSize:
+    """What a domain holds of the documents a run trains on."""
+
+    name: str
+    predicate: str  # as given
+    docs: int
+    tokens: int  # sum of n_tokens
+    blocks: int  # packed blocks of an epoch, one EOS per document, a multiple of num_splits
+
+    def said(self, version: int) -> str:
+        return (f"domain {self.name!r} (predicate `{self.predicate}`) holds {self.docs:,} rows / "
+                f"{self.tokens:,} tokens at version {version}")
+
+
+def domain_sizes(ds: lance.LanceDataset, predicates: dict[str, Predicate], scope: Predicate,
+                 block_len: int, num_splits: int) -> list[DomainSize]:
+    """Each domain's documents, tokens and packed blocks within ``scope``."""
+    out = []
+    for name, pred in predicates.items():
+        docs = tokens = 0
+        for batch in ds.to_batches(columns=["n_tokens"], filter=scope.and_(pred).lance):
+            col = batch.column(0).to_numpy(zero_copy_only=False)
+            docs, tokens = docs + len(col), tokens + int(col.sum())
+        blocks = (tokens + docs) // block_len  # one EOS per document (data.count_blocks)
+        out.append(DomainSize(name, pred.source, docs, tokens, blocks - blocks % num_splits))
+    return out
+
+
+def check_domains(ds: lance.LanceDataset, spec: str, scope: Predicate, *, block_len: int,
+                  num_splits: int, weights: str | None = None,
+                  coverage_scope: Predicate | None = None, flag: str = "--domains",
+                  weights_flag: str = "--weights",
+                  ) -> tuple[dict[str, Predicate], dict[str, float] | None, list[DomainSize]]:
+    """The one check of a mixture's domains, made by the trainer and by every asset before it
+    tags a version, writes a plan or starts a process: ``spec`` parsed, ``weights`` (when given)
+    naming each domain once, every document of ``coverage_scope`` (default ``scope``) in exactly
+    one domain, and every domain that trains (weight > 0; all of them without ``weights``)
+    packing into at least ``num_splits`` blocks of ``scope`` (the documents it trains on). A
+    ``DomainError`` naming each bad domain with its rows and tokens at ``ds``'s version
+    otherwise."""
+    covered = coverage_scope or scope
+    predicates = parse_domains(spec, ds, scope=covered, flag=flag)
+    shares = parse_weights(weights, list(predicates), flag=weights_flag) if weights is not None \
+        else None
+    check_coverage(ds, predicates, covered, flag=flag)
+    sizes = domain_sizes(ds, predicates, scope, block_len, num_splits)
+    empty = [d for d in sizes if d.blocks == 0 and (shares is None or shares[d.name] > 0)]
+    if empty:
+        raise DomainError(
+            f"{flag}: " + "; ".join(
+                d.said(ds.version) + (f", weight {shares[d.name]:.3f}" if shares else "")
+                + f": fewer than {num_splits} blocks of {block_len} tokens to train on"
+                for d in empty)
+            + ". " + ("Give it weight 0, or w" if shares is not None else "W") + "iden its "
+            "predicate, drop it (merging its documents into another domain) or add documents")
+    return predicates, shares, sizes
+
+
+@dataclass(frozen=True)
+class Domain:
+    name: str
+    predicate: str  # the domain's own predicate (Lance SQL)
+    filter: str  # what its stream reads: the training split AND the domain (Lance SQL)
+    weight: float
+    tokens: int  # n_tokens of its training documents
+    blocks_per_epoch: int  # packed blocks an epoch of it makes (a multiple of num_splits)
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """The domains of a run, their weights and the schedule (the same on every rank)."""
+
+    domains: list[Domain]
+    schedule: np.ndarray
+    seed: int
+    epochs_needed: dict[str, float]  # passes over each domain the whole run takes
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.domains]
+
+    @property
+    def key(self) -> dict:
+        """What a checkpoint's loader state must have been made with."""
+        return {"filters": {d.name: d.filter for d in self.domains},
+                "weights": {d.name: round(d.weight, 9) for d in self.domains}, "seed": self.seed}
+
+
+def plan_mixture(ds: lance.LanceDataset, *, domains: str, weights: str, train: Predicate,
+                 block_len: int, num_splits: int, steps: int, global_batch: int, seed: int,
+                 max_repeats: float) -> Mixture:
+    """The run's mixture on ``ds`` (one pinned version), ``train`` its training split:
+    ``check_domains``, then each domain's blocks per epoch and the passes the run takes over
+    each; a ``DomainError`` naming the flag and the fix otherwise. Torch-free, so
+    ``pretrained_model`` runs it before it tags a version or launches the trainer."""
+    predicates, shares, sizes = check_domains(ds, domains, train, block_len=block_len,
+                                              num_splits=num_splits, weights=weights)
+    out = [Domain(d.name, predicates[d.name].lance, train.and_(predicates[d.name]).lance,
+                  shares[d.name], d.tokens, d.blocks) for d in sizes]
+    sched = schedule([d.weight for d in out], seed)
+    per_split = steps * global_batch // num_splits
+    taken = draws(sched, num_splits, per_split, len(out))
+    epochs, problems = {}, []
+    for i, d in enumerate(out):
+        need = int(taken[i].sum())
+        epochs[d.name] = need / d.blocks_per_epoch if d.blocks_per_epoch else 0.0
+        worst = (taken[i].max() / (d.blocks_per_epoch // num_splits) if d.blocks_per_epoch
+                 else 0.0)
+        if worst > max_repeats:
+            problems.append(f"domain {d.name!r} at weight {d.weight:.3f} takes {need:,} blocks "
+                            f"over {steps:,} steps of {global_batch} and packs into "
+                            f"{d.blocks_per_epoch:,} per epoch: {worst:.2f} epochs")
+    if problems:
+        raise DomainError("--weights: " + "; ".join(problems) + f": more than --max-repeats "
+                          f"{max_repeats:g}. "
+                          "Lower its weight, raise --max-repeats, train fewer steps or add "
+                          "documents")
+    return Mixture(out, sched, seed, epochs)

@@ -21,99 +21,19 @@ per domain are counted per split, so they add up the same whatever the world siz
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import torch
 
 from lance_assets import storage
 from lance_assets.train import data
-from lance_assets.train.domains import (
+from lance_assets.train.domains import (  # noqa: F401 (Domain, Mixture, plan_mixture: this module's API)
+    Domain,
     DomainError,
-    check_coverage,
-    draws,
-    parse_domains,
-    parse_weights,
-    schedule,
+    Mixture,
+    plan_mixture,
 )
 from lance_assets.train.streaming_adapter import SharedPermutationDataset
 
 STATE_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class Domain:
-    name: str
-    predicate: str  # the domain's own predicate (Lance SQL)
-    filter: str  # what its stream reads: the training split AND the domain (Lance SQL)
-    weight: float
-    tokens: int  # n_tokens of its training documents
-    blocks_per_epoch: int  # packed blocks an epoch of it makes (a multiple of num_splits)
-
-
-@dataclass(frozen=True)
-class Mixture:
-    """The domains of a run, their weights and the schedule (the same on every rank)."""
-
-    domains: list[Domain]
-    schedule: np.ndarray
-    seed: int
-    epochs_needed: dict[str, float]  # passes over each domain the whole run takes
-
-    @property
-    def names(self) -> list[str]:
-        return [d.name for d in self.domains]
-
-    @property
-    def key(self) -> dict:
-        """What a checkpoint's loader state must have been made with."""
-        return {"filters": {d.name: d.filter for d in self.domains},
-                "weights": {d.name: round(d.weight, 9) for d in self.domains}, "seed": self.seed}
-
-
-def plan_mixture(snap: data.TableSnapshot, *, domains: str, weights: str, train: data.Predicate,
-                 block_len: int, num_splits: int, steps: int, global_batch: int, seed: int,
-                 max_repeats: float) -> Mixture:
-    """The run's mixture on ``snap``: every domain checked, every training document in exactly
-    one, each domain's blocks per epoch, and the passes the run takes over each; a
-    ``DomainError`` naming the flag and the fix otherwise."""
-    ds = snap.table.to_lance()
-    predicates = parse_domains(domains, ds, scope=train)
-    shares = parse_weights(weights, list(predicates))
-    check_coverage(ds, predicates, train)
-    out = []
-    for name, pred in predicates.items():
-        domain_filter = train.and_(pred).lance
-        docs = tokens = 0
-        for batch in ds.to_batches(columns=["n_tokens"], filter=domain_filter):
-            col = batch.column(0).to_numpy(zero_copy_only=False)
-            docs, tokens = docs + len(col), tokens + int(col.sum())
-        blocks = (tokens + docs) // block_len  # one EOS per document (data.count_blocks)
-        blocks -= blocks % num_splits
-        if blocks == 0 and shares[name] > 0:
-            raise DomainError(f"--domains: domain {name!r} (weight {shares[name]:.3f}) packs into "
-                              f"fewer than {num_splits} blocks of {block_len} tokens; give it "
-                              "weight 0, merge it into another domain or add documents")
-        out.append(Domain(name, pred.lance, domain_filter, shares[name], tokens, blocks))
-    sched = schedule([d.weight for d in out], seed)
-    per_split = steps * global_batch // num_splits
-    taken = draws(sched, num_splits, per_split, len(out))
-    epochs, problems = {}, []
-    for i, d in enumerate(out):
-        need = int(taken[i].sum())
-        epochs[d.name] = need / d.blocks_per_epoch if d.blocks_per_epoch else 0.0
-        worst = (taken[i].max() / (d.blocks_per_epoch // num_splits) if d.blocks_per_epoch
-                 else 0.0)
-        if worst > max_repeats:
-            problems.append(f"domain {d.name!r} at weight {d.weight:.3f} takes {need:,} blocks "
-                            f"over {steps:,} steps of {global_batch} and packs into "
-                            f"{d.blocks_per_epoch:,} per epoch: {worst:.2f} epochs")
-    if problems:
-        raise DomainError("--weights: " + "; ".join(problems) + f": more than --max-repeats "
-                          f"{max_repeats:g}. "
-                          "Lower its weight, raise --max-repeats, train fewer steps or add "
-                          "documents")
-    return Mixture(out, sched, seed, epochs)
 
 
 def for_run(cfg, snap: data.TableSnapshot, train: data.Predicate, block_len: int, steps: int,
@@ -121,7 +41,7 @@ def for_run(cfg, snap: data.TableSnapshot, train: data.Predicate, block_len: int
     """The mixture a trainer config (``--domains``, ``--weights``) asks for, or None."""
     if not cfg.domains:
         return None
-    return plan_mixture(snap, domains=cfg.domains, weights=cfg.weights, train=train,
+    return plan_mixture(snap.table.to_lance(), domains=cfg.domains, weights=cfg.weights, train=train,
                         block_len=block_len, num_splits=cfg.num_splits, steps=steps,
                         global_batch=global_batch, seed=cfg.seed, max_repeats=cfg.max_repeats)
 

@@ -173,13 +173,19 @@ def restore(net: Net, ckpt: dict | None, resume_path: Path | None, log: Callable
         raise TrainError(f"--resume: {resume_path} holds a {saved_cfg} model; this run asks "
                          f"for {asdict(net.model_cfg)} (keep --model, --arch and --seq-len, or "
                          "start a new --out)")
-    net.model.load_state_dict(ckpt["model"])
     saved_opts = ckpt["optimizer"] if isinstance(ckpt["optimizer"], list) else [ckpt["optimizer"]]
     peaks = [[g["peak_lr"] for g in opt.param_groups] for opt in net.optimizers]
-    for opt, saved, peak in zip(net.optimizers, saved_opts, peaks):
-        opt.load_state_dict(saved)
-        for group, lr in zip(opt.param_groups, peak):  # this run's LRs, not the saved ones
-            group["peak_lr"] = lr
+    try:
+        net.model.load_state_dict(ckpt["model"])
+        for opt, saved, peak in zip(net.optimizers, saved_opts, peaks):
+            opt.load_state_dict(saved)
+            for group, lr in zip(opt.param_groups, peak):  # this run's LRs, not the saved ones
+                group["peak_lr"] = lr
+    except Exception as e:  # noqa: BLE001 - the file's contents, whatever they hold
+        said = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise TrainError(f"--resume: {resume_path}: its weights or optimizer states do not fit "
+                         f"this model ({type(e).__name__}: {said}); resume another checkpoint "
+                         "or start a new --out") from None
     progress = Progress(ckpt["step"], ckpt["epoch"], ckpt["tokens_seen"], ckpt["loader"])
     log(f"resumed from {resume_path} at step {progress.step} (saved at world size "
         f"{ckpt['world_size']}, now {world})")

@@ -4,6 +4,7 @@
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -60,7 +61,35 @@ def resumes(cfg: TrainConfig, out: Path) -> bool:
     return cfg.resume != "auto" or bool(checkpoint.list_checkpoints(out))
 
 
-def training_snapshot(cfg: TrainConfig, table: Table, out: Path) -> tuple[str, int]:
+def check_run_data(cfg: TrainConfig, table: Table, version: int) -> None:
+    """What the trainer would refuse about the data it is asked to read, checked at the
+    ``version`` it will read before the run holds a snapshot or starts a process: the filters
+    parsed against that version's columns, and the mixture (``--domains``, ``--weights``) by the
+    trainer's own check (``train.domains.plan_mixture``): a ``dg.Failure`` naming the domain,
+    its rows and tokens, and the fix."""
+    from lance_assets.curation.predicate import PredicateError
+    from lance_assets.curation.rules import RuleError
+    from lance_assets.train.config import DEFAULT_STEPS, ConfigError
+    from lance_assets.train.domains import plan_mixture
+    from lance_assets.train.split import splits
+
+    ds = table.open(version)
+    try:
+        split = splits(cfg.filter or training_filter(table), cfg.val_mod, ds.schema.names,
+                       cfg.eval_filter)
+        if cfg.domains.strip():
+            plan_mixture(ds, domains=cfg.domains, weights=cfg.weights, train=split.train,
+                         block_len=cfg.seq_len + 1, num_splits=cfg.num_splits,
+                         steps=cfg.steps or DEFAULT_STEPS,
+                         global_batch=(cfg.batch_size * cfg.grad_accum * cfg.nnodes
+                                       * cfg.nproc_per_node),
+                         seed=cfg.seed, max_repeats=cfg.max_repeats)
+    except (ConfigError, PredicateError, RuleError) as e:
+        raise dg.Failure(f"{config_words(str(e))} (nothing was tagged or launched)") from None
+
+
+def training_snapshot(cfg: TrainConfig, table: Table, out: Path,
+                      check: Callable[[int], None] | None = None) -> tuple[str, int]:
     """The table version this run reads, resolved once here and tagged `train-<run name>` so
     that no cleanup removes it while the run, its resumes, `samples` or the forensics need it:
     on a resume, the version the run's tag names; otherwise the newest (the tag moves there).
@@ -69,6 +98,8 @@ def training_snapshot(cfg: TrainConfig, table: Table, out: Path) -> tuple[str, i
     retention (`keep_unnamed_runs`); a named run keeps it until released."""
     tag = maintenance.snapshot_tag(out.name)
     chosen = table.choose(tag if resumes(cfg, out) else None, or_newest=True)
+    if check is not None:  # refused before the tag is held
+        check(chosen.version)
     return tag, table.snapshots.hold(tag, chosen.version, owner="pretrained_model",
                                      kind=snapshots.RUN, named=bool(cfg.run_name))
 
@@ -252,7 +283,8 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     out = paths.run_dir(root, config.run_name or context.run.run_id[:8])
     start = time.perf_counter()
     check_world(config)
-    tag, version = training_snapshot(config, table, out)
+    tag, version = training_snapshot(config, table, out,
+                                     check=lambda v: check_run_data(config, table, v))
     context.log.info(f"training on table version {version}, tagged {tag} (release it with "
                      f"table_maintenance's release_snapshots once the run is no longer needed)")
     with table.snapshots.using(tag):  # `forget` will not release it while it trains
