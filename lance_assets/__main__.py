@@ -5,6 +5,7 @@
     python -m lance_assets explain --id N [--version V|TAG] [--against B] [--json] [--data DIR]
     python -m lance_assets diff A B [--domain NAME=PREDICATE ...] [--full] [--json] [--data DIR]
     python -m lance_assets diff --list [--data DIR]
+    python -m lance_assets summary [RUN] [--top-share F] [--cap N] [--top N] [--json] [--data DIR]
 
 ``forget`` removes the documents the predicate selects from every version on disk
 (``table.forget``); the predicate goes through the curation rules' parser. It first finishes
@@ -22,6 +23,9 @@ added and removed (ids, never text), documents and tokens each rule moved betwee
 dropped, the same per source and per ``--domain``, every flag and signal column's flipped
 values, the tokenizer, and the overlap of what two runs read. ``--list`` names what there is to
 compare.
+``summary`` writes the public summary of what a run (or ablation arm ``<ablation>/<arm>``)
+read (``forensics.summary``): sources, top domains, languages, rules, opt-outs, forgets; counts,
+never text.
 """
 
 from __future__ import annotations
@@ -78,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--list", action="store_true", help="list the tags, runs and ablations")
     d.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
     d.add_argument("--json", action="store_true", help="print the diff as JSON")
+    _summary_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "summary":
+        return _summary(args)
     if args.command == "explain":
         return _explain(args)
     if args.command == "diff":
@@ -147,6 +154,42 @@ def _diff(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result.to_dict(), indent=2, default=str) if args.json else result.markdown())
+    return 0
+
+
+def _summary_parser(sub) -> None:
+    from lance_assets.forensics.summary import DEFAULT_TOP_N, DEFAULT_TOP_SHARE, MAX_TOP_DOMAINS
+
+    s = sub.add_parser("summary", help="the public summary of what a training run read")
+    s.add_argument("run", nargs="?", default=None,
+                   help="a run under DATA/train or an ablation arm <ablation>/<arm> (default: "
+                        "the newest run)")
+    s.add_argument("--top-share", type=float, default=DEFAULT_TOP_SHARE,
+                   help="share of domain names listed, ranked by bytes (default: %(default)s)")
+    s.add_argument("--cap", type=int, default=MAX_TOP_DOMAINS,
+                   help="at most this many of them (default and most: %(default)s)")
+    s.add_argument("--top", type=int, default=DEFAULT_TOP_N,
+                   help="also the top N domains (default: %(default)s)")
+    for name in ("provider-name", "provider-contact", "model-name", "model-version"):
+        s.add_argument(f"--{name}", default="",
+                       help="a value the table cannot know (default: blank, said so)")
+    s.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
+    s.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from lance_assets.curation.rules import RuleError
+    from lance_assets.forensics.summary import Declared, SummaryError, markdown, summarize
+
+    declared = Declared(provider_name=args.provider_name, provider_contact=args.provider_contact,
+                        model_name=args.model_name, model_version=args.model_version)
+    try:
+        got = summarize(Table.of(args.data), args.run, top_share=args.top_share, cap=args.cap,
+                        top_n=args.top, declared=declared)
+    except (SummaryError, RuleError, TableMissingError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(got, indent=2) if args.json else markdown(got))
     return 0
 
 

@@ -4,7 +4,7 @@ from lance_assets.definitions import defs
 from lance_assets.table import Table
 
 TAGGERS = ("detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score",
-           "semantic_dup")
+           "semantic_dup", "opted_out")
 
 
 def test_definitions_load():
@@ -19,25 +19,29 @@ def test_asset_graph_shape():
                     "embeddings", "vector_index", "chunk_embeddings", "chunk_index", "forensics",
                     "detected_language", "personal_data", "paragraph_dups", "contamination",
                     "quality_score", "table_maintenance", "curation_ablation", "document_stories",
-                    "semantic_dup", "fineweb_signals", "mixture_search"}
+                    "semantic_dup", "fineweb_signals", "mixture_search", "opted_out",
+                    "training_data_summary"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
                        "token_ids": {"dedup_flag", "tokenizer", "personal_data"},
                        "pretrained_model": {"token_ids", "curation_rules"},
                        "samples": {"pretrained_model"},
+                       "training_data_summary": {"pretrained_model"},
                        "curation_ablation": {"token_ids", "curation_rules"},
                        "mixture_search": {"token_ids", "curation_rules"},
                        "quality_signals": {"raw_text"}, "near_dup": {"raw_text"},
                        "fineweb_signals": {"raw_text"},
                        "text_index": {"raw_text"},
                        # training waits only for what the default rules read (and the
-                       # taggers' rules: `lang`, `contaminated`); no embedding model on its path
+                       # taggers' rules: `lang`, `contaminated`, `opted_out`); no embedding model
+                       # on its path
                        "curation_rules": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
-                                          "detected_language", "contamination"},
+                                          "detected_language", "contamination", "opted_out"},
                        "corpus_profile": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
                                           "fineweb_signals", *TAGGERS},
                        "detected_language": {"raw_text"}, "personal_data": {"raw_text"},
+                       "opted_out": {"raw_text"},
                        "paragraph_dups": {"raw_text"}, "contamination": {"raw_text"},
                        "quality_score": {"raw_text", "embeddings"},
                        "embeddings": {"raw_text", "dedup_flag"}, "vector_index": {"embeddings"},
