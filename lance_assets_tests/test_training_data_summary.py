@@ -56,7 +56,11 @@ def registered(url: str) -> str:
 
 def run_record(root, name: str, tag: str | None, version: int, read: list[int],
                finished: float) -> None:
-    run = paths.run_dir(root, name)
+    write_run(paths.run_dir(root, name), tag, version, read, finished)
+
+
+def write_run(run, tag: str | None, version: int, read: list[int], finished: float) -> None:
+    """What a finished training run leaves: its read record and its summary."""
     run.mkdir(parents=True, exist_ok=True)
     order = run / "permutations" / "epoch-0.lance"
     lance.write_dataset(pa.table({"row_id": pa.array(read, pa.uint64())}), str(order))
@@ -133,12 +137,24 @@ def planted(tmp_path_factory):
                   .column(0).to_pylist())
     read = [i for i in kept if i % 3 != 0]
     run_record(root, "r1", "train-r1", version, read, time.time())
-    before = {"version": version, "opt_out_config": table.get_config("lance_assets.opt_out"), "read": read, "small": small,
+    before = {"version": version, "opt_out_config": table.get_config("lance_assets.opt_out"),
+              "read": read, "small": small,
               "contaminated": contaminated_id, "rows": at_v.to_table(
                   columns=["id", "source", "url", "date", "language", "n_tokens", "n_bytes",
                            "is_dup", "opted_out", "opt_out_source", "contaminated",
                            "pii_email_count", "text"]).to_pylist()}
+    # an ablation arm: two seeds, each reading part of what the arm kept
+    table.snapshots.hold("ablation-a1", version, owner="curation_ablation", kind=snaps.ABLATION)
+    arm_dir = paths.ablation_dir(root, "a1")
+    arm_dir.mkdir(parents=True)
+    (arm_dir / "plan.json").write_text(json.dumps({"tag": "ablation-a1", "version": version,
+                                                   "arms": [{"name": "rules"}]}))
+    seeds = [kept[0::4], kept[1::4]]
+    for n, ids in enumerate(seeds):
+        write_run(arm_dir / "rules-0123abcd" / f"seed-{n}", None, version, ids, time.time())
     capsys = _Capture()
+    before["arm"] = json.loads(capsys.run(root, "a1/rules", "--json")[1])
+    before["arm_read"] = sorted(set(seeds[0]) | set(seeds[1]))
     before["code"], before["json"] = capsys.run(root, "r1", "--json")
     _, before["markdown"] = capsys.run(root, "r1", "--top", "3")
     # the asset, once, in-process
@@ -305,6 +321,16 @@ def test_a_forget_that_releases_the_snapshot_is_said_not_a_crash(planted):
     assert s["data_processing"]["forget_requests"]["after_the_run"] == {"requests": 1,
                                                                         "documents": 1}
     assert "**Snapshot released.**" in a["markdown"]
+
+
+def test_an_ablation_arm_is_summarised_from_what_its_seeds_read(planted):
+    b = planted["before"]
+    s = b["arm"]
+    want = recompute(b["rows"], b["arm_read"])
+    assert s["run"]["kind"] == "arm" and s["run"]["tag"] == "ablation-a1"
+    assert s["general_information"]["training_data_size"]["documents_read"] == len(b["arm_read"])
+    assert {x["source"].removeprefix("file:"): [x["documents"], x["tokens"], x["bytes"]]
+            for x in s["data_sources"]["sources"]} == want["source"]
 
 
 def test_a_run_without_a_read_record_is_refused_by_name(planted, tmp_path, capsys):

@@ -119,7 +119,8 @@ def newest_run(table: Table) -> str:
 
 
 def target(table: Table, ref: str | None) -> Target:
-    """``ref``: a run under DATA/train (default: the newest), or ``<ablation>/<arm>``."""
+    """``ref``: a run under DATA/train (default: the newest), or an arm ``<ablation>/<arm>`` of a
+    curation ablation or a mixture search (``mixture-<name>/<arm>``): every seed it ran."""
     ref = (ref or "").strip() or newest_run(table)
     if ref.startswith(SNAPSHOT_PREFIX) and not paths.run_dir(table.root, ref).is_dir():
         ref = ref[len(SNAPSHOT_PREFIX):]
@@ -138,15 +139,16 @@ def target(table: Table, ref: str | None) -> Target:
         raise SummaryError(f"{ref!r}: name a training run or an ablation arm <ablation>/<arm>")
     base = paths.ablation_dir(table.root, parts[0])
     plan = _json(base / "plan.json")
-    if not plan or "arms" not in plan or plan.get("version") is None:
+    if not plan or plan.get("version") is None:
         raise SummaryError(f"{ref!r}: no ablation {parts[0]!r} with a plan under {base}")
-    arms = {str(a.get("name")): a for a in plan["arms"]}
-    if parts[1] not in arms:
+    arms = {str(a.get("name")): a for a in plan.get("arms", [])}
+    if arms and parts[1] not in arms:
         raise SummaryError(f"{ref!r}: ablation {parts[0]} has no arm {parts[1]!r}; its arms: "
                            f"{', '.join(sorted(arms))}")
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", parts[1])
-    seeds = [s for d in _dirs(base) if d.name.rsplit("-", 1)[0] == safe
-             for s in _dirs(d) if s.name.startswith("seed-")]
+    # a curation ablation's arms: <base>/<arm>-<digest>/seed-N; a mixture search's: under verify/
+    seeds = [s for d in _dirs(base) + _dirs(base / "verify") if d.name.rsplit("-", 1)[0] == safe
+             for s in _dirs(d) if s.name.startswith("seed-") and (s / "summary.json").is_file()]
     if not seeds:
         raise SummaryError(f"{ref!r}: the arm has no finished seed run under {base}")
     infos = [_json(s / "summary.json") or {} for s in seeds]
