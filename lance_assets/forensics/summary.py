@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from lance_assets import keys, paths, storage
 from lance_assets.curation import rules as rules_mod
+from lance_assets.curation.source_shares import source_name
 from lance_assets.curation.url_domain import UNKNOWN, domain_codes
 from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, VersionChoiceError, get_json_config
@@ -225,17 +226,6 @@ def _sums(codes: np.ndarray, n: int, tokens: np.ndarray | None, nbytes: np.ndarr
     docs = np.bincount(codes, minlength=n).astype(np.int64)
     tok = None if tokens is None else np.bincount(codes, tokens, minlength=n).astype(np.int64)
     return docs, tok, np.bincount(codes, nbytes, minlength=n).astype(np.int64)
-
-
-def source_name(key: str) -> tuple[str, str]:
-    """``(name, unit)`` of a stored source key: a file's folder and extension (its file set), a
-    Hugging Face dataset with its revision, the synthetic corpus as generated."""
-    if key.startswith("file:"):
-        path = re.sub(r"@\d+-\d+$", "", key[len("file:"):].split("#", 1)[0])
-        folder, _, base = path.rpartition("/")
-        ext = base[base.rfind("."):] if "." in base else ""
-        return f"file:{folder}/*{ext}", path
-    return key.split("#", 1)[0], key.split("#", 1)[0]
 
 
 def _category(name: str, declared: Declared) -> tuple[str, str]:
