@@ -4,8 +4,7 @@
                                   [--force] [--json] [--data DIR]
     python -m lance_assets explain --id N [--version V|TAG] [--against B] [--json] [--data DIR]
     python -m lance_assets diff A B [--domain NAME=PREDICATE ...] [--full] [--json] [--data DIR]
-    python -m lance_assets diff --list [--data DIR]
-    python -m lance_assets summary [RUN] [--top-share F] [--cap N] [--top N] [--json] [--data DIR]
+    python -m lance_assets diff --list [--data DIR]  |  summary [RUN] [--top N] [--json] [--data DIR]
 
 ``forget`` removes the documents the predicate selects from every version on disk
 (``table.forget``); the predicate goes through the curation rules' parser. It first finishes
@@ -22,10 +21,7 @@ a tag, a version number, a training run or an ablation arm (``<ablation>/<arm>``
 added and removed (ids, never text), documents and tokens each rule moved between kept and
 dropped, the same per source and per ``--domain``, every flag and signal column's flipped
 values, the tokenizer, and the overlap of what two runs read. ``--list`` names what there is to
-compare.
-``summary`` writes the public summary of what a run (or ablation arm ``<ablation>/<arm>``)
-read (``forensics.summary``): sources, top domains, languages, rules, opt-outs, forgets; counts,
-never text.
+compare. ``summary``: the public summary of what a run or arm read (``forensics.summary``).
 """
 
 from __future__ import annotations

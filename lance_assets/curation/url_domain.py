@@ -33,11 +33,12 @@ def registered_domain(host: str) -> str:
     host = host.strip().strip(".").lower()
     if host.startswith("[") or not host:
         return host
-    try:
-        ipaddress.ip_address(host)
-        return host
-    except ValueError:
-        pass
+    if host[-1].isdigit():  # an IPv4 address is its own domain (no top-level domain is numeric)
+        try:
+            ipaddress.ip_address(host)
+            return host
+        except ValueError:
+            pass
     labels = host.split(".")
     if len(labels) <= 2:
         return host
@@ -65,6 +66,8 @@ def domain_codes(urls: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str
     host_names = encoded.dictionary.to_pylist()
     host_codes = encoded.indices.to_numpy(zero_copy_only=False)
     domains = [registered_domain(h) if h else UNKNOWN for h in host_names]
-    names, of_host = np.unique(np.array(domains, dtype=object), return_inverse=True)
+    names = sorted(set(domains))
+    index = {n: i for i, n in enumerate(names)}
+    of_host = np.array([index[d] for d in domains], dtype=np.int64)
     codes = of_host[host_codes] if len(host_codes) else np.zeros(0, np.int64)
-    return codes.astype(np.int64), [str(n) for n in names]
+    return codes.astype(np.int64), names

@@ -215,10 +215,16 @@ def _ints(rows: pa.Table, name: str) -> np.ndarray | None:
     return pc.fill_null(rows.column(name), 0).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _strings(rows: pa.Table, name: str, missing: str) -> np.ndarray:
-    if name not in rows.column_names:
-        return np.full(rows.num_rows, missing, dtype=object)
-    return np.array(pc.fill_null(rows.column(name), missing).to_pylist(), dtype=object)
+def _encoded(rows: pa.Table, name: str | None, missing: str) -> tuple[np.ndarray, list[str]]:
+    """A string column as codes into its distinct values (``missing`` for nulls)."""
+    if name is None or name not in rows.column_names:
+        return np.zeros(rows.num_rows, np.int64), [missing] if rows.num_rows else []
+    col = pc.fill_null(rows.column(name), missing)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks else pa.array([], pa.string())
+    encoded = pc.dictionary_encode(col)
+    return (encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+            [str(v) for v in encoded.dictionary.to_pylist()])
 
 
 def _sums(codes: np.ndarray, n: int, tokens: np.ndarray | None, nbytes: np.ndarray
@@ -240,13 +246,12 @@ def _category(name: str, declared: Declared) -> tuple[str, str]:
 
 
 def _sources(rows: pa.Table, tokens, nbytes, declared: Declared) -> list[dict]:
-    keys_ = _strings(rows, "source", "(no source)")
-    uniq, inverse = np.unique(keys_, return_inverse=True) if len(keys_) else (np.array([]), keys_)
-    named = [source_name(str(k)) for k in uniq]
+    inverse, uniq = _encoded(rows, "source", "(no source)")
+    named = [source_name(k) for k in uniq]
     names = sorted({n for n, _ in named})
     index = {n: i for i, n in enumerate(names)}
-    codes = np.array([index[named[i][0]] for i in inverse], dtype=np.int64) if len(keys_) \
-        else np.zeros(0, np.int64)
+    of_key = np.array([index[n] for n, _ in named], dtype=np.int64)
+    codes = of_key[inverse] if len(inverse) else np.zeros(0, np.int64)
     docs, tok, size = _sums(codes, len(names), tokens, nbytes)
     periods: dict[int, tuple] = {}
     if "date" in rows.column_names and rows.num_rows:
@@ -289,9 +294,8 @@ def _domains(rows: pa.Table, tokens, nbytes, share: float, cap: int, top_n: int)
 
 
 def _languages(rows: pa.Table, column: str | None, tokens, nbytes) -> list[dict]:
-    values = _strings(rows, column, "und") if column else np.full(rows.num_rows, "und", object)
-    names, codes = np.unique(values, return_inverse=True) if len(values) else ([], values)
-    docs, tok, size = _sums(np.asarray(codes, np.int64), len(names), tokens, nbytes)
+    codes, names = _encoded(rows, column, "und")
+    docs, tok, size = _sums(codes, len(names), tokens, nbytes)
     out = [{"language": str(n), "documents": int(docs[i]),
             "tokens": None if tok is None else int(tok[i]), "bytes": int(size[i])}
            for i, n in enumerate(names)]
