@@ -87,6 +87,11 @@ def test_opted_out_follows_the_lists_and_a_changed_list(tmp_path, capsys):
     produce(oo.PRODUCER, table, oo.OptOutSettings(), log=quiet)
     assert not any(out for out, _ in rows(root).values())
     assert rules.tagger_rules(table.newest(), keep_languages=[], drop_contaminated=False)[0] == {}
+    # a writer whose lists another run replaced meanwhile writes nothing
+    lists = oo.read_lists(settings)
+    table.set_config(OPT_OUT_KEY, {"digest": "another run's lists", "lists": []})
+    with pytest.raises(oo.ListsChangedError, match="the opt-out lists changed while"):
+        list(oo.Evaluate(lists, table)(table.newest().get_fragments()[0]))
 
 
 def test_a_bad_list_is_named_with_its_line(tmp_path):

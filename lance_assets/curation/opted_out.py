@@ -186,11 +186,18 @@ def _owner(host: str, table: dict) -> str | None:
     return host if host in table else None
 
 
+class ListsChangedError(RuntimeError):
+    """Another run recorded other opt-out lists while this one was writing."""
+
+
 @dataclass(frozen=True)
 class Evaluate:
-    """The per-fragment compute: each url against the lists (a small dataclass: Ray pickles it)."""
+    """The per-fragment compute: each url against the lists (a small dataclass: Ray pickles it).
+    It refuses to write once the table records other lists (a run with other lists started
+    meanwhile and dropped the columns): no fragment holds values of two lists."""
 
     lists: Lists
+    table: Table
 
     def decide(self, host: str, urls: list[str], parsers: dict) -> list[str | None]:
         lists = self.lists
@@ -219,6 +226,11 @@ class Evaluate:
         return out
 
     def __call__(self, frag) -> Iterator[pa.RecordBatch]:
+        stored = self.table.get_config(OPT_OUT_KEY) or {}
+        if stored.get("digest") != self.lists.digest:
+            raise ListsChangedError(
+                f"{self.table.uri}: the opt-out lists changed while `opted_out` was writing "
+                "(another run recorded other lists); run the asset again")
         schema = pa.schema(FIELDS)
         parsers: dict = {}
         for batch in frag.to_batches(columns=["url"], batch_size=BATCH_ROWS):
@@ -240,7 +252,7 @@ class Evaluate:
                                              schema=schema)
 
 
-def record_lists(run: Run, before: None) -> Lists:
+def record_lists(run: Run, before: None) -> tuple[Lists, Table]:
     """The state: the lists read and checked; when they differ from those recorded, both columns
     are dropped first (every row is evaluated again), then the new lists recorded."""
     lists = read_lists(run.settings)
@@ -258,7 +270,7 @@ def record_lists(run: Run, before: None) -> Lists:
             run.log("opted_out: the opt-out lists changed; every row is evaluated again")
             table.commit("drop opted_out columns", drop)
         table.set_config(OPT_OUT_KEY, wanted)
-    return lists
+    return lists, table
 
 
 def summary(table: Table, report: ColumnWriteReport) -> dict:
@@ -277,6 +289,6 @@ PRODUCER = ColumnProducer(
         "again (the lists' digests are recorded in the table's config). With any list "
         "configured, `curation_rules` adds `NOT opted_out`.",
     steps=(Step(fields=FIELDS, state=record_lists,
-                compute=lambda settings, lists: Evaluate(lists)),),
+                compute=lambda settings, state: Evaluate(*state)),),
     descriptions=DESCRIPTIONS, settings=OptOutSettings, summary=summary,
     reads={c: [("raw_text", "url")] for c in COLUMNS}, version="1")
