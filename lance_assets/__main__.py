@@ -166,6 +166,9 @@ def _summary_parser(sub) -> None:
                    help="at most this many of them (default and most: %(default)s)")
     s.add_argument("--top", type=int, default=DEFAULT_TOP_N,
                    help="also the top N domains (default: %(default)s)")
+    s.add_argument("--source-kind", action="append", default=[], metavar="PREFIX=CATEGORY",
+                   help="the template category of the sources whose name starts with PREFIX "
+                        "(publicly_available_datasets, crawled_and_scraped, ...; repeat)")
     for name in ("provider-name", "provider-contact", "model-name", "model-version"):
         s.add_argument(f"--{name}", default="",
                        help="a value the table cannot know (default: blank, said so)")
@@ -177,8 +180,10 @@ def _summary(args: argparse.Namespace) -> int:
     from lance_assets.curation.rules import RuleError
     from lance_assets.forensics.summary import Declared, SummaryError, markdown, summarize
 
+    kinds = dict(item.rpartition("=")[::2] for item in args.source_kind)
     declared = Declared(provider_name=args.provider_name, provider_contact=args.provider_contact,
-                        model_name=args.model_name, model_version=args.model_version)
+                        model_name=args.model_name, model_version=args.model_version,
+                        source_kinds=kinds)
     try:
         got = summarize(Table.of(args.data), args.run, top_share=args.top_share, cap=args.cap,
                         top_n=args.top, declared=declared)

@@ -164,7 +164,8 @@ def planted(tmp_path_factory):
     result = dg.materialize([defs.get_assets_def("training_data_summary")],
                             resources={"lance_store": LanceStore(data_dir=str(root))},
                             run_config={"ops": {"training_data_summary": {"config": {
-                                "run": "r1", "model_name": "tiny-1"}}}})
+                                "run": "r1", "model_name": "tiny-1",
+                                "source_kinds": {f"file:{base}/web": "crawled_and_scraped"}}}}})
     assert result.success
     before["asset"] = {k: v.value for k, v in
                        result.asset_materializations_for_node("training_data_summary")[0]
@@ -306,6 +307,9 @@ def test_the_summary_quotes_no_text_and_no_url(planted):
     assert asset["documents_read"] == len(b["read"]) and asset["snapshot"] == "readable"
     assert asset["summary_json"]["general_information"]["model"]["name"] == "tiny-1"
     assert "provider_name" in asset["summary_json"]["general_information"]["not_declared"]
+    by_kind = asset["summary_json"]["data_sources"]["by_category"]  # declared, not guessed
+    assert [s.rsplit("/", 2)[-2] for s in by_kind["crawled_and_scraped"]] == ["web"]
+    assert [s.rsplit("/", 2)[-2] for s in by_kind["other"]] == ["books"]
 
 
 def test_a_forget_that_releases_the_snapshot_is_said_not_a_crash(planted):
@@ -343,3 +347,6 @@ def test_a_run_without_a_read_record_is_refused_by_name(planted, tmp_path, capsy
     assert cli(["summary", "nope", "--data", str(planted["root"])]) == 2
     assert "training run 'nope'" in capsys.readouterr().err
     assert cli(["summary", "r1", "--top-share", "2", "--data", str(planted["root"])]) == 2
+    assert cli(["summary", "r1", "--source-kind", "hf:=stolen", "--data",
+                str(planted["root"])]) == 2
+    assert "a category is one of publicly_available_datasets" in capsys.readouterr().err

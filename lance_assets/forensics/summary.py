@@ -87,6 +87,7 @@ class Target:
     finished: float  # unix time its (last) summary.json was written
     steps: int | None = None
     tokens_seen: int | None = None
+    arm_rules: dict | None = None  # an ablation arm's own rule set (its plan's), when it has one
 
 
 def _json(path) -> dict | None:
@@ -156,7 +157,8 @@ def target(table: Table, ref: str | None) -> Target:
     return Target("arm", ref, seeds, int(plan["version"]),
                   plan.get("tag") or ABLATION_PREFIX + parts[0],
                   max(_mtime(s / "summary.json") for s in seeds),
-                  None, sum(int(i.get("tokens_seen") or 0) for i in infos) or None)
+                  None, sum(int(i.get("tokens_seen") or 0) for i in infos) or None,
+                  arms.get(parts[1], {}).get("rules"))
 
 
 def _snapshot(table: Table, t: Target) -> tuple[lance.LanceDataset, dict]:
@@ -312,12 +314,9 @@ def _rules(ds: lance.LanceDataset, t: Target, readable: bool) -> dict:
     rules = dict(curation.rules) if curation else dict(rules_mod.DEFAULT_RULES)
     said = (f"the curation rules in force at version {ds.version}" if curation
             else "the default rules (no curation recorded at that version)")
-    if t.kind == "arm":
+    if t.arm_rules is not None:
         name, arm = t.name.split("/")
-        plan = _json(t.folders[0].parent.parent / "plan.json") or {}
-        spec = next((a for a in plan.get("arms", []) if str(a.get("name")) == arm), {})
-        if spec.get("rules") is not None:
-            rules, said = dict(spec["rules"]), f"arm {arm}'s rule set (ablation {name})"
+        rules, said = dict(t.arm_rules), f"arm {arm}'s rule set (ablation {name})"
     listed = [{"rule": k, "keep_when": _masked(v)} for k, v in rules.items()]
     if not readable:
         return {"from": said + " (the newest: the run's own version is gone, its rules may "
