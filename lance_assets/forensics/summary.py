@@ -105,9 +105,10 @@ def _dirs(folder) -> list:
 
 
 def _mtime(path) -> float:
+    """When ``path`` was last written (a local file or an object); 0 when that is not known."""
     try:
         return float(path.stat().st_mtime)
-    except (OSError, AttributeError):
+    except Exception:  # noqa: BLE001 - an object store without the time: not known
         return 0.0
 
 
