@@ -290,9 +290,11 @@ def test_how_the_data_was_processed(planted):
 
 def test_the_summary_quotes_no_text_and_no_url(planted):
     b = planted["before"]
+    saved = paths.reports_dir(planted["root"]) / "training_data_summary"
     outputs = [b["json"], b["markdown"], b["asset"]["summary"],
                json.dumps(b["asset"]["summary_json"]), planted["after"]["json"],
-               planted["after"]["markdown"]]
+               planted["after"]["markdown"], (saved / "r1.md").read_text(),
+               (saved / "r1.json").read_text()]
     for out in outputs:
         flat = " ".join(out.split())
         assert "://" not in out and "@mail.example" not in out
