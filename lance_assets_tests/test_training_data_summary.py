@@ -155,6 +155,14 @@ def planted(tmp_path_factory):
     capsys = _Capture()
     before["arm"] = json.loads(capsys.run(root, "a1/rules", "--json")[1])
     before["arm_read"] = sorted(set(seeds[0]) | set(seeds[1]))
+    # a mixture search's arm: its plan names no arms, its runs are under verify/
+    mix = paths.ablation_dir(root, "mixture-m1")
+    mix.mkdir(parents=True)
+    (mix / "plan.json").write_text(json.dumps({"tag": "ablation-a1", "version": version}))
+    write_run(mix / "verify" / "natural-0123abcd" / "seed-0", None, version, kept[2::4],
+              time.time())
+    before["mixture"] = json.loads(capsys.run(root, "mixture-m1/natural", "--json")[1])
+    before["mixture_read"] = kept[2::4]
     before["code"], before["json"] = capsys.run(root, "r1", "--json")
     _, before["markdown"] = capsys.run(root, "r1", "--top", "3")
     # the asset, once, in-process
@@ -329,7 +337,7 @@ def test_a_forget_that_releases_the_snapshot_is_said_not_a_crash(planted):
     assert "**Snapshot released.**" in a["markdown"]
 
 
-def test_an_ablation_arm_is_summarised_from_what_its_seeds_read(planted):
+def test_an_ablation_or_mixture_arm_is_summarised_from_what_its_seeds_read(planted):
     b = planted["before"]
     s = b["arm"]
     want = recompute(b["rows"], b["arm_read"])
@@ -337,6 +345,10 @@ def test_an_ablation_arm_is_summarised_from_what_its_seeds_read(planted):
     assert s["general_information"]["training_data_size"]["documents_read"] == len(b["arm_read"])
     assert {x["source"].removeprefix("file:"): [x["documents"], x["tokens"], x["bytes"]]
             for x in s["data_sources"]["sources"]} == want["source"]
+    mixture = b["mixture"]["general_information"]["training_data_size"]
+    assert mixture["documents_read"] == len(b["mixture_read"])
+    assert mixture["tokens"] == sum(v[1] for v in recompute(b["rows"], b["mixture_read"])[
+        "source"].values())
 
 
 def test_a_run_without_a_read_record_is_refused_by_name(planted, tmp_path, capsys):
