@@ -4,7 +4,7 @@
                                   [--release TAG ...] [--force] [--json] [--data DIR]
     python -m lance_assets explain --id N [--version V|TAG] [--against B] [--json] [--data DIR]
     python -m lance_assets diff A B [--domain NAME=PREDICATE ...] [--full] [--json] [--data DIR]
-    python -m lance_assets diff --list [--data DIR]
+    python -m lance_assets diff --list [--data DIR]  |  summary [RUN] [--top N] [--json] [--data DIR]
 
 ``forget`` removes the documents the predicate selects from every version on disk, after its
 guards (``table.forget``, ``table.forget_guard``); it first finishes any interrupted forget.
@@ -15,7 +15,8 @@ between the two snapshots. ``diff`` says what changed in the data between two sn
 (``forensics.diff``): each a tag, a version number, a training run or an ablation arm
 (``<ablation>/<arm>``): documents added and removed (ids, never text), what each rule moved,
 per source and ``--domain``, flipped flags and signals, the tokenizer, the overlap of what two
-runs read. ``--list`` names what there is to compare.
+runs read. ``--list`` names what there is to compare. ``summary``: the public summary of what
+a run or arm read (``forensics.summary``).
 
 Exit status: 0 done; 1 forgotten rows left (``forget``), the document absent (``explain``); 2 a
 refusal or a mistake in the input, named in one line. A standard output closed early (``|
@@ -81,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--list", action="store_true", help="list the tags, runs and ablations")
     d.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
     d.add_argument("--json", action="store_true", help="print the diff as JSON")
+    _summary_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "summary":
+        return _summary(args)
     if args.command == "explain":
         return _explain(args)
     if args.command == "diff":
@@ -193,6 +197,47 @@ def _hold_std_fds() -> None:
             if devnull != fd:
                 os.dup2(devnull, fd)
                 os.close(devnull)
+
+
+def _summary_parser(sub) -> None:
+    from lance_assets.forensics.summary import DEFAULT_TOP_N, DEFAULT_TOP_SHARE, MAX_TOP_DOMAINS
+
+    s = sub.add_parser("summary", help="the public summary of what a training run read")
+    s.add_argument("run", nargs="?", default=None,
+                   help="a run under DATA/train or an ablation arm <ablation>/<arm> (default: "
+                        "the newest run)")
+    s.add_argument("--top-share", type=float, default=DEFAULT_TOP_SHARE,
+                   help="share of domain names listed, ranked by bytes (default: %(default)s)")
+    s.add_argument("--cap", type=int, default=MAX_TOP_DOMAINS,
+                   help="at most this many of them (default and most: %(default)s)")
+    s.add_argument("--top", type=int, default=DEFAULT_TOP_N,
+                   help="also the top N domains (default: %(default)s)")
+    s.add_argument("--source-kind", action="append", default=[], metavar="PREFIX=CATEGORY",
+                   help="the template category of the sources whose name starts with PREFIX "
+                        "(publicly_available_datasets, crawled_and_scraped, ...; repeat)")
+    for name in ("provider-name", "provider-contact", "model-name", "model-version"):
+        s.add_argument(f"--{name}", default="",
+                       help="a value the table cannot know (default: blank, said so)")
+    s.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
+    s.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from lance_assets.curation.rules import RuleError
+    from lance_assets.forensics.summary import Declared, SummaryError, markdown, summarize
+
+    kinds = dict(item.rpartition("=")[::2] for item in args.source_kind)
+    declared = Declared(provider_name=args.provider_name, provider_contact=args.provider_contact,
+                        model_name=args.model_name, model_version=args.model_version,
+                        source_kinds=kinds)
+    try:
+        got = summarize(Table.of(args.data), args.run, top_share=args.top_share, cap=args.cap,
+                        top_n=args.top, declared=declared)
+    except (SummaryError, RuleError, TableMissingError) as err:
+        _say(f"error: {err}")
+        return 2
+    _out(json.dumps(got, indent=2) if args.json else markdown(got))
+    return 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ CHUNK_EMBEDDING_KEY = "lance_assets.chunk_embedding"  # the model and chunking o
 CHUNK_INDEX_KEY = "lance_assets.chunk_index"  # the ANN index on `chunk_embeddings`, its recall
 SEMANTIC_DUP_KEY = "lance_assets.semantic_dup"  # semantic_dup's settings (clusters: its side store)
 LANGUAGE_ID_KEY = "lance_assets.language_id"  # the detector `lang` / `lang_score` hold
+OPT_OUT_KEY = "lance_assets.opt_out"  # the opt-out lists `opted_out` follows (their digests)
 
 # Columns read across layers (the trainer, forensics and the benchmarks read what the corpus
 # assets write).

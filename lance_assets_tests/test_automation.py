@@ -25,11 +25,11 @@ from lance_assets.ingest.synthetic import SyntheticSpec, generate
 COLUMN_CHAIN = {"dedup_flag", "tokenizer", "token_ids", "quality_signals", "fineweb_signals", "near_dup",
                 "text_index", "curation_rules", "corpus_profile", "embeddings", "vector_index",
                 "detected_language", "personal_data", "paragraph_dups", "contamination",
-                "quality_score", "chunk_embeddings", "chunk_index", "semantic_dup"}
+                "quality_score", "chunk_embeddings", "chunk_index", "semantic_dup", "opted_out"}
 CHAIN_CHECKS = {"rules_valid", "filter_keeps_rows", "input_ids_present", "n_tokens_consistent",
                 "duplicate_rate_in_bounds", "contamination_not_kept", "bytes_per_token_not_worse",
-                "columns_written", "rule_columns_written"}
-TRAINING = {"pretrained_model", "samples", "forensics", "val_bpb_not_worse"}
+                "columns_written", "rule_columns_written", "no_source_wiped_out"}
+TRAINING = {"pretrained_model", "samples", "forensics", "val_bpb_not_worse", "training_data_summary"}
 INGEST_CONFIG = {"ops": {"raw_text": {"config": {"rows_per_fragment": 40}}}}
 CHAIN_CONFIG = {"ops": {"embeddings": {"config": {"max_tokens": 16}}}}
 

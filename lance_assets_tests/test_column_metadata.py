@@ -21,7 +21,7 @@ COLUMN_ASSETS = {"raw_text", *(p.name for p in producers())}
 # In graph order; the BPE `tokenizer` is left out (token_ids runs with the byte tokenizer) to
 # keep this fast. Assets that write the table but add no column are run too.
 ORDER = ["raw_text", "dedup_flag", "quality_signals", "fineweb_signals", "near_dup", "detected_language",
-         "personal_data", "paragraph_dups", "contamination", "token_ids", "text_index",
+         "personal_data", "paragraph_dups", "contamination", "opted_out", "token_ids", "text_index",
          "curation_rules", "embeddings", "vector_index", "quality_score", "chunk_embeddings",
          "chunk_index", "semantic_dup"]
 RUN_CONFIG = {

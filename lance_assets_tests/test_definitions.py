@@ -4,7 +4,7 @@ from lance_assets.definitions import defs
 from lance_assets.table import Table
 
 TAGGERS = ("detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score",
-           "semantic_dup")
+           "semantic_dup", "opted_out")
 
 
 def test_definitions_load():
@@ -19,25 +19,29 @@ def test_asset_graph_shape():
                     "embeddings", "vector_index", "chunk_embeddings", "chunk_index", "forensics",
                     "detected_language", "personal_data", "paragraph_dups", "contamination",
                     "quality_score", "table_maintenance", "curation_ablation", "document_stories",
-                    "semantic_dup", "fineweb_signals", "mixture_search"}
+                    "semantic_dup", "fineweb_signals", "mixture_search", "opted_out",
+                    "training_data_summary"}
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}
     assert parents == {"raw_text": set(), "dedup_flag": {"raw_text"}, "tokenizer": {"dedup_flag"},
                        "token_ids": {"dedup_flag", "tokenizer", "personal_data"},
                        "pretrained_model": {"token_ids", "curation_rules"},
                        "samples": {"pretrained_model"},
+                       "training_data_summary": {"pretrained_model"},
                        "curation_ablation": {"token_ids", "curation_rules"},
                        "mixture_search": {"token_ids", "curation_rules"},
                        "quality_signals": {"raw_text"}, "near_dup": {"raw_text"},
                        "fineweb_signals": {"raw_text"},
                        "text_index": {"raw_text"},
                        # training waits only for what the default rules read (and the
-                       # taggers' rules: `lang`, `contaminated`); no embedding model on its path
+                       # taggers' rules: `lang`, `contaminated`, `opted_out`); no embedding model
+                       # on its path
                        "curation_rules": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
-                                          "detected_language", "contamination"},
+                                          "detected_language", "contamination", "opted_out"},
                        "corpus_profile": {"dedup_flag", "quality_signals", "near_dup", "token_ids",
                                           "fineweb_signals", *TAGGERS},
                        "detected_language": {"raw_text"}, "personal_data": {"raw_text"},
+                       "opted_out": {"raw_text"},
                        "paragraph_dups": {"raw_text"}, "contamination": {"raw_text"},
                        "quality_score": {"raw_text", "embeddings"},
                        "embeddings": {"raw_text", "dedup_flag"}, "vector_index": {"embeddings"},
@@ -55,20 +59,20 @@ def test_asset_graph_shape():
     for key in keys:
         node = graph.get(dg.AssetKey(key))
         assert node.description and node.group_name and node.kinds and node.code_version
-    # the checks that guard training block it
+    # the checks that guard training block it (one only warns)
     guards = {k.name for k in graph.asset_check_keys if k.asset_key == dg.AssetKey("curation_rules")}
     assert guards == {"rules_valid", "filter_keeps_rows", "input_ids_present", "n_tokens_consistent",
                       "duplicate_rate_in_bounds", "contamination_not_kept",
-                      "rule_columns_written"}
+                      "rule_columns_written", "no_source_wiped_out"}
     # every column asset's columns are checked written on every row
     covered = {k.asset_key.to_user_string() for k in graph.asset_check_keys
                if k.name == "columns_written"}
     assert covered == {"dedup_flag", "quality_signals", "near_dup", "token_ids", "embeddings",
                        "chunk_embeddings", "fineweb_signals", *TAGGERS}
     blocking = {k.name for k in graph.asset_check_keys if graph.get_check_spec(k).blocking}
-    assert guards <= blocking and "columns_written" in blocking
-    # the comparisons with earlier runs only warn
-    assert not blocking & {"bytes_per_token_not_worse", "val_bpb_not_worse"}
+    assert guards - {"no_source_wiped_out"} <= blocking and "columns_written" in blocking
+    # the comparisons with earlier runs, and a source one rule empties, only warn
+    assert not blocking & {"bytes_per_token_not_worse", "val_bpb_not_worse", "no_source_wiped_out"}
     assert graph.get(dg.AssetKey("table_maintenance")).group_name == "maintenance"
     # automation: everything after ingest follows new data; ingest and maintenance have their
     # schedules, training starts by itself only with LANCE_ASSETS_AUTO_TRAIN=1, and

@@ -20,7 +20,7 @@ def test_materialize_whole_graph(tmp_path):
     root = tmp_path / "data"
     assets = [defs.get_assets_def(k) for k in
               ("raw_text", "dedup_flag", "tokenizer", "token_ids", "pretrained_model", "samples",
-               "quality_signals", "near_dup", "curation_rules")]
+               "quality_signals", "near_dup", "curation_rules", "training_data_summary")]
     run_config = {"ops": {
         "raw_text": {"config": {"rows_per_fragment": 200}},
         "pretrained_model": {"config": {"steps": 20, "seq_len": 64, "batch_size": 8,
@@ -100,6 +100,14 @@ def test_materialize_whole_graph(tmp_path):
     from lance_assets.train.read_record import rows_read
 
     run_dir = next(p.parent for p in paths.train_dir(root).glob("*/summary.json"))
+    # the public summary of what it read: the trainer's own read record, counted
+    told = meta("training_data_summary")
+    read_ids = rows_read(run_dir)
+    assert told["run"] == run_dir.name and told["documents_read"] == len(read_ids) > 0
+    in_read = "id IN (" + ", ".join(map(str, read_ids)) + ")"
+    assert told["tokens"] == int(ds.to_table(columns=["n_tokens"], filter=in_read)
+                                 .column(0).to_numpy().sum())
+    assert "## 3. Data processing aspects" in told["summary"]
     summary = json.loads((run_dir / "summary.json").read_text())
     trained = int(rows_read(run_dir)[0])  # a document the run read (not only one its filter kept)
     assert ds.count_rows(filter=f"({summary['filter']}) AND id = {trained}") == 1

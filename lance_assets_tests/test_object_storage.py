@@ -118,6 +118,7 @@ def test_whole_graph_on_s3_keeps_everything_in_the_bucket_and_no_secret_anywhere
     sha = client.get_object(Bucket=bucket, Key="prefix/tokenizers/LATEST")["Body"].read().decode().strip()
     assert f"prefix/tokenizers/{sha}.json" in stored
     assert "prefix/samples/samples.json" in stored and "prefix/reports/forensics.md" in stored
+    assert "prefix/reports/training_data_summary/s3run.json" in stored  # what the run read
     latest = paths.latest_checkpoint_pointer(root).read_text()
     assert latest == f"s3://{bucket}/prefix/train/s3run/ckpt_0000010.pt"
     assert checkpoint.load(latest)["step"] == 10  # weights-only, through fsspec

@@ -23,7 +23,7 @@ from lance_assets_tests.helpers import quiet
 
 EMBEDDING_WORK = {"embeddings", "chunk_embeddings", "quality_score", "semantic_dup"}
 RULE_SIGNALS = {"dedup_flag", "quality_signals", "near_dup", "detected_language",
-                "contamination", "token_ids", "curation_rules"}
+                "contamination", "opted_out", "token_ids", "curation_rules"}
 
 UPSTREAM = """
 import json, dagster as dg

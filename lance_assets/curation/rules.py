@@ -25,7 +25,7 @@ import lance
 import pyarrow.compute as pc
 
 from lance_assets.curation.predicate import Predicate, PredicateError, combine, lance_problem, safe_predicate
-from lance_assets.keys import CURATION_KEY
+from lance_assets.keys import CURATION_KEY, OPT_OUT_KEY
 from lance_assets.table import Table, get_json_config
 
 # name -> keep-predicate. The project's own rule set: Gopher (Rae et al. 2021, table A1), C4
@@ -115,6 +115,7 @@ NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LANGUAGE_CODE_RE = re.compile(r"^[a-z]{2,3}(-[A-Za-z]{2,4})?$")
 LANGUAGE_RULE = "main_language"
 CONTAMINATION_RULE = "not_contaminated"
+OPT_OUT_RULE = "opted_out"  # `NOT opted_out`, once an opt-out list is configured
 DEFAULT_MAIN_LANGUAGE_MIN_SHARE = 0.1
 
 
@@ -130,6 +131,7 @@ def tagger_rules(ds: lance.LanceDataset, *, keep_languages: list[str] | tuple[st
       With ``main_language_min_score`` above 0 the rule also asks ``lang_score >= `` it
       (FineWeb keeps English at fastText's ``lang_score >= 0.65``).
     - ``not_contaminated``: ``NOT contaminated`` when ``drop_contaminated``.
+    - ``opted_out``: ``NOT opted_out`` once ``opted_out`` follows an opt-out list.
 
     A rule is added only once its column exists (the tagger has run); the note says so."""
     from lance_assets.curation.detected_language import (
@@ -183,6 +185,8 @@ def tagger_rules(ds: lance.LanceDataset, *, keep_languages: list[str] | tuple[st
         else:
             notes.append(f"{CONTAMINATION_RULE}: no rule, `contaminated` is not computed yet "
                          "(materialize `contamination`)")
+    if "opted_out" in names and (get_json_config(ds, OPT_OUT_KEY) or {}).get("lists"):
+        rules[OPT_OUT_RULE] = "NOT opted_out"  # an opt-out list is configured (`opted_out`)
     return rules, notes
 
 

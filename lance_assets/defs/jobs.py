@@ -9,10 +9,11 @@ end_to_end_job = dg.define_asset_job(
     description="The whole graph: ingest (raw_text); curation (dedup_flag, quality_signals, "
                 "fineweb_signals, "
                 "near_dup, text_index, curation_rules, corpus_profile; the taggers detected_language, "
-                "personal_data, paragraph_dups, contamination, quality_score, semantic_dup); "
+                "personal_data, paragraph_dups, contamination, opted_out, quality_score, semantic_dup); "
                 "tokenizer and "
                 "token_ids; embeddings and vector_index; chunk_embeddings and chunk_index; "
-                "training (pretrained_model, samples, curation_ablation; mixture_search, which "
+                "training (pretrained_model, samples, training_data_summary, curation_ablation; "
+                "mixture_search, which "
                 "does nothing until it is given domains); the forensics report "
                 "and document_stories; "
                 "table_maintenance.",

@@ -99,11 +99,11 @@ class CurationConfig(dg.Config):
 
 
 # Training waits only for what its rules read: the producers whose columns the configured rules
-# (and the taggers' own rules: `lang`, `contaminated`) name are upstream of `curation_rules`, so
+# (and the taggers' own rules: `lang`, `contaminated`, `opted_out`) name are upstream of `curation_rules`, so
 # `*pretrained_model` runs them; the other signals (opt-in taggers, the embedding-based ones)
 # are off that path and keep up with new rows through automation. A rule set at run time that
 # names one of them is held by the blocking check `rule_columns_written` until it is written.
-TAGGER_COLUMNS = frozenset({"lang", "contaminated"})
+TAGGER_COLUMNS = frozenset({"lang", "contaminated", "opted_out"})
 # corpus_profile (off the training path) profiles every signal of the curation group
 TAGGER_DEPS = [dg.AssetKey(p.name) for p in producers() if p.group == GROUP]
 _WRITERS = {f.name: p for p in producers() for f in p.fields}
