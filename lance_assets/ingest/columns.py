@@ -239,13 +239,13 @@ def select_columns(batch: pa.RecordBatch, where: str, text_column: str, skipped:
     named. ``reserved()``: names of columns the project computes (refused)."""
     names = [n for n in batch.schema.names if n != LINE]
     if text_column not in names:
-        raise SourceError(f"{where}: {no_text_column(text_column, names)}")
+        raise SourceError(no_text_column(text_column, names))
     text = batch.column(text_column)
     if pa.types.is_null(text.type):
         text = text.cast(pa.string())
     if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)
             or pa.types.is_binary(text.type) or pa.types.is_large_binary(text.type)):
-        raise SourceError(f"{where}: column {text_column!r} has type {text.type}, expected text")
+        raise SourceError(f"column {text_column!r} has type {text.type}, expected text")
     lines = batch.column(LINE) if LINE in batch.schema.names else \
         pa.array(range(1, batch.num_rows + 1), pa.int64())
     cols: dict[str, pa.Array] = {"text": text}
@@ -263,7 +263,7 @@ def select_columns(batch: pa.RecordBatch, where: str, text_column: str, skipped:
             dst, col = name, batch.column(name)
             if not NAME_RE.match(name) or name in COMPUTED or name in reserved():
                 raise SourceError(
-                    f"{where}: the source's column {name!r} " + (
+                    f"the source's column {name!r} " + (
                         "is not a plain column name (a letter, then letters, digits or _)"
                         if not NAME_RE.match(name) else "has the name of a column the table "
                         "computes") + f"; leave it out with drop_columns: [{name!r}] in "
@@ -271,7 +271,7 @@ def select_columns(batch: pa.RecordBatch, where: str, text_column: str, skipped:
             if _untyped(col.type):
                 continue  # only nulls so far: nothing to store, no type to give the column
         if dst in taken:
-            raise SourceError(f"{where}: columns {taken[dst]!r} and {name!r} are both stored "
+            raise SourceError(f"columns {taken[dst]!r} and {name!r} are both stored "
                               f"as {dst!r}; leave one out with drop_columns")
         taken[dst] = name
         cols[dst] = col
