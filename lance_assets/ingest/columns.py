@@ -69,6 +69,9 @@ class SkipCounter:
     bad: int = 0
     first_bad: list[str] = field(default_factory=list)
     named: int = 0
+    # the JSON type each of the table's source columns holds: a JSON-lines chunk whose lines
+    # disagree on a column's type keeps the lines of this type, else of its most common one
+    kinds: dict[str, str] = field(default_factory=dict)
 
     def add(self, reason: str, n: int) -> None:
         if n:
@@ -181,7 +184,7 @@ def _read_line_by_line(raws: list[tuple[int, bytes]], where: str, text_column: s
         for key, value in doc.items():
             if value is not None:
                 votes.setdefault(key, Counter())[_family(_kind(value))] += 1
-    major = {k: c.most_common(1)[0][0] for k, c in votes.items()}
+    major = {k: skipped.kinds.get(k) or c.most_common(1)[0][0] for k, c in votes.items()}
     major[text_column] = "a string"
     good = []
     for n, raw, doc in docs:
@@ -225,7 +228,7 @@ def _cast_rows(column: pa.Array, typ: pa.DataType, name: str, lines: pa.Array, w
             keep.append(True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             skipped.bad_line(where, line, f"column {name!r} holds {_value_kind(value)} "
-                                          f"({str(value)[:40]!r}) where {what}")
+                                          f"({repr(value)[:40]}) where {what}")
             out.append(None)
             keep.append(False)
     return pa.array(out, typ), pa.array(keep, pa.bool_())
@@ -304,7 +307,7 @@ def conform(batch: pa.RecordBatch, columns: dict[str, tuple[pa.DataType, str]], 
         col = batch.column(i)
         if col.type == typ:
             continue
-        if typed and not _castable(col.type, typ):
+        if typed and not _widens(col.type, typ):
             raise SourceError(
                 f"column {name!r} is {col.type} in {where} but {typ} in {origin}, which brought "
                 f"it first; rewrite one file with the other's type, or leave the column out "
@@ -320,14 +323,44 @@ def _both(a: Optional[pa.Array], b: Optional[pa.Array]) -> Optional[pa.Array]:
     return b if a is None else a if b is None else pc.and_(a, b)
 
 
-def _castable(a: pa.DataType, b: pa.DataType) -> bool:
-    if pa.types.is_null(a):
+def _widens(a: pa.DataType, b: pa.DataType) -> bool:
+    """Values of type ``a`` fit type ``b`` without a change of kind (a wider integer, an integer
+    as a float, a string of another width, a struct with fewer fields...)."""
+    t = pa.types
+    if t.is_null(a) or a == b:
         return True
-    try:
-        pc.cast(pa.nulls(0, a), b)
-        return True
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+    if t.is_dictionary(a):
+        return _widens(a.value_type, b)
+    kinds = [(t.is_integer, t.is_integer), (t.is_integer, t.is_floating),
+             (t.is_floating, t.is_floating), (t.is_boolean, t.is_boolean),
+             (_is_text, _is_text), (_is_bytes, _is_bytes), (t.is_timestamp, t.is_timestamp),
+             (t.is_date, t.is_date), (_is_list, _is_list), (t.is_struct, t.is_struct)]
+    if not any(ka(a) and kb(b) for ka, kb in kinds):
         return False
+    if _is_list(a):
+        return _widens(a.value_type, b.value_type)
+    if t.is_struct(a):
+        return all(b.get_field_index(a.field(i).name) >= 0 and _widens(
+            a.field(i).type, b.field(b.get_field_index(a.field(i).name)).type)
+                   for i in range(a.num_fields))
+    return True
+
+
+def _is_text(typ: pa.DataType) -> bool:
+    return pa.types.is_string(typ) or pa.types.is_large_string(typ)
+
+
+def _is_bytes(typ: pa.DataType) -> bool:
+    return pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+
+
+def _is_list(typ: pa.DataType) -> bool:
+    return pa.types.is_list(typ) or pa.types.is_large_list(typ)
+
+
+_JSON_KINDS = [(lambda t: pa.types.is_integer(t) or pa.types.is_floating(t), "a number"),
+               (lambda t: _is_text(t), "a string"), (pa.types.is_boolean, "a boolean"),
+               (lambda t: _is_list(t), "an array"), (pa.types.is_struct, "an object")]
 
 
 class TableColumns:
@@ -350,6 +383,17 @@ class TableColumns:
                 self.fields.append(f)
             elif f.name not in RAW_SCHEMA.names:
                 self._derived.add(f.name)
+
+    def kinds(self) -> dict[str, str]:
+        """The JSON type of each source column (``SkipCounter.kinds``)."""
+        out = {}
+        for name, (typ, _) in self.types.items():
+            if name in RAW_SCHEMA.names:
+                continue
+            kind = next((k for test, k in _JSON_KINDS if test(typ)), None)
+            if kind:
+                out[name] = kind
+        return out
 
     def reserved(self) -> frozenset:
         if self._producers is None:  # only once a source brings a column of its own

@@ -495,7 +495,7 @@ def _ingest_planned(table: Table, source: str, opts: _Options,
             if unit.n_parts is not None and done >= unit.n_parts - 1:
                 bar.update(1)
                 continue
-            unit_skipped = SkipCounter()
+            unit_skipped = SkipCounter(kinds=columns.kinds())
             try:
                 rows_by_unit[unit.key] += _ingest_unit(
                     table, unit, done + 1, state, unit_skipped, opts, columns, report, log,
@@ -505,15 +505,15 @@ def _ingest_planned(table: Table, source: str, opts: _Options,
             bar.update(1)
 
 
-def _judge(unit: SourceUnit, skipped: SkipCounter, stored: int, opts: _Options,
-           at_end: bool) -> Optional[str]:
+def _judge(unit: SourceUnit, skipped: SkipCounter, stored: bool, from_line: Optional[int],
+           opts: _Options, at_end: bool) -> Optional[str]:
     """Why ``unit`` lost more than it may (None: it did not): more than ``max_bad_line_share``
     of the lines read were unreadable, or (``at_end``) none of its lines gave a row although
-    some were more than blank."""
+    some were more than blank. ``stored``: rows of it are committed, up to ``from_line``."""
     lines, bad = skipped.lines, skipped.bad
     over = bad > opts.max_bad_line_share * lines
     blank = skipped.counts.get("empty_text", 0)
-    if not over and not (at_end and stored == 0 and lines > blank):
+    if not over and not (at_end and not stored and lines > blank):
         return None
     named = "; ".join(r.replace(f"{unit.where} ", "") for r in skipped.first_bad[:5])
     why = (f"{bad:,} of {lines:,} lines read are unreadable ({bad / lines:.1%}; "
@@ -522,12 +522,14 @@ def _judge(unit: SourceUnit, skipped: SkipCounter, stored: int, opts: _Options,
            + ", ".join(f"{k.split(':')[0]}: {v}" for k, v in sorted(skipped.counts.items())
                        if not k.startswith(("malformed JSON:", "wrong type:", "bad lines:")))
            + (f", unreadable: {bad}" if bad else "") + ")")
+    where = f"line {from_line}" if from_line else "the first line not stored"
     return (f"{why}{'; first: ' + named if named else ''}. "
-            + ("Its rows read in this run were not stored: fix those lines (or leave a column "
-               "out with drop_columns, or raise max_bad_line_share in raw_text's config) and "
-               "run again; a fixed file is read anew" if stored == 0 else
-               f"Its first {stored:,} rows are stored; the rest were not: put the lines from "
-               "the first bad one on, fixed, in a new file"))
+            + ("None of its rows were stored: fix those lines (or leave a column out with "
+               "drop_columns, or raise max_bad_line_share in raw_text's config) and run again; "
+               "a fixed file is read anew" if not stored else
+               f"Its rows before {where} are stored, the rest are not: the file is known by its "
+               f"content and cannot change, so put its lines from {where} on, fixed, in a new "
+               "file (or raise max_bad_line_share in raw_text's config)"))
 
 
 def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableState,
@@ -552,20 +554,24 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
 
     parts = _Parts(selected())
     committed = 0
+    from_line = None  # the first line of the group being read (not stored yet)
     try:
         while not parts.exhausted:
             if opts.max_new_rows is not None and report.rows_added >= opts.max_new_rows:
                 break
-            counter = {"rows": 0, "bytes": 0, "last_part": None}
             group = parts.commit_group(opts.rows_per_commit)
             head = next(group, None)
             if head is None:
                 continue
+            if cols.LINE in head[1].schema.names and head[1].num_rows:
+                from_line = head[1].column(cols.LINE)[0].as_py()
+            counter = {"rows": 0, "bytes": 0, "last_part": None, "first_line": from_line}
             new = columns.new_in(head[1], unit.where)
             if new:
                 _ensure_table(table, log)
                 columns.add(table, new, log)
                 report.columns_added += [f.name for f in new]
+                skipped.kinds.update(columns.kinds())
             schema = columns.schema()
 
             # consumed within this iteration; bound explicitly all the same
@@ -591,8 +597,8 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
             if first is None:
                 continue  # nothing to write in this group: no commit, no new version
 
-            def judge(stored=committed) -> None:
-                why = _judge(unit, skipped, stored, opts, at_end=False)
+            def judge(stored=committed > 0 or first_part > 0, line=counter["first_line"]) -> None:
+                why = _judge(unit, skipped, stored, line, opts, at_end=False)
                 if why is not None:
                     raise Refused(why)
 
@@ -608,7 +614,8 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
             if bar is not None:
                 bar.update(0, rows=counter["rows"])
             log(f"{unit.key}: committed {counter['rows']:,} rows through part {counter['last_part']}")
-        why = _judge(unit, skipped, committed, opts, at_end=True)
+        why = _judge(unit, skipped, committed > 0 or first_part > 0, from_line, opts,
+                     at_end=True)
         if why is not None:
             raise Refused(why)
     except Refused as refused:
