@@ -1,5 +1,6 @@
 import json
 import os
+import re
 from pathlib import Path
 
 import lance
@@ -206,7 +207,9 @@ def test_a_damaged_row_group_is_skipped_and_named_and_the_groups_after_it_land(t
 
 @pytest.mark.parametrize("field, value", [("rows_per_fragment", 0), ("rows_per_fragment", -5),
                                           ("rows_per_commit", 0), ("max_doc_chars", -1),
-                                          ("max_new_rows", 0), ("text_column", "")])
+                                          ("max_new_rows", 0), ("text_column", ""),
+                                          ("max_bad_line_share", 1.5),
+                                          ("drop_columns", ["text"])])
 def test_raw_text_run_config_names_each_bad_field_and_its_range(tmp_path, field, value):
     """`rows_per_fragment: 0` was a Rust panic, `-5` an OverflowError, `max_new_rows: 0` on a
     fresh root said to materialize `raw_text` first: each bad field is refused before the run,
@@ -218,15 +221,40 @@ def test_raw_text_run_config_names_each_bad_field_and_its_range(tmp_path, field,
     from lance_assets.ingest.raw_text import IngestConfigError
 
     root = tmp_path / "data"
-    with pytest.raises(Exception, match=f"{field} {value!r}: ") as refused:
+    with pytest.raises(Exception, match=re.escape(f"{field} {value!r}: ")) as refused:
         dg.materialize([defs.get_assets_def("raw_text")],
                        resources={"lance_store": LanceStore(data_dir=str(root))},
                        run_config={"ops": {"raw_text": {"config": {
                            "source": "synthetic:10", field: value}}}})
-    assert field == "text_column" or "from 1 to" in str(refused.value)
-    with pytest.raises(IngestConfigError, match=f"{field} {value!r}: "):
+    assert field in ("text_column", "drop_columns") or "from 1 to" in str(refused.value) or \
+        "from 0 to 1" in str(refused.value)
+    with pytest.raises(IngestConfigError, match=re.escape(f"{field} {value!r}: ")):
         ingest(Table.of(root), "synthetic:10", **{field: value}, log=quiet)
     assert not (root / "lance").exists()  # nothing ran
+
+
+def test_a_run_config_source_is_named_as_such_and_an_empty_one_is_refused(tmp_path):
+    """A bad `source` in raw_text's run config is named as that field, not as the environment
+    variable; `source: ""` was taken as "not set" and ingested LANCE_ASSETS_SOURCE: refused
+    before the run, nothing ingested."""
+    import dagster as dg
+
+    from lance_assets.definitions import defs
+    from lance_assets.defs.resources import LanceStore
+
+    store = {"lance_store": LanceStore(data_dir=str(tmp_path / "data"), source="synthetic:10")}
+    missing = str(tmp_path / "no-such-folder")
+    run = dg.materialize([defs.get_assets_def("raw_text")], resources=store, raise_on_error=False,
+                         run_config={"ops": {"raw_text": {"config": {"source": missing}}}})
+    message = run.failure_data_for_node("raw_text").error.message
+    assert f"raw_text's config source={missing!r}: no such file or folder" in message
+    assert "LANCE_ASSETS_SOURCE=" not in message
+    for blank in ("", "  "):
+        with pytest.raises(Exception, match=f"source {blank!r}: names no source. Leave it out "
+                                            "to read LANCE_ASSETS_SOURCE"):
+            dg.materialize([defs.get_assets_def("raw_text")], resources=store,
+                           run_config={"ops": {"raw_text": {"config": {"source": blank}}}})
+    assert not Table.of(tmp_path / "data").exists()
 
 
 def test_a_moved_or_renamed_file_is_not_ingested_again_and_an_older_table_stays_readable(

@@ -105,7 +105,7 @@ def check_drop_columns(drop) -> None:
         raise SourceError(f"drop_columns {drop!r}: a list of the source's column names to leave "
                           "out, e.g. [\"file_path\"]")
     if "text" in drop:
-        raise SourceError("drop_columns: 'text' is the document; it cannot be dropped")
+        raise SourceError(f"drop_columns {drop!r}: 'text' is the document; it cannot be dropped")
 
 
 def _kind(value) -> Optional[str]:

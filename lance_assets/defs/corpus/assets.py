@@ -21,7 +21,7 @@ from lance_assets.defs.metadata import (
 )
 from lance_assets.defs.resources import LanceStore
 from lance_assets.ingest import raw_text as ingest
-from lance_assets.ingest.columns import SOURCE_COLUMN_KEY
+from lance_assets.ingest.columns import SOURCE_COLUMN_KEY, SourceError
 from lance_assets.ingest.sources import ENV
 from lance_assets.markdown import markdown_table
 from lance_assets.table import RAW_DESCRIPTIONS, RAW_SCHEMA
@@ -61,8 +61,9 @@ class RawTextConfig(dg.Config):
         """The library's own ranges (``ingest.raw_text.RANGES``), checked before the run."""
         if self.source is not None and not self.source.strip():
             raise ingest.IngestConfigError(
-                "source '': names no source. Leave it out to read LANCE_ASSETS_SOURCE, or name a "
-                "file, folder or glob, synthetic[:ROWS] or hf:DATASET")
+                f"source {self.source!r}: names no source. Leave it out to read "
+                "LANCE_ASSETS_SOURCE, or name a file, folder or glob, synthetic[:ROWS] or "
+                "hf:DATASET")
         ingest.check_settings(text_column=self.text_column,
                               rows_per_fragment=self.rows_per_fragment,
                               rows_per_commit=self.rows_per_commit,
@@ -102,14 +103,18 @@ def raw_text(context: dg.AssetExecutionContext, config: RawTextConfig, lance_sto
     rows are stored."""
     from_config = config.source is not None
     source = config.source if from_config else lance_store.source
-    report = ingest.ingest(lance_store.table, source, text_column=config.text_column,
-                           rows_per_fragment=config.rows_per_fragment,
-                           rows_per_commit=config.rows_per_commit,
-                           max_doc_chars=config.max_doc_chars,
-                           max_new_rows=config.max_new_rows, drop_columns=config.drop_columns,
-                           max_bad_line_share=config.max_bad_line_share,
-                           source_label="raw_text's config source" if from_config else ENV,
-                           log=context.log.info)
+    try:
+        report = ingest.ingest(lance_store.table, source, text_column=config.text_column,
+                               rows_per_fragment=config.rows_per_fragment,
+                               rows_per_commit=config.rows_per_commit,
+                               max_doc_chars=config.max_doc_chars,
+                               max_new_rows=config.max_new_rows,
+                               drop_columns=config.drop_columns,
+                               max_bad_line_share=config.max_bad_line_share,
+                               source_label="raw_text's config source" if from_config else ENV,
+                               log=context.log.info)
+    except SourceError as exc:  # the source itself (a path that does not exist, a bad spec)
+        raise dg.Failure(f"raw_text: {exc}", allow_retries=False) from None
     if report.nothing_new:
         context.log.info(f"nothing new in {source!r}")
     for warning in report.warnings:
