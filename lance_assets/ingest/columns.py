@@ -371,7 +371,7 @@ class TableColumns:
         self.types: dict[str, tuple[pa.DataType, str]] = {}
         self.fields: list[pa.Field] = []  # the source columns, in the table's order
         self._derived: set[str] = set()
-        self._producers: Optional[frozenset] = None
+        self._reserved: Optional[frozenset] = None
         schema = table.newest().schema if table.exists() else pa.schema([])
         for f in RAW_SCHEMA:
             if f.name not in COMPUTED:
@@ -396,11 +396,12 @@ class TableColumns:
         return out
 
     def reserved(self) -> frozenset:
-        if self._producers is None:  # only once a source brings a column of its own
+        if self._reserved is None:  # only once a source brings a column of its own
             from lance_assets.table.producer import producers
 
-            self._producers = frozenset(f.name for p in producers() for f in p.fields)
-        return self._producers | self._derived
+            self._reserved = frozenset(f.name for p in producers() for f in p.fields) | \
+                frozenset(self._derived)
+        return self._reserved
 
     def schema(self) -> pa.Schema:
         return pa.schema(list(RAW_SCHEMA) + self.fields)

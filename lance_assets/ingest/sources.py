@@ -13,9 +13,10 @@ path the table does not know is matched to the keys of the same content elsewher
 renamed or copied file is not ingested twice. A file that changed since it was ingested is
 noticed, never skipped in silence. JSON lines files may grow: each ingest reads the byte range
 that is new since the last one as a *generation* ``file:PATH@START-END#FP.SHA`` (its sha256
-chained on the one before), so rows appended to a ``.jsonl`` are ingested by the next run; a
-malformed line is skipped and counted by its 1-based line number. Any other change (a rewritten
-parquet, a jsonl whose ingested bytes changed) is refused with a message naming the file.
+chained on the one before), so rows appended to a ``.jsonl`` are ingested by the next run. Any
+other change (a rewritten parquet, a jsonl whose ingested bytes changed) is refused with a
+message naming the file. A unit yields the source's columns as read, each row with its 1-based
+line or row number (``columns.LINE``); what they become in the table is ``columns``' job.
 """
 
 from __future__ import annotations
