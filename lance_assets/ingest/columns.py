@@ -69,6 +69,7 @@ class SkipCounter:
     bad: int = 0
     first_bad: list[str] = field(default_factory=list)
     named: int = 0
+    first_line: Optional[int] = None  # the first line read (where a refused rest begins)
     # the JSON type each of the table's source columns holds: a JSON-lines chunk whose lines
     # disagree on a column's type keeps the lines of this type, else of its most common one
     kinds: dict[str, str] = field(default_factory=dict)
@@ -139,6 +140,8 @@ def parse_json_lines(chunk: bytes, where: str, text_column: str, skipped: SkipCo
     skipped.lines += len(raws)
     if not raws:
         return
+    if skipped.first_line is None:
+        skipped.first_line = raws[0][0]
     try:
         table = _read(b"".join(raw for _, raw in raws))
         lines = [n for n, _ in raws]

@@ -554,7 +554,11 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
 
     parts = _Parts(selected())
     committed = 0
-    from_line = None  # the first line of the group being read (not stored yet)
+    stored_through = None  # the last line read by this run's committed groups
+
+    def rest_from() -> Optional[int]:
+        """The first line after what is committed: where a refused rest of the file begins."""
+        return skipped.first_line if stored_through is None else stored_through + 1
     try:
         while not parts.exhausted:
             if opts.max_new_rows is not None and report.rows_added >= opts.max_new_rows:
@@ -563,9 +567,7 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
             head = next(group, None)
             if head is None:
                 continue
-            if cols.LINE in head[1].schema.names and head[1].num_rows:
-                from_line = head[1].column(cols.LINE)[0].as_py()
-            counter = {"rows": 0, "bytes": 0, "last_part": None, "first_line": from_line}
+            counter = {"rows": 0, "bytes": 0, "last_part": None, "last_line": None}
             new = columns.new_in(head[1], unit.where)
             if new:
                 _ensure_table(table, log)
@@ -589,6 +591,8 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
                     counter["rows"] += out.num_rows
                     counter["bytes"] += out.column("text").nbytes
                     counter["last_part"] = part
+                    if cols.LINE in raw.schema.names and raw.num_rows:
+                        counter["last_line"] = pc.max(raw.column(cols.LINE)).as_py()
                     if out.num_rows:
                         yield out
 
@@ -597,7 +601,9 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
             if first is None:
                 continue  # nothing to write in this group: no commit, no new version
 
-            def judge(stored=committed > 0 or first_part > 0, line=counter["first_line"]) -> None:
+            rest = rest_from()  # this group's lines are not stored yet
+
+            def judge(stored=committed > 0 or first_part > 0, line=rest) -> None:
                 why = _judge(unit, skipped, stored, line, opts, at_end=False)
                 if why is not None:
                     raise Refused(why)
@@ -608,13 +614,14 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
             state.next_id += counter["rows"]
             state.parts[unit.key] = counter["last_part"]
             committed += counter["rows"]
+            stored_through = counter["last_line"] or stored_through
             report.rows_added += counter["rows"]
             report.bytes_added += counter["bytes"]
             report.commits += 1
             if bar is not None:
                 bar.update(0, rows=counter["rows"])
             log(f"{unit.key}: committed {counter['rows']:,} rows through part {counter['last_part']}")
-        why = _judge(unit, skipped, committed > 0 or first_part > 0, from_line, opts,
+        why = _judge(unit, skipped, committed > 0 or first_part > 0, rest_from(), opts,
                      at_end=True)
         if why is not None:
             raise Refused(why)

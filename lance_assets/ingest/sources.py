@@ -212,6 +212,8 @@ def _parquet_unit(path: Path, text_column: str, key: str) -> SourceUnit:
         for rg in range(first, pf.num_row_groups):
             n = pf.metadata.row_group(rg).num_rows
             skipped.lines += n
+            if skipped.first_line is None:
+                skipped.first_line = starts[rg] + 1
             try:
                 group = pf.read_row_group(rg)
             except (OSError, pa.ArrowException) as exc:
