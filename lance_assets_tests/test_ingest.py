@@ -350,6 +350,7 @@ def test_a_badly_typed_line_costs_that_line_and_a_file_that_loses_more_fails_the
         ("a parquet document", "news", "x/1"), ("another one", "code", "x/2")}
     assert {r["meta"]["lang"] for r in rows if r["meta"]} == {"en"}
     assert ds.schema.field("domain").type == pa.string()
+    assert "n_links" not in ds.schema.names  # the refused file's column went with it
     assert ds.schema.field("meta").type == pa.struct([("lang", pa.string()), ("n", pa.int64())])
     # the big file's two bad lines are named by line, column and type in the run's record
     from dagster import AssetKey, DagsterInstance
@@ -365,6 +366,7 @@ def test_a_badly_typed_line_costs_that_line_and_a_file_that_loses_more_fails_the
     (src / "b_small.jsonl").write_text("\n".join(small) + "\n")
     again = ingest(Table.of(tmp_path / "data"), str(src), log=quiet)
     assert again.rows_added == 14 and list(again.files_refused) == [c], again.files_refused
+    assert again.columns_added == ["n_links"]
     assert ds.checkout_version(again.version).count_rows() == 914
 
 

@@ -434,6 +434,19 @@ class TableColumns:
             self.fields.append(f)
         log(f"added the source's column(s) {', '.join(f.name for f in new)} to the table")
 
+    def drop(self, table: Table, names: list[str], log: Callable[[str], None]) -> None:
+        """Take ``names`` out again: columns that a refused file added and no stored row holds."""
+        def attempt(ds: lance.LanceDataset) -> None:
+            present = [n for n in names if n in ds.schema.names]
+            if present:
+                ds.drop_columns(present)
+
+        table.commit(f"drop source columns {names}", attempt, log=log)
+        for name in names:
+            self.types.pop(name, None)
+        self.fields = [f for f in self.fields if f.name not in names]
+        log(f"took the column(s) {', '.join(names)} of a file not ingested out of the table again")
+
 
 def no_text_column(text_column: str, names: list[str]) -> str:
     return (f"no text column {text_column!r} (columns: {', '.join(names)}). Set raw_text's "

@@ -554,6 +554,7 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
 
     parts = _Parts(selected())
     committed = 0
+    added: list[str] = []  # columns this unit brought to the table
     stored_through = None  # the last line read by this run's committed groups
 
     def rest_from() -> Optional[int]:
@@ -572,7 +573,7 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
             if new:
                 _ensure_table(table, log)
                 columns.add(table, new, log)
-                report.columns_added += [f.name for f in new]
+                added += [f.name for f in new]
                 skipped.kinds.update(columns.kinds())
             schema = columns.schema()
 
@@ -631,6 +632,10 @@ def _ingest_unit(table: Table, unit: SourceUnit, first_part: int, state: TableSt
     except (SourceError, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         report.files_failed[unit.where] = f"{exc} (rows committed before the error are kept)"
         log(f"stopped reading {unit.where}: {exc}")
+    if added and not committed:  # no stored row holds them: the file fixed brings them again
+        columns.drop(table, added, log)
+        added = []
+    report.columns_added += added
     return committed
 
 
