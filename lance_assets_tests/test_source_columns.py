@@ -4,6 +4,7 @@ parquet file is refused naming both files, and a column named like one the table
 refused with the fix."""
 
 import json
+import re
 
 import lance
 import pyarrow as pa
@@ -87,6 +88,19 @@ def test_a_source_column_named_like_one_the_table_computes_is_refused_with_the_f
     assert again.rows_added == 1 and not again.files_failed
 
 
+def test_a_source_text_column_beside_the_one_ingested_is_refused_unless_dropped(tmp_path):
+    """With `text_column: content`, a source's own `text` column would be stored over the
+    document: refused with the fix, and dropping it (allowed: it is not the text) works."""
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"content": ["the document"], "text": ["a title"]}), path)
+    report = ingest(Table.of(tmp_path / "data"), str(path), text_column="content", log=quiet)
+    assert "column 'text'" in report.files_failed[str(path)]
+    again = ingest(Table.of(tmp_path / "data"), str(path), text_column="content",
+                   drop_columns=["text"], log=quiet)
+    assert again.rows_added == 1
+    assert rows(tmp_path / "data", ["text"]) == [{"text": "the document"}]
+
+
 def test_nested_values_are_kept_and_a_nested_value_of_another_type_costs_its_line(tmp_path):
     lines = [json.dumps({"text": f"doc {i}", "meta": {"tags": ["a", "b"], "n": i}})
              for i in range(300)]
@@ -113,7 +127,8 @@ def test_a_file_that_loses_lines_after_a_commit_keeps_those_rows_and_fails_each_
     root = tmp_path / "data"
     with pytest.raises(IngestConfigError, match="max_bad_line_share 2: .* from 0 to 1"):
         ingest(Table.of(root), str(tmp_path / "l.jsonl"), max_bad_line_share=2, log=quiet)
-    with pytest.raises(IngestConfigError, match="drop_columns \\['text'\\]: 'text' is the document"):
+    with pytest.raises(IngestConfigError, match=re.escape(
+            "drop_columns ['text']: 'text' is the document (text_column)")):
         ingest(Table.of(root), str(tmp_path / "l.jsonl"), drop_columns=["text"], log=quiet)
     assert not (root / "lance").exists()  # refused before any side effect
     for _ in range(2):

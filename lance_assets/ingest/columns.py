@@ -99,14 +99,16 @@ class SkipCounter:
             self.add(k, v)
 
 
-def check_drop_columns(drop) -> None:
-    """``drop_columns``: a list of column names (validated before any side effect)."""
+def check_drop_columns(drop, text_column: str = "text") -> None:
+    """``drop_columns``: a list of column names, not the text (validated before any side
+    effect)."""
     if not isinstance(drop, (list, tuple)) or not all(
             isinstance(c, str) and c.strip() for c in drop):
         raise SourceError(f"drop_columns {drop!r}: a list of the source's column names to leave "
                           "out, e.g. [\"file_path\"]")
-    if "text" in drop:
-        raise SourceError(f"drop_columns {drop!r}: 'text' is the document; it cannot be dropped")
+    if text_column in drop:
+        raise SourceError(f"drop_columns {drop!r}: {text_column!r} is the document (text_column); "
+                          "it cannot be dropped")
 
 
 def _kind(value) -> Optional[str]:

@@ -69,7 +69,7 @@ def check_settings(**values) -> None:
     for name, value in values.items():
         if name == "drop_columns":
             try:
-                cols.check_drop_columns(value)
+                cols.check_drop_columns(value, values.get("text_column", "text"))
             except SourceError as exc:
                 raise IngestConfigError(str(exc)) from None
             continue
