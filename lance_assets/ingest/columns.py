@@ -391,7 +391,8 @@ class TableColumns:
 
     def kinds(self) -> dict[str, str]:
         """The JSON type of each source column (``SkipCounter.kinds``)."""
-        out = {}
+        out = {src: "a number" for src, (_, typ) in MAPPED_COLUMNS.items()
+               if pa.types.is_integer(typ) or pa.types.is_floating(typ)}  # FineWeb's scores
         for name, (typ, _) in self.types.items():
             if name in RAW_SCHEMA.names:
                 continue
