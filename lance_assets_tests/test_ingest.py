@@ -1,4 +1,6 @@
 import json
+import os
+import re
 from pathlib import Path
 
 import lance
@@ -135,15 +137,26 @@ def test_bad_files_are_reported_others_ingest_and_nothing_stored_changes(tmp_pat
     assert set(failed) == {"b_wrong_schema.parquet", "c_corrupt.parquet"}
     assert "text_column" in failed["b_wrong_schema.parquet"]
     assert "replace or remove" in failed["c_corrupt.parquet"]
+    # one unreadable line of two is more than the 1% a file may lose: those files are refused
+    # whole (nothing of them stored, so a fixed file is read anew), the others land
+    refused = {Path(k).name: v for k, v in report.files_refused.items()}
+    assert set(refused) == {"d_bad.jsonl", "h_binary.parquet"}
+    assert "1 of 2 lines" in refused["d_bad.jsonl"] and "line 2" in refused["d_bad.jsonl"]
+    assert "not UTF-8: line 2" in refused["h_binary.parquet"]
     # the one non-UTF-8 row is counted once, under its own reason (not also as null text); the
-    # malformed JSON line under its file and line, the file's good line ingested
+    # malformed JSON line under its file and line
     bad_line = f"malformed JSON: {(folder / 'd_bad.jsonl').resolve()} line 2"
     assert report.rows_skipped == {"not_utf8": 1, "empty_text": 1,
                                    "longer_than_1000000_chars": 1, bad_line: 1}
     rows = read(root, ["id", "text"])
     assert rows[: len(before)] == before  # what was stored is untouched
-    assert [r["text"] for r in rows[len(before):]] == ["new text", "fine", "café ok",
-                                                       "a normal document"]
+    assert [r["text"] for r in rows[len(before):]] == ["new text", "a normal document"]
+    # allowed to lose half their lines, the refused files land with their good lines
+    again = ingest(Table.of(root), str(folder), max_bad_line_share=0.5, log=quiet)
+    assert not again.files_refused and again.rows_added == 2
+    rows = read(root, ["id", "text"])
+    assert [r["text"] for r in rows[len(before):]] == ["new text", "a normal document", "fine",
+                                                       "café ok"]
     assert [r["id"] for r in rows] == list(range(len(rows)))
 
 
@@ -176,21 +189,27 @@ def test_a_damaged_row_group_is_skipped_and_named_and_the_groups_after_it_land(t
     with open(path, "r+b") as fh:  # garbage over the text column's first page header
         fh.seek(col.data_page_offset)
         fh.write(b"\xff" * 64)
-    first = ingest(Table.of(root), str(src), log=quiet)
+    # a third of the file unreadable is more than the 1% a file may lose: refused, named
+    refused = ingest(Table.of(root), str(src), log=quiet)
+    assert refused.rows_added == 0 and "100 of 300 lines" in refused.files_refused[str(path)]
+    assert "row group 1" in refused.files_refused[str(path)]
+    first = ingest(Table.of(root), str(src), max_bad_line_share=0.5, log=quiet)
     ds = lance.dataset(paths.table_uri(root))
     landed = sorted(int(t.split()[1]) for t in ds.to_table(columns=["text"]).column("text")
                     .to_pylist())
     assert landed == list(range(100)) + list(range(200, 300))
     (reason, n), = first.rows_skipped.items()
     assert n == 100 and str(path) in reason and "row group 1" in reason
-    again = ingest(Table.of(root), str(src), log=quiet)
+    again = ingest(Table.of(root), str(src), max_bad_line_share=0.5, log=quiet)
     assert again.rows_added == 0 and ds.count_rows() == 200
     assert lance.dataset(paths.table_uri(root)).count_rows() == 200
 
 
 @pytest.mark.parametrize("field, value", [("rows_per_fragment", 0), ("rows_per_fragment", -5),
                                           ("rows_per_commit", 0), ("max_doc_chars", -1),
-                                          ("max_new_rows", 0), ("text_column", "")])
+                                          ("max_new_rows", 0), ("text_column", ""),
+                                          ("max_bad_line_share", 1.5),
+                                          ("drop_columns", ["text"])])
 def test_raw_text_run_config_names_each_bad_field_and_its_range(tmp_path, field, value):
     """`rows_per_fragment: 0` was a Rust panic, `-5` an OverflowError, `max_new_rows: 0` on a
     fresh root said to materialize `raw_text` first: each bad field is refused before the run,
@@ -202,15 +221,40 @@ def test_raw_text_run_config_names_each_bad_field_and_its_range(tmp_path, field,
     from lance_assets.ingest.raw_text import IngestConfigError
 
     root = tmp_path / "data"
-    with pytest.raises(Exception, match=f"{field} {value!r}: ") as refused:
+    with pytest.raises(Exception, match=re.escape(f"{field} {value!r}: ")) as refused:
         dg.materialize([defs.get_assets_def("raw_text")],
                        resources={"lance_store": LanceStore(data_dir=str(root))},
                        run_config={"ops": {"raw_text": {"config": {
                            "source": "synthetic:10", field: value}}}})
-    assert field == "text_column" or "from 1 to" in str(refused.value)
-    with pytest.raises(IngestConfigError, match=f"{field} {value!r}: "):
+    assert field in ("text_column", "drop_columns") or "from 1 to" in str(refused.value) or \
+        "from 0 to 1" in str(refused.value)
+    with pytest.raises(IngestConfigError, match=re.escape(f"{field} {value!r}: ")):
         ingest(Table.of(root), "synthetic:10", **{field: value}, log=quiet)
     assert not (root / "lance").exists()  # nothing ran
+
+
+def test_a_run_config_source_is_named_as_such_and_an_empty_one_is_refused(tmp_path):
+    """A bad `source` in raw_text's run config is named as that field, not as the environment
+    variable; `source: ""` was taken as "not set" and ingested LANCE_ASSETS_SOURCE: refused
+    before the run, nothing ingested."""
+    import dagster as dg
+
+    from lance_assets.definitions import defs
+    from lance_assets.defs.resources import LanceStore
+
+    store = {"lance_store": LanceStore(data_dir=str(tmp_path / "data"), source="synthetic:10")}
+    missing = str(tmp_path / "no-such-folder")
+    run = dg.materialize([defs.get_assets_def("raw_text")], resources=store, raise_on_error=False,
+                         run_config={"ops": {"raw_text": {"config": {"source": missing}}}})
+    message = run.failure_data_for_node("raw_text").error.message
+    assert f"raw_text's config source={missing!r}: no such file or folder" in message
+    assert "LANCE_ASSETS_SOURCE=" not in message
+    for blank in ("", "  "):
+        with pytest.raises(Exception, match=f"source {blank!r}: names no source. Leave it out "
+                                            "to read LANCE_ASSETS_SOURCE"):
+            dg.materialize([defs.get_assets_def("raw_text")], resources=store,
+                           run_config={"ops": {"raw_text": {"config": {"source": blank}}}})
+    assert not Table.of(tmp_path / "data").exists()
 
 
 def test_a_moved_or_renamed_file_is_not_ingested_again_and_an_older_table_stays_readable(
@@ -256,40 +300,91 @@ def test_a_moved_or_renamed_file_is_not_ingested_again_and_an_older_table_stays_
         assert len(texts) == 72
 
 
-def test_a_malformed_jsonl_line_is_skipped_and_named_by_its_line_and_the_run_check_fails(
+def test_a_badly_typed_line_costs_that_line_and_a_file_that_loses_more_fails_the_cli_run(
         tmp_path):
-    """One bad line no longer loses the file's good lines: it is skipped and counted under its
-    file and 1-based line number. A file that cannot be read at all fails the non-blocking
-    `files_ingested` check (the run succeeds; the UI shows the check failed)."""
+    """One `dagster asset materialize` over a folder: a 900-line file whose line 500 holds
+    `"score": "high"` where the others hold numbers lands 899 rows and names line 500 (it was
+    refused whole, as "row 127", with exit 0); a 14-line file with one bad line and a file of
+    only bad lines store nothing and fail the run (exit 1) naming each file, line, column and
+    type; the parquet file's own columns are kept next to the text. Fixed, the refused file is
+    read anew by the next run."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    big = [json.dumps({"text": f"document {i + 1} of the big file", "score": i % 5 + 0.5,
+                       "meta": {"lang": "en", "n": i}}) for i in range(900)]
+    big[499] = json.dumps({"text": "line 500 is fine text", "score": "high"})
+    big[99] = '{"text": unquoted}'  # line 100: not JSON
+    (src / "a_big.jsonl").write_text("\n".join(big) + "\n")
+    small = [json.dumps({"text": f"small {i + 1}", "n_links": i}) for i in range(14)]
+    small[6] = json.dumps({"text": "small 7", "n_links": [1, 2]})
+    (src / "b_small.jsonl").write_text("\n".join(small) + "\n")
+    (src / "c_bad.jsonl").write_text('{"text": 5}\n[1, 2]\n')
+    pq.write_table(pa.table({"text": ["a parquet document", "another one"],
+                             "domain": ["news", "code"], "file_path": ["x/1", "x/2"]}),
+                   src / "d_own.parquet")
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env.update(LANCE_ASSETS_DATA=str(tmp_path / "data"), LANCE_ASSETS_SOURCE=str(src),
+               DAGSTER_HOME=str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    run = subprocess.run([str(Path(sys.executable).with_name("dagster")), "asset", "materialize",
+                          "-m", "lance_assets.definitions", "--select", "raw_text"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-3000:]
+    a, b, c = (str((src / n).resolve()) for n in ("a_big.jsonl", "b_small.jsonl", "c_bad.jsonl"))
+    assert f"{b}: 1 of 14 lines read are unreadable" in out
+    assert "line 7: column 'n_links' holds an array where the column holds numbers" in out
+    assert f"{c}: 2 of 2 lines" in out and "line 1: column 'text' holds an integer" in out
+    assert "line 2" in out and "row 127" not in out
+    ds = lance.dataset(paths.table_uri(tmp_path / "data"))
+    rows = ds.to_table(columns=["text", "score", "meta", "domain", "file_path", "source"]
+                       ).to_pylist()
+    assert len(rows) == 898 + 2  # every line but the two bad ones of the big file
+    texts = {r["text"] for r in rows}
+    assert "line 500 is fine text" not in texts and "document 501 of the big file" in texts
+    assert not any(r["text"].startswith("small") for r in rows)
+    assert {(r["text"], r["domain"], r["file_path"]) for r in rows if r["domain"]} == {
+        ("a parquet document", "news", "x/1"), ("another one", "code", "x/2")}
+    assert {r["meta"]["lang"] for r in rows if r["meta"]} == {"en"}
+    assert ds.schema.field("domain").type == pa.string()
+    assert "n_links" not in ds.schema.names  # the refused file's column went with it
+    assert ds.schema.field("meta").type == pa.struct([("lang", pa.string()), ("n", pa.int64())])
+    # the big file's two bad lines are named by line, column and type in the run's record
+    from dagster import AssetKey, DagsterInstance
+
+    with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        event = instance.get_latest_materialization_event(AssetKey("raw_text"))
+    skipped = event.asset_materialization.metadata["rows_skipped_by_reason"].value
+    assert skipped[f"malformed JSON: {a} line 100"] == 1
+    assert skipped[f"wrong type: {a} line 500: column 'score' holds a string where the column "
+                   "holds numbers"] == 1
+    # fixed, the small file is read anew (it is another content); nothing else twice
+    small[6] = json.dumps({"text": "small 7", "n_links": 6})
+    (src / "b_small.jsonl").write_text("\n".join(small) + "\n")
+    again = ingest(Table.of(tmp_path / "data"), str(src), log=quiet)
+    assert again.rows_added == 14 and list(again.files_refused) == [c], again.files_refused
+    assert again.columns_added == ["n_links"]
+    assert ds.checkout_version(again.version).count_rows() == 914
+
+
+def test_a_fresh_root_whose_only_file_is_broken_fails_naming_it(tmp_path):
+    """A first ingest of nothing but a broken file says which file, not "materialize raw_text";
+    so does a file that yields no row, and the run's `files_ingested` check fails."""
     import dagster as dg
 
     from lance_assets.definitions import defs
     from lance_assets.defs.resources import LanceStore
 
-    src = tmp_path / "src"
-    src.mkdir()
-    lines = [json.dumps({"text": f"line {i + 1} of the file"}) for i in range(10)]
-    lines[3] = '{"text": unquoted}'  # line 4
-    lines[7] = "[1, 2]"  # line 8: JSON, not an object
-    (src / "a.jsonl").write_text("\n".join(lines) + "\n")
-    (src / "b.parquet").write_bytes(b"PAR1 this is not parquet")
-    result = dg.materialize([defs.get_assets_def("raw_text")],
-                            resources={"lance_store": LanceStore(data_dir=str(tmp_path / "data"),
-                                                                 source=str(src))})
-    assert result.success
-    meta = result.asset_materializations_for_node("raw_text")[0].metadata
-    skipped = meta["rows_skipped_by_reason"].value
-    a = str((src / "a.jsonl").resolve())
-    assert skipped == {f"malformed JSON: {a} line 4": 1, f"malformed JSON: {a} line 8": 1}
-    assert meta["rows_added"].value == 8
-    (check,) = result.get_asset_check_evaluations()
-    assert check.check_name == "files_ingested" and not check.passed
-    assert "b.parquet" in check.description and "replace or remove" in check.description
-    again = ingest(Table.of(tmp_path / "data"), str(src / "a.jsonl"), log=quiet)  # nothing twice
-    assert again.rows_added == 0 and not again.files_failed
-    # a first ingest of nothing but a broken file says which file, not "materialize raw_text"
-    fresh = dg.materialize([defs.get_assets_def("raw_text")], raise_on_error=False,
-                           resources={"lance_store": LanceStore(data_dir=str(tmp_path / "fresh"),
-                                                                source=str(src / "b.parquet"))})
-    failure = fresh.failure_data_for_node("raw_text").error.message
-    assert not fresh.success and "b.parquet" in failure and "Materialize" not in failure
+    (tmp_path / "b.parquet").write_bytes(b"PAR1 this is not parquet")
+    (tmp_path / "c.jsonl").write_text('{"text": null, "id": 7}\n')
+    for name, why in (("b.parquet", "replace or remove"), ("c.jsonl", "none of its 1 lines")):
+        fresh = dg.materialize([defs.get_assets_def("raw_text")], raise_on_error=False,
+                               resources={"lance_store": LanceStore(
+                                   data_dir=str(tmp_path / "fresh"), source=str(tmp_path / name))})
+        failure = fresh.failure_data_for_node("raw_text").error.message
+        assert not fresh.success and name in failure and "Materialize" not in failure
+        assert why in failure
+    assert not Table.of(tmp_path / "fresh").exists()

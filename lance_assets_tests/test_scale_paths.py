@@ -16,7 +16,7 @@ from lance_assets.curation import minhash
 from lance_assets.curation import near_dup as nd
 from lance_assets.ingest import synthetic_web as sw
 from lance_assets.ingest.raw_text import ingest
-from lance_assets.ingest.sources import SourceError, resolve
+from lance_assets.ingest.sources import SkipCounter, SourceError, resolve
 from lance_assets.table import Table
 from lance_assets.table.columns import CommitPolicy, write_columns
 from lance_assets.table.producer import produce
@@ -102,7 +102,7 @@ def test_web_generator_shape_determinism_and_ground_truth():
 def test_web_source_spec_and_its_errors():
     unit = resolve("synthetic-web:2500").units[0]
     assert unit.n_parts == 3 and "rows=2500" in unit.key
-    parts = [p for p, _ in unit.read(2, None)]
+    parts = [p for p, _ in unit.read(2, SkipCounter())]
     assert set(parts) == {2}  # a resumed ingest makes only the blocks after its watermark
     with pytest.raises(SourceError, match="synthetic-web:20000"):
         resolve("synthetic-web:lots")

@@ -13,9 +13,10 @@ path the table does not know is matched to the keys of the same content elsewher
 renamed or copied file is not ingested twice. A file that changed since it was ingested is
 noticed, never skipped in silence. JSON lines files may grow: each ingest reads the byte range
 that is new since the last one as a *generation* ``file:PATH@START-END#FP.SHA`` (its sha256
-chained on the one before), so rows appended to a ``.jsonl`` are ingested by the next run; a
-malformed line is skipped and counted by its 1-based line number. Any other change (a rewritten
-parquet, a jsonl whose ingested bytes changed) is refused with a message naming the file.
+chained on the one before), so rows appended to a ``.jsonl`` are ingested by the next run. Any
+other change (a rewritten parquet, a jsonl whose ingested bytes changed) is refused with a
+message naming the file. A unit yields the source's columns as read, each row with its 1-based
+line or row number (``columns.LINE``); what they become in the table is ``columns``' job.
 """
 
 from __future__ import annotations
@@ -23,56 +24,26 @@ from __future__ import annotations
 import glob
 import gzip
 import hashlib
-import io
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from lance_assets.ingest import synthetic_web
+from lance_assets.ingest.columns import LINE, SkipCounter, SourceError, no_text_column
+from lance_assets.ingest.columns import parse_json_lines as _parse_json_lines
 from lance_assets.ingest.synthetic import SyntheticSpec, generate
 
+ENV = "LANCE_ASSETS_SOURCE"  # where a source spec comes from, unless raw_text's run config
 FILE_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".txt")
 PART_ROWS = 1024  # rows per part for sources without row groups of their own
-READ_BATCH_ROWS = 1024
 JSONL_PART_BYTES = 1 << 20  # a JSON-lines part: the lines that start in one MiB of the file
 FINGERPRINT_EDGE_BYTES = 64 << 10
-
-# FineWeb(-Edu) columns kept next to the text, with the types they are stored as.
-MAPPED_COLUMNS = {
-    "id": ("doc_id", pa.string()),
-    "url": ("url", pa.string()),
-    "dump": ("dump", pa.string()),
-    "date": ("date", pa.string()),
-    "score": ("score", pa.float64()),
-    "int_score": ("int_score", pa.int64()),
-    "language": ("language", pa.string()),
-    "language_score": ("language_score", pa.float64()),
-    "token_count": ("token_count", pa.int64()),
-}
-
-
-class SourceError(ValueError):
-    """A source that cannot be read; the message names the input and the fix."""
-
-
-@dataclass
-class SkipCounter:
-    """Rows left out of the table, by reason."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, reason: str, n: int) -> None:
-        if n:
-            self.counts[reason] = self.counts.get(reason, 0) + int(n)
-
 
 # read(first_part, skipped) -> (part index, batch) in part order, starting at first_part
 PartReader = Callable[[int, SkipCounter], Iterator[tuple[int, pa.RecordBatch]]]
@@ -84,6 +55,11 @@ class SourceUnit:
     read: PartReader
     n_parts: Optional[int] = None  # known up front for parquet, synthetic and txt
     n_bytes: int = 0
+    where: str = ""  # how messages name it: the file's path (else the key)
+    typed: bool = False  # its columns have one type for the whole unit (parquet)
+
+    def __post_init__(self):
+        self.where = self.where or self.key
 
 
 @dataclass
@@ -165,39 +141,16 @@ def stored_keys_by_path(keys) -> dict[str, list[StoredKey]]:
     return out
 
 
-def _no_text_column(path, text_column: str, names: list[str]) -> str:
-    return (f"no text column {text_column!r} (columns: {', '.join(names)}). Set raw_text's "
-            "text_column in the run config to the right name, or move the file out of the source")
-
-
-def select_columns(batch: pa.RecordBatch, where: str, text_column: str) -> pa.RecordBatch:
-    """Map a source's columns onto ``text`` and the FineWeb columns we keep."""
-    names = batch.schema.names
-    if text_column not in names:
-        raise SourceError(f"{where}: {_no_text_column(where, text_column, names)}")
-    text = batch.column(text_column)
-    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)
-            or pa.types.is_binary(text.type) or pa.types.is_large_binary(text.type)):
-        raise SourceError(f"{where}: column {text_column!r} has type {text.type}, expected text")
-    cols = {"text": text}
-    for src, (dst, typ) in MAPPED_COLUMNS.items():
-        if src in names and src != text_column:
-            try:
-                cols[dst] = pc.cast(batch.column(src), typ)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                pass  # an optional column of an unexpected type is left out, not fatal
-    return pa.RecordBatch.from_pydict(cols)
-
-
 def _synthetic_unit(spec: SyntheticSpec) -> SourceUnit:
     n_parts = (spec.rows + PART_ROWS - 1) // PART_ROWS
 
-    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
         if first >= n_parts:
             return
         table = generate(spec)
         for part in range(first, n_parts):
             for batch in table.slice(part * PART_ROWS, PART_ROWS).to_batches():
+                skipped.lines += batch.num_rows
                 yield part, batch
 
     return SourceUnit(key=spec.key, read=read, n_parts=n_parts)
@@ -208,15 +161,16 @@ def _synthetic_web_unit(spec: synthetic_web.WebSpec) -> SourceUnit:
     ingest makes only the blocks after its watermark and nothing holds the whole corpus)."""
     assert synthetic_web.BLOCK_ROWS == PART_ROWS
 
-    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
         for part in range(first, spec.n_blocks):
             for batch in synthetic_web.generate_block(spec, part).to_batches():
+                skipped.lines += batch.num_rows
                 yield part, batch
 
     return SourceUnit(key=spec.key, read=read, n_parts=spec.n_blocks)
 
 
-def _parse_rows(spec: str, default: int) -> int:
+def _parse_rows(spec: str, default: int, label: str) -> int:
     name, _, rows = spec.partition(":")
     if not rows:
         return default
@@ -224,88 +178,56 @@ def _parse_rows(spec: str, default: int) -> int:
         n = int(rows.replace("_", ""))
     except ValueError:
         raise SourceError(
-            f"LANCE_ASSETS_SOURCE={spec!r}: the row count after '{name}:' must be an integer, "
+            f"{label}={spec!r}: the row count after '{name}:' must be an integer, "
             f"e.g. {name}:20000."
         ) from None
     if n <= 0:
-        raise SourceError(f"LANCE_ASSETS_SOURCE={spec!r}: the row count must be positive.")
+        raise SourceError(f"{label}={spec!r}: the row count must be positive.")
     return n
 
 
-def _parse_synthetic(spec: str) -> SyntheticSpec:
-    return SyntheticSpec(rows=_parse_rows(spec, SyntheticSpec().rows))
+def _parse_synthetic(spec: str, label: str = ENV) -> SyntheticSpec:
+    return SyntheticSpec(rows=_parse_rows(spec, SyntheticSpec().rows, label))
 
 
-def _parse_synthetic_web(spec: str) -> synthetic_web.WebSpec:
-    return synthetic_web.WebSpec(rows=_parse_rows(spec, synthetic_web.WebSpec().rows))
+def _parse_synthetic_web(spec: str, label: str = ENV) -> synthetic_web.WebSpec:
+    return synthetic_web.WebSpec(rows=_parse_rows(spec, synthetic_web.WebSpec().rows, label))
 
 
 def _parquet_unit(path: Path, text_column: str, key: str) -> SourceUnit:
     meta = pq.read_metadata(path)  # raises for a corrupt file: reported by the caller
     names = meta.schema.to_arrow_schema().names
     if text_column not in names:
-        raise SourceError(_no_text_column(path, text_column, names))
-    wanted = [c for c in [text_column, *MAPPED_COLUMNS] if c in names]
+        raise SourceError(no_text_column(text_column, names))
+    starts = [0]
+    for rg in range(meta.num_row_groups):
+        starts.append(starts[-1] + meta.row_group(rg).num_rows)
 
     def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
-        """Row group by row group: a group that cannot be decoded (a damaged page) is skipped
-        whole and counted under a reason naming the file and the group; the groups after it
-        are read (and a rerun skips the same group again)."""
+        """Row group by row group, each row with its 1-based row number (``LINE``): a group
+        that cannot be decoded (a damaged page) is skipped whole and counted under a reason
+        naming the file and the group; the groups after it are read (and a rerun skips the
+        same group again)."""
         pf = pq.ParquetFile(path)
         for rg in range(first, pf.num_row_groups):
+            n = pf.metadata.row_group(rg).num_rows
+            skipped.lines += n
+            if skipped.first_line is None:
+                skipped.first_line = starts[rg] + 1
             try:
-                group = pf.read_row_group(rg, columns=wanted)
+                group = pf.read_row_group(rg)
             except (OSError, pa.ArrowException) as exc:
                 cause = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-                skipped.add(f"damaged: {path} row group {rg} ({cause}); re-download or rewrite "
-                            "the file", pf.metadata.row_group(rg).num_rows)
+                skipped.bad_rows(f"damaged: {path} row group {rg} ({cause}); re-download or "
+                                 "rewrite the file", n, str(path))
                 continue
-            for batch in group.to_batches(max_chunksize=READ_BATCH_ROWS):
-                yield rg, select_columns(batch, str(path), text_column)
+            group = group.append_column(LINE, pa.array(range(starts[rg] + 1, starts[rg] + n + 1),
+                                                       pa.int64()))
+            for batch in group.to_batches(max_chunksize=PART_ROWS):
+                yield rg, batch
 
     return SourceUnit(key=key, read=read, n_parts=meta.num_row_groups,
-                      n_bytes=path.stat().st_size)
-
-
-MAX_LINES_NAMED = 20  # malformed lines named one by one per file; the rest are counted
-
-
-def _parse_json_lines(chunk: bytes, where: str, text_column: str, skipped: SkipCounter,
-                      first_line: Callable[[], int]) -> Iterator[pa.RecordBatch]:
-    """The JSON lines of ``chunk``. A line that is not a JSON object (or whose text is not a
-    string) is skipped and counted under a reason naming the file and its line, 1-based
-    (``first_line()``: the chunk's first line number, computed only then); the others land."""
-    if not chunk.strip():
-        return
-    try:
-        table = pajson.read_json(io.BytesIO(chunk), read_options=pajson.ReadOptions(
-            block_size=max(len(chunk) + 1, 1 << 20)))
-    except pa.ArrowInvalid as exc:
-        good, line = [], first_line()
-        for n, raw in enumerate(chunk.splitlines(keepends=True), start=line):
-            if not raw.strip():
-                continue
-            try:
-                doc = json.loads(raw)
-                ok = isinstance(doc, dict) and isinstance(doc.get(text_column, ""), (str, type(None)))
-            except ValueError:
-                ok = False
-            if ok:
-                good.append(raw if raw.endswith(b"\n") else raw + b"\n")
-            else:
-                named = sum(k.startswith(f"malformed JSON: {where} line ") for k in skipped.counts)
-                skipped.add(f"malformed JSON: {where} line {n}" if named < MAX_LINES_NAMED else
-                            f"malformed JSON: {where}, lines after the first {MAX_LINES_NAMED}", 1)
-        if not good:
-            return
-        try:
-            table = pajson.read_json(io.BytesIO(b"".join(good)), read_options=pajson.ReadOptions(
-                block_size=max(len(chunk) + 1, 1 << 20)))
-        except pa.ArrowInvalid:  # every line is JSON, but their types disagree
-            raise SourceError(f"{where}: not valid JSON lines ({exc}). Fix or remove the "
-                              "file.") from exc
-    for batch in table.to_batches(max_chunksize=READ_BATCH_ROWS):
-        yield select_columns(batch, where, text_column)
+                      n_bytes=path.stat().st_size, where=str(path), typed=True)
 
 
 def _lines_before(path: Path, offset: int) -> int:
@@ -342,20 +264,22 @@ def _jsonl_generation_unit(path: Path, text_column: str, start: int, end: int, f
     n_parts = max(1, -(-(end - start) // JSONL_PART_BYTES))
 
     def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+        line = None  # the 1-based number of the part's first line, counted once, then carried
         with open(path, "rb") as fh:
             for part in range(first, n_parts):
                 lo = _line_start_at_or_after(fh, start + part * JSONL_PART_BYTES, start, end)
                 hi = _line_start_at_or_after(fh, start + (part + 1) * JSONL_PART_BYTES, start, end)
                 if hi <= lo:
                     continue
+                line = _lines_before(path, lo) + 1 if line is None else line
                 fh.seek(lo)
                 chunk = fh.read(hi - lo)
-                for batch in _parse_json_lines(chunk, str(path), text_column, skipped,
-                                               lambda lo=lo: _lines_before(path, lo) + 1):
+                for batch in _parse_json_lines(chunk, str(path), text_column, skipped, line):
                     yield part, batch
+                line += chunk.count(b"\n")
 
     return SourceUnit(key=key or generation_key(path, start, end, fp, digest), read=read,
-                      n_parts=n_parts, n_bytes=end - start)
+                      n_parts=n_parts, n_bytes=end - start, where=str(path))
 
 
 def _jsonl_gz_unit(path: Path, text_column: str, key: str) -> SourceUnit:
@@ -372,32 +296,35 @@ def _jsonl_gz_unit(path: Path, text_column: str, key: str) -> SourceUnit:
                 if not chunk.endswith(b"\n"):
                     chunk += fh.readline()
                 if part >= first:
-                    for batch in _parse_json_lines(chunk, str(path), text_column, skipped,
-                                                   lambda line=line: line):
+                    for batch in _parse_json_lines(chunk, str(path), text_column, skipped, line):
                         yield part, batch
                 part, line = part + 1, line + chunk.count(b"\n")
 
-    return SourceUnit(key=key, read=read, n_bytes=path.stat().st_size)
+    return SourceUnit(key=key, read=read, n_bytes=path.stat().st_size, where=str(path))
 
 
 def _txt_unit(path: Path, key: str) -> SourceUnit:
     def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
         if first > 0:
             return
+        skipped.lines += 1
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
             skipped.add("not_utf8", 1)
+            skipped.bad += 1
+            skipped.first_bad.append(f"{path}: not UTF-8 text")
             return
         yield 0, pa.RecordBatch.from_pydict({"text": pa.array([text]), "doc_id": pa.array([path.name])})
 
-    return SourceUnit(key=key, read=read, n_parts=1, n_bytes=path.stat().st_size)
+    return SourceUnit(key=key, read=read, n_parts=1, n_bytes=path.stat().st_size, where=str(path))
 
 
 HF_SPLIT = "train"
 
 
-def _hf_unit(spec: str, text_column: str, data_files: Optional[list[str]]) -> SourceUnit:
+def _hf_unit(spec: str, text_column: str, data_files: Optional[list[str]],
+             label: str = ENV) -> SourceUnit:
     """``hf:DATASET[:CONFIG]`` streamed with Hugging Face ``datasets`` (needs the network, except
     for local builders such as ``hf:parquet`` with ``data_files``).
 
@@ -410,7 +337,7 @@ def _hf_unit(spec: str, text_column: str, data_files: Optional[list[str]]) -> So
     _, _, rest = spec.partition(":")
     name, _, config = rest.partition(":")
     if not name:
-        raise SourceError(f"LANCE_ASSETS_SOURCE={spec!r}: expected hf:DATASET or hf:DATASET:CONFIG")
+        raise SourceError(f"{label}={spec!r}: expected hf:DATASET or hf:DATASET:CONFIG")
     try:
         import datasets
     except ImportError as exc:
@@ -430,18 +357,21 @@ def _hf_unit(spec: str, text_column: str, data_files: Optional[list[str]]) -> So
     key = (f"hf:{name}" + (f":{config}" if config else "")
            + f"/{HF_SPLIT}@{revision or 'local'}#{digest[:16]}")
 
-    def read(first: int, _: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def read(first: int, skipped: SkipCounter) -> Iterator[tuple[int, pa.RecordBatch]]:
         ds = datasets.load_dataset(name, config or None, split=HF_SPLIT, streaming=True,
                                    data_files=data_files, revision=revision)
         ds = ds.skip(first * PART_ROWS)
         for offset, rows in enumerate(ds.iter(batch_size=PART_ROWS)):
             batch = pa.RecordBatch.from_pydict(rows)
-            yield first + offset, select_columns(batch, spec, text_column)
+            skipped.lines += batch.num_rows
+            yield first + offset, batch.append_column(LINE, pa.array(
+                range((first + offset) * PART_ROWS + 1, (first + offset) * PART_ROWS
+                      + batch.num_rows + 1), pa.int64()))
 
-    return SourceUnit(key=key, read=read)
+    return SourceUnit(key=key, read=read, typed=True)
 
 
-def expand_paths(spec: str) -> list[Path]:
+def expand_paths(spec: str, label: str = ENV) -> list[Path]:
     """The ingestible files a local spec names (a file, a folder searched recursively, or a
     glob), sorted; a path that does not exist is an error, a folder or glob with none is not."""
     if any(ch in spec for ch in "*?["):
@@ -450,7 +380,7 @@ def expand_paths(spec: str) -> list[Path]:
         p = Path(spec).expanduser()
         if not p.exists():
             raise SourceError(
-                f"LANCE_ASSETS_SOURCE={spec!r}: no such file or folder. Point it at a .parquet, "
+                f"{label}={spec!r}: no such file or folder. Point it at a .parquet, "
                 ".jsonl, .jsonl.gz or .txt file, a folder or glob of them, or use 'synthetic'."
             )
         matches = sorted(p.rglob("*")) if p.is_dir() else [p]
@@ -550,19 +480,24 @@ def _jsonl_units(path: Path, text_column: str, size: int,
 
 
 def resolve(spec: str, text_column: str = "text", *, hf_data_files: Optional[list[str]] = None,
-            stored_keys=(), ) -> ResolvedSource:
-    """Turn a source spec into units, given the unit keys the table already holds.
+            stored_keys=(), label: str = ENV) -> ResolvedSource:
+    """Turn a source spec into units, given the unit keys the table already holds; ``label``
+    names where the spec came from in messages (the variable, or raw_text's run config).
 
     Files that cannot be read, or that changed in a way that cannot be ingested, are reported
     in ``bad_files`` (not fatal: the others are read).
     """
     spec = spec.strip()
+    if not spec:
+        raise SourceError(f"{label}='': names no source. Name a file, folder or glob, "
+                          "synthetic[:ROWS] or hf:DATASET" + (
+                              "" if label == ENV else f", or leave it out to read {ENV}"))
     if spec == "synthetic-web" or spec.startswith("synthetic-web:"):
-        return ResolvedSource([_synthetic_web_unit(_parse_synthetic_web(spec))], {})
+        return ResolvedSource([_synthetic_web_unit(_parse_synthetic_web(spec, label))], {})
     if spec == "synthetic" or spec.startswith("synthetic:"):
-        return ResolvedSource([_synthetic_unit(_parse_synthetic(spec))], {})
+        return ResolvedSource([_synthetic_unit(_parse_synthetic(spec, label))], {})
     if spec.startswith("hf:"):
-        return ResolvedSource([_hf_unit(spec, text_column, hf_data_files)], {})
+        return ResolvedSource([_hf_unit(spec, text_column, hf_data_files, label)], {})
     by_path = stored_keys_by_path(stored_keys)
     by_fp: dict[str, list[StoredKey]] = {}
     for keys in by_path.values():
@@ -570,7 +505,7 @@ def resolve(spec: str, text_column: str = "text", *, hf_data_files: Optional[lis
             if k.fp:
                 by_fp.setdefault(k.fp, []).append(k)
     units, bad = [], {}
-    files = expand_paths(spec)
+    files = expand_paths(spec, label)
     for path in files:
         try:
             known = by_path.get(str(path)) or _same_content(path, by_path, by_fp)
@@ -581,6 +516,6 @@ def resolve(spec: str, text_column: str = "text", *, hf_data_files: Optional[lis
             bad[str(path)] = f"not a readable {path.suffix} file ({exc}); replace or remove it"
     warning = None
     if not files:
-        warning = (f"LANCE_ASSETS_SOURCE={spec!r} matches no .parquet, .jsonl, .jsonl.gz or .txt "
+        warning = (f"{label}={spec!r} matches no .parquet, .jsonl, .jsonl.gz or .txt "
                    "file: nothing to ingest. Check the path or glob for a typo.")
     return ResolvedSource(units, bad, warning)
