@@ -407,7 +407,9 @@ def test_checkpoints_on_s3_keep_the_newest_and_resume_skips_a_truncated_one(s3):
     out = f"s3://{bucket}/ck/train/run"
     assert checkpoint.load_for_resume("auto", out) == (None, None)
     for step in (1, 2, 3):
-        checkpoint.save_atomic({"step": step, "model": {"w": torch.ones(2)}}, out, step, keep=2)
+        state = {**dict.fromkeys(checkpoint.RESUME_KEYS, 0), "step": step,
+                 "model": {"w": torch.ones(2)}, "model_config": {}}  # every key a resume reads
+        checkpoint.save_atomic(state, out, step, keep=2)
     assert keys(client, bucket, "ck/") == ["ck/train/run/ckpt_0000002.pt",
                                            "ck/train/run/ckpt_0000003.pt"]
     newest = f"{out}/ckpt_0000003.pt"
