@@ -70,7 +70,8 @@ def training_snapshot(cfg: TrainConfig, table: Table, out: Path) -> tuple[str, i
     tag = maintenance.snapshot_tag(out.name)
     chosen = table.choose(tag if resumes(cfg, out) else None, or_newest=True)
     return tag, table.snapshots.hold(tag, chosen.version, owner="pretrained_model",
-                                     kind=snapshots.RUN, named=bool(cfg.run_name))
+                                     kind=snapshots.RUN, named=bool(cfg.run_name),
+                                     branch=chosen.branch)
 
 
 def check_world(cfg: TrainConfig) -> None:
