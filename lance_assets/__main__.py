@@ -153,7 +153,7 @@ def _explain(args: argparse.Namespace) -> int:
         _say(f"error: {err}")
         return 2
     _out(json.dumps(story.to_dict(), indent=2, default=str) if args.json else story.markdown())
-    return 0 if story.present else 1
+    return 0 if story.present or story.forgotten else 1  # a forgotten one is answered too
 
 
 def _diff(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

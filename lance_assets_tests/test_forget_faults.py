@@ -145,7 +145,7 @@ def test_a_forget_killed_right_after_its_delete_is_finished_by_the_next_run(sema
 
 KILL_POINTS = ["plan", "files", "delete-commit", "delete", "compaction", "indexes", "cleanup",
                "side-stores", "done"] + [f"redact:train-r1:{p}" for p in (
-                   "branch", "overwrite", "delete", "rewrite", "tag", "clean")]
+                   "held", "branch", "overwrite", "delete", "rewrite", "tag", "clean")]
 
 
 class Killed(BaseException):

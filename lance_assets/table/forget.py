@@ -526,7 +526,8 @@ def _redact(table: Table, journal: Journal, planned: Planned, report: ForgetRepo
         got = redact.redact(
             table, h.tag, planned.op, ids, filters,
             lambda phase, detail, h=h: journal.finish(planned, f"redact:{h.tag}:{phase}", detail),
-            lambda ds, frag, b: bool(np.isin(scanner.file_ids(ds, frag, b), ids).any()), log)
+            lambda ds, frag, b: bool(np.isin(scanner.file_ids(ds, frag, b), ids).any()),
+            (planned.finished.get(f"redact:{h.tag}:held") or {}).get("ids"), log)
         if got is not None:
             report.redacted[h.tag] = got
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 
 from lance_assets import storage
 from lance_assets.table import Table
@@ -60,6 +61,31 @@ class Journal:
     def finish(self, planned: Planned, phase: str, detail: dict | None = None) -> None:
         self._append(planned.op, phase, (), detail)
         planned.finished[phase] = detail or {}
+
+    def events(self, prefix: str) -> list[dict]:
+        """Every event whose name starts with ``prefix``, oldest first: ``{op, event, detail,
+        at}`` (``redact``'s phases: what each redaction removed, by id)."""
+        table, _ = read_side(self.uri)
+        if table is None:
+            return []
+        rows = table.filter(pa.compute.starts_with(table.column("event"), prefix)).to_pylist()
+        return [{"op": r["op"], "event": r["event"], "detail": json.loads(r["detail"]),
+                 "at": r["at"]} for r in sorted(rows, key=lambda r: r["at"])]
+
+    def forgotten(self, doc_id: int) -> dict | None:
+        """The forget that planned to erase ``doc_id`` (ids only): ``{op, at, ids,
+        predicate_sha256, done, at_done}``; None when none did."""
+        table, _ = read_side(self.uri)
+        if table is None:
+            return None
+        rows = sorted(table.to_pylist(), key=lambda r: r["at"])
+        plan = next((r for r in rows if r["event"] == PLAN and doc_id in r["ids"]), None)
+        if plan is None:
+            return None
+        done = next((r for r in rows if r["op"] == plan["op"] and r["event"] == DONE), None)
+        return {"op": plan["op"], "at": plan["at"], "ids": len(plan["ids"]),
+                "predicate_sha256": json.loads(plan["detail"]).get("predicate_sha256", ""),
+                "done": done is not None, "at_done": done["at"] if done else None}
 
     def pending(self) -> list[Planned]:
         """Operations planned and not done, oldest first."""

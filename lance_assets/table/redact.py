@@ -74,6 +74,19 @@ def versions_of(table: Table) -> list[tuple[str | None, int]]:
     return out
 
 
+def forgotten_ids(table: Table, ds: lance.LanceDataset) -> np.ndarray:
+    """The ids ``forget`` redacted from the snapshot ``ds`` is a version of (ids only, from the
+    journal's ``held`` phases of the redactions it records), sorted."""
+    from lance_assets.table.forget_journal import Journal
+
+    done = {(r.get("op"), r.get("tag")) for r in redactions(ds)}
+    if not done:
+        return np.zeros(0, np.int64)
+    got = [e["detail"].get("ids", []) for e in Journal(table).events("redact:")
+           if e["event"].endswith(":held") and (e["op"], e["event"].split(":")[1]) in done]
+    return np.unique(np.asarray([i for ids in got for i in ids], np.int64))
+
+
 def data_path(uri: str, ds: lance.LanceDataset, data_file, branch: str | None = None) -> str:
     """Where a fragment's data file is: under a base path (base 0: the table's root ``uri``) or,
     with no base, under the folder of the branch ``ds`` is a version of (``tree/<branch>``)."""
@@ -121,18 +134,24 @@ def _rewrite(ds: lance.LanceDataset, fragments: set[int]) -> tuple[lance.LanceDa
 
 def redact(table: Table, tag: str, op: str, ids: np.ndarray, filters: list[str],
            journal_phase: Callable[[str, dict], None],
-           holds: Callable[[lance.LanceDataset, object, str], bool],
+           holds: Callable[[lance.LanceDataset, object, str], bool], held: list | None = None,
            log: Callable[[str], None] = print) -> dict | None:
     """Make ``tag``'s redacted copy for the forget ``op`` (module docstring); each phase goes to
     the journal through ``journal_phase(phase, detail)``; ``holds(ds, fragment, branch)``:
-    whether a fragment's data files keep a forgotten id. None when ``tag`` no longer exists
-    (released meanwhile)."""
+    whether a fragment's data files keep a forgotten id; ``held``: the ids the ``held`` phase
+    recorded (a rerun's). None when ``tag`` no longer exists (released meanwhile)."""
     start = time.perf_counter()
     root = table.newest()
     info = root.tags.list().get(tag)
     if info is None:
         return None
     before = {"version": int(info["version"]), "branch": info.get("branch")}
+    if held is None:  # before any change: the forgotten ids this snapshot reads (by id only)
+        source = table.open(tag)
+        held = sorted(int(i) for f in filters for i in source.to_table(
+            columns=["id"], filter=f).column("id").to_pylist())
+        journal_phase("held", {"ids": held, "version": before["version"],
+                               "branch": before["branch"]})
     name = before["branch"]
     if name is None:  # its first redaction: a copy on a branch of its own
         name = branch_name(op, tag)

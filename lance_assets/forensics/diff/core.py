@@ -109,6 +109,10 @@ def _plan(a: _Prepared, b: _Prepared, read: set[str], full: bool, log) -> rowpla
     every_row = {"a": None, "b": None}
     if full:
         return rowplan.Plan(rowplan.FULL_SCAN, "asked for", every_row)
+    if a.side.branch or b.side.branch:
+        return rowplan.Plan(rowplan.FULL_SCAN, "a side is a redacted snapshot (forget made it on "
+                            "a branch of its own, whose versions are not the main line's)",
+                            every_row)
     lo, hi = sorted((a.ds, b.ds), key=lambda d: d.version)
     got = rowplan.tracked_changes(lo, hi, read)
     if not isinstance(got, str):

@@ -27,6 +27,7 @@ from lance_assets.table.choice import RETENTION
 from lance_assets.table.maintenance import SNAPSHOT_PREFIX
 from lance_assets.table.read_record import load as load_read_record
 from lance_assets.table.read_record import rows_read
+from lance_assets.table.redact import forgotten_ids
 from lance_assets.table.snapshots import NO_REASON
 
 ABLATION_PREFIX = "ablation-"
@@ -54,6 +55,8 @@ class Side:
     read_from: str = ""
     filter: str = ""  # a run's or arm's own training filter (recorded)
     dataset: lance.LanceDataset | None = field(default=None, repr=False, compare=False)
+    branch: str | None = None  # a redacted snapshot's branch (``table.redact``)
+    forgotten: np.ndarray | None = field(default=None, repr=False)  # ids forget redacted from it
 
     def label(self) -> str:
         tag = f", tag {self.tag}" if self.tag else ""
@@ -65,7 +68,8 @@ class Side:
                 "tag": self.tag, "chosen": self.said, "rules_from": self.rules_from,
                 "rules": self.rules, "tokenizer": self.tokenizer, "read_from": self.read_from,
                 "documents_read": None if self.read is None else int(len(self.read)),
-                "filter": self.filter}
+                "filter": self.filter, "branch": self.branch,
+                "forgotten": 0 if self.forgotten is None else int(len(self.forgotten))}
 
 
 def _json(path) -> dict | None:
@@ -178,7 +182,8 @@ def _side(table: Table, ref: str, kind: str, name: str, chosen, **extra) -> Side
     rules, rules_from = _rules(ds)
     side = Side(ref=ref, kind=kind, name=name, version=ds.version, tag=chosen.tag,
                 said=chosen.said, rules=rules, rules_from=rules_from,
-                tokenizer=get_json_config(ds, keys.TOKENIZER_KEY), dataset=ds)
+                tokenizer=get_json_config(ds, keys.TOKENIZER_KEY), dataset=ds,
+                branch=chosen.branch, forgotten=forgotten_ids(table, ds) if chosen.branch else None)
     for k, v in extra.items():
         setattr(side, k, v)
     return side
