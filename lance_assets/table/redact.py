@@ -32,6 +32,7 @@ from datetime import timedelta
 
 import lance
 import numpy as np
+from lance.file import LanceFileReader
 from lance.optimize import Compaction
 
 from lance_assets import storage
@@ -100,20 +101,26 @@ def data_path(uri: str, ds: lance.LanceDataset, data_file, branch: str | None = 
     return storage.uri_of(root / "data" / data_file.path)
 
 
-def _rebased(fragments) -> list:
-    """A version's fragment metadata as a branch's manifest must name it: files with no base are
-    the table root's (base 0)."""
-    out = []
-    for frag in fragments:
+def _rebased(table: Table, ds: lance.LanceDataset) -> tuple[list, list[int]]:
+    """``ds``'s fragment metadata as a branch's manifest must name it (files with no base are the
+    table root's: base 0), without deletion files (an overwrite takes none), and the ids those
+    deletion files hid (deleted again on the branch)."""
+    out, hidden = [], []
+    id_field = ds.lance_schema.field("id").id()
+    for frag in ds.get_fragments():
         meta = frag.metadata
+        if meta.deletion_file is not None:
+            data = next(f for f in meta.data_files() if id_field in f.fields)
+            every = LanceFileReader(data_path(table.uri, ds, data), columns=["id"],
+                                    storage_options=table.storage_options).read_all().to_table()
+            live = frag.to_table(columns=["id"]).column("id").to_numpy()
+            hidden += np.setdiff1d(every.column("id").to_numpy(), live).tolist()
+            meta.deletion_file = None
         for f in meta.files:
             if f.base_id is None:
                 f.base_id = 0
-        deletion = meta.deletion_file
-        if deletion is not None and getattr(deletion, "base_id", 0) is None:
-            deletion.base_id = 0
         out.append(meta)
-    return out
+    return out, hidden
 
 
 def _rewrite(ds: lance.LanceDataset, fragments: set[int]) -> tuple[lance.LanceDataset, int, int]:
@@ -211,9 +218,12 @@ def _copy(table: Table, tag: str, name: str, op: str, ids: np.ndarray, before: d
     branch = root.create_branch(name)
     journal_phase("branch", {"branch": name, "parent": root.version, "tag": tag})
     record = [{**before, "tag": tag, "op": op, "ids": int(len(ids)), "at": time.time()}]
+    fragments, hidden = _rebased(table, source)
     branch = lance.LanceDataset.commit(
-        branch, lance.LanceOperation.Overwrite(source.lance_schema,
-                                               _rebased(source.get_fragments())),
+        branch, lance.LanceOperation.Overwrite(source.lance_schema, fragments),
         read_version=branch.version)
+    for lo in range(0, len(hidden), 2000):  # what the version's deletion files hid, again
+        branch.delete(f"id IN ({','.join(str(int(i)) for i in hidden[lo:lo + 2000])})")
+    branch = open_branch(table, name)
     branch.update_config({**source.config(), REDACTED_KEY: json.dumps(record)}, replace=True)
     journal_phase("overwrite", {"branch": name, "version": open_branch(table, name).version})

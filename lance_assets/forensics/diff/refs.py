@@ -57,6 +57,12 @@ class Side:
     dataset: lance.LanceDataset | None = field(default=None, repr=False, compare=False)
     branch: str | None = None  # a redacted snapshot's branch (``table.redact``)
     forgotten: np.ndarray | None = field(default=None, repr=False)  # ids forget redacted from it
+    redacted_from: int | None = None  # the main line's version a redacted copy was made of
+
+    @property
+    def line_version(self) -> int:
+        """Where it stands on the main line (a redacted copy: the version it was made of)."""
+        return self.version if self.redacted_from is None else self.redacted_from
 
     def label(self) -> str:
         tag = f", tag {self.tag}" if self.tag else ""
@@ -152,7 +158,9 @@ def release_story(table: Table, tag: str | None, version: int | None) -> str:
         if by_forget:
             return by_forget
     if note:
-        return (f"tag {note['tag']} (version {note['version']}, held by "
+        copy = (f" of branch {note['branch']}: the copy forget redacted, deleted with the tag"
+                if note.get("branch") else "")
+        return (f"tag {note['tag']} (version {note['version']}{copy}, held by "
                 f"{note.get('owner', 'unknown')}, {note.get('kind', '?')}) was released at "
                 f"{_when(note.get('released', 0))}: {note.get('why') or 'no reason recorded'}")
     return f"no release was recorded for it ({RETENTION})"
@@ -183,7 +191,9 @@ def _side(table: Table, ref: str, kind: str, name: str, chosen, **extra) -> Side
     side = Side(ref=ref, kind=kind, name=name, version=ds.version, tag=chosen.tag,
                 said=chosen.said, rules=rules, rules_from=rules_from,
                 tokenizer=get_json_config(ds, keys.TOKENIZER_KEY), dataset=ds,
-                branch=chosen.branch, forgotten=forgotten_ids(table, ds) if chosen.branch else None)
+                branch=chosen.branch, forgotten=forgotten_ids(table, ds) if chosen.branch else None,
+                redacted_from=next((int(r["version"]) for r in chosen.redactions
+                                    if r.get("branch") is None), None))
     for k, v in extra.items():
         setattr(side, k, v)
     return side
