@@ -88,6 +88,20 @@ def forgotten_ids(table: Table, ds: lance.LanceDataset) -> np.ndarray:
     return np.unique(np.asarray([i for ids in got for i in ids], np.int64))
 
 
+def gone(table: Table, ds: lance.LanceDataset) -> dict:
+    """What ``forget`` took from the snapshot ``ds`` is a version of: ``{documents, tokens,
+    from_version, forgets}`` (tokens as the table counted them, ``n_tokens``)."""
+    from lance_assets.table.forget_journal import Journal
+
+    done = redactions(ds)
+    ops = {(r.get("op"), r.get("tag")) for r in done}
+    held = [e["detail"] for e in Journal(table).events("redact:")
+            if e["event"].endswith(":held") and (e["op"], e["event"].split(":")[1]) in ops]
+    return {"documents": len({i for h in held for i in h.get("ids", [])}),
+            "tokens": sum(int(h.get("tokens", 0)) for h in held),
+            "from_version": done[0]["version"] if done else None, "forgets": len(done)}
+
+
 def data_path(uri: str, ds: lance.LanceDataset, data_file, branch: str | None = None) -> str:
     """Where a fragment's data file is: under a base path (base 0: the table's root ``uri``) or,
     with no base, under the folder of the branch ``ds`` is a version of (``tree/<branch>``)."""
@@ -155,9 +169,12 @@ def redact(table: Table, tag: str, op: str, ids: np.ndarray, filters: list[str],
     before = {"version": int(info["version"]), "branch": info.get("branch")}
     if held is None:  # before any change: the forgotten ids this snapshot reads (by id only)
         source = table.open(tag)
-        held = sorted(int(i) for f in filters for i in source.to_table(
-            columns=["id"], filter=f).column("id").to_pylist())
-        journal_phase("held", {"ids": held, "version": before["version"],
+        cols = ["id"] + (["n_tokens"] if "n_tokens" in source.schema.names else [])
+        got = [source.to_table(columns=cols, filter=f) for f in filters]
+        held = sorted(int(i) for t in got for i in t.column("id").to_pylist())
+        tokens = sum(int(n or 0) for t in got if "n_tokens" in t.column_names
+                     for n in t.column("n_tokens").to_pylist())
+        journal_phase("held", {"ids": held, "tokens": tokens, "version": before["version"],
                                "branch": before["branch"]})
     name = before["branch"]
     if name is None:  # its first redaction: a copy on a branch of its own
