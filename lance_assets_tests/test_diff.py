@@ -280,7 +280,7 @@ def test_the_forgotten_text_is_in_no_file_and_explain_answers_for_it(history, ca
     whose redacted snapshot no longer has it, had read it."""
     from lance.file import LanceFileReader
 
-    from lance_assets_tests.test_forget_faults import held_on_disk
+    from lance_assets_tests.helpers import held_on_disk
 
     root, texts = history["root"], history["texts"]
     assert len(texts) == 4 and held_on_disk(root, [4, 6, 301, 302]) == []

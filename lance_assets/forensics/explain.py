@@ -40,9 +40,8 @@ from lance_assets import keys, paths
 from lance_assets.curation.predicate import PredicateError, safe_predicate
 from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, VersionChoiceError
-from lance_assets.table.forget_journal import Journal
+from lance_assets.table.forget_journal import Journal, forgotten_ids
 from lance_assets.table.read_record import read_by
-from lance_assets.table.redact import forgotten_ids
 
 MAX_LIST = 12  # longer lists are shown by their length and first items
 MAX_MEMBERS = 20  # cluster members listed (the size is always counted)

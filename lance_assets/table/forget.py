@@ -1,28 +1,28 @@
 """Removing documents for good: ``forget``, a journaled operation that a rerun finishes.
 
 1. **Find** the documents: the predicate (the curation rules' parser: data, never SQL) is
-   evaluated on every version on disk, tagged or not, where its columns exist: an operator's
-   own delete, or an earlier forget that died, hides nothing. The holders are the snapshots
-   whose version reads one of them or keeps one in its data files behind a deletion file.
+   evaluated on every version on disk, of every branch, tagged or not, where its columns exist:
+   an operator's own delete, or an earlier forget that died, hides nothing. The holders are the
+   snapshots whose version reads one of them or keeps one in its data files.
 2. **Guard** (``forget_guard``): more than ``max_share`` of the most rows a version on disk
-   holds, or all of them, is refused without an explicit setting, and so is the release of a
-   snapshot a user made or named that the forget does not name (``release``); ``dry_run``
-   reports what would go and changes nothing; a snapshot a running training run reads is not
+   holds, or all of them, is refused without an explicit setting; ``dry_run`` reports what
+   would go and changes nothing; a snapshot a running training run reads is not redacted or
    released unless forced.
 3. **Journal** the ids (``forget_journal``) before anything changes, then each phase: remove
    the files that quote them (reports, stories, samples: read while the texts still exist);
-   delete the rows; release the holders; rewrite every fragment whose data files still hold one
-   (compaction); rebuild every index in force; clean up every untagged old version; reset the
-   side stores made from the columns (``semantic_dup``'s vectors, saved row ranges).
-4. **Verify** through Lance: no version on disk reads one of them and no data file a version
-   references holds one. A concurrent writer that keeps changing a fragment is met by another
-   round; after ``ROUNDS`` the forget fails and says so, and the journal keeps it pending.
+   delete the rows; release the holders ``release`` names; rewrite every fragment whose data
+   files still hold one (compaction); redact every other holder (``redact``: a copy on a branch
+   of its own under the same tag, each step journaled); rebuild every index in force; clean up
+   every untagged old version; reset the side stores made from the columns.
+4. **Verify** through Lance: no version of any branch reads one of them and no data file such
+   a version references holds one. A concurrent writer that keeps changing a fragment is met by
+   another round; after ``ROUNDS`` the forget fails and says so, and the journal keeps it
+   pending.
 
 Every forget first finishes the pending ones. The report goes to the run's metadata and to
 ``<data>/forget.log.jsonl`` (ids' count and range, the predicate's sha256, the snapshots
-released and the versions its cleanup removed: never text).
+redacted and released, the versions its cleanup removed: never text).
 """
-
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,6 @@
-"""Where the table still holds documents: in every version on disk, tagged or not, counting what a
-version reads and what its data files keep behind deletion files.
+"""Where the table still holds documents: in every version on disk, of the main line and of every
+branch (``redact``'s copies), tagged or not, counting what a version reads and what its data
+files keep behind deletion files.
 
 A delete hides rows behind a deletion file; the data files still hold them (every column's file
 of the fragment, at the deleted offsets) until a compaction rewrites the fragment. So a version

@@ -29,6 +29,7 @@ import json
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import lance
 import numpy as np
@@ -36,7 +37,8 @@ from lance.file import LanceFileReader
 from lance.optimize import Compaction
 
 from lance_assets import storage
-from lance_assets.table import Table
+
+Table = Any  # lance_assets.table.Table (which imports this module through table.choice)
 
 BRANCH_PREFIX = "redacted-"
 REDACTED_KEY = "lance_assets.redacted"  # the branch's record: [{tag, version, branch, op, ...}]
@@ -73,33 +75,6 @@ def versions_of(table: Table) -> list[tuple[str | None, int]]:
         except (OSError, ValueError):
             continue  # deleted meanwhile
     return out
-
-
-def forgotten_ids(table: Table, ds: lance.LanceDataset) -> np.ndarray:
-    """The ids ``forget`` redacted from the snapshot ``ds`` is a version of (ids only, from the
-    journal's ``held`` phases of the redactions it records), sorted."""
-    from lance_assets.table.forget_journal import Journal
-
-    done = {(r.get("op"), r.get("tag")) for r in redactions(ds)}
-    if not done:
-        return np.zeros(0, np.int64)
-    got = [e["detail"].get("ids", []) for e in Journal(table).events("redact:")
-           if e["event"].endswith(":held") and (e["op"], e["event"].split(":")[1]) in done]
-    return np.unique(np.asarray([i for ids in got for i in ids], np.int64))
-
-
-def gone(table: Table, ds: lance.LanceDataset) -> dict:
-    """What ``forget`` took from the snapshot ``ds`` is a version of: ``{documents, tokens,
-    from_version, forgets}`` (tokens as the table counted them, ``n_tokens``)."""
-    from lance_assets.table.forget_journal import Journal
-
-    done = redactions(ds)
-    ops = {(r.get("op"), r.get("tag")) for r in done}
-    held = [e["detail"] for e in Journal(table).events("redact:")
-            if e["event"].endswith(":held") and (e["op"], e["event"].split(":")[1]) in ops]
-    return {"documents": len({i for h in held for i in h.get("ids", [])}),
-            "tokens": sum(int(h.get("tokens", 0)) for h in held),
-            "from_version": done[0]["version"] if done else None, "forgets": len(done)}
 
 
 def data_path(uri: str, ds: lance.LanceDataset, data_file, branch: str | None = None) -> str:

@@ -39,7 +39,7 @@ from lance_assets import storage
 from lance_assets.curation.predicate import Predicate, PredicateError, safe_predicate
 from lance_assets.keys import TOKENIZER_KEY
 from lance_assets.table import Table
-from lance_assets.table.redact import gone
+from lance_assets.table.forget_journal import gone
 from lance_assets.table.side import open_side_dataset, write_side_dataset
 from lance_assets.train.streaming_adapter import PermutationError, SharedPermutationDataset, permutation_seed
 from lance_assets.train.workers import InOrderBatches

@@ -24,10 +24,10 @@ from lance_assets.ablation.plan import SAFE_NAME_RE
 from lance_assets.curation.rules import DEFAULT_RULES, stored_curation
 from lance_assets.table import Table, VersionChoiceError, get_json_config
 from lance_assets.table.choice import RETENTION
+from lance_assets.table.forget_journal import forgotten_ids
 from lance_assets.table.maintenance import SNAPSHOT_PREFIX
 from lance_assets.table.read_record import load as load_read_record
 from lance_assets.table.read_record import rows_read
-from lance_assets.table.redact import forgotten_ids
 from lance_assets.table.snapshots import NO_REASON
 
 ABLATION_PREFIX = "ablation-"
