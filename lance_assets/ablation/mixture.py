@@ -349,7 +349,8 @@ def run_search(table: Table, config: MixtureSettings, launch: Launch, *,
     name = config.name or runner.unnamed(table)
     tag = TAG_PREFIX + name
     version = table.choose(tag, or_newest=True).version
-    ds = table.open(version)
+    branch = table.snapshots.branch_of(tag, version)  # a copy forget redacted: read by its tag
+    ds = table.open(tag if branch else version)
     with phase(f"mixture {name}: planning (domains, tokens, held-out split)", log,
                announce=False):
         plan = plan_search(ds, config, mixture_filter(ds, config))
@@ -359,7 +360,7 @@ def run_search(table: Table, config: MixtureSettings, launch: Launch, *,
                                      f"{n} proxies: the regression needs at least 3; raise "
                                      "proxies")
     table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
-                         named=bool(config.name))
+                         named=bool(config.name), branch=branch)
     base = paths.ablation_dir(table.root, "mixture-" + name)
     caps = plan.vector("cap")
     log(f"mixture {name}: table version {version} (tag {tag}), {len(plan.domains)} domains ("

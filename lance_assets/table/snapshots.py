@@ -123,6 +123,12 @@ class Snapshots:
         info = self.table.newest().tags.list().get(tag)
         return None if info is None else int(info["version"])
 
+    def branch_of(self, tag: str, version: int) -> str | None:
+        """The branch of the redacted copy ``tag`` names when it names ``version`` there (a
+        rerun pinned through the tag reads and holds that copy), else None."""
+        snap = self.get(tag)
+        return snap.branch if snap is not None and snap.version == version else None
+
     # -- holding and releasing
     def hold(self, tag: str, version: int, *, owner: str, kind: str = MANUAL,
              named: bool = True, branch: str | None = None) -> int:
