@@ -155,7 +155,8 @@ def _open(table, version: int | str) -> lance.LanceDataset | None:
 def _tags(table) -> str:
     """The table's tags and their versions, for a message."""
     tags = table.snapshots.list()
-    return ", ".join(f"{t} (version {s.version})" for t, s in sorted(tags.items())) or "none"
+    return ", ".join(f"{t} (version {s.version}" + (f" of branch {s.branch}" if s.branch else "")
+                     + ")" for t, s in sorted(tags.items())) or "none"
 
 
 def _ranges(numbers: list[int]) -> str:

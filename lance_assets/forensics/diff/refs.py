@@ -318,7 +318,10 @@ def listing(table: Table) -> str:
                  if (plan := _json(p / "plan.json"))]
     newest = table.newest()
     versions = sorted(int(v["version"]) for v in newest.versions())
-    return (f"Tags: {', '.join(f'{t} (version {s.version})' for t, s in sorted(tags.items())) or 'none'}. "
+    named = ", ".join(f"{t} (version {s.version}" + (f" of {s.branch}: redacted by forget"
+                                                      if s.branch else "") + ")"
+                      for t, s in sorted(tags.items())) or "none"
+    return (f"Tags: {named}. "
             f"Training runs: {', '.join(runs) or 'none'}. "
             f"Ablations (arms): {'; '.join(ablations) or 'none'}. "
             f"Versions on disk: {len(versions)} ({versions[0]} to {versions[-1]}).")
