@@ -43,19 +43,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="which documents: a predicate over the table's columns, e.g. \"url = "
                         "'https://example.com/a'\" or \"id IN (4, 8)\"")
     f.add_argument("--force", action="store_true",
-                   help="release snapshots even while a training run reads them")
+                   help="redact (or release) snapshots even while a training run reads them")
     f.add_argument("--dry-run", action="store_true",
                    help="print how many documents would go, a few of their urls and the "
-                        "snapshots it would release; change nothing")
+                        "snapshots it would redact or release; change nothing")
     f.add_argument("--max-share", type=float, default=MAX_SHARE,
                    help="refuse when the documents are more than this share of the table's "
                         "rows (default: %(default)s)")
     f.add_argument("--allow-all", action="store_true",
                    help="allow a predicate that matches every row of the table")
     f.add_argument("--release", action="append", default=[], metavar="TAG",
-                   help="a snapshot made or named by a user that forget may release when it "
-                        "holds one of the documents (repeat for each; the project's own "
-                        "train-* and ablation-* snapshots need none)")
+                   help="a snapshot holding one of the documents to release whole instead of "
+                        "redacting it (repeat for each; every other holder keeps its other "
+                        "rows under its tag)")
     f.add_argument("--data", default=None, help="data root (default: $LANCE_ASSETS_DATA or ./data)")
     f.add_argument("--json", action="store_true", help="print the report as JSON")
     e = sub.add_parser("explain", help="why a document is in or out, and what trained on it")
@@ -157,7 +157,7 @@ def _explain(args: argparse.Namespace) -> int:
         _say(f"error: {err}")
         return 2
     _out(json.dumps(story.to_dict(), indent=2, default=str) if args.json else story.markdown())
-    return 0 if story.present else 1
+    return 0 if story.present or story.forgotten else 1  # a forgotten one is answered too
 
 
 def _diff(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

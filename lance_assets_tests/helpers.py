@@ -93,3 +93,43 @@ class WritesAMarker:
         import pathlib
 
         return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def held_on_disk(root, ids) -> list[str]:
+    """Where a version on disk still holds one of ``ids``: rows it reads, or rows a data file it
+    references keeps behind a deletion file (read with Lance's file reader: pages are
+    compressed, so no byte search would do)."""
+    import lance
+    import numpy as np
+    from lance.file import LanceFileReader
+
+    from lance_assets import paths
+    from lance_assets.table.redact import data_path
+
+    uri = paths.table_uri(root)
+    ids = np.asarray(sorted(ids), np.int64)
+    found, seen = [], set()
+    main = lance.dataset(uri)
+    every = [(None, v["version"]) for v in main.versions()] + [
+        (b, v["version"]) for b in main.branches.list()
+        for v in main.checkout_version((b, None)).versions()]
+    for branch, version in every:  # every version of every branch
+        try:
+            ds = main.checkout_version((branch, version))
+            n = ds.count_rows(filter=f"id IN ({','.join(map(str, ids))})")
+        except OSError as e:  # a branch's parent manifest, its files cleaned up: reads nothing
+            assert "Not found" in str(e) and branch is None
+            continue
+        if n:
+            found.append(f"version {version} of {branch or 'main'} reads them")
+        id_field = ds.lance_schema.field("id").id()
+        for frag in ds.get_fragments():
+            for f in frag.metadata.data_files():
+                path = data_path(uri, ds, f, branch)
+                if id_field not in f.fields or path in seen:
+                    continue
+                seen.add(path)
+                got = LanceFileReader(path, columns=["id"]).read_all().to_table()
+                if np.isin(got.column("id").to_numpy(), ids).any():
+                    found.append(f"version {version} of {branch or 'main'}: data file {path}")
+    return found

@@ -19,14 +19,14 @@ RANK = int(os.environ["RANK"])
 real_open_snapshot = data.open_snapshot
 
 
-def open_snapshot(table, version=None):
+def open_snapshot(table, version=None, tag=None):
     if RANK == 1:
         deadline = time.monotonic() + 300
         while not (FLAGS / "committed").exists():
             if time.monotonic() > deadline:
                 raise TimeoutError("the test never landed its commit")
             time.sleep(0.05)
-    snap = real_open_snapshot(table, version)
+    snap = real_open_snapshot(table, version, tag)
     (FLAGS / f"rank{RANK}").write_text(str(snap.version))
     if RANK == 0:
         (FLAGS / "opened").touch()

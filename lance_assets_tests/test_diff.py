@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import lance
 import numpy as np
@@ -93,12 +94,16 @@ def history(tmp_path_factory):
     deleted = [original, 7, 150]
     table.commit("delete", lambda d: d.delete(f"id IN ({', '.join(map(str, deleted))})"))
     produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)  # the copy is now the kept member
-    forget(table, "id IN (301, 302)", log=quiet)  # ingested since A: A keeps its snapshot
+    # two ingested since A, two A holds and r1 read: forget redacts r1's snapshot
+    texts = table.newest().to_table(columns=["text"], filter="id IN (301, 302, 4, 6)")
+    forget(table, "id IN (301, 302, 4, 6)", log=quiet)
     maintain(table, keep_versions_for=timedelta(0), keep_unnamed_runs=0, log=quiet)
     b = table.newest().version
     table.snapshots.hold("train-r2", b, owner="pretrained_model", kind=snaps.RUN)
     run_record(root, "r2", "train-r2", b, list(range(100, 400, 3)))
-    return {"root": root, "a": a, "b": b, "deleted": sorted(deleted), "copy": copy}
+    return {"root": root, "a": a, "b": b, "deleted": sorted(deleted), "copy": copy,
+            "a_ref": "train-r1", "forgotten": [4, 6],
+            "texts": texts.column("text").to_pylist()}
 
 
 # ---- the recomputation: every row of both versions, rules by Lance's filter, in plain Python
@@ -182,8 +187,11 @@ DOMAINS = {"long": "word_count >= 150", "boilerplate": "bullet_line_share > 0"}
 def test_the_diff_reports_exactly_the_planted_changes(history, full):
     root, a, b = history["root"], history["a"], history["b"]
     got = diff(Table.of(root), "r1", "r2", domains=DOMAINS, full=full)
-    want = recompute(root, a, b, RULES_A, RULES_B, DOMAINS)
+    want = recompute(root, history["a_ref"], b, RULES_A, RULES_B, DOMAINS)
     assert got.cost["mode"] == ("full scan" if full else "row versions")
+    # r1's snapshot was redacted: the documents forget took from it, apart; the rest exactly
+    assert runs(got.documents["forgotten_ids"]) == history["forgotten"]
+    assert got.a["version"] != a and got.a["forgotten"] == 2 and got.a["branch"]
     # the planted facts, by name
     assert runs(got.documents["removed_ids"]) == want["removed"] == history["deleted"]
     assert runs(got.documents["added_ids"]) == want["added"] == \
@@ -256,12 +264,47 @@ def test_a_snapshot_cleanup_removed_names_the_retention_that_released_it(history
     message = str(err.value)
     assert "training run r0" in message and "train-r0" in message
     assert "table_maintenance's retention: older than the newest 0 unnamed run(s)" in message
-    assert "a cleanup then removed version" in message
+    # forget had redacted it (r0 read a forgotten document); the retention released the copy
+    assert "the copy forget redacted, deleted with the tag" in message
+    assert "`forget` removed version" in message
+    table = Table.of(history["root"])  # and its branch went with it, files and all
+    assert set(table.newest().branches.list()) == {table.snapshots.get("train-r1").branch}
+    assert [p.name for p in (Path(table.uri) / "tree").iterdir()] == \
+        [table.snapshots.get("train-r1").branch]
 
 
-def test_a_snapshot_forget_released_names_forget(tmp_path, capsys):
-    """``forget`` releases the snapshots holding what it forgets, and says so in the release
-    note the diff reads back; a version its cleanup removed is named as forget's doing."""
+def test_the_forgotten_text_is_in_no_file_and_explain_answers_for_it(history, capsys):
+    """After the planted history: no file under the data root holds a forgotten document's text
+    (raw bytes, and every Lance file read as Lance: pages may be compressed), no version of any
+    branch reads one, and `explain --id` says when and by which forget it went, and that r1,
+    whose redacted snapshot no longer has it, had read it."""
+    from lance.file import LanceFileReader
+
+    from lance_assets_tests.helpers import held_on_disk
+
+    root, texts = history["root"], history["texts"]
+    assert len(texts) == 4 and held_on_disk(root, [4, 6, 301, 302]) == []
+    for path in (p for p in Path(root).rglob("*") if p.is_file()):
+        raw = path.read_bytes()
+        assert not any(t[:60].encode() in raw for t in texts), path
+        if path.suffix == ".lance" and "_versions" not in path.parts:
+            got = LanceFileReader(str(path)).read_all().to_table()
+            for col in (c for c in got.columns if pa.types.is_string(c.type)):
+                assert not set(texts) & set(col.to_pylist()), path
+    assert cli(["explain", "--id", "4", "--json", "--data", str(root)]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["forgotten"]["done"] and got["forgotten"]["ids"] == 4
+    assert got["forgotten"]["predicate_sha256"].startswith("sha256:")
+    r1 = next(s for s in got["snapshots"] if s["name"] == "r1")
+    assert r1["read"] is True and r1["note"].startswith("forgotten: forget redacted it")
+    assert cli(["explain", "--id", "4", "--data", str(root)]) == 0
+    assert "forgotten by `forget` (journal" in capsys.readouterr().out
+
+
+def test_a_snapshot_forget_redacted_is_read_and_a_version_it_removed_is_named(tmp_path, capsys):
+    """``forget`` redacts the snapshots holding what it forgets: the diff reads the copy (the
+    row a hand delete hid stays hidden) and counts the forgotten documents apart; a version its
+    cleanup removed is named as forget's doing."""
     from benchmarks.diff_bench import write_table
 
     table = write_table(tmp_path / "data", rows=1_000, rows_per_fragment=500)
@@ -270,12 +313,11 @@ def test_a_snapshot_forget_released_names_forget(tmp_path, capsys):
     table.snapshots.hold("train-old", table.newest().version, owner="pretrained_model",
                          kind=snaps.RUN)
     forget(table, "id IN (3, 4)", log=quiet)
-    with pytest.raises(DiffError, match="tag train-old .* was released at .*: forget: it held "
-                       "documents being forgotten") as err:
-        diff(table, "train-old", table.newest().version)
-    # forget's own cleanup removed its version (forget's log says so), not table_maintenance
-    assert f"`forget` removed version {untagged + 1} at " in str(err.value)
-    assert "table_maintenance" not in str(err.value)
+    got = diff(table, "train-old", table.newest().version)
+    assert got.documents["a"] == 997 and runs(got.documents["forgotten_ids"]) == [3, 4]
+    assert got.documents["removed"] == got.documents["added"] == 0
+    assert table.open("train-old").count_rows(filter="id IN (3, 4, 9)") == 0
+    # forget's own cleanup removed the untagged version (forget's log says so)
     code = cli(["diff", str(untagged), str(table.newest().version), "--data", str(table.root)])
     message = capsys.readouterr().err
     assert code == 2 and f"`forget` removed version {untagged} at " in message, message
@@ -289,7 +331,7 @@ def test_a_release_killed_after_its_note_leaves_the_snapshot_readable(history):
     note = table.snapshots.folder / snaps.RELEASED / "train-r1.json"
     note.write_text(json.dumps({"tag": "train-r1", "version": history["a"], "why": "killed"}))
     try:
-        assert diff(table, "r1", "r2").a["version"] == history["a"]
+        assert diff(table, "r1", "r2").a["version"] == table.snapshots.get("train-r1").version
     finally:
         note.unlink()
 
@@ -304,9 +346,9 @@ def test_a_side_that_a_cleanup_removes_while_it_is_read_is_named(tmp_path, monke
     table.snapshots.hold("b", table.newest().version, owner="test")
     plan = rows.tracked_changes
 
-    def cleanup_first(lo, hi, columns):  # maintenance lands between resolving and reading
+    def cleanup_first(lo, hi, columns, *line):  # maintenance lands between resolving and reading
         maintain(table, keep_versions_for=timedelta(0), log=quiet)
-        return plan(lo, hi, columns)
+        return plan(lo, hi, columns, *line)
 
     monkeypatch.setattr(rows, "tracked_changes", cleanup_first)
     with pytest.raises(DiffError, match=f"a cleanup removed files of version {untagged} "

@@ -117,7 +117,9 @@ def test_forget_removes_the_documents_from_every_version_on_disk_and_names_the_r
                          capture_output=True, text=True, check=True)
     report = json.loads(out.stdout)
     assert report["ids"] == 3 and report["rows_deleted"] == 3
-    assert report["runs"] == ["r1"] and report["released"] == {tag: version}
+    assert report["runs"] == ["r1"] and report["released"] == {}
+    assert report["redacted"][tag]["from_version"] == version  # r1's snapshot, minus the three
+    assert table.open(tag).count_rows() == 597
     holder = report["holders"][0]
     assert holder["rows"] == 3 and holder["trained_on"] == 2  # ids 5 and 123 passed id < 200
     assert holder["checkpoints"] == [str(run / "ckpt_0000010.pt")]
@@ -131,8 +133,8 @@ def test_forget_removes_the_documents_from_every_version_on_disk_and_names_the_r
     assert gone and not _on_disk(table.uri, gone)
     log = (root / "forget.log.jsonl").read_text().splitlines()
     assert json.loads(log[-1])["ids"] == 3
-    # every rebuild command works as printed: the report pinned r1's released snapshot, so it
-    # is made again after a new model; r1's own folder goes before a run of the same name
+    # every rebuild command works as printed: the report pinned r1's snapshot, redacted, so
+    # `--select forensics` alone makes it again; r1's own folder goes before a run of that name
     import shlex
 
     import dagster as dg
@@ -144,10 +146,9 @@ def test_forget_removes_the_documents_from_every_version_on_disk_and_names_the_r
                    if f["path"].endswith("forensics.json"))
     selection = shlex.split(rebuild)[shlex.split(rebuild).index("--select") + 1]
     chosen = dg.AssetSelection.from_string(selection).resolve(defs.resolve_asset_graph())
-    assert {"pretrained_model", "samples", "forensics"} <= {k.to_user_string() for k in chosen}
-    with pytest.raises(FileNotFoundError) as gone:
-        resolve_pin(Table.of(root))  # what `--select forensics` alone meets: its model's version is gone
-    assert str(gone.value).endswith("(forensics --version)") and selection in str(gone.value)
+    assert {k.to_user_string() for k in chosen} == {"forensics"}
+    pin = resolve_pin(Table.of(root))  # what `--select forensics` meets: r1's redacted snapshot
+    assert pin.version == version and pin.tag == tag
     words = shlex.split(holder["rebuild"])
     assert words[:3] == ["rm", "-rf", str(run)] and words[3] == "&&"
     config = json.loads(words[-1])["ops"]["pretrained_model"]["config"]
@@ -163,7 +164,7 @@ def test_forget_refuses_while_a_run_reads_a_snapshot_unless_forced(tmp_path):
             forget(table, "id = 7", log=quiet)
         assert table.newest().count_rows(filter="id = 7") == 1  # nothing happened
         report = forget(table, "id = 7", force=True, log=quiet)
-    assert report.forced and report.released and report.still_readable == 0
+    assert report.forced and tag in report.redacted and report.still_readable == 0
 
 
 @pytest.mark.parametrize("where", ["text = 'x'; DROP TABLE corpus", "nope > 1", ""])
@@ -322,7 +323,7 @@ def test_forget_guards_a_large_or_total_erasure_and_a_dry_run_changes_nothing(tm
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows_deleted"] == 50
     assert _cli(capsys, root, "--where", "id >= 0", "--allow-all", "--max-share", "1").returncode == 0
-    assert table.newest().count_rows() == 0 and not table.snapshots.list()
+    assert table.newest().count_rows() == 0 and table.open(tag).count_rows() == 0  # redacted
 
 
 def _forget(root, *args) -> subprocess.CompletedProcess:
@@ -330,12 +331,12 @@ def _forget(root, *args) -> subprocess.CompletedProcess:
                            *args], capture_output=True, text=True)
 
 
-def test_the_guard_counts_every_version_and_a_hand_made_snapshot_goes_only_when_named(
-        tmp_path, capsys):
+def test_the_guard_counts_every_version_and_a_hand_made_snapshot_is_redacted(tmp_path, capsys):
     """An operator tags the table by hand, then deletes `id >= 20` by hand. `forget --where
     "id >= 20"` matches none of the newest version's 20 rows but 380 of the 400 documents on
-    disk: refused against the largest version, and refused again for the hand-made tag until
-    `--release` names it; nothing changes before that. The dry run reports the same figures.
+    disk: refused against the largest version; nothing changes before that. The dry run reports
+    the same figures. With the share allowed, the hand-made tag is redacted: it keeps its 20
+    other rows.
     Once the newest version is emptied by hand, forgetting what the older one holds is the whole
     table: `--allow-all`, whatever `--max-share`."""
     root = tmp_path / "data"
@@ -352,23 +353,21 @@ def test_the_guard_counts_every_version_and_a_hand_made_snapshot_goes_only_when_
     assert dry.returncode == 0 and "Dry run: **380 document(s)**" in dry.stdout
     assert "95% of the 400 rows" in dry.stdout and "0 of them in the newest version's 20" in dry.stdout
     assert "`before-cleanup` (made or named by a user)" in dry.stdout
-    assert "--max-share 0.96" in dry.stdout and "--release before-cleanup" in dry.stdout
-    kept = _cli(capsys, root, "--where", "id >= 20", "--max-share", "0.96")
-    assert kept.returncode == 2 and "snapshot(s) before-cleanup (version" in kept.stderr
-    assert "pass --release before-cleanup" in kept.stderr
+    assert "--max-share 0.96" in dry.stdout and "Would redact: `before-cleanup`" in dry.stdout
     typo = _cli(capsys, root, "--where", "id >= 20", "--max-share", "0.96", "--release", "befor")
     assert typo.returncode == 2 and "--release befor: the table has no such tag" in typo.stderr
     assert table.newest().version == version and "before-cleanup" in table.snapshots.list()
     assert table.open("before-cleanup").count_rows() == 400
     assert not Journal(table).pending() and not (root / "forget.log.jsonl").exists()
 
-    named = _forget(root, "--where", "id >= 20", "--max-share", "0.96", "--release",
-                    "before-cleanup", "--json")
+    named = _forget(root, "--where", "id >= 20", "--max-share", "0.96", "--json")
     assert named.returncode == 0, named.stderr
     report = json.loads(named.stdout)
-    assert report["released"] == {"before-cleanup": version - 1} and report["ids"] == 380
+    assert report["released"] == {} and report["ids"] == 380
+    assert report["redacted"]["before-cleanup"]["from_version"] == version - 1
     assert (report["largest_rows"], report["share"]) == (400, 0.95)
-    assert not table.snapshots.list() and table.newest().count_rows() == 20
+    kept = table.open("before-cleanup").to_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(kept) == list(range(20)) and table.newest().count_rows() == 20
 
     table.commit("another delete by hand", lambda d: d.delete("id >= 0"))
     whole = _cli(capsys, root, "--where", "id < 20", "--max-share", "1")
@@ -378,12 +377,12 @@ def test_the_guard_counts_every_version_and_a_hand_made_snapshot_goes_only_when_
     assert done.returncode == 0, done.stderr
 
 
-def test_a_pending_forget_releases_a_users_snapshot_only_when_its_plan_or_the_rerun_names_it(
+def test_a_pending_forget_redacts_a_users_snapshot_and_releases_it_only_when_named(
         tmp_path, capsys):
     """Forgets killed after their plan, each with a snapshot made by hand that holds its
-    documents: one planned without naming it (the rerun refuses before any phase, then
-    finishes once `--release` names it), one whose plan named it (the rerun releases it
-    unasked), one tagged after the plan (found by the verification, refused, kept pending)."""
+    documents: one planned without naming it (the rerun redacts it), one whose plan named it
+    (the rerun releases it unasked), one tagged after the plan (found by the verification,
+    redacted)."""
     root = tmp_path / "data"
     table = _table(root, 300)
     journal = Journal(table)
@@ -394,13 +393,11 @@ def test_a_pending_forget_releases_a_users_snapshot_only_when_its_plan_or_the_re
             {"tag": tag, "version": table.newest().version, "rows": len(ids)}] if holders else []})
 
     killed_after_plan([5, 6], "mine", [])
-    refused = _cli(capsys, root, "--where", "id = 7")
-    assert refused.returncode == 2 and "pass --release mine" in refused.stderr
-    assert "The forget is pending" in refused.stderr
-    assert table.newest().count_rows(filter="id IN (5, 6, 7)") == 3 and len(journal.pending()) == 1
-    named = _cli(capsys, root, "--where", "id = 7", "--release", "mine")
-    assert named.returncode == 0, named.stderr
-    assert not journal.pending() and "mine" not in table.snapshots.list()
+    rerun = _cli(capsys, root, "--where", "id = 7")
+    assert rerun.returncode == 0, rerun.stderr
+    assert not journal.pending() and table.snapshots.get("mine").branch
+    assert table.open("mine").count_rows() == 297  # 5, 6 and 7 gone, every other row kept
+    assert table.open("mine").count_rows(filter="id IN (5, 6, 7)") == 0
 
     killed_after_plan([8], "yours", ["yours"])
     assert _cli(capsys, root, "--where", "id = 9").returncode == 0
@@ -408,9 +405,9 @@ def test_a_pending_forget_releases_a_users_snapshot_only_when_its_plan_or_the_re
 
     killed_after_plan([10], "late", [], holders=False)
     late = _cli(capsys, root, "--where", "id = 11")
-    assert late.returncode == 2 and "pass --release late" in late.stderr
-    assert "late" in table.snapshots.list() and len(journal.pending()) == 1
-    assert table.open("late").count_rows(filter="id = 10") == 1
+    assert late.returncode == 0, late.stderr
+    assert not journal.pending() and table.snapshots.get("late").branch
+    assert table.open("late").count_rows(filter="id IN (10, 11)") == 0
 
 
 def test_a_closed_standard_output_costs_the_output_only(tmp_path):

@@ -14,9 +14,7 @@ import sys
 from pathlib import Path
 
 import lance
-import numpy as np
 import pytest
-from lance.file import LanceFileReader
 
 from lance_assets import paths
 from lance_assets.curation import semantic_dup as sd
@@ -27,34 +25,10 @@ from lance_assets.table import Table
 from lance_assets.table.forget import ForgetError, forget
 from lance_assets.table.producer import produce
 from lance_assets.testing.semantic_planted import SynonymBagEmbedder, planted_set
-from lance_assets_tests.helpers import quiet
+from lance_assets_tests.helpers import held_on_disk, quiet
 
 REPO = Path(__file__).resolve().parents[1]
 SEMANTIC = sd.SemanticDupSettings(threshold=0.75, rows_per_cluster=40, languages=[])
-
-
-def held_on_disk(root, ids) -> list[str]:
-    """Where a version on disk still holds one of ``ids``: rows it reads, or rows a data file it
-    references keeps behind a deletion file (read with Lance's file reader: pages are
-    compressed, so no byte search would do)."""
-    uri = paths.table_uri(root)
-    ids = np.asarray(sorted(ids), np.int64)
-    found, seen = [], set()
-    base = Path(uri) / "data"
-    for v in lance.dataset(uri).versions():
-        ds = lance.dataset(uri, version=v["version"])
-        if ds.count_rows(filter=f"id IN ({','.join(map(str, ids))})"):
-            found.append(f"version {v['version']} reads them")
-        id_field = ds.lance_schema.field("id").id()
-        for frag in ds.get_fragments():
-            for f in frag.metadata.data_files():
-                if id_field not in f.fields or f.path in seen:
-                    continue
-                seen.add(f.path)
-                got = LanceFileReader(str(base / f.path), columns=["id"]).read_all().to_table()
-                if np.isin(got.column("id").to_numpy(), ids).any():
-                    found.append(f"version {v['version']}: data file {f.path}")
-    return found
 
 
 def stored_vectors(root) -> set[int]:
@@ -133,7 +107,8 @@ def test_a_forget_killed_right_after_its_delete_is_finished_by_the_next_run(sema
 
 
 KILL_POINTS = ["plan", "files", "delete-commit", "delete", "compaction", "indexes", "cleanup",
-               "side-stores", "done"]
+               "side-stores", "done"] + [f"redact:train-r1:{p}" for p in (
+                   "held", "branch", "overwrite", "delete", "rewrite", "tag", "clean")]
 
 
 class Killed(BaseException):
@@ -152,7 +127,7 @@ def _kill_at(monkeypatch, point: str) -> None:
                 raise Killed(point)
             return out
         return inner
-    if point in ("plan", "files", "delete", "indexes", "done"):
+    if point in ("plan", "files", "delete", "indexes", "done") or point.startswith("redact:"):
         event = point
         monkeypatch.setattr(fj.Journal, "_append", after(
             fj.Journal._append, lambda self, op, ev, *a, **k: ev == event))
@@ -169,14 +144,15 @@ def _kill_at(monkeypatch, point: str) -> None:
 def test_a_forget_killed_at_any_phase_is_finished_by_the_next_one(semantic_table, tmp_path,
                                                                   monkeypatch, point):
     """Killed after each phase of its journal (or inside one, after its commit), a forget
-    leaves nothing the next one cannot finish: no version on disk holds the documents, no side
-    store their vectors, no report quotes them, the snapshot that held them is released, and
-    the log has the line."""
+    leaves nothing the next one cannot finish: no version of any branch holds the documents, no
+    side store their vectors, no report quotes them, the snapshot that held them is redacted
+    once (its tag on one branch, every other row kept), and the log has the line."""
     root = _fresh(semantic_table, tmp_path)
     table = Table.of(root)
     ids = {semantic_table["original"], semantic_table["copy"]}
     where = f"id IN ({', '.join(map(str, sorted(ids)))})"
     table.snapshots.hold("train-r1", table.newest().version, owner="test")
+    rows = table.open("train-r1").count_rows()
     story = paths.reports_dir(root) / "stories" / f"{semantic_table['original']}.md"
     story.parent.mkdir(parents=True)
     story.write_text("a story")
@@ -188,7 +164,13 @@ def test_a_forget_killed_at_any_phase_is_finished_by_the_next_one(semantic_table
     assert report.still_readable == report.still_in_files == 0
     assert [r["ids"] for r in report.resumed] == ([] if point == "done" else [2])
     assert held_on_disk(root, ids) == [] and not ids & stored_vectors(root)
-    assert not story.exists() and "train-r1" not in table.snapshots.list()
+    assert not story.exists()
+    from lance_assets.table.redact import redactions
+
+    snap = table.snapshots.get("train-r1")
+    assert snap.owner == "test" and set(table.newest().branches.list()) == {snap.branch}
+    assert table.open("train-r1").count_rows() == rows - 2
+    assert len(redactions(table.open("train-r1"))) == 1
     logged = [json.loads(line) for line in (root / "forget.log.jsonl").read_text().splitlines()]
     assert any(e["ids"] == 2 for e in logged)
 

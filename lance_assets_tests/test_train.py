@@ -208,6 +208,8 @@ def test_a_run_is_said_to_have_trained_on_exactly_what_it_read(tokenized_root, t
     assert "kept by its filter, not read" in story[not_read].note
     assert "r1" not in [s.name for s in explain(table, not_read, ref=tag).trained_by]
 
+    tokens = sum(table.open(tag).to_table(columns=["n_tokens"], filter=f"id IN ({in_read}, "
+                                          f"{not_read})").column("n_tokens").to_pylist())
     report = forget(table, f"id IN ({in_read}, {not_read})", force=True, log=quiet)
     (holder,) = report.holders
     assert (holder.name, holder.rows, holder.kept_by_filter, holder.trained_on) == ("r1", 2, 2, 1)
@@ -216,3 +218,14 @@ def test_a_run_is_said_to_have_trained_on_exactly_what_it_read(tokenized_root, t
     assert holder.checkpoints and holder.permutations
     assert all(p.startswith(str(out)) for p in holder.checkpoints + holder.permutations)
     assert "--select pretrained_model" in holder.rebuild and '"run_name": "r1"' in holder.rebuild
+    # r1's snapshot is redacted, not released: the run resumes on its copy and says what went
+    ckpt = checkpoint.load(checkpoint.list_checkpoints(out)[-1])
+    assert main(["--data", str(root), "--out", str(out), "--table-tag", tag, "--seq-len", "512",
+                 "--batch-size", "16", "--steps", "6", "--eval-every", "1000", "--no-pack",
+                 "--resume", "auto"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["step"] == 6 and summary["table_version"] != ckpt["table_version"]
+    assert summary["redacted"] == {"documents": 2, "tokens": tokens,
+                                   "from_version": ckpt["table_version"], "forgets": 1,
+                                   "from_step": ckpt["step"]}
+    assert [m["step"] for m in metrics(out) if "loss" in m][-2:] == [5, 6]

@@ -371,7 +371,8 @@ def run_search(table: Table, config: MixtureSettings, launch: Launch, *,
     name = config.name or runner.unnamed(table)
     tag = TAG_PREFIX + name
     version = table.choose(tag, or_newest=True).version
-    ds = table.open(version)
+    branch = table.snapshots.branch_of(tag, version)  # a copy forget redacted: read by its tag
+    ds = table.open(tag if branch else version)
     with phase(f"mixture {name}: planning (domains, tokens, held-out split)", log,
                announce=False):
         plan = plan_search(ds, config, mixture_filter(ds, config))
@@ -382,7 +383,7 @@ def run_search(table: Table, config: MixtureSettings, launch: Launch, *,
                                      "proxies")
     drawn = swarm_weights(plan, config, n)
     table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
-                         named=bool(config.name))
+                         named=bool(config.name), branch=branch)
     base = paths.ablation_dir(table.root, "mixture-" + name)
     caps = plan.vector("cap")
     log(f"mixture {name}: table version {version} (tag {tag}), {len(plan.domains)} domains ("

@@ -245,7 +245,8 @@ def run_ablation(table: Table, config: AblationSettings,
     start = time.perf_counter()
     name = config.name or unnamed(table)
     tag, version = pinned_version(table, name)
-    ds = table.open(version)
+    branch = table.snapshots.branch_of(tag, version)  # a copy forget redacted: read by its tag
+    ds = table.open(tag if branch else version)
     rule_sets = config.rule_sets or {DEFAULT_ARMS[0]: curation_in_force(ds).rules,
                                      DEFAULT_ARMS[1]: {}}
     with phase(f"ablation {name}: planning the arms (documents and tokens each rule set keeps)",
@@ -254,7 +255,7 @@ def run_ablation(table: Table, config: AblationSettings,
     ablation.check_trainable(plan)  # before the tag, plan.json or any run
     # no cleanup removes it now; an unnamed one is released once a newer one supersedes it
     table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
-                         named=bool(config.name))
+                         named=bool(config.name), branch=branch)
     log(f"ablation {name}: table version {version} (tag {tag}), {len(plan.arms)} arms x "
         f"{len(config.seeds)} seeds, {plan.steps} steps ({plan.budget_tokens:,} tokens) per "
         f"run, held out: {plan.held_out_docs:,} documents")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ from lance_assets import keys, paths
 from lance_assets.curation.predicate import PredicateError, safe_predicate
 from lance_assets.markdown import markdown_table
 from lance_assets.table import Table, VersionChoiceError
+from lance_assets.table.forget_journal import Journal, forgotten_ids
 from lance_assets.table.read_record import read_by
 
 MAX_LIST = 12  # longer lists are shown by their length and first items
@@ -99,6 +101,7 @@ class Story:
     snapshots: list[RunVerdict] = field(default_factory=list)
     samples: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    forgotten: dict = field(default_factory=dict)  # the forget that erased it (its journal)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -111,6 +114,15 @@ class Story:
                 and (s.read if s.read is not None else s.trained_on)]
 
     def headline(self) -> str:
+        if self.forgotten:
+            f = self.forgotten
+            read = ", ".join(f"{s.name} (tag {s.tag})" for s in self.snapshots if s.read) or \
+                "no run on record"
+            return (f"document {self.id}: forgotten by `forget` (journal {f['op']}, planned "
+                    f"{_when(f['at'])}" + (f", finished {_when(f['at_done'])}" if f["done"]
+                                            else ", not finished yet") + f"; predicate "
+                    f"{f['predicate_sha256'][:19]}…, {f['ids']:,} document(s) asked); read by: "
+                    f"{read}")
         if not self.present:
             return f"document {self.id}: not in table version {self.version}"
         if self.kept_by_rules is None:
@@ -168,6 +180,10 @@ class Story:
         if self.notes:
             out += ["", "Notes: " + "; ".join(self.notes)]
         return "\n".join(out)
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t)) if t else "?"
 
 
 def _yn(v: bool | None) -> str:
@@ -437,11 +453,12 @@ def _runs(table: Table, doc_id: int) -> list[RunVerdict]:
 def _read(v: RunVerdict, doc_id: int, runs: list, who: str) -> None:
     """``v.read`` from the runs' read records (``table.read_record.read_by``, as ``forget``
     counts them), where every run has one; else it stays None (the filter is the bound)."""
-    read = read_by(runs) if v.trained_on and runs else None
+    read = read_by(runs) if (v.trained_on or v.note.startswith("forgotten")) and runs else None
     if read is not None:
         v.read = bool(np.isin(doc_id, read))
         v.note = (v.note + "; " if v.note else "") + (
-            f"read by {who}" if v.read else "kept by its filter, not read")
+            f"read by {who}" if v.read else "not read" if v.trained_on is None
+            else "kept by its filter, not read")
 
 
 def _arm_runs(folder, arm: str) -> list:
@@ -461,6 +478,9 @@ def _verdict(table: Table, doc_id: int, kind: str, name: str, tag: str | None,
                           "that version is gone (its tag was released and a cleanup removed "
                           "it): what it trained on can no longer be read")
     present = _present(ds, doc_id)
+    if not present and doc_id in forgotten_ids(table, ds):
+        return RunVerdict(kind, name, tag, ds.version, False, None, filter_text,
+                          "forgotten: forget redacted it from this snapshot")
     if not present:
         return RunVerdict(kind, name, tag, ds.version, False, False, filter_text,
                           "not in that version")
@@ -503,6 +523,7 @@ def explain(table: Table, doc_id: int, *, ref: int | str | None = None) -> Story
     story = Story(id=doc_id, version=ds.version, tag=tag, present=row is not None)
     story.snapshots = _runs(table, doc_id)
     story.samples = _samples(table.root, doc_id)
+    story.forgotten = Journal(table).forgotten(doc_id) or {}
     if row is None:
         story.notes.append(f"no row with id {doc_id} at version {ds.version}: never ingested, "
                            "ingested later, deleted or forgotten")

@@ -46,6 +46,13 @@ class Chosen:
     said: str  # how it was chosen, in words ("version 7 (tag train-r1)")
     snapshot: Snapshot | None = None  # the tag's record (owner, kind, named) when it has one
     dataset: lance.LanceDataset | None = field(default=None, repr=False, compare=False)
+    branch: str | None = None  # a redacted copy's branch (``redact``): read it through ``tag``
+    redactions: tuple = ()  # what ``forget`` redacted from it (``redact.redactions``)
+
+    @property
+    def ref(self) -> int | str:
+        """What opens it again: the version number, or the tag of a redacted copy."""
+        return self.version if self.branch is None else self.tag
 
 
 def choose(table, ref: int | str | None = None, *, version: int | None = None,
@@ -65,7 +72,11 @@ def choose(table, ref: int | str | None = None, *, version: int | None = None,
     snap = table.snapshots.get(ref)
     if snap is None and version is None and ref.isascii() and ref.isdigit():
         return _number(table, int(ref), f"version {int(ref)} (given)")  # "12" from a CLI or a config
-    if snap is not None and (version is None or snap.version == version):
+    if snap is not None and snap.branch is not None:
+        redacted = _redacted(table, ref, snap, version)
+        if redacted is not None:
+            return redacted
+    if snap is not None and snap.branch is None and (version is None or snap.version == version):
         ds = _open(table, snap.version)
         if ds is None:
             raise VersionChoiceError(
@@ -95,6 +106,29 @@ def choose(table, ref: int | str | None = None, *, version: int | None = None,
         f"released ({RETENTION}). Give one of its tags, a version number, or none for the newest")
 
 
+def _redacted(table, ref: str, snap, version: int | None) -> Chosen | None:
+    """The redacted copy ``ref`` names, when it is what was asked for: the tag alone, or the
+    version a run recorded before ``forget`` redacted it (None: the tag moved since)."""
+    from lance_assets.table.redact import redactions
+
+    ds = _open(table, ref)
+    if ds is None:
+        raise VersionChoiceError(
+            f"tag {ref!r} of {table.uri} names version {snap.version} of branch {snap.branch}, "
+            f"which cannot be read (its files are gone). Give another tag ({_tags(table)}), a "
+            "version that exists or none for the newest")
+    done = tuple(redactions(ds))
+    if version is not None and version != snap.version and not any(
+            r.get("version") == version for r in done):
+        return None
+    owner = f", held by {snap.owner}" if snap.recorded else ""
+    gone = sum(int(r.get("ids", 0)) for r in done)
+    said = (f"version {snap.version} of branch {snap.branch} (tag {ref}{owner}: version "
+            f"{done[0]['version'] if done else '?'} with the documents {len(done)} forget(s) "
+            f"removed, {gone} id(s) asked)")
+    return Chosen(snap.version, ref, said, snap if snap.recorded else None, ds, snap.branch, done)
+
+
 def _number(table, version: int, said: str) -> Chosen:
     ds = _open(table, version) if version >= 0 else None
     if ds is not None:
@@ -111,7 +145,7 @@ def _number(table, version: int, said: str) -> Chosen:
         "snapshot tag on a version to keep it (table.snapshots.hold)")
 
 
-def _open(table, version: int) -> lance.LanceDataset | None:
+def _open(table, version: int | str) -> lance.LanceDataset | None:
     try:
         return table.open(version)
     except (OSError, ValueError, OverflowError):  # gone, never made, or not a version at all
@@ -121,7 +155,8 @@ def _open(table, version: int) -> lance.LanceDataset | None:
 def _tags(table) -> str:
     """The table's tags and their versions, for a message."""
     tags = table.snapshots.list()
-    return ", ".join(f"{t} (version {s.version})" for t, s in sorted(tags.items())) or "none"
+    return ", ".join(f"{t} (version {s.version}" + (f" of branch {s.branch}" if s.branch else "")
+                     + ")" for t, s in sorted(tags.items())) or "none"
 
 
 def _ranges(numbers: list[int]) -> str:

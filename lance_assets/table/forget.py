@@ -1,28 +1,28 @@
 """Removing documents for good: ``forget``, a journaled operation that a rerun finishes.
 
 1. **Find** the documents: the predicate (the curation rules' parser: data, never SQL) is
-   evaluated on every version on disk, tagged or not, where its columns exist: an operator's
-   own delete, or an earlier forget that died, hides nothing. The holders are the snapshots
-   whose version reads one of them or keeps one in its data files behind a deletion file.
+   evaluated on every version on disk, of every branch, tagged or not, where its columns exist:
+   an operator's own delete, or an earlier forget that died, hides nothing. The holders are the
+   snapshots whose version reads one of them or keeps one in its data files.
 2. **Guard** (``forget_guard``): more than ``max_share`` of the most rows a version on disk
-   holds, or all of them, is refused without an explicit setting, and so is the release of a
-   snapshot a user made or named that the forget does not name (``release``); ``dry_run``
-   reports what would go and changes nothing; a snapshot a running training run reads is not
+   holds, or all of them, is refused without an explicit setting; ``dry_run`` reports what
+   would go and changes nothing; a snapshot a running training run reads is not redacted or
    released unless forced.
 3. **Journal** the ids (``forget_journal``) before anything changes, then each phase: remove
    the files that quote them (reports, stories, samples: read while the texts still exist);
-   delete the rows; release the holders; rewrite every fragment whose data files still hold one
-   (compaction); rebuild every index in force; clean up every untagged old version; reset the
-   side stores made from the columns (``semantic_dup``'s vectors, saved row ranges).
-4. **Verify** through Lance: no version on disk reads one of them and no data file a version
-   references holds one. A concurrent writer that keeps changing a fragment is met by another
-   round; after ``ROUNDS`` the forget fails and says so, and the journal keeps it pending.
+   delete the rows; release the holders ``release`` names; rewrite every fragment whose data
+   files still hold one (compaction); redact every other holder (``redact``: a copy on a branch
+   of its own under the same tag, each step journaled); rebuild every index in force; clean up
+   every untagged old version; reset the side stores made from the columns.
+4. **Verify** through Lance: no version of any branch reads one of them and no data file such
+   a version references holds one. A concurrent writer that keeps changing a fragment is met by
+   another round; after ``ROUNDS`` the forget fails and says so, and the journal keeps it
+   pending.
 
 Every forget first finishes the pending ones. The report goes to the run's metadata and to
 ``<data>/forget.log.jsonl`` (ids' count and range, the predicate's sha256, the snapshots
-released and the versions its cleanup removed: never text).
+redacted and released, the versions its cleanup removed: never text).
 """
-
 from __future__ import annotations
 
 import hashlib
@@ -37,7 +37,7 @@ import lance
 import numpy as np
 
 from lance_assets import paths, storage
-from lance_assets.table import Table, is_version_gone
+from lance_assets.table import Table, is_version_gone, redact
 from lance_assets.table.forget_files import (  # noqa: F401 - quotes, shingles: the helpers' API
     MATERIALIZE,
     artifacts,
@@ -50,7 +50,6 @@ from lance_assets.table.forget_guard import (  # noqa: F401 - MAX_SHARE: the cal
     MAX_SHARE,
     ForgetError,
     made_by_hand,
-    release_problem,
     share_problem,
     unknown_release,
 )
@@ -73,6 +72,7 @@ from lance_assets.table.maintenance import (
 )
 from lance_assets.table.predicate import PredicateError, lance_problem, safe_predicate
 from lance_assets.table.read_record import read_by
+from lance_assets.table.redact import versions_of
 from lance_assets.table.side import reset_side_folder
 from lance_assets.table.snapshots import ABLATION_PREFIX
 
@@ -99,7 +99,8 @@ class Holder:
     permutations: list[str] = field(default_factory=list)  # stored shuffles: they list the ids
     rebuild: str = ""  # what makes its artifacts again without the forgotten documents
     in_use: bool = False
-    by_hand: bool = False  # made or named by a user: released only when the forget names it
+    by_hand: bool = False  # made or named by a user (redacted all the same, unless named)
+    branch: str | None = None  # the branch its version is on (an earlier redaction's)
 
 
 def predicate_digest(predicate: str) -> str:
@@ -118,10 +119,11 @@ class ForgetReport:
     largest_rows: int = 0  # the most live rows a version on disk holds: what shares are of
     largest_version: int = 0  # that version
     share: float = 0.0  # ids / largest_rows
-    release: list[str] = field(default_factory=list)  # a user's snapshots it may release
+    release: list[str] = field(default_factory=list)  # snapshots to release, not redact
     refused: list[str] = field(default_factory=list)  # dry run: why a forget would be refused
     holders: list[Holder] = field(default_factory=list)
     released: dict[str, int] = field(default_factory=dict)
+    redacted: dict[str, dict] = field(default_factory=dict)  # tag -> its copy (``redact``)
     forced: bool = False
     dry_run: bool = False
     sample: list[str] = field(default_factory=list)  # dry run: a few urls (or ids) that go
@@ -167,9 +169,11 @@ class ForgetReport:
                          f"rows the largest version on disk holds (version "
                          f"{self.largest_version}); {self.live:,} of them in the newest "
                          f"version's {self.table_rows:,} rows. Nothing was changed. Would "
-                         "release: " + (", ".join(
+                         "redact: " + (", ".join(
                              f"`{h.tag}`" + (" (made or named by a user)" if h.by_hand else "")
-                             for h in self.holders) or "no snapshot")
+                             for h in self.holders if h.tag not in self.release) or "no "
+                                       "snapshot") + "; release: " + (", ".join(
+                             f"`{t}`" for t in self.release) or "none")
                          + ". Sample: " + (", ".join(f"`{s}`" for s in self.sample) or "none"))
             lines += [f"A forget would be refused: {why}" for why in self.refused]
         elif not self.ids:
@@ -181,7 +185,8 @@ class ForgetReport:
             lines.append(
                 f"Forgot **{self.ids:,} document(s)** matching the predicate {digest} "
                 f"({self.rows_deleted:,} deleted from the newest version). "
-                f"{len(self.released)} snapshot(s) released; cleanup removed "
+                f"{len(self.redacted)} snapshot(s) redacted (each keeps every other row, "
+                f"under its tag), {len(self.released)} released; cleanup removed "
                 f"{self.versions_removed} version(s), {self.bytes_reclaimed / 1e6:,.1f} MB. "
                 f"Checked {self.versions_checked} version(s) left on disk, their rows and "
                 "data files: " + ("none holds a forgotten document." if not (
@@ -292,13 +297,14 @@ def _holders(table: Table, ids: np.ndarray, scanner: Scanner) -> list[Holder]:
     for tag, snap in sorted(table.snapshots.list().items()):
         try:
             ds = table.open(tag)
-            rows, kept = scanner.holds(ds, ids)
+            rows, kept = scanner.holds(ds, ids, snap.branch)
         except Exception as exc:  # noqa: BLE001 - released and cleaned up meanwhile: holds nothing
             if isinstance(exc, (OSError, ValueError)) or is_version_gone(exc):
                 continue
             raise
         if rows or kept:
             holder = _holder(table, tag, snap.version, rows)
+            holder.branch = snap.branch
             holder.in_files = len(kept)
             if rows:
                 _trained_on(table, holder, ds, filters, ids)
@@ -375,10 +381,6 @@ def forget(table: Table, where: str, *, force: bool = False, dry_run: bool = Fal
             f"of the {len(ids):,} document(s) and a running training run still reads them. Wait "
             "for it to finish (or cancel it), or pass force to release them anyway (the run "
             "then fails on its next read of a removed file).")
-    refusals.append(release_problem(report.holders, release,
-                                    f"forget ({report.predicate_sha256[:19]}…)"))
-    if not dry_run and refusals[1]:
-        raise ForgetError(refusals[1])
     if dry_run or not len(ids):  # a dry run, or nothing matches: nothing changes
         if dry_run and len(ids):
             report.sample = _sample(table, ids)
@@ -418,13 +420,13 @@ def _finish(table: Table, journal: Journal, planned: Planned, force: bool,
                           for h in planned.detail.get("holders", [])]
     # what the plan allowed, and what the run finishing it names
     report.release = sorted(set(planned.detail.get("release", [])) | set(release))
-    _may_release(table, report, planned.op)  # before a phase it has not finished
     root = storage.location(table.root)
     if not planned.has("files"):  # while the texts are still in the table
         quoted = [t for got in each_version(table, lambda ds: texts(ds, filters)) for t in got]
         removed = scrub_files(root, shingles(list(dict.fromkeys(quoted))),
                               {str(int(i)) for i in ids}, log)
-        journal.finish(planned, "files", {"removed": _rebuilds(removed, report.holders)})
+        journal.finish(planned, "files", {"removed": _rebuilds(removed, [
+            h for h in report.holders if h.tag in report.release])})
     report.files_removed = list(planned.finished["files"]["removed"])
     if not planned.has("delete"):
         before = table.newest().count_rows()
@@ -434,9 +436,10 @@ def _finish(table: Table, journal: Journal, planned: Planned, force: bool,
     report.rows_deleted = int(planned.finished["delete"].get("rows", 0))
     maint, removed = MaintenanceReport(), set()
     for report.rounds in range(1, ROUNDS + 1):
-        _release(table, report, planned.op, log)
+        _release(table, report, log)
         holding = set(table.pinned(lambda ds: scanner.holds(ds, ids)[1], what="forget"))
         compact_table(table, include=holding, report=maint, log=log)
+        _redact(table, journal, planned, report, scanner, log)  # branches of the clean newest
         if not planned.has("indexes"):  # before the cleanup: it removes the old index files
             journal.finish(planned, "indexes", {"indexes": rebuild_indexes(table, log)})
         on_disk = _versions(table)
@@ -499,30 +502,42 @@ def _spans(versions: set[int]) -> list[list[int]]:
     return out
 
 
-def _may_release(table: Table, report: ForgetReport, op: str) -> dict:
-    """The table's snapshots; ``ForgetError`` when a holder still tagged is a user's that
-    neither the plan nor this run names (``forget_guard``)."""
+def _busy(table: Table, report: ForgetReport, tag: str) -> None:
+    if not report.forced and table.snapshots.in_use(tag):  # a run started meanwhile
+        raise ForgetError(f"forget: snapshot {tag} keeps forgotten rows and a running training "
+                          "run reads it; wait for it (or cancel it), or pass force; then run "
+                          "forget again (it finishes this one)")
+
+
+def _redact(table: Table, journal: Journal, planned: Planned, report: ForgetReport,
+            scanner: Scanner, log: Callable[[str], None]) -> None:
+    """Every holder not released gets its redacted copy under its tag (``redact``), once."""
+    ids, filters = planned.ids, id_filters(planned.ids)
+    tags = table.newest().tags.list()
+    for h in report.holders:
+        info = tags.get(h.tag)
+        if h.tag in report.release or info is None:
+            continue
+        if planned.has(f"redact:{h.tag}:clean"):
+            report.redacted[h.tag] = planned.finished[f"redact:{h.tag}:tag"]
+            continue
+        if info.get("branch") != redact.branch_name(planned.op, h.tag):
+            _busy(table, report, h.tag)
+        got = redact.redact(
+            table, h.tag, planned.op, ids, filters,
+            lambda phase, detail, h=h: journal.finish(planned, f"redact:{h.tag}:{phase}", detail),
+            lambda ds, frag, b: bool(np.isin(scanner.file_ids(ds, frag, b), ids).any()),
+            (planned.finished.get(f"redact:{h.tag}:held") or {}).get("ids"), log)
+        if got is not None:
+            report.redacted[h.tag] = got
+
+
+def _release(table: Table, report: ForgetReport, log: Callable[[str], None]) -> None:
+    """Release the holders the forget names (``release``): the others are redacted."""
     tags = table.snapshots.list()
     for h in report.holders:
-        h.by_hand = made_by_hand(tags.get(h.tag))
-    problem = release_problem([h for h in report.holders if h.tag in tags
-                               and h.tag not in report.released], report.release,
-                              f"forget (journal {op})", then="The forget is pending: run it again "
-                              "with the flag below (it finishes this one).")
-    if problem:
-        raise ForgetError(problem)
-    return tags
-
-
-def _release(table: Table, report: ForgetReport, op: str, log: Callable[[str], None]) -> None:
-    """Release every holder (a user's snapshot only when named: ``forget_guard``)."""
-    tags = _may_release(table, report, op)
-    for h in report.holders:
-        if h.tag in tags and h.tag not in report.released:
-            if not report.forced and table.snapshots.in_use(h.tag):  # a run started meanwhile
-                raise ForgetError(f"forget: snapshot {h.tag} keeps forgotten rows and a running "
-                                  "training run reads it; wait for it (or cancel it), or pass "
-                                  "force; then run forget again (it finishes this one)")
+        if h.tag in tags and h.tag in report.release and h.tag not in report.released:
+            _busy(table, report, h.tag)
             try:
                 report.released[h.tag] = table.snapshots.release(
                     h.tag, "forget: it held documents being forgotten")
@@ -533,36 +548,31 @@ def _release(table: Table, report: ForgetReport, op: str, log: Callable[[str], N
 
 def _verify(table: Table, report: ForgetReport, scanner: Scanner, ids: np.ndarray,
             force: bool, op: str, log: Callable[[str], None]) -> bool:
-    """Whether a version on disk still reads one of ``ids`` or references a data file that
-    keeps one (a snapshot tagged meanwhile becomes a holder, released next round)."""
+    """Whether a version on disk, of any branch, still reads one of ``ids`` or references a data
+    file that keeps one (a snapshot tagged meanwhile becomes a holder, redacted next round)."""
     holding = scanner.holding(ids)
-    report.versions_checked = len(table.newest().versions())
+    report.versions_checked = len(versions_of(table))
     report.still_readable = sum(holding.readable.values())
     report.still_in_files = sum(len(f) for f in holding.behind_deletions.values())
     known = {h.tag for h in report.holders}
     for tag, snap in table.snapshots.list().items():
-        if snap.version in holding.versions and tag not in known:
-            h = _holder(table, tag, snap.version, holding.readable.get(snap.version, 0))
-            h.in_files = len(holding.behind_deletions.get(snap.version, []))
+        at = (snap.branch, snap.version)
+        if at in holding.versions and tag not in known:
+            h = _holder(table, tag, snap.version, holding.readable.get(at, 0))
+            h.branch, h.in_files = snap.branch, len(holding.behind_deletions.get(at, []))
             if h.in_use and not force:
                 raise ForgetError(f"forget: snapshot {tag} (tagged while this forget ran) keeps "
                                   "forgotten rows and a running training run reads it; wait for "
                                   "it, or pass force; then run forget again (it finishes this one)")
-            problem = release_problem([h], report.release, f"forget (journal {op})",
-                                      then="It was tagged while this forget ran; the forget is "
-                                      "pending: run it again with the flag below (it finishes "
-                                      "this one).")
-            if problem:
-                raise ForgetError(problem)
             report.holders.append(h)
-            log(f"forget: {tag} keeps forgotten rows in its data files; releasing it")
+            log(f"forget: {tag} (tagged while this forget ran) keeps forgotten rows; redacting it")
     return bool(holding)
 
 
 def _rebuilds(removed: list[dict], holders: list[Holder]) -> list[dict]:
     """The forensics report pins the newest model's snapshot: when this forget releases a run's
-    snapshot, only a new model makes the report again (``forensics`` alone would find its
-    version gone)."""
+    snapshot (``holders``: those it releases), only a new model makes the report again
+    (``forensics`` alone would find its version gone); a redacted one it reads as it is."""
     if not any(h.kind == "run" for h in holders):
         return removed
     model = MATERIALIZE.format("'pretrained_model*'")

@@ -4,11 +4,12 @@
   live rows any version on disk holds: an operator's own delete in the newest version hides
   nothing from the count. More than ``max_share`` of them needs ``max_share`` raised; as many
   as the largest version holds, or every row of the newest version, needs ``allow_all``.
-- **A user's snapshot.** ``forget`` releases every snapshot that holds one of the documents.
-  The project's own (``train-<run>``, ``ablation-<name>``: ``snapshots.made_by_project``) go as
-  they always have; a snapshot a user made by hand or named goes only when the forget names it
-  (``--release TAG``). The journal keeps the names a forget was given, so a rerun that finishes
-  it releases what the first run was allowed to, and nothing else.
+- **Snapshots.** ``forget`` redacts every tagged snapshot that holds one of the documents
+  (``redact``): the project's own (``snapshots.made_by_project``) and a user's alike keep every
+  other row under the same tag, so nothing but the documents asked for is destroyed and no
+  consent beyond the forget's is needed. A snapshot goes as a whole only when the forget names
+  it (``--release TAG``, checked by ``unknown_release``); the journal keeps the names, so a
+  rerun that finishes it releases what the first run was told to, and nothing else.
 
 A dry run reports the same figures and says which of these a forget would meet.
 """
@@ -56,26 +57,6 @@ def share_problem(report: ForgetReport, max_share: float, allow_all: bool) -> st
                 f"predicate with --dry-run; to go on, pass --max-share "
                 f"{min(1.0, report.share + 0.01):.2f} (max_share in forget_job).")
     return None
-
-
-def not_released(holders: Iterable[Holder], release: Iterable[str]) -> list[Holder]:
-    """The holders made or named by a user that ``release`` does not name."""
-    named = set(release)
-    return [h for h in holders if h.by_hand and h.tag not in named]
-
-
-def release_problem(holders: Iterable[Holder], release: Iterable[str], who: str,
-                    then: str = "Nothing was changed.") -> str | None:
-    """Why the snapshots holding the documents cannot be released (a user's, not named)."""
-    kept = not_released(holders, release)
-    if not kept:
-        return None
-    return (f"{who}: snapshot(s) "
-            + ", ".join(f"{h.tag} (version {h.version}, {h.rows:,} document(s))" for h in kept)
-            + " were made or named by a user and hold documents being forgotten; forget "
-            f"releases such a snapshot only when named. {then} To release them, pass "
-            + " ".join(f"--release {h.tag}" for h in kept) + " (release in forget_job); to "
-            "keep them, narrow the predicate (check it with --dry-run).")
 
 
 def unknown_release(tags: Iterable[str], release: Iterable[str]) -> str | None:

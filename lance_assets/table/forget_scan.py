@@ -1,5 +1,6 @@
-"""Where the table still holds documents: in every version on disk, tagged or not, counting what a
-version reads and what its data files keep behind deletion files.
+"""Where the table still holds documents: in every version on disk, of the main line and of every
+branch (``redact``'s copies), tagged or not, counting what a version reads and what its data
+files keep behind deletion files.
 
 A delete hides rows behind a deletion file; the data files still hold them (every column's file
 of the fragment, at the deleted offsets) until a compaction rewrites the fragment. So a version
@@ -18,9 +19,9 @@ import lance
 import numpy as np
 from lance.file import LanceFileReader
 
-from lance_assets import storage
 from lance_assets.table import Table, is_version_gone, leaf_field_ids
 from lance_assets.table.predicate import PredicateError, lance_problem, safe_predicate
+from lance_assets.table.redact import data_path, versions_of
 
 ID_CHUNK = 2000
 T = TypeVar("T")
@@ -38,11 +39,20 @@ def count(ds: lance.LanceDataset, filters: list[str], extra: str | None = None) 
 
 
 def versions_on_disk(table: Table) -> Iterator[lance.LanceDataset]:
-    """Every version whose manifest is on disk, oldest first (one a cleanup removes while this
-    runs is skipped)."""
-    for v in table.newest().versions():
+    """Every version whose manifest is on disk, the main line's oldest first, then every
+    branch's (``redact``; one a cleanup removes while this runs is skipped)."""
+    for _, ds in branch_versions(table):
+        yield ds
+
+
+def branch_versions(table: Table) -> Iterator[tuple[str | None, lance.LanceDataset]]:
+    """(branch, version) of every version on disk: the main line's (branch None), then every
+    branch's."""
+    newest = table.newest()
+    for branch, version in versions_of(table):
         try:
-            yield table.open(int(v["version"]))
+            yield branch, (table.open(version) if branch is None
+                           else newest.checkout_version((branch, version)))
         except (OSError, ValueError):
             continue
 
@@ -107,11 +117,12 @@ def _fragment_key(frag, fields: set[int]) -> tuple:
 class Holding:
     """What versions on disk still hold of some ids."""
 
-    readable: dict[int, int] = field(default_factory=dict)  # version -> rows it reads
-    behind_deletions: dict[int, list[int]] = field(default_factory=dict)  # version -> fragments
+    # (branch, version) -> rows it reads; -> fragments keeping one behind a deletion file
+    readable: dict[tuple, int] = field(default_factory=dict)
+    behind_deletions: dict[tuple, list[int]] = field(default_factory=dict)
 
     @property
-    def versions(self) -> set[int]:
+    def versions(self) -> set[tuple]:
         return set(self.readable) | set(self.behind_deletions)
 
     def __bool__(self) -> bool:
@@ -123,20 +134,22 @@ class Scanner:
 
     def __init__(self, table: Table) -> None:
         self.table = table
-        self.base = storage.location(table.uri) / "data"
         self._ids: dict[str, np.ndarray] = {}
 
-    def file_ids(self, ds: lance.LanceDataset, frag) -> np.ndarray:
-        """Every id a fragment's data files hold, deleted rows included."""
+    def file_ids(self, ds: lance.LanceDataset, frag, branch: str | None = None) -> np.ndarray:
+        """Every id a fragment's data files hold, deleted rows included (``branch``: the one
+        ``ds`` is a version of, where its own files are)."""
         id_field = ds.lance_schema.field("id").id()
-        path = next(f.path for f in frag.metadata.data_files() if id_field in f.fields)
+        data = next(f for f in frag.metadata.data_files() if id_field in f.fields)
+        path = data_path(self.table.uri, ds, data, branch)
         if path not in self._ids:
-            reader = LanceFileReader(storage.uri_of(self.base / path),
-                                     storage_options=self.table.storage_options, columns=["id"])
+            reader = LanceFileReader(path, storage_options=self.table.storage_options,
+                                     columns=["id"])
             self._ids[path] = reader.read_all().to_table().column("id").to_numpy()
         return self._ids[path]
 
-    def holds(self, ds: lance.LanceDataset, ids: np.ndarray) -> tuple[int, list[int]]:
+    def holds(self, ds: lance.LanceDataset, ids: np.ndarray,
+              branch: str | None = None) -> tuple[int, list[int]]:
         """(rows of ``ids`` that ``ds`` reads, fragments whose files keep one behind a deletion
         file)."""
         if not len(ids):
@@ -144,16 +157,22 @@ class Scanner:
         readable = count(ds, id_filters(ids))
         kept = [frag.fragment_id for frag in ds.get_fragments()
                 if frag.metadata.deletion_file is not None
-                and np.isin(self.file_ids(ds, frag), ids).any()]
+                and np.isin(self.file_ids(ds, frag, branch), ids).any()]
         return readable, kept
 
     def holding(self, ids: np.ndarray) -> Holding:
-        """Every version on disk that reads one of ``ids`` or keeps one in its data files."""
+        """Every version on disk, of every branch, that reads one of ``ids`` or keeps one in its
+        data files."""
         out = Holding()
-        for version, (readable, kept) in each_version(
-                self.table, lambda ds: (ds.version, self.holds(ds, ids))):
+        for branch, ds in branch_versions(self.table):
+            try:
+                readable, kept = self.holds(ds, ids, branch)
+            except Exception as exc:  # noqa: BLE001 - re-raised unless the version went away
+                if not is_version_gone(exc):
+                    raise
+                continue
             if readable:
-                out.readable[version] = readable
+                out.readable[(branch, ds.version)] = readable
             if kept:
-                out.behind_deletions[version] = kept
+                out.behind_deletions[(branch, ds.version)] = kept
         return out

@@ -58,11 +58,11 @@ def is_version_gone(exc: BaseException) -> bool:
         or "no longer exists" in text)
 
 
-def point_at(handle: Any, version: int) -> None:
+def point_at(handle: Any, version: int | str) -> None:
     """Check out ``version`` on a lancedb table handle that another library opened (a DataLoader
     worker of ``StreamingDataset`` reopens the table at its newest version): the version was
-    chosen through ``Table.choose`` by whoever pinned the run."""
-    if handle.version != version:
+    chosen through ``Table.choose`` by whoever pinned the run (a tag: a redacted copy's)."""
+    if isinstance(version, str) or handle.version != version:
         handle.checkout(version)
 
 

@@ -286,10 +286,13 @@ def dropped_by_cleanup(table: Table, keep_versions_for: timedelta,
     and those younger than ``keep_versions_for``. A fragment's ids are read once per state."""
     newest = table.newest()
     skip = set(releasing)
-    tagged = {int(i["version"]) for t, i in newest.tags.list().items() if t not in skip}
+    tags = {t: i for t, i in newest.tags.list().items() if t not in skip}
+    tagged = {int(i["version"]) for i in tags.values() if i.get("branch") is None}
     gone: dict[tuple, object] = {}
     kept: dict[tuple, object] = {}
     largest = 0
+    for t in (t for t, i in tags.items() if i.get("branch")):  # redacted copies keep theirs
+        kept.update(_id_fragments(table.open(t)))
     for v in newest.versions():
         number = int(v["version"])
         try:

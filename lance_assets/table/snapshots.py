@@ -62,6 +62,7 @@ class Snapshot:
     named: bool = True  # named by a user: kept until released
     created: float = 0.0  # unix time; orders snapshots of one owner, decides nothing else
     recorded: bool = False  # a record exists (tags made elsewhere have none)
+    branch: str | None = None  # the branch ``version`` is on: a redacted copy (``redact``)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -98,7 +99,7 @@ class Snapshots:
 
     def _snapshot(self, tag: str, info: dict) -> Snapshot:
         rec = self._record(tag)
-        snap = Snapshot(tag, int(info["version"]))
+        snap = Snapshot(tag, int(info["version"]), branch=info.get("branch"))
         if rec:
             snap.owner = rec.get("owner", snap.owner)
             snap.kind = rec.get("kind", snap.kind)
@@ -122,10 +123,17 @@ class Snapshots:
         info = self.table.newest().tags.list().get(tag)
         return None if info is None else int(info["version"])
 
+    def branch_of(self, tag: str, version: int) -> str | None:
+        """The branch of the redacted copy ``tag`` names when it names ``version`` there (a
+        rerun pinned through the tag reads and holds that copy), else None."""
+        snap = self.get(tag)
+        return snap.branch if snap is not None and snap.version == version else None
+
     # -- holding and releasing
     def hold(self, tag: str, version: int, *, owner: str, kind: str = MANUAL,
-             named: bool = True) -> int:
-        """Point ``tag`` at ``version`` (created, or moved there) and record who holds it."""
+             named: bool = True, branch: str | None = None) -> int:
+        """Point ``tag`` at ``version`` (created, or moved there) and record who holds it;
+        ``branch``: the branch ``version`` is on (a redacted copy a resume reads again)."""
         if not _TAG.match(tag):
             raise SnapshotError(f"{tag!r} is not a valid snapshot tag: use letters, digits, '.', "
                                 "'_' and '-' (at most 200 characters)")
@@ -133,8 +141,9 @@ class Snapshots:
         def attempt(ds) -> int:
             current = ds.tags.list().get(tag)
             if current is not None:
-                if current["version"] != version:
-                    ds.tags.update(tag, version)
+                if (current["version"], current.get("branch")) != (version, branch):
+                    ds.tags.update(tag, version if branch is None else (branch, version))
+                    moved_off.append(current.get("branch"))
                 return version
             try:
                 ds.tags.create(tag, version)
@@ -154,7 +163,10 @@ class Snapshots:
                                     f"{tag!r}: {str(exc).splitlines()[0][:300]}") from exc
             return version
 
+        moved_off: list[str | None] = []
         self.table.commit(f"tag {tag}", attempt)
+        for old in moved_off:
+            self.drop_branch(old)
         storage.write_atomic(self.folder / f"{tag}.json", json.dumps({
             "tag": tag, "version": version, "owner": owner, "kind": kind, "named": named,
             "created": time.time()}, sort_keys=True).encode())
@@ -179,6 +191,7 @@ class Snapshots:
         except (ValueError, OSError):
             if tag in self.table.newest().tags.list():
                 raise
+        self.drop_branch(snap.branch)
         record = self.folder / f"{tag}.json"
         if storage.is_object_store(record):
             if record.exists():
@@ -186,6 +199,21 @@ class Snapshots:
         else:
             record.unlink(missing_ok=True)
         return int(tags[tag]["version"])
+
+    def drop_branch(self, branch: str | None) -> None:
+        """Delete a redacted copy's branch (``redact``) once no tag names it: its files go with
+        it, and the main line's cleanup no longer keeps the version it was made from."""
+        from lance_assets.table.redact import BRANCH_PREFIX
+
+        ds = self.table.newest()
+        if not branch or not branch.startswith(BRANCH_PREFIX) or any(
+                t.get("branch") == branch for t in ds.tags.list().values()):
+            return
+        try:
+            ds.branches.delete(branch)
+        except (ValueError, OSError):
+            if branch in self.table.newest().branches.list():
+                raise
 
     def released(self, tag: str) -> dict | None:
         """The note ``release`` left for ``tag`` (its version, owner, when and why), or None."""

@@ -38,6 +38,7 @@ from lancedb.streaming import StreamingDataLoader, StreamingDataset
 from lance_assets import storage
 from lance_assets.keys import TOKENIZER_KEY
 from lance_assets.table import Table
+from lance_assets.table.forget_journal import gone
 from lance_assets.table.side import open_side_dataset, write_side_dataset
 from lance_assets.train.split import Splits, splits  # noqa: F401 (the loader's API)
 from lance_assets.train.streaming_adapter import PermutationError, SharedPermutationDataset, permutation_seed
@@ -49,6 +50,8 @@ class TableSnapshot:
     table: lancedb.table.Table
     version: int
     tokenizer: dict  # name, eos_id, pad_id, vocab_size, sha256
+    ref: int | str | None = None  # what opens it again: the version, or a redacted copy's tag
+    redacted: dict | None = None  # what forget took from it (``table.redact.gone``)
 
 
 def resolve_version(table: Table, tag: str | None = None) -> int:
@@ -56,22 +59,31 @@ def resolve_version(table: Table, tag: str | None = None) -> int:
     return table.choose(tag).version
 
 
-def open_snapshot(table: Table, version: int | None = None) -> TableSnapshot:
-    """Open the table pinned at ``version`` (default: the newest) and read its tokenizer.
+def open_snapshot(table: Table, version: int | None = None,
+                  tag: str | None = None) -> TableSnapshot:
+    """Open the table pinned at ``version`` (default: the newest) and read its tokenizer. With
+    the run's ``tag``: a version ``forget`` redacted since (``table.redact``) is read through
+    the tag, on the copy that keeps every row but the forgotten ones.
 
     The table may be on object storage. The connection holds no credentials (Lance reads them
     from the environment, see ``storage_options_for``), so the ``StreamingDataset`` state that
     DataLoader workers pickle carries none either."""
     # pin the newest when no version is given: the loader reads one version whatever lands
     version = version or table.choose().version
-    handle = table.lancedb_table(version)
+    ref, redacted = version, None
+    if tag is not None:
+        chosen = table.choose(tag, version=version)
+        if chosen.branch is not None:
+            ref, version, redacted = tag, chosen.version, gone(table, chosen.dataset)
+    handle = table.lancedb_table(ref)
     raw = handle.to_lance().config().get(TOKENIZER_KEY)
     if raw is None or "input_ids" not in handle.schema.names:
         raise RuntimeError(
             f"table {table.name!r} in {table.db_dir} has no token columns; materialize "
             "`token_ids` first"
         )
-    return TableSnapshot(table=handle, version=version, tokenizer=json.loads(raw))
+    return TableSnapshot(table=handle, version=version, tokenizer=json.loads(raw), ref=ref,
+                         redacted=redacted)
 
 
 class TooLittleData(RuntimeError):
@@ -271,7 +283,15 @@ def build_permutation(snap: TableSnapshot, key: PermutationKey,
 def shared_permutation(snap: TableSnapshot, key: PermutationKey, root: storage.Location, *,
                        build: bool, wait_s: float = PERMUTATION_WAIT_S) -> StoredPermutation:
     """The run's permutation for ``key``: opened when stored, else built by the one process
-    with ``build`` (rank 0) while the others wait for its manifest."""
+    with ``build`` (rank 0) while the others wait for its manifest. It carries what opens the
+    run's version (``table_ref``: a redacted copy's tag), for the loader's workers."""
+    stored = _shared_permutation(snap, key, root, build=build, wait_s=wait_s)
+    stored.table_ref = snap.ref
+    return stored
+
+
+def _shared_permutation(snap: TableSnapshot, key: PermutationKey, root: storage.Location, *,
+                        build: bool, wait_s: float) -> StoredPermutation:
     stored = open_permutation(snap, key, root)
     if stored is not None:
         return stored

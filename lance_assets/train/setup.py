@@ -42,7 +42,7 @@ def resume_checkpoint(cfg: TrainConfig, out: Path,
 def open_table(table: Table, cfg: TrainConfig, version: int | None,
                tag: str | None = None) -> data.TableSnapshot:
     try:
-        return data.open_snapshot(table, version)
+        return data.open_snapshot(table, version, tag)
     except Exception as e:  # a missing folder, table or version: the user's input
         raise TrainError(f"--data {table.root} --table {table.name}"
                          + (f" (version {version})" if version else "")
@@ -92,6 +92,7 @@ class RunData:
     val: data.ValBlocks
     val_tokens_per_byte: float | None
     mixture: mixture.Mixture | None = None  # --domains: blocks drawn per domain by weight
+    redacted: dict | None = None  # forget redacted its snapshot since the checkpoint
 
     @property
     def tok(self) -> dict:

@@ -119,7 +119,8 @@ class _StoredSplit:
             raise TypeError("SharedPermutationDataset reads only its stored permutation's splits")
         # a DataLoader worker reopens the table at its newest version: read the pinned one.
         # Here, before any read thread starts, never during reads.
-        point_at(base_table, permutation_table.key.table_version)
+        point_at(base_table, getattr(permutation_table, "table_ref", None)
+                 or permutation_table.key.table_version)
         return cls(base_table, permutation_table, split)
 
     def _copy(self, **changes) -> _StoredSplit:

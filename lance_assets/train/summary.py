@@ -51,6 +51,7 @@ def summarize(run: Run, loop: LoopResult, elapsed: float, rate: float) -> dict:
         "params_m": round(net.model.num_params() / 1e6, 3), "world_size": run.comm.world,
         "global_batch": d.global_batch, "dtype": "bfloat16" if net.use_bf16 else "float32",
         "table_version": d.snap.version, "table_tag": d.table_tag or "",
+        "redacted": d.redacted,  # forget took documents from its snapshot during the run
         "filter": d.split.train.lance, "eval_filter": d.split.val.lance,
         "tokenizer": d.tok["name"], "tokenizer_sha256": d.tok["sha256"],
         "tokens_seen": p.tokens_seen, "tokens_per_s": round(rate, 1),

@@ -73,6 +73,13 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, table: Tab
     run_data = load_data(cfg, table, ckpt, comm)
     net = build_model(cfg, device, run_data.tok["vocab_size"])
     progress = restore(net, ckpt, resume_path, report.log, comm.world)
+    gone = run_data.snap.redacted
+    if ckpt and gone and int(ckpt["table_version"]) != run_data.snap.version:
+        run_data.redacted = {**gone, "from_step": progress.step}
+        report.log(f"table: forget redacted the run's snapshot {run_data.table_tag} (version "
+                   f"{ckpt['table_version']}) since this checkpoint: from step {progress.step} "
+                   f"the run reads its copy (version {run_data.snap.version}), "
+                   f"{gone['documents']:,} document(s) and {gone['tokens']:,} token(s) gone")
     step_model = distribute(net.model, cfg, comm, device)
     batches = train_batches(cfg, run_data, progress, comm, out)
     run = Run(cfg, comm, device, root, out, report, run_data, net, batches, progress,

@@ -15,28 +15,28 @@ class ForgetConfig(dg.Config):
     name documents by id or url here, never by a passage of their text (`python -m lance_assets
     forget` keeps no record of the predicate but its sha256)."""
     force: bool = False
-    """Release the snapshots that hold them even while a training run still reads one (that
-    run then fails). Without it, the job refuses and names the run."""
+    """Redact (or release) the snapshots that hold them even while a training run still reads
+    one (that run then fails). Without it, the job refuses and names the run."""
     dry_run: bool = False
     """Report how many documents would go, a few of their urls and the snapshots it would
-    release; change nothing."""
+    redact or release; change nothing."""
     max_share: float = MAX_SHARE
     """Refuse when the documents (matched in any version on disk) are more than this share of
     the most rows a version on disk holds."""
     allow_all: bool = False
     """Allow a predicate that matches every row of the table."""
     release: list[str] = []
-    """Snapshots made or named by a user (tags other than the project's `train-*` and
-    `ablation-*`) that the job may release when one holds a document being forgotten. Without
-    it, such a snapshot makes the job refuse before it changes anything, naming the tag."""
+    """Snapshots holding a document being forgotten to release whole instead of redacting them.
+    Every other holder (the project's `train-*` and `ablation-*`, and a user's) is redacted: its
+    tag names a copy with every other row."""
 
 
 @dg.op(tags={"lance_assets/table": "corpus"}, out=dg.Out(dg.Nothing))
 def forget_documents(context: dg.OpExecutionContext, config: ForgetConfig,
                      lance_store: LanceStore):
-    """Delete the documents, release every snapshot that held them (naming the runs, checkpoints
-    and ablations behind each; a snapshot a user made only when `release` names it), compact
-    and clean up so that no version on disk reads them, then check that none does."""
+    """Delete the documents, redact every snapshot that held them (naming the runs, checkpoints
+    and ablations behind each; one that `release` names is released instead), compact and
+    clean up so that no version on disk reads them, then check that none does."""
     try:
         report = forget(lance_store.table, config.where, force=config.force,
                         dry_run=config.dry_run, max_share=config.max_share,
@@ -53,6 +53,7 @@ def forget_documents(context: dg.OpExecutionContext, config: ForgetConfig,
         "documents": report.ids,
         "rows_deleted": report.rows_deleted,
         "snapshots_released": dg.MetadataValue.json(report.released),
+        "snapshots_redacted": dg.MetadataValue.json(report.redacted),
         "runs": dg.MetadataValue.json(report.runs),
         "holders": dg.MetadataValue.json([vars(h) for h in report.holders]),
         "versions_removed": report.versions_removed,
@@ -64,7 +65,7 @@ def forget_documents(context: dg.OpExecutionContext, config: ForgetConfig,
     })
 
 
-@dg.job(description="Remove documents for good: delete them, release the snapshots that hold "
+@dg.job(description="Remove documents for good: delete them, redact the snapshots that hold "
                     "them, compact and clean up (python -m lance_assets forget is the same).")
 def forget_job():
     forget_documents()

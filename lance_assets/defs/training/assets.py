@@ -101,7 +101,8 @@ def training_snapshot(cfg: TrainConfig, table: Table, out: Path,
     if check is not None:  # refused before the tag is held
         check(chosen.version)
     return tag, table.snapshots.hold(tag, chosen.version, owner="pretrained_model",
-                                     kind=snapshots.RUN, named=bool(cfg.run_name))
+                                     kind=snapshots.RUN, named=bool(cfg.run_name),
+                                     branch=chosen.branch)
 
 
 def check_world(cfg: TrainConfig) -> None:

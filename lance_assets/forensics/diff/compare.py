@@ -109,6 +109,11 @@ def compare(sa: Side, sb: Side, fa: Frame, fb: Frame, problems: tuple[dict, dict
     documents = {"a": rows_a, "b": rows_b, "added": int(only_b.sum()),
                  "added_ids": _id_runs(fb.ids[only_b]), "removed": int(only_a.sum()),
                  "removed_ids": _id_runs(fa.ids[only_a]), "in_both": rows_b - int(only_b.sum())}
+    # documents forget redacted from A's snapshot (ids from its journal) that B lacks too
+    gone = np.setdiff1d(sa.forgotten if sa.forgotten is not None else np.zeros(0, np.int64),
+                        sb.forgotten if sb.forgotten is not None else np.zeros(0, np.int64))
+    gone = gone[~member(gone.astype(sorted_b.dtype), sorted_b)] if len(gone) else gone
+    documents.update(forgotten=int(len(gone)), forgotten_ids=_id_runs(np.sort(gone)))
     ka, kb = fa.kept[xa], fb.kept[xb]
     out_m, in_m = ka & ~kb, ~ka & kb
     kept_a_removed = fa.kept & only_a

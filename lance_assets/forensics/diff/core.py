@@ -109,8 +109,11 @@ def _plan(a: _Prepared, b: _Prepared, read: set[str], full: bool, log) -> rowpla
     every_row = {"a": None, "b": None}
     if full:
         return rowplan.Plan(rowplan.FULL_SCAN, "asked for", every_row)
-    lo, hi = sorted((a.ds, b.ds), key=lambda d: d.version)
-    got = rowplan.tracked_changes(lo, hi, read)
+    # a redacted copy stands where forget found it on the main line: its rows keep their
+    # row versions, and the documents it lost are counted apart (``compare``: forgotten)
+    (lo_line, lo), (_, hi) = sorted(((p.side.line_version, p.ds) for p in (a, b)),
+                                    key=lambda x: x[0])
+    got = rowplan.tracked_changes(lo, hi, read, lo_line)
     if not isinstance(got, str):
         changed, removed, every = got
         flipped = _flipped(a, b, every[~rowplan.member(every, changed)])

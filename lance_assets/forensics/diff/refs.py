@@ -24,6 +24,7 @@ from lance_assets.ablation.plan import SAFE_NAME_RE
 from lance_assets.curation.rules import DEFAULT_RULES, stored_curation
 from lance_assets.table import Table, VersionChoiceError, get_json_config
 from lance_assets.table.choice import RETENTION
+from lance_assets.table.forget_journal import forgotten_ids
 from lance_assets.table.maintenance import SNAPSHOT_PREFIX
 from lance_assets.table.read_record import load as load_read_record
 from lance_assets.table.read_record import rows_read
@@ -54,6 +55,14 @@ class Side:
     read_from: str = ""
     filter: str = ""  # a run's or arm's own training filter (recorded)
     dataset: lance.LanceDataset | None = field(default=None, repr=False, compare=False)
+    branch: str | None = None  # a redacted snapshot's branch (``table.redact``)
+    forgotten: np.ndarray | None = field(default=None, repr=False)  # ids forget redacted from it
+    redacted_from: int | None = None  # the main line's version a redacted copy was made of
+
+    @property
+    def line_version(self) -> int:
+        """Where it stands on the main line (a redacted copy: the version it was made of)."""
+        return self.version if self.redacted_from is None else self.redacted_from
 
     def label(self) -> str:
         tag = f", tag {self.tag}" if self.tag else ""
@@ -65,7 +74,8 @@ class Side:
                 "tag": self.tag, "chosen": self.said, "rules_from": self.rules_from,
                 "rules": self.rules, "tokenizer": self.tokenizer, "read_from": self.read_from,
                 "documents_read": None if self.read is None else int(len(self.read)),
-                "filter": self.filter}
+                "filter": self.filter, "branch": self.branch,
+                "forgotten": 0 if self.forgotten is None else int(len(self.forgotten))}
 
 
 def _json(path) -> dict | None:
@@ -148,7 +158,9 @@ def release_story(table: Table, tag: str | None, version: int | None) -> str:
         if by_forget:
             return by_forget
     if note:
-        return (f"tag {note['tag']} (version {note['version']}, held by "
+        copy = (f" of branch {note['branch']}: the copy forget redacted, deleted with the tag"
+                if note.get("branch") else "")
+        return (f"tag {note['tag']} (version {note['version']}{copy}, held by "
                 f"{note.get('owner', 'unknown')}, {note.get('kind', '?')}) was released at "
                 f"{_when(note.get('released', 0))}: {note.get('why') or 'no reason recorded'}")
     return f"no release was recorded for it ({RETENTION})"
@@ -178,7 +190,10 @@ def _side(table: Table, ref: str, kind: str, name: str, chosen, **extra) -> Side
     rules, rules_from = _rules(ds)
     side = Side(ref=ref, kind=kind, name=name, version=ds.version, tag=chosen.tag,
                 said=chosen.said, rules=rules, rules_from=rules_from,
-                tokenizer=get_json_config(ds, keys.TOKENIZER_KEY), dataset=ds)
+                tokenizer=get_json_config(ds, keys.TOKENIZER_KEY), dataset=ds,
+                branch=chosen.branch, forgotten=forgotten_ids(table, ds) if chosen.branch else None,
+                redacted_from=next((int(r["version"]) for r in chosen.redactions
+                                    if r.get("branch") is None), None))
     for k, v in extra.items():
         setattr(side, k, v)
     return side
@@ -303,7 +318,10 @@ def listing(table: Table) -> str:
                  if (plan := _json(p / "plan.json"))]
     newest = table.newest()
     versions = sorted(int(v["version"]) for v in newest.versions())
-    return (f"Tags: {', '.join(f'{t} (version {s.version})' for t, s in sorted(tags.items())) or 'none'}. "
+    named = ", ".join(f"{t} (version {s.version}" + (f" of {s.branch}: redacted by forget"
+                                                      if s.branch else "") + ")"
+                      for t, s in sorted(tags.items())) or "none"
+    return (f"Tags: {named}. "
             f"Training runs: {', '.join(runs) or 'none'}. "
             f"Ablations (arms): {'; '.join(ablations) or 'none'}. "
             f"Versions on disk: {len(versions)} ({versions[0]} to {versions[-1]}).")

@@ -97,7 +97,9 @@ class DataDiff:
                f"**B**: {_side(self.b)} ({self.b['rules_from']})", "",
                f"**Documents**: {d['a']:,} → {d['b']:,}: {d['added']:,} added "
                f"({_runs(d['added_ids'])}), {d['removed']:,} removed (deleted or forgotten; "
-               f"{_runs(d['removed_ids'])}), {d['in_both']:,} in both.",
+               f"{_runs(d['removed_ids'])}), {d['in_both']:,} in both"
+               + (f"; and {d['forgotten']:,} removed (forgotten: forget redacted them from A's "
+                  f"snapshot; {_runs(d['forgotten_ids'])})" if d.get("forgotten") else "") + ".",
                f"**Training set** (each side's rules): {t['out_docs']:,} documents "
                f"({t['out_tokens']:,} tokens) moved out and {t['in_docs']:,} "
                f"({t['in_tokens']:,} tokens) moved in; {t['added_kept_docs']:,} added documents "

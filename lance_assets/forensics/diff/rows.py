@@ -121,11 +121,14 @@ def same_files(lo: lance.LanceDataset, hi: lance.LanceDataset, columns: set[str]
     return {f for f, held in after.items() if before.get(f) == held and held[1]}
 
 
-def tracked_changes(lo: lance.LanceDataset, hi: lance.LanceDataset, columns: set[str]
+def tracked_changes(lo: lance.LanceDataset, hi: lance.LanceDataset, columns: set[str],
+                    lo_version: int | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
     """(changed row ids of ``hi``, removed row ids of ``lo``, every row id of ``hi``) from the
     row versions, less the rows of fragments whose data files for ``columns`` (what the diff
-    reads) are those of ``lo``; or the reason the row versions cannot be trusted."""
+    reads) are those of ``lo``; or the reason the row versions cannot be trusted.
+    ``lo_version``: the main line's version ``lo`` stands for (a redacted copy's: the version
+    forget redacted; its rows keep their row versions)."""
     if not (lo.has_stable_row_ids and hi.has_stable_row_ids):
         return "the table has no stable row ids"
     try:
@@ -136,12 +139,13 @@ def tracked_changes(lo: lance.LanceDataset, hi: lance.LanceDataset, columns: set
     rid = meta.column(ROWID).to_numpy()
     created = meta.column(CREATED).to_numpy().astype(np.int64)
     updated = meta.column(UPDATED).to_numpy().astype(np.int64)
-    new = created > lo.version
+    line = lo.version if lo_version is None else lo_version
+    new = created > line
     old = np.sort(old)
     if not member(rid[~new], old).all():
-        return (f"rows of version {hi.version} created before version {lo.version} are missing "
+        return (f"rows of version {hi.version} created before version {line} are missing "
                 f"from it: the history between them is not one line (a restore)")
-    changed = new | (updated > lo.version)
+    changed = new | (updated > line)
     unchanged_files = same_files(lo, hi, columns)
     if unchanged_files:
         frag = (meta.column(ADDRESS).to_numpy() >> 32).astype(np.int64)
