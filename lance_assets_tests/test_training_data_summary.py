@@ -293,7 +293,8 @@ def test_how_the_data_was_processed(planted):
     fg = p["forget_requests"]  # the forget between r0 and r1, counted and dated
     assert [x["documents"] for x in fg["requests"]] == [1] and fg["after_the_run"]["requests"] == 0
     assert fg["since"] is not None and fg["requests"][0]["date"] >= fg["since"]
-    assert set(fg["requests"][0]) == {"date", "documents", "rows_deleted", "snapshots_released"}
+    assert set(fg["requests"][0]) == {"date", "documents", "rows_deleted", "snapshots_released",
+                                      "snapshots_redacted"}
 
 
 def test_the_summary_quotes_no_text_and_no_url(planted):
@@ -322,19 +323,20 @@ def test_the_summary_quotes_no_text_and_no_url(planted):
     assert [s.rsplit("/", 2)[-2] for s in by_kind["other"]] == ["books"]
 
 
-def test_a_forget_that_releases_the_snapshot_is_said_not_a_crash(planted):
+def test_a_forget_of_a_document_the_run_read_is_said_on_the_redacted_snapshot(planted):
     a, b = planted["after"], planted["before"]
     assert a["code"] == 0
     s = json.loads(a["json"])
     snap = s["run"]["snapshot"]
-    assert snap["state"] == "released" and "forget: it held documents being forgotten" in snap["note"]
+    assert snap["state"] == "redacted" and snap["documents_read_forgotten"] == 1
+    assert "forget removed 1 of the documents the run read" in snap["note"]
     size = s["general_information"]["training_data_size"]
     assert size["documents_read"] == len(b["read"])
     assert size["documents_counted"] == len(b["read"]) - 1  # the forgotten one is gone
-    assert not s["data_processing"]["rules"]["evaluated"]
+    assert s["data_processing"]["rules"]["evaluated"]  # the rules of the snapshot, as they were
     assert s["data_processing"]["forget_requests"]["after_the_run"] == {"requests": 1,
                                                                         "documents": 1}
-    assert "**Snapshot released.**" in a["markdown"]
+    assert "**Snapshot redacted.**" in a["markdown"]
 
 
 def test_an_ablation_or_mixture_arm_is_summarised_from_what_its_seeds_read(planted):

@@ -12,9 +12,10 @@ It quotes no document text and no url beyond its registered domain (``curation.u
 forget requests appear as counts and dates, never ids. A field the table cannot know (the
 provider, the model's name) is a value the caller declares, left blank and said so where not.
 
-A run whose snapshot ``forget`` released (or retention, then a cleanup) is still summarised: the
-documents it read that the newest version still holds are counted there, the summary says so
-and how many it could not find, and the rules are reported as recorded but not evaluated.
+A run whose snapshot ``forget`` redacted is summarised on the redacted copy: what it read minus
+the forgotten documents, said with their count. One whose snapshot was released (``--release``,
+retention) is still summarised: the documents it read that the newest version still holds are
+counted there, the summary says so, and the rules are reported as recorded but not evaluated.
 """
 
 from __future__ import annotations
@@ -163,21 +164,28 @@ def target(table: Table, ref: str | None) -> Target:
 
 
 def _snapshot(table: Table, t: Target) -> tuple[lance.LanceDataset, dict]:
-    """The version the run read, or (released, cleaned up) the newest, with what happened."""
+    """The version the run read (its redacted copy where forget redacted it), or (released,
+    cleaned up) the newest, with what happened."""
     try:
-        ds = table.choose(t.tag, version=t.version).dataset
-        return ds, {"state": "readable", "tag": t.tag, "version": t.version, "note": ""}
+        chosen = table.choose(t.tag, version=t.version)
     except VersionChoiceError:
-        from lance_assets.forensics.diff.refs import release_story
+        chosen = None
+    if chosen is not None and chosen.branch is None:
+        return chosen.dataset, {"state": "readable", "tag": t.tag, "version": t.version,
+                                "note": ""}
+    if chosen is not None:  # forget redacted it: every other row, under the same tag
+        return chosen.dataset, {"state": "redacted", "tag": t.tag, "version": t.version,
+                                "forgets": len(chosen.redactions), "note": ""}
+    from lance_assets.forensics.diff.refs import release_story
 
-        ds = table.newest()
-        return ds, {"state": "released", "tag": t.tag, "version": t.version,
-                    "read_at_version": ds.version,
-                    "note": (f"the run's snapshot (tag {t.tag}, version {t.version}) can no "
-                             f"longer be read: {release_story(table, t.tag, t.version)}. The "
-                             "documents it read are counted at the newest version "
-                             f"({ds.version}) where they still exist; the rules are not "
-                             "evaluated")}
+    ds = table.newest()
+    return ds, {"state": "released", "tag": t.tag, "version": t.version,
+                "read_at_version": ds.version,
+                "note": (f"the run's snapshot (tag {t.tag}, version {t.version}) can no "
+                         f"longer be read: {release_story(table, t.tag, t.version)}. The "
+                         "documents it read are counted at the newest version "
+                         f"({ds.version}) where they still exist; the rules are not "
+                         "evaluated")}
 
 
 def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
@@ -425,7 +433,8 @@ def _forgets(table: Table, t: Target) -> dict:
             continue
         item = {"date": entry["at"], "documents": int(entry.get("ids") or 0),
                 "rows_deleted": int(entry.get("rows_deleted") or 0),
-                "snapshots_released": len(entry.get("released") or {})}
+                "snapshots_released": len(entry.get("released") or {}),
+                "snapshots_redacted": len(entry.get("redacted") or {})}
         if at > t.finished:
             after.append(item)
         elif since is None or at > since:
@@ -454,8 +463,14 @@ def summarize(table: Table, run: str | None = None, *, top_share: float = DEFAUL
                            "run); what it read cannot be said, so no summary is made. Train it "
                            "again with this version of the trainer")
     ds, snapshot = _snapshot(table, t)
-    readable = snapshot["state"] == "readable"
+    readable = snapshot["state"] in ("readable", "redacted")
     rows, how = read_rows(ds, read)
+    if snapshot["state"] == "redacted":  # what it read that forget removed since: a count
+        gone = int(len(read)) - rows.num_rows
+        snapshot["documents_read_forgotten"] = gone
+        snapshot["note"] = (f"forget removed {gone:,} of the documents the run read from its "
+                            f"snapshot (tag {t.tag}) after it trained; the figures count the "
+                            "others, on the redacted copy")
     tokens, nbytes = _ints(rows, keys.N_TOKENS), _ints(rows, keys.N_BYTES)
     nbytes = nbytes if nbytes is not None else np.zeros(rows.num_rows, np.int64)
     rule_info = _rules(ds, t, readable)
@@ -520,7 +535,7 @@ def markdown(s: dict) -> str:
              f"Read at table version {r['table_version']} (tag `{r['tag']}`); every figure counts "
              "the documents the run read (its read records), not what its filter allowed.", ""]
     if r["snapshot"]["state"] != "readable":
-        lines += [f"**Snapshot released.** {r['snapshot']['note']}.", ""]
+        lines += [f"**Snapshot {r['snapshot']['state']}.** {r['snapshot']['note']}.", ""]
     lines += ["## 1. General information", "",
               f"- Provider: {g['provider']['name'] or blank}; contact: "
               f"{g['provider']['contact'] or blank}",
