@@ -47,7 +47,8 @@ UNIT_SECONDS = {
     "test_graph": 40, "test_data_versions": 18, "test_curation_assets": 16,
     "test_scale_paths": 14, "test_incremental": 12, "test_diff": 12, "test_forget_faults": 12,
     "test_readme_commands": 9,
-    "test_forensics_attribution": 9,
+    "test_forensics_attribution": 9, "test_source_columns": 6, "test_training_data_summary": 6,
+    "test_source_shares": 4, "test_opted_out": 2,
 }
 
 
