@@ -1,12 +1,16 @@
 """The whole asset graph, in-process, on a temporary data dir; training through Pipes + torchrun."""
 
+import contextlib
+import io
 import json
+from datetime import timedelta
 
 import dagster as dg
 import lance
 import numpy as np
 
 from lance_assets import paths
+from lance_assets.__main__ import main as cli
 from lance_assets.definitions import defs
 from lance_assets.defs.corpus.checks import CHECKS as CORPUS_CHECKS
 from lance_assets.defs.curation.checks import CHECKS
@@ -14,6 +18,8 @@ from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.checks import CHECKS as TRAINING_CHECKS
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.table import Table
+from lance_assets.table.maintenance import maintain
+from lance_assets_tests.helpers import held_on_disk
 
 
 def test_materialize_whole_graph(tmp_path):
@@ -134,6 +140,13 @@ def test_materialize_whole_graph(tmp_path):
                         "no_symbols": "symbol_word_ratio <= 0.02"},
                  keep_languages=[], drop_contaminated=False)
     Table.of(root).commit("delete", lambda d: d.delete("id IN (3, 4, 5)"))
+    # a forget of two documents the first run read, as typed, then maintenance: its snapshot is
+    # redacted under its tag, and the next run's diff counts them apart
+    gone = [int(i) for i in rows_read(run_dir) if int(i) not in (3, 4, 5)][:2]
+    texts = ds.to_table(columns=["text"], filter=f"id IN ({gone[0]}, {gone[1]})").column(0)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli(["forget", "--where", f"id IN ({gone[0]}, {gone[1]})", "--data", str(root)]) == 0
+    maintain(Table.of(root), keep_versions_for=timedelta(0), log=lambda _m: None)
     again = dg.materialize([defs.get_assets_def("pretrained_model")], resources=resources,
                            instance=instance, run_config={"ops": {"pretrained_model": {"config": {
                                "steps": 2, "seq_len": 64, "batch_size": 8, "eval_every": 1000,
@@ -148,6 +161,21 @@ def test_materialize_whole_graph(tmp_path):
     assert second["data_diff_chart"].startswith("![documents moved per rule](data:image/png")
     assert second["data_diff/documents_removed"] == want.documents["removed"] == 3
     assert second["data_diff/training_docs_net"] == want.training["net_docs"] < 0
+    assert want.documents["forgotten"] == 2 and "removed (forgotten" in md
+    assert held_on_disk(root, gone) == []  # no version of any branch holds them
+    for path in (p for p in root.rglob("*") if p.is_file()):
+        raw = path.read_bytes()
+        assert not any(t.as_py()[:60].encode() in raw for t in texts), path
+    story = io.StringIO()
+    with contextlib.redirect_stdout(story):
+        assert cli(["explain", "--id", str(gone[0]), "--json", "--data", str(root)]) == 0
+    told = json.loads(story.getvalue())
+    assert told["forgotten"]["done"] and any(
+        s["name"] == first_run and s["read"] for s in told["snapshots"])
+    from lance_assets.forensics.summary import summarize
+
+    redacted = summarize(Table.of(root), first_run)["run"]["snapshot"]
+    assert redacted["state"] == "redacted" and redacted["documents_read_forgotten"] == 2
     assert second["data_diff/rules_changed"] == 2
     both = len(np.intersect1d(rows_read(run_dir), rows_read(paths.run_dir(root, "next"))))
     assert want.read["both"] == both and f"{both:,} read by both" in md
