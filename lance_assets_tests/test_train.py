@@ -229,3 +229,10 @@ def test_a_run_is_said_to_have_trained_on_exactly_what_it_read(tokenized_root, t
                                    "from_version": ckpt["table_version"], "forgets": 1,
                                    "from_step": ckpt["step"]}
     assert [m["step"] for m in metrics(out) if "loss" in m][-2:] == [5, 6]
+    # what rank 0 reports through Dagster Pipes: every value a metadata value (Pipes' own check)
+    from dagster_pipes import _normalize_param_metadata
+
+    from lance_assets.train.mixture import flat
+
+    reported = _normalize_param_metadata(flat(summary), "report_asset_materialization", "metadata")
+    assert reported["redacted/documents"]["raw_value"] == 2

@@ -255,11 +255,15 @@ def read_by_domain(state: dict, mixture: Mixture) -> dict[str, dict]:
 
 
 def flat(summary: dict) -> dict:
-    """``summary`` with its ``domains`` as ``domain/<name>/<figure>`` entries (what a Pipes
-    materialization, and a plot across materializations, takes)."""
-    out = {k: v for k, v in summary.items() if k != "domains"}
+    """``summary`` with its ``domains`` as ``domain/<name>/<figure>`` entries and any other
+    mapping (``redacted``) as ``<key>/<figure>`` ones: what a Pipes materialization takes (a
+    nested dict is not a metadata value), and a plot across materializations."""
+    out = {k: v for k, v in summary.items() if k != "domains" and not isinstance(v, dict)}
     for name, figures in summary.get("domains", {}).items():
         out.update({f"domain/{name}/{k}": v for k, v in figures.items()})
+    for key, value in summary.items():
+        if key != "domains" and isinstance(value, dict):
+            out.update({f"{key}/{k}": v for k, v in value.items()})
     return out
 
 

@@ -61,9 +61,9 @@ def resumes(cfg: TrainConfig, out: Path) -> bool:
     return cfg.resume != "auto" or bool(checkpoint.list_checkpoints(out))
 
 
-def check_run_data(cfg: TrainConfig, table: Table, version: int) -> None:
+def check_run_data(cfg: TrainConfig, table: Table, version: int | str) -> None:
     """What the trainer would refuse about the data it is asked to read, checked at the
-    ``version`` it will read before the run holds a snapshot or starts a process: the filters
+    ``version`` it will read (a number, or the tag of a redacted copy) before the run holds a snapshot or starts a process: the filters
     parsed against that version's columns, and the mixture (``--domains``, ``--weights``) by the
     trainer's own check (``train.domains.plan_mixture``): a ``dg.Failure`` naming the domain,
     its rows and tokens, and the fix."""
@@ -89,7 +89,7 @@ def check_run_data(cfg: TrainConfig, table: Table, version: int) -> None:
 
 
 def training_snapshot(cfg: TrainConfig, table: Table, out: Path,
-                      check: Callable[[int], None] | None = None) -> tuple[str, int]:
+                      check: Callable[[int | str], None] | None = None) -> tuple[str, int]:
     """The table version this run reads, resolved once here and tagged `train-<run name>` so
     that no cleanup removes it while the run, its resumes, `samples` or the forensics need it:
     on a resume, the version the run's tag names; otherwise the newest (the tag moves there).
@@ -99,7 +99,7 @@ def training_snapshot(cfg: TrainConfig, table: Table, out: Path,
     tag = maintenance.snapshot_tag(out.name)
     chosen = table.choose(tag if resumes(cfg, out) else None, or_newest=True)
     if check is not None:  # refused before the tag is held
-        check(chosen.version)
+        check(chosen.ref)  # a redacted copy's version is a branch's: opened through its tag
     return tag, table.snapshots.hold(tag, chosen.version, owner="pretrained_model",
                                      kind=snapshots.RUN, named=bool(cfg.run_name),
                                      branch=chosen.branch)
