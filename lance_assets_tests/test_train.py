@@ -236,3 +236,13 @@ def test_a_run_is_said_to_have_trained_on_exactly_what_it_read(tokenized_root, t
 
     reported = _normalize_param_metadata(flat(summary), "report_asset_materialization", "metadata")
     assert reported["redacted/documents"]["raw_value"] == 2
+    # a second forget redacts the copy again: the next resume counts only what went since
+    again = next(int(i) for i in read if int(i) != in_read)
+    forget(table, f"id = {again}", force=True, log=quiet)
+    ckpt = checkpoint.load(checkpoint.list_checkpoints(out)[-1])
+    assert main(["--data", str(root), "--out", str(out), "--table-tag", tag, "--seq-len", "512",
+                 "--batch-size", "16", "--steps", "7", "--eval-every", "1000", "--no-pack",
+                 "--resume", "auto"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["step"] == 7 and summary["redacted"]["documents"] == 1
+    assert summary["redacted"]["forgets"] == 1 and summary["redacted"]["from_step"] == 6

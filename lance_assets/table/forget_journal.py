@@ -121,10 +121,12 @@ def forgotten_ids(table: Table, ds: lance.LanceDataset) -> np.ndarray:
     return np.unique(np.asarray([i for ids in got for i in ids], np.int64))
 
 
-def gone(table: Table, ds: lance.LanceDataset) -> dict:
+def gone(table: Table, ds: lance.LanceDataset, since: int | None = None) -> dict:
     """What ``forget`` took from the snapshot ``ds`` is a version of: ``{documents, tokens,
-    from_version, forgets}`` (tokens as the table counted them, ``n_tokens``)."""
-    done = redactions(ds)
+    from_version, forgets}`` (tokens as the table counted them, ``n_tokens``); with ``since``
+    (a version the snapshot was read at, e.g. a checkpoint's), only the redactions made of that
+    version or a later one."""
+    done = [r for r in redactions(ds) if since is None or int(r["version"]) >= since]
     ops = {(r.get("op"), r.get("tag")) for r in done}
     held = [e["detail"] for e in Journal(table).events("redact:")
             if e["event"].endswith(":held") and (e["op"], e["event"].split(":")[1]) in ops]

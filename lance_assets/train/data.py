@@ -86,6 +86,12 @@ def open_snapshot(table: Table, version: int | None = None,
                          redacted=redacted)
 
 
+def redacted_since(table: Table, snap: TableSnapshot, version: int) -> dict:
+    """What ``forget`` took from the redacted copy ``snap`` reads since ``version`` (a
+    checkpoint's): the redactions made of that version or a later one."""
+    return gone(table, snap.table.to_lance(), since=version)
+
+
 class TooLittleData(RuntimeError):
     """The filter leaves less than one block per split."""
 

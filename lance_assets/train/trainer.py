@@ -31,6 +31,7 @@ from lance_assets.table import Table
 from lance_assets.train import checkpoint, config
 from lance_assets.train.collectives import Collectives, launched_by_torchrun
 from lance_assets.train.config import ConfigError, TrainConfig, data_root, parse_args
+from lance_assets.train.data import redacted_since
 from lance_assets.train.loop import StopFlag, train_loop
 from lance_assets.train.run import Reporter, Run, git_commit, peak_flops
 from lance_assets.train.setup import (
@@ -75,6 +76,8 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, table: Tab
     progress = restore(net, ckpt, resume_path, report.log, comm.world)
     gone = run_data.snap.redacted
     if ckpt and gone and int(ckpt["table_version"]) != run_data.snap.version:
+        # what went since this checkpoint's version, not what earlier resumes already read
+        gone = redacted_since(table, run_data.snap, int(ckpt["table_version"]))
         run_data.redacted = {**gone, "from_step": progress.step}
         report.log(f"table: forget redacted the run's snapshot {run_data.table_tag} (version "
                    f"{ckpt['table_version']}) since this checkpoint: from step {progress.step} "
