@@ -63,10 +63,11 @@ def resumes(cfg: TrainConfig, out: Path) -> bool:
 
 def check_run_data(cfg: TrainConfig, table: Table, version: int | str) -> None:
     """What the trainer would refuse about the data it is asked to read, checked at the
-    ``version`` it will read (a number, or the tag of a redacted copy) before the run holds a snapshot or starts a process: the filters
-    parsed against that version's columns, and the mixture (``--domains``, ``--weights``) by the
-    trainer's own check (``train.domains.plan_mixture``): a ``dg.Failure`` naming the domain,
-    its rows and tokens, and the fix."""
+    ``version`` it will read (a number, or the tag of a redacted copy) before the run holds a
+    snapshot or starts a process: the filters parsed against that version's columns, and the
+    mixture (``--domains``, ``--weights``) by the trainer's own check
+    (``train.domains.plan_mixture``): a ``dg.Failure`` naming the domain, its rows and tokens,
+    and the fix."""
     from lance_assets.curation.predicate import PredicateError
     from lance_assets.curation.rules import RuleError
     from lance_assets.train.config import DEFAULT_STEPS, ConfigError
