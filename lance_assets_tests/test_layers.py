@@ -1,4 +1,4 @@
-"""The layers of DESIGN.md, checked on the source: every module of the package is parsed (``ast``)
+"""The layers of docs/architecture.md, checked on the source: every module of the package is parsed (``ast``)
 and its imports collected, those inside functions included.
 
 - No import cycle among our modules, counting function-level imports: an import moved into a
@@ -20,6 +20,13 @@ and its imports collected, those inside functions included.
   docstring what it relies on and checks it.
 - Below the edges (the command lines, ``defs/``, the trainer's entry point) a table argument is
   a ``Table``: no library parameter is typed as a ``Table`` or a string or path.
+- Every library package has a face, its ``__init__``'s ``__all__``, and imports across packages
+  go through it (``through_a_face``): ``from lance_assets.P import name`` with ``name`` in the
+  face; ``from lance_assets.P import mod``, ``import lance_assets.P.mod`` or ``from
+  lance_assets.P.mod import anything`` with ``mod`` in the face (a public submodule); or ``from
+  lance_assets.P.mod import name`` with ``name`` in the face and taken by P's ``__init__`` from
+  ``P.mod``. A subpackage in the face is walked the same way, one level down. ``defs/``,
+  ``definitions.py`` and the top-level modules are outside every package.
 """
 
 import ast
@@ -638,3 +645,160 @@ def test_the_table_argument_check_catches_every_spelling(tmp_path):
         "class C:\n    def __init__(self, root: Table | Path): ...\n")
     assert table_or_path_parameters(module_trees(pkg)) == {
         "lance_assets.bad": ["3: f(table)", "4: g(table)", "6: __init__(root)"]}
+
+
+# ---- package faces: what a package offers the others is its ``__init__``'s ``__all__``
+
+def library_packages(root: Path = PACKAGE_DIR) -> list[Path]:
+    """Every package folder of the library (subpackages included), ``defs/`` left out."""
+    return [init.parent for init in sorted(root.rglob("__init__.py"))
+            if init.parent != root and not in_package(module_name(init, root),
+                                                      f"{root.name}.defs")]
+
+
+def face_of(package: Path, root: Path = PACKAGE_DIR) -> dict[str, str] | None:
+    """``{name: where it comes from}`` for every name of the package's ``__all__`` (None when it
+    has none): a submodule or subpackage maps to itself, a name its ``__init__`` imports to the
+    module it imports it from, a name the ``__init__`` defines to the package, and a name bound
+    nowhere to ``""``."""
+    init = package / "__init__.py"
+    me = module_name(init, root)
+    tree = ast.parse(init.read_text(), str(init))
+    listed = None
+    bound: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            listed = [e.value for e in node.value.elts]  # a literal list of strings
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*me.split(".")[: len(me.split(".")) - node.level + 1], base])
+            bound.update({a.asname or a.name: base for a in node.names})
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound[node.name] = me
+        elif isinstance(node, ast.Assign):
+            bound.update({t.id: me for t in node.targets if isinstance(t, ast.Name)})
+    if listed is None:
+        return None
+    submodules = {p.stem for p in package.glob("*.py")} | {
+        p.parent.name for p in package.glob("*/__init__.py")}
+    return {n: f"{me}.{n}" if n in submodules else bound.get(n, "") for n in listed}
+
+
+def faces(root: Path = PACKAGE_DIR) -> dict[str, dict[str, str] | None]:
+    return {module_name(p / "__init__.py", root): face_of(p, root) for p in library_packages(root)}
+
+
+def face_problems(faces_: dict[str, dict[str, str] | None]) -> list[str]:
+    """A face that is missing, names a private name, or names what its package does not hold."""
+    out = []
+    for package, face in faces_.items():
+        if face is None:
+            out.append(f"{package}: its __init__ has no __all__")
+            continue
+        out += [f"{package}: {n} is private" for n in face if n.startswith("_") and n != "__version__"]
+        out += [f"{package}: {n} is neither a submodule nor bound in its __init__"
+                for n, origin in face.items() if not origin]
+    return out
+
+
+def through_a_face(imp: Import, faces_: dict[str, dict[str, str] | None]) -> bool:
+    """Whether ``imp`` (of a module of a library package, by a module outside that package) goes
+    through the faces, walked from the top package down: at each package, the next part of the
+    path, or each imported name where the path ends, is in the face; a submodule in the face
+    offers all of its public names; ``from P.mod import name`` is allowed where ``name`` is in
+    P's face and P's ``__init__`` takes it from ``P.mod``."""
+    parts = imp.target.split(".")
+    package, rest = ".".join(parts[:2]), parts[2:]
+    while True:
+        face = faces_.get(package) or {}
+        if not rest:  # the package itself: its names, or the package as a namespace
+            return all(n in face for n in imp.names)
+        head = f"{package}.{rest[0]}"
+        if face.get(rest[0]) == head:  # a public submodule or subpackage
+            if head not in faces_:
+                return True
+            package, rest = head, rest[1:]
+            continue
+        return len(rest) == 1 and bool(imp.names) and all(face.get(n) == head for n in imp.names)
+
+
+def imports_around_the_faces(imports: list[Import], faces_: dict[str, dict[str, str] | None]
+                             ) -> list[str]:
+    """Every import of a library package's module by a module of another package (``defs/``,
+    ``definitions.py`` and the top-level modules are outside every package) that does not go
+    through the package's face."""
+    tops = {p for p in faces_ if p.count(".") == 1}
+    out = []
+    for i in imports:
+        top = package_of(i.target)
+        if top in tops and (i.target != top or i.names):
+            if package_of(i.importer) != top and not through_a_face(i, faces_):
+                out.append(f"{where(i)}: {', '.join(i.names) or 'the module'}")
+    return out
+
+
+FACES = faces()
+
+
+def test_every_library_package_has_a_face():
+    assert {"lance_assets.table", "lance_assets.curation", "lance_assets.forensics.diff",
+            "lance_assets.train"} <= set(FACES)
+    assert not any(p.startswith("lance_assets.defs") for p in FACES)
+    bad = face_problems(FACES)
+    assert not bad, "; ".join(bad)
+
+
+def test_imports_across_packages_go_through_the_faces():
+    """A module of package P is another package's to import only as P's ``__init__`` offers it
+    in ``__all__`` (see ``through_a_face``): a name other packages may use goes in the face, a
+    name used only inside P stays out."""
+    bad = imports_around_the_faces(IMPORTS, FACES)
+    assert not bad, ("import it through the package's face, or add it to the face (its "
+                     "__init__'s __all__) if other packages may use it: " + "; ".join(bad))
+
+
+def test_the_face_checks_catch_every_spelling(tmp_path):
+    pkg = tmp_path / "lance_assets"
+    for sub in ("table", "curation", "forensics/diff", "defs/corpus"):
+        (pkg / sub).mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "defs" / "__init__.py").write_text("")
+    (pkg / "defs" / "corpus" / "__init__.py").write_text("")
+    (pkg / "table" / "__init__.py").write_text(
+        "from lance_assets.table.handle import Table\n__all__ = ['Table', 'columns', 'gone']\n")
+    for mod in ("handle", "columns", "core"):
+        (pkg / "table" / f"{mod}.py").write_text("from lance_assets.table.core import x\n")
+    (pkg / "curation" / "__init__.py").write_text("from .rules import training_filter\n")
+    (pkg / "curation" / "rules.py").write_text("from lance_assets.table import Table\n")
+    (pkg / "forensics" / "__init__.py").write_text("__all__ = ['diff', '_hidden']\n")
+    (pkg / "forensics" / "diff" / "__init__.py").write_text(
+        "from lance_assets.forensics.diff.core import diff\n__all__ = ['diff']\n")
+    (pkg / "forensics" / "diff" / "core.py").write_text("from lance_assets.table import core\n")
+    (pkg / "defs" / "corpus" / "assets.py").write_text(
+        "from lance_assets.table import Table, columns\n"
+        "from lance_assets.table.handle import Table\n"
+        "from lance_assets.table.columns import anything\n"
+        "import lance_assets.table.columns\n"
+        "from lance_assets.forensics.diff import diff\n"
+        "from lance_assets.forensics.diff.core import diff\n"
+        "from lance_assets.curation import rules\n"
+        "from lance_assets.table.core import x\n"
+        "from lance_assets.table.handle import other\n"
+        "def f():\n    from lance_assets.forensics.diff.core import helper\n")
+    faces_ = faces(pkg)
+    assert sorted(faces_) == ["lance_assets.curation", "lance_assets.forensics",
+                              "lance_assets.forensics.diff", "lance_assets.table"]
+    assert face_problems(faces_) == [
+        "lance_assets.curation: its __init__ has no __all__",
+        "lance_assets.forensics: _hidden is private",
+        "lance_assets.forensics: _hidden is neither a submodule nor bound in its __init__",
+        "lance_assets.table: gone is neither a submodule nor bound in its __init__"]
+    bad = imports_around_the_faces(package_imports(pkg), faces_)
+    assert [b.split(" imports ")[1] for b in bad] == [
+        "lance_assets.curation.rules at module level (line 7): the module",
+        "lance_assets.table.core at module level (line 8): x",
+        "lance_assets.table.handle at module level (line 9): other",
+        "lance_assets.forensics.diff.core inside a function (line 11): helper",
+        "lance_assets.table.core at module level (line 1): the module"]

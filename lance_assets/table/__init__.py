@@ -3,26 +3,30 @@
 ``Table`` is the only code that opens the dataset by path (a test keeps it so); ``core`` holds
 the raw schema, the commit retry and the table config; ``lance_manifest`` the row-id counter;
 ``snapshots`` the tagged versions with their owners and retention.
+
+The face: the handle and its errors, the raw schema, the table config, and the modules other
+packages use as a whole: the column producer's contract (``producer``, ``settings``), column
+writes (``columns``, ``executor``), the predicate parser (``predicate``), tagged snapshots
+(``snapshots``, ``maintenance``, ``fingerprint``), what a run read (``read_record``), forget
+(``forget``, ``forget_journal``) and side datasets (``side``).
 """
 
-from lance_assets.table.choice import Chosen, VersionChoiceError
+from lance_assets.table.choice import RETENTION, VersionChoiceError
 from lance_assets.table.core import (
-    MAX_COMMIT_ATTEMPTS,
     RAW_DESCRIPTIONS,
     RAW_SCHEMA,
     TableMissingError,
-    commit_retrying,
     data_files_by_field,
     get_json_config,
-    is_retryable_conflict,
     leaf_field_ids,
 )
-from lance_assets.table.handle import MAX_REPLANS, Table, VersionGone, is_version_gone
+from lance_assets.table.handle import Table, is_version_gone, point_at
 from lance_assets.table.lance_manifest import row_id_high_water
 
 __all__ = [
-    "MAX_COMMIT_ATTEMPTS", "MAX_REPLANS", "RAW_DESCRIPTIONS", "RAW_SCHEMA", "Chosen", "Table",
-    "TableMissingError", "VersionChoiceError", "VersionGone", "commit_retrying",
-    "data_files_by_field", "get_json_config", "is_retryable_conflict", "is_version_gone",
-    "leaf_field_ids", "row_id_high_water",
+    "RAW_DESCRIPTIONS", "RAW_SCHEMA", "RETENTION", "Table", "TableMissingError",
+    "VersionChoiceError", "columns", "data_files_by_field", "executor", "fingerprint", "forget",
+    "forget_journal", "get_json_config", "is_version_gone", "leaf_field_ids", "maintenance",
+    "point_at", "predicate", "producer", "read_record", "row_id_high_water", "settings", "side",
+    "snapshots",
 ]

@@ -12,10 +12,14 @@ signal column's flipped values with example ids, the tokenizer, and what two run
 - ``compare``: two sides' rows compared by ``id``;
 - ``report``: the result, in Markdown (whole, or short with a chart) and JSON;
 - ``document``: one document's state at two snapshots (``explain --against``).
+
+The face: ``diff``, ``against_previous``, the refs and the result, and the module ``document``
+(it loads ``explain``, so the package does not).
 """
 
 from lance_assets.forensics.diff.core import against_previous, diff
 from lance_assets.forensics.diff.refs import DiffError, Side, listing, resolve
 from lance_assets.forensics.diff.report import DataDiff
 
-__all__ = ["DataDiff", "DiffError", "Side", "against_previous", "diff", "listing", "resolve"]
+__all__ = ["DataDiff", "DiffError", "Side", "against_previous", "diff", "document", "listing",
+           "resolve"]
