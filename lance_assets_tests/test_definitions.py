@@ -1,7 +1,12 @@
+import sys
+from pathlib import Path
+
 import dagster as dg
 
+import lance_assets
 from lance_assets.definitions import defs
 from lance_assets.table import Table
+from lance_assets.table.producer import producers
 
 TAGGERS = ("detected_language", "personal_data", "paragraph_dups", "contamination", "quality_score",
            "semantic_dup", "opted_out")
@@ -9,6 +14,29 @@ TAGGERS = ("detected_language", "personal_data", "paragraph_dups", "contaminatio
 
 def test_definitions_load():
     dg.Definitions.validate_loadable(defs)
+
+
+def test_every_group_is_named_after_the_package_that_holds_its_code():
+    """In the UI as in the code: an asset's group is the ``defs/`` folder that defines it and
+    the library package that holds its code; a column producer's asset (made by
+    ``defs/columns.py``) is in the group of the package its producer lives in. ``training`` is
+    the one group over several packages (``train/``, ``launch/``, ``ablation/``)."""
+    packages = {p.parent.name for p in Path(lance_assets.__file__).parent.glob("*/__init__.py")}
+    made = {p.name: next(m.__name__ for m in list(sys.modules.values())
+                         if getattr(m, "PRODUCER", None) is p) for p in producers()}
+    graph = defs.resolve_asset_graph()
+    wrong, groups = [], set()
+    for key in graph.get_all_asset_keys():
+        name, group = key.to_user_string(), graph.get(key).group_name
+        groups.add(group)
+        fn = defs.resolve_assets_def(key).op.compute_fn.decorated_fn
+        module = made[name] if name in made else fn.__module__
+        home = module.split(".")[1] if name in made else module.split(".")[2]
+        if home != group:
+            wrong.append(f"{name}: group {group}, code in {module}")
+    assert not wrong, wrong
+    assert groups - packages == {"training"} and "defs" not in groups
+    assert {"ingest", "tokens", "curation", "embeddings", "forensics", "table"} <= groups
 
 
 def test_asset_graph_shape():
@@ -73,7 +101,7 @@ def test_asset_graph_shape():
     assert guards - {"no_source_wiped_out"} <= blocking and "columns_written" in blocking
     # the comparisons with earlier runs, and a source one rule empties, only warn
     assert not blocking & {"bytes_per_token_not_worse", "val_bpb_not_worse", "no_source_wiped_out"}
-    assert graph.get(dg.AssetKey("table_maintenance")).group_name == "maintenance"
+    assert graph.get(dg.AssetKey("table_maintenance")).group_name == "table"
     # automation: everything after ingest follows new data; ingest and maintenance have their
     # schedules, training starts by itself only with LANCE_ASSETS_AUTO_TRAIN=1, and
     # document_stories answers a person's question (the ids in its run config)

@@ -12,9 +12,9 @@ import numpy as np
 from lance_assets import paths
 from lance_assets.__main__ import main as cli
 from lance_assets.definitions import defs
-from lance_assets.defs.corpus.checks import CHECKS as CORPUS_CHECKS
 from lance_assets.defs.curation.checks import CHECKS
 from lance_assets.defs.resources import LanceStore
+from lance_assets.defs.tokens.checks import CHECKS as TOKENS_CHECKS
 from lance_assets.defs.training.checks import CHECKS as TRAINING_CHECKS
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.table import Table
@@ -36,7 +36,7 @@ def test_materialize_whole_graph(tmp_path):
     resources = {"lance_store": LanceStore(data_dir=str(root), source="synthetic:600"),
                  "pipes_subprocess_client": TorchrunPipesClient()}
     instance = dg.DagsterInstance.ephemeral()  # the second training run below compares with it
-    result = dg.materialize([*assets, *CHECKS, *CORPUS_CHECKS, *TRAINING_CHECKS],
+    result = dg.materialize([*assets, *CHECKS, *TOKENS_CHECKS, *TRAINING_CHECKS],
                             resources=resources, run_config=run_config, instance=instance)
     assert result.success
 
@@ -53,7 +53,7 @@ def test_materialize_whole_graph(tmp_path):
     assert meta("curation_rules")["lance/table_version"] == ds.version  # the last writer
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
     # and raw_text's own non-blocking check, evaluated with its materialization
-    assert len(evaluations) == len(CHECKS) + len(CORPUS_CHECKS) + len(TRAINING_CHECKS) + 1
+    assert len(evaluations) == len(CHECKS) + len(TOKENS_CHECKS) + len(TRAINING_CHECKS) + 1
     assert evaluations["files_ingested"].description == "every file was read"
     assert all(e.passed for e in evaluations.values())  # training was not blocked
     # a fresh instance has nothing to compare with, and says so

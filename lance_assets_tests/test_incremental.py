@@ -213,7 +213,7 @@ def content_raw(root):
 
 def test_schedule_and_sensor(tmp_path):
     from lance_assets.definitions import defs
-    from lance_assets.defs.corpus.automation import landing_sensor
+    from lance_assets.defs.ingest.automation import landing_sensor
     from lance_assets.defs.resources import LanceStore
 
     schedule = defs.resolve_schedule_def("ingest_schedule")

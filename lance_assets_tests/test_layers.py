@@ -1,11 +1,12 @@
-"""The layers of docs/architecture.md, checked on the source: every module of the package is parsed (``ast``)
-and its imports collected, those inside functions included.
+"""The layers of docs/architecture.md, checked on the source: every module of the package is
+parsed (``ast``) and its imports collected, those inside functions included.
 
 - No import cycle among our modules, counting function-level imports: an import moved into a
   function to dodge a cycle is still a cycle.
-- The Dagster domains (``defs/corpus``, ``defs/curation``, ``defs/forensics``,
-  ``defs/training``) import ``defs/common``, ``defs/metadata``, ``defs/resources``,
-  ``defs/executor``, ``defs/conditions`` and the library, never one another.
+- The Dagster domains (``defs/ingest``, ``defs/tokens``, ``defs/curation``, ``defs/embeddings``,
+  ``defs/forensics``, ``defs/table``, ``defs/training``) import ``defs/common``,
+  ``defs/metadata``, ``defs/resources``, ``defs/executor``, ``defs/conditions`` and the library,
+  never one another.
 - The library (everything outside ``defs/`` and ``definitions.py``) imports neither ``dagster``
   nor ``lance_assets.defs``; the trainer may use ``dagster_pipes``.
 - No module imports another module's ``_private`` name.
@@ -36,7 +37,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "lance_assets"
-DOMAINS = ("corpus", "curation", "forensics", "training")
+DOMAINS = ("ingest", "tokens", "curation", "embeddings", "forensics", "table", "training")
 SHARED_DEFS = {"lance_assets.defs", "lance_assets.defs.common", "lance_assets.defs.metadata",
                "lance_assets.defs.resources", "lance_assets.defs.executor",
                "lance_assets.defs.conditions"}
@@ -149,7 +150,7 @@ def where(imp: Import) -> str:
 
 
 def test_the_walk_sees_the_whole_package():
-    assert {"lance_assets.tokens.token_ids", "lance_assets.defs.corpus.assets",
+    assert {"lance_assets.tokens.token_ids", "lance_assets.defs.ingest.assets",
             "lance_assets.train.trainer", "lance_assets.keys"} <= KNOWN
     assert any(i.in_function for i in IMPORTS), "function-level imports are not collected"
 

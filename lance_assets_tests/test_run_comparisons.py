@@ -8,8 +8,8 @@ from __future__ import annotations
 import dagster as dg
 
 from lance_assets.definitions import defs
-from lance_assets.defs.corpus.checks import bytes_per_token_not_worse, compare_tokenizers
 from lance_assets.defs.resources import LanceStore
+from lance_assets.defs.tokens.checks import bytes_per_token_not_worse, compare_tokenizers
 from lance_assets.defs.training.checks import compare_runs, val_bpb_not_worse
 
 

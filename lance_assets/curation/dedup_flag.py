@@ -427,4 +427,4 @@ PRODUCER = ColumnProducer(
     descriptions=DESCRIPTIONS, steps=STEPS, settings=DedupSettings, summary=summary,
     reads={IS_DUP.name: [("raw_text", "text"), ("raw_text", "id")],
            TEXT_HASH.name: [("raw_text", "text")]},
-    group="corpus", kinds=("lance", "duckdb"), version="2")
+    group="curation", kinds=("lance", "duckdb"), version="2")

@@ -23,9 +23,9 @@ from dagster_ray import RayResource
 from lance_assets.defs.common import POOL, TABLE_TAGS
 from lance_assets.defs.conditions import ON_NEW_DATA
 from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
-from lance_assets.defs.maintenance.checks import coverage_check
 from lance_assets.defs.metadata import column_data_version, column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
+from lance_assets.defs.table.checks import coverage_check
 from lance_assets.markdown import FilePath, Json, Markdown
 from lance_assets.progress import phase
 from lance_assets.table.producer import ColumnProducer, Skip, produce, producers

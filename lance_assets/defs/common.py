@@ -1,6 +1,6 @@
-"""Definitions shared by the Dagster domains (``defs/corpus``, ``defs/curation``,
-``defs/forensics``, ``defs/training``): the pool, group names, tags and the keys of assets
-one domain depends on in another.
+"""Definitions shared by the Dagster domains (``defs/ingest``, ``defs/tokens``, ``defs/curation``,
+``defs/embeddings``, ``defs/forensics``, ``defs/table``, ``defs/training``): the pool, group
+names, tags and the keys of assets one domain depends on in another.
 
 Domains import this module, ``defs/metadata`` and ``defs/resources``, never each other: an
 asset in another domain is referenced by its key from here, so no domain module imports
@@ -16,11 +16,17 @@ import dagster as dg
 # safe under concurrent writers from any process or instance.
 POOL = "lance_corpus"
 
-CORPUS_GROUP = "corpus"
+# Each group is named after the library package that holds its code, and its assets are defined
+# in the ``defs/`` folder of that name (a column producer's asset by ``defs/columns.py``).
+# ``training`` is the one group over several packages: ``train/``, ``launch/`` and ``ablation/``.
+INGEST_GROUP = "ingest"
+TOKENS_GROUP = "tokens"
 CURATION_GROUP = "curation"
+FINEWEB_GROUP = "fineweb"
+EMBEDDINGS_GROUP = "embeddings"
 FORENSICS_GROUP = "forensics"
 TRAINING_GROUP = "training"
-MAINTENANCE_GROUP = "maintenance"
+TABLE_GROUP = "table"
 
 TABLE_TAGS = {"lance_assets/table": "corpus"}  # assets that read or write the corpus table
 
@@ -48,6 +54,8 @@ TOKENIZER = dg.AssetKey("tokenizer")
 PRETRAINED_MODEL = dg.AssetKey("pretrained_model")
 TABLE_MAINTENANCE = dg.AssetKey("table_maintenance")
 TEXT_INDEX = dg.AssetKey("text_index")
+VECTOR_INDEX = dg.AssetKey("vector_index")
+CHUNK_INDEX = dg.AssetKey("chunk_index")
 SAMPLES = dg.AssetKey("samples")
 FORENSICS = dg.AssetKey("forensics")
 CURATION_ABLATION = dg.AssetKey("curation_ablation")

@@ -389,4 +389,4 @@ PRODUCER = ColumnProducer(
     settings=ChunkEmbeddingsSettings, deps=("raw_text", "dedup_flag", "embeddings"),
     reads={CHUNK_EMBEDDINGS.name: [("raw_text", "text"), ("embeddings", "embedding"),
                                    ("dedup_flag", "is_dup"), ("dedup_flag", "text_hash")]},
-    group="forensics", kinds=("lance", "pytorch"), fragments_per_commit=1)
+    group="embeddings", kinds=("lance", "pytorch"), fragments_per_commit=1)

@@ -297,4 +297,4 @@ PRODUCER = ColumnProducer(
     deps=("raw_text", "dedup_flag"),
     reads={EMBEDDING.name: [("raw_text", "text"), ("dedup_flag", "is_dup"),
                             ("dedup_flag", "text_hash")]},
-    group="forensics", kinds=("lance", "pytorch"), fragments_per_commit=1)
+    group="embeddings", kinds=("lance", "pytorch"), fragments_per_commit=1)

@@ -339,4 +339,4 @@ PRODUCER = ColumnProducer(
         "English words, Python's line splits, the text C4 hands on for FineWeb's ratios. "
         "`RULE_SETS['fineweb']` reads them; vectorised per fragment.",
     fields=FIELDS, descriptions=DESCRIPTIONS, compute=lambda settings, state: fragment_signals,
-    kinds=("lance", "numpy"))
+    group="fineweb", kinds=("lance", "numpy"))

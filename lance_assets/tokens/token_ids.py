@@ -351,5 +351,5 @@ PRODUCER = ColumnProducer(
         "and `n_bytes` (int32, UTF-8 length of `text`, for bits per byte). The tokenizer (name, "
         "EOS/PAD ids, sha256) is recorded in the table's config; by default the trained BPE.",
     descriptions=DESCRIPTIONS, steps=STEPS, summary=summary, settings=TokenIdsSettings,
-    deps=("dedup_flag", "tokenizer", "personal_data"), group="corpus",
+    deps=("dedup_flag", "tokenizer", "personal_data"), group="tokens",
     version="2")

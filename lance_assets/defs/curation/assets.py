@@ -1,8 +1,8 @@
-"""Curation assets: ``quality_signals``, ``near_dup``, ``text_index``, ``curation_rules`` and
-``corpus_profile``.
+"""Curation assets: ``curation_rules`` and ``corpus_profile``. The taggers (``quality_signals``,
+``near_dup``, ``dedup_flag`` ...) are column producers under ``curation/``, made into assets by
+``defs/columns.py``.
 
-The first three write to the corpus table (columns or an index) and take the ``lance_corpus``
-pool; ``curation_rules`` records the rules in the table's config; ``corpus_profile`` only reads.
+``curation_rules`` records the rules in the table's config; ``corpus_profile`` only reads.
 Assets of the corpus domain are referenced by their keys (``defs/common.py``).
 """
 
@@ -18,8 +18,8 @@ from lance_assets.curation import sweeps as sweeps_lib
 from lance_assets.defs.common import CURATION_GROUP as GROUP
 from lance_assets.defs.common import (
     DEDUP_FLAG,
+    FINEWEB_GROUP,
     POOL,
-    RAW_TEXT,
     TABLE_TAGS,
     TOKEN_IDS,
 )
@@ -27,10 +27,8 @@ from lance_assets.defs.conditions import ON_NEW_DATA
 from lance_assets.defs.metadata import (
     column_schema,
     data_version,
-    index_data_version,
 )
 from lance_assets.defs.resources import LanceStore
-from lance_assets.forensics import text_index as fts
 from lance_assets.markdown import markdown_table, png_markdown
 from lance_assets.progress import phase
 from lance_assets.table.fingerprint import digest
@@ -38,36 +36,6 @@ from lance_assets.table.producer import producers
 
 NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(minhash.MinHashSettings()),
                                  near_dup_lib.DESCRIPTIONS)
-
-
-class TextIndexConfig(dg.Config):
-    example_query: str = "telescope"
-    """A keyword query whose best matches (ids and scores: metadata never quotes a document,
-    since `forget` cannot erase the instance's records) are shown in the metadata."""
-
-
-@dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
-          tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
-def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance_store: LanceStore):
-    """Lance full-text (BM25 inverted) index `text_fts` on `text`. The first run builds it; later
-    runs add only the rows appended since. Query: `Table.of(root).newest().to_table(
-    full_text_query="telescope", limit=10)` or `lance_assets.forensics.text_index.search`."""
-    report = fts.text_index(lance_store.table, log=context.log.info)
-    hits = fts.search(lance_store.table, config.example_query, limit=5, columns=("id",))
-    example = [{"id": r["id"], "score": round(r["_score"], 3)} for r in hits.to_pylist()]
-    version = index_data_version(context, lance_store.table, fts.INDEX_NAME)
-    return dg.MaterializeResult(data_version=version, metadata={
-        "dagster/uri": lance_store.table.uri,
-        "lance/table_version": report.version,
-        "index_name": fts.INDEX_NAME,
-        "action": report.action,
-        "nothing_to_do": report.nothing_to_do,
-        "indexed_rows": report.indexed_rows,
-        "unindexed_rows": report.unindexed_rows,
-        "duration_s": round(report.duration_s, 3),
-        "example_query": config.example_query,
-        "example_results": dg.MetadataValue.md(markdown_table(example)),
-    })
 
 
 CONFIGURED_RULES = rules_lib.configured_rules()
@@ -105,7 +73,7 @@ class CurationConfig(dg.Config):
 # names one of them is held by the blocking check `rule_columns_written` until it is written.
 TAGGER_COLUMNS = frozenset({"lang", "contaminated", "opted_out"})
 # corpus_profile (off the training path) profiles every signal of the curation group
-TAGGER_DEPS = [dg.AssetKey(p.name) for p in producers() if p.group == GROUP]
+TAGGER_DEPS = [dg.AssetKey(p.name) for p in producers() if p.group in (GROUP, FINEWEB_GROUP)]
 _WRITERS = {f.name: p for p in producers() for f in p.fields}
 RULE_DEPS = sorted({dg.AssetKey(_WRITERS[c].name) for c in
                     rules_lib.rule_columns(CONFIGURED_RULES, frozenset(_WRITERS)) | TAGGER_COLUMNS

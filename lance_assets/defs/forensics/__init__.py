@@ -1,1 +1,1 @@
-"""Forensics: embeddings, the vector index, and attribution of generated samples."""
+"""Forensics: the full-text index, attribution of generated samples, and document stories."""

@@ -1,9 +1,9 @@
-"""Forensics assets: ``embeddings`` -> ``vector_index`` and ``embeddings`` ->
-``chunk_embeddings`` -> ``chunk_index``, then ``forensics`` (with ``samples`` and
-``text_index``), then ``document_stories`` (one document's whole story per looked-up id).
+"""Forensics assets: ``text_index`` (the full-text index), then ``forensics`` (with
+``samples`` and the vector indexes of ``defs/embeddings``), then ``document_stories`` (one
+document's whole story per looked-up id).
 
-The column and index assets write the corpus table and take the ``lance_corpus`` pool;
-``forensics`` only reads (the rows of the table version the newest model trained on).
+``text_index`` writes the corpus table and takes the ``lance_corpus`` pool; ``forensics`` only
+reads (the rows of the table version the newest model trained on).
 """
 
 import dataclasses
@@ -12,14 +12,15 @@ import dagster as dg
 
 from lance_assets import paths
 from lance_assets.defs.common import (
-    CHUNK_EMBEDDINGS,
+    CHUNK_INDEX,
     CURATION_ABLATION,
     CURATION_RULES,
-    EMBEDDINGS,
     POOL,
+    RAW_TEXT,
     SAMPLES,
     TABLE_TAGS,
     TEXT_INDEX,
+    VECTOR_INDEX,
 )
 from lance_assets.defs.common import FORENSICS_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA, on_new_data
@@ -28,79 +29,40 @@ from lance_assets.defs.metadata import (
     index_data_version,
 )
 from lance_assets.defs.resources import LanceStore
-from lance_assets.embeddings import vector_index as vindex
+from lance_assets.forensics import text_index as fts
 from lance_assets.markdown import markdown_table
 from lance_assets.progress import phase
 from lance_assets.table.fingerprint import digest
 
 
-class VectorIndexConfig(dg.Config):
-    index_type: str = vindex.DEFAULT_INDEX_TYPE
-    """`IVF_HNSW_SQ` (default) or `IVF_PQ`; partitions and sub-vectors come from the row count."""
-    target_recall: float = 0.95
-    """nprobes doubles until recall@10 against exact search reaches this."""
-    recall_queries: int = 100
-    """Rows whose own vectors are the queries for the recall measurement."""
-    flat_below: int = vindex.FLAT_BELOW
-    """Below this many rows no index is built: search is an exact scan."""
+class TextIndexConfig(dg.Config):
+    example_query: str = "telescope"
+    """A keyword query whose best matches (ids and scores: metadata never quotes a document,
+    since `forget` cannot erase the instance's records) are shown in the metadata."""
 
 
-def index_metadata(context: dg.AssetExecutionContext, config: VectorIndexConfig,
-                   lance_store: LanceStore, target: vindex.VectorColumn) -> dict:
-    """Build or update ``target``'s index; the metadata both index assets show."""
-    r = vindex.vector_index(lance_store.table, index_type=config.index_type,
-                            target_recall=config.target_recall,
-                            recall_queries=config.recall_queries, flat_below=config.flat_below,
-                            target=target, log=context.log.info)
-    s = r.settings
-    if s.index_type == "FLAT":
-        context.log.info(f"{r.rows} rows < {config.flat_below}: exact search, no index")
-    return {
-        "dagster/uri": lance_store.table.uri,
-        "lance/table_version": r.version,
-        "dagster/row_count": r.rows,
-        "index_name": target.index_name,
-        "action": r.action,
-        "nothing_to_do": r.nothing_to_do,
-        "index_type": s.index_type,
-        "search": ("exact (flat scan): the table is too small for an ANN index to pay off"
-                   if s.index_type == "FLAT" else "approximate (ANN index)"),
-        "num_partitions": s.num_partitions,
-        "num_sub_vectors": s.num_sub_vectors,
-        "nprobes": s.nprobes,
-        "refine_factor": s.refine_factor or 0,
-        "recall_at_10": s.recall_at_10,
-        "recall_queries": s.recall_queries,
-        "recall_tuning": dg.MetadataValue.md(markdown_table(s.tuning)),
-        "unindexed_rows": r.unindexed_rows,
-        "build_s": round(r.build_s, 3),
-        "duration_s": round(r.duration_s, 3),
-    }
-
-
-@dg.asset(deps=[EMBEDDINGS], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
+@dg.asset(deps=[RAW_TEXT], group_name=GROUP, kinds={"lance"}, code_version="1", pool=POOL,
           tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
-def vector_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
-                 lance_store: LanceStore):
-    """ANN index `embedding_ann` on `embedding` (cosine): IVF_HNSW_SQ with ~sqrt(rows)
-    partitions, nprobes tuned until recall@10 against exact search reaches the target, measured
-    on a query sample and shown here. Tiny tables get no index (exact search) and say so."""
-    metadata = index_metadata(context, config, lance_store, vindex.DOCUMENTS)
-    version = index_data_version(context, lance_store.table, vindex.DOCUMENTS.index_name)
-    return dg.MaterializeResult(data_version=version, metadata=metadata)
-
-
-@dg.asset(deps=[CHUNK_EMBEDDINGS], group_name=GROUP, kinds={"lance"}, code_version="1",
-          pool=POOL, tags=TABLE_TAGS, automation_condition=ON_NEW_DATA)
-def chunk_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
-                lance_store: LanceStore):
-    """ANN index `chunk_embeddings_ann` on the multivector `chunk_embeddings` (cosine, MaxSim):
-    IVF_HNSW_SQ with ~sqrt(rows) partitions trained on every chunk vector, nprobes tuned until
-    recall@10 against an exact MaxSim scan reaches the target (queries: chunks of the table's
-    own rows). Tiny tables get no index (exact search) and say so."""
-    metadata = index_metadata(context, config, lance_store, vindex.CHUNKS)
-    version = index_data_version(context, lance_store.table, vindex.CHUNKS.index_name)
-    return dg.MaterializeResult(data_version=version, metadata=metadata)
+def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance_store: LanceStore):
+    """Lance full-text (BM25 inverted) index `text_fts` on `text`. The first run builds it; later
+    runs add only the rows appended since. Query: `Table.of(root).newest().to_table(
+    full_text_query="telescope", limit=10)` or `lance_assets.forensics.text_index.search`."""
+    report = fts.text_index(lance_store.table, log=context.log.info)
+    hits = fts.search(lance_store.table, config.example_query, limit=5, columns=("id",))
+    example = [{"id": r["id"], "score": round(r["_score"], 3)} for r in hits.to_pylist()]
+    version = index_data_version(context, lance_store.table, fts.INDEX_NAME)
+    return dg.MaterializeResult(data_version=version, metadata={
+        "dagster/uri": lance_store.table.uri,
+        "lance/table_version": report.version,
+        "index_name": fts.INDEX_NAME,
+        "action": report.action,
+        "nothing_to_do": report.nothing_to_do,
+        "indexed_rows": report.indexed_rows,
+        "unindexed_rows": report.unindexed_rows,
+        "duration_s": round(report.duration_s, 3),
+        "example_query": config.example_query,
+        "example_results": dg.MetadataValue.md(markdown_table(example)),
+    })
 
 
 class ForensicsConfig(dg.Config):
@@ -114,10 +76,10 @@ class ForensicsConfig(dg.Config):
 
 # After each new set of samples; the indexes it searches change with every ingest, which does
 # not change what the samples drew on (the table version the model trained on).
-@dg.asset(deps=[SAMPLES, vector_index, chunk_index, TEXT_INDEX],
+@dg.asset(deps=[SAMPLES, VECTOR_INDEX, CHUNK_INDEX, TEXT_INDEX],
           group_name=GROUP, kinds={"lance", "python"}, code_version="1", tags=TABLE_TAGS,
           automation_condition=on_new_data(
-              ignore=dg.AssetSelection.assets(vector_index, chunk_index, TEXT_INDEX)))
+              ignore=dg.AssetSelection.assets(VECTOR_INDEX, CHUNK_INDEX, TEXT_INDEX)))
 def forensics(context: dg.AssetExecutionContext, config: ForensicsConfig,
               lance_store: LanceStore):
     """Where did each generated sample come from? Every sample of `samples` is attributed to the

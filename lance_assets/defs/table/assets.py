@@ -5,8 +5,8 @@ from datetime import timedelta
 
 import dagster as dg
 
-from lance_assets.defs.common import MAINTENANCE_GROUP as GROUP
 from lance_assets.defs.common import POOL, RAW_TEXT, TABLE_TAGS
+from lance_assets.defs.common import TABLE_GROUP as GROUP
 from lance_assets.defs.metadata import data_version
 from lance_assets.defs.resources import LanceStore
 from lance_assets.ingest import raw_text as ingest

@@ -1,4 +1,4 @@
-"""Checks on the corpus assets that compare a result with the previous one on this Dagster
+"""Checks on the tokens assets that compare a result with the previous one on this Dagster
 instance (a fresh instance has none: the check passes and says so)."""
 
 import dagster as dg

@@ -1,0 +1,1 @@
+"""Embeddings: the ANN indexes on the document and chunk vectors."""

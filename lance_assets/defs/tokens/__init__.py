@@ -1,0 +1,1 @@
+"""Tokens: the BPE ``tokenizer`` and the check that a new one compresses no worse."""
