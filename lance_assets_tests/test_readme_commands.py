@@ -9,6 +9,7 @@ import importlib
 import importlib.metadata
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import dagster as dg
@@ -197,6 +198,27 @@ def test_every_link_in_the_readme_and_the_docs_resolves():
     for page in (README, *DOCS):
         for target in markdown_links(page):
             assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_the_architecture_is_in_the_project_and_no_file_cites_a_document_outside_it():
+    """docs/architecture.md holds the layers, the rules of the data layer and the walks through
+    the files; the README links it, test_layers cites it, and no file of the repository names the
+    design document it replaced."""
+    repo = README.parent
+    text = (repo / "docs" / "architecture.md").read_text()
+    for heading in ("## Layers", "## Rules of the data layer", "## Packages and their faces",
+                    "## Groups and folders", "## The life of a column",
+                    "## The life of a training run"):
+        assert f"\n{heading}\n" in text, heading
+    assert "(docs/architecture.md)" in README.read_text()
+    assert "docs/architecture.md" in (repo / "lance_assets_tests" / "test_layers.py").read_text()
+    gone = ("DESIGN" + ".md").encode()  # in two parts, so that this file does not name it either
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=repo, capture_output=True, check=True).stdout.decode().split("\0")
+    files = [repo / f for f in listed if f and (repo / f).is_file()]
+    assert len(files) > 100
+    naming = [str(f.relative_to(repo)) for f in files if gone in f.read_bytes()]
+    assert not naming, f"these files cite a document outside the repository: {naming}"
 
 
 def test_the_moved_readme_text_is_in_docs():
