@@ -3,7 +3,7 @@
 ``defs/columns.py``.
 
 ``curation_rules`` records the rules in the table's config; ``corpus_profile`` only reads.
-Assets of the corpus domain are referenced by their keys (``defs/common.py``).
+Assets of other domains are referenced by their keys (``defs/common.py``).
 """
 
 from pathlib import Path
@@ -72,7 +72,7 @@ class CurationConfig(dg.Config):
 # are off that path and keep up with new rows through automation. A rule set at run time that
 # names one of them is held by the blocking check `rule_columns_written` until it is written.
 TAGGER_COLUMNS = frozenset({"lang", "contaminated", "opted_out"})
-# corpus_profile (off the training path) profiles every signal of the curation group
+# corpus_profile (off the training path) profiles every signal of the curation and fineweb groups
 TAGGER_DEPS = [dg.AssetKey(p.name) for p in producers() if p.group in (GROUP, FINEWEB_GROUP)]
 _WRITERS = {f.name: p for p in producers() for f in p.fields}
 RULE_DEPS = sorted({dg.AssetKey(_WRITERS[c].name) for c in
