@@ -521,7 +521,7 @@ def _redact(table: Table, journal: Journal, planned: Planned, report: ForgetRepo
         if planned.has(f"redact:{h.tag}:clean"):
             report.redacted[h.tag] = planned.finished[f"redact:{h.tag}:tag"]
             continue
-        if info.get("branch") != redact.branch_name(planned.op, h.tag):
+        if info.get("branch") != redact.branch_name(planned.op):
             _busy(table, report, h.tag)
         got = redact.redact(
             table, h.tag, planned.op, ids, filters,
