@@ -413,15 +413,16 @@ def test_a_pending_forget_redacts_a_users_snapshot_and_releases_it_only_when_nam
 def test_a_closed_standard_output_costs_the_output_only(tmp_path):
     """`python -m lance_assets forget ... | head -0`: the reader is gone before anything is
     printed. The forget finishes, prints no traceback and exits 0 (its own status); `diff
-    --list` through the same entry point likewise."""
+    --list` through the same entry point likewise, and `python -m lance_assets.forensics
+    search`."""
     root = tmp_path / "data"
     _table(root, 200)
 
-    def closed(*args) -> subprocess.CompletedProcess:
+    def closed(*args, module="lance_assets") -> subprocess.CompletedProcess:
         read, write = os.pipe()
         os.close(read)  # no reader: the first write fails with EPIPE
         try:
-            return subprocess.run([sys.executable, "-m", "lance_assets", *args, "--data",
+            return subprocess.run([sys.executable, "-m", module, *args, "--data",
                                    str(root)], stdout=write, stderr=subprocess.PIPE, text=True)
         finally:
             os.close(write)
@@ -433,6 +434,9 @@ def test_a_closed_standard_output_costs_the_output_only(tmp_path):
     assert json.loads((root / "forget.log.jsonl").read_text())["ids"] == 1
     listed = closed("diff", "--list")
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    found = closed("search", "document", "--mode", "text", module="lance_assets.forensics")
+    assert found.returncode == 0 and "Traceback" not in found.stderr, found.stderr
+    assert "BrokenPipe" not in found.stderr
 
 
 def test_snapshots_that_share_a_fragment_share_its_rewritten_file(tmp_path, capsys):

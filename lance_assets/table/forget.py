@@ -54,6 +54,7 @@ from lance_assets.table.forget_guard import (  # noqa: F401 - MAX_SHARE: the cal
     unknown_release,
 )
 from lance_assets.table.forget_journal import DONE, Journal, Planned
+from lance_assets.table.forget_log import LOG_NAME
 from lance_assets.table.forget_scan import (
     Scanner,
     count,
@@ -76,7 +77,6 @@ from lance_assets.table.redact import versions_of
 from lance_assets.table.side import reset_side_folder
 from lance_assets.table.snapshots import ABLATION_PREFIX
 
-LOG_NAME = "forget.log.jsonl"
 ROUNDS = 3  # rewrite, cleanup and verify rounds before a forget racing writers gives up
 SAMPLE_URLS = 5
 
