@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
+from lance_assets.std_streams import closed, run_main
 from lance_assets.table import Table, TableMissingError
 from lance_assets.table.forget import MAX_SHARE, ForgetError, forget
 
@@ -108,7 +108,7 @@ def _out(text: str) -> None:
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        _closed(sys.stdout)
+        closed(sys.stdout)
 
 
 def _say(text: str) -> None:
@@ -116,21 +116,7 @@ def _say(text: str) -> None:
     try:
         print(text, file=sys.stderr, flush=True)
     except BrokenPipeError:
-        _closed(sys.stderr)
-
-
-def _closed(stream) -> None:
-    """Point ``stream``'s descriptor at /dev/null: later writes, and the flush at exit, go
-    nowhere instead of raising again (Python's documented idiom for SIGPIPE)."""
-    if stream is None:
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, stream.fileno())
-    except (OSError, ValueError):
-        pass
-    finally:
-        os.close(devnull)
+        closed(sys.stderr)
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -186,19 +172,6 @@ def _diff(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0
 
 
-def _hold_std_fds() -> None:
-    """Open /dev/null on a standard descriptor the shell closed (``>&-``): otherwise the first
-    file this process opens (a table's data file) would take its number."""
-    for fd in (1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            if devnull != fd:
-                os.dup2(devnull, fd)
-                os.close(devnull)
-
-
 def _summary_parser(sub) -> None:
     from lance_assets.forensics.summary import DEFAULT_TOP_N, DEFAULT_TOP_SHARE, MAX_TOP_DOMAINS
 
@@ -241,11 +214,4 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _hold_std_fds()
-    try:
-        status = main()
-    except BrokenPipeError:  # a write this module does not route through _out or _say
-        _closed(sys.stdout)
-        _closed(sys.stderr)
-        status = 1
-    sys.exit(status)
+    run_main(main)

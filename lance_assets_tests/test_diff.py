@@ -325,6 +325,10 @@ def test_a_snapshot_forget_redacted_is_read_and_a_version_it_removed_is_named(tm
     message = capsys.readouterr().err
     assert code == 2 and f"`forget` removed version {untagged} at " in message, message
     assert "table_maintenance" not in message
+    code = cli(["explain", "--id", "5", "--version", str(untagged), "--data", str(table.root)])
+    message = capsys.readouterr().err  # explain, through Table.choose, names forget too
+    assert code == 2 and f"`forget` removed version {untagged} at " in message, message
+    assert "table_maintenance" not in message
 
 
 def test_a_release_killed_after_its_note_leaves_the_snapshot_readable(history):

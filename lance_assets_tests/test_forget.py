@@ -413,15 +413,16 @@ def test_a_pending_forget_redacts_a_users_snapshot_and_releases_it_only_when_nam
 def test_a_closed_standard_output_costs_the_output_only(tmp_path):
     """`python -m lance_assets forget ... | head -0`: the reader is gone before anything is
     printed. The forget finishes, prints no traceback and exits 0 (its own status); `diff
-    --list` through the same entry point likewise."""
+    --list` through the same entry point likewise, and `python -m lance_assets.forensics
+    search`."""
     root = tmp_path / "data"
     _table(root, 200)
 
-    def closed(*args) -> subprocess.CompletedProcess:
+    def closed(*args, module="lance_assets") -> subprocess.CompletedProcess:
         read, write = os.pipe()
         os.close(read)  # no reader: the first write fails with EPIPE
         try:
-            return subprocess.run([sys.executable, "-m", "lance_assets", *args, "--data",
+            return subprocess.run([sys.executable, "-m", module, *args, "--data",
                                    str(root)], stdout=write, stderr=subprocess.PIPE, text=True)
         finally:
             os.close(write)
@@ -433,3 +434,58 @@ def test_a_closed_standard_output_costs_the_output_only(tmp_path):
     assert json.loads((root / "forget.log.jsonl").read_text())["ids"] == 1
     listed = closed("diff", "--list")
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    found = closed("search", "document", "--mode", "text", module="lance_assets.forensics")
+    assert found.returncode == 0 and "Traceback" not in found.stderr, found.stderr
+    assert "BrokenPipe" not in found.stderr
+
+
+def test_snapshots_that_share_a_fragment_share_its_rewritten_file(tmp_path, capsys):
+    """Two snapshots made by hand share the fragment that holds id 5 as it is, and hold the
+    fragment of id 255 with different deletions (a hand delete of 250 between them). One
+    `forget` of both ids puts both copies on one branch: the fragment of 5 is rewritten once and
+    both copies read that one file; the fragment of 255 is rewritten for each. Releasing one
+    snapshot, a cleanup of the main line with no retention and a second forget leave the other
+    reading exactly its rows, and no file under the root keeps a forgotten text."""
+    from lance_assets import paths
+    from lance_assets.table.redact import redactions
+    from lance_assets_tests.helpers import held_on_disk
+
+    root = tmp_path / "data"
+    table = _table(root, 300)  # three fragments of 100 rows
+    table.newest().tags.create("a", table.newest().version)
+    table.commit("a delete by hand", lambda d: d.delete("id = 250"))
+    table.newest().tags.create("b", table.newest().version)
+    gone = _texts(table, "id IN (5, 6, 255)")
+
+    done = _cli(capsys, root, "--where", "id IN (5, 255)", "--json")
+    assert done.returncode == 0, done.stderr
+    redacted = json.loads(done.stdout)["redacted"]
+    assert {r["branch"] for r in redacted.values()} == {redacted["a"]["branch"]}  # one branch
+    branch = redacted["a"]["branch"]
+    assert sorted(r["fragments_rewritten"] for r in redacted.values()) == [1, 2]  # 5's once
+    snaps = {t: table.open(t) for t in ("a", "b")}
+    assert {t: s.count_rows() for t, s in snaps.items()} == {"a": 298, "b": 297}
+    files = {t: {f.path for frag in s.get_fragments() for f in frag.metadata.files
+                 if f.base_id is None} for t, s in snaps.items()}  # the branch's own files
+    assert len(files["a"]) == len(files["b"]) == 2 and len(files["a"] & files["b"]) == 1
+    uri = Path(paths.table_uri(root))
+    own = {p.name for p in (uri / "tree" / branch / "data").glob("*.lance")}
+    assert own == files["a"] | files["b"]  # three rewritten files in all, nothing else
+
+    table.snapshots.release("a", "a test")
+    main = table.newest()
+    main.cleanup_old_versions(older_than=timedelta(0), error_if_tagged_old_versions=False,
+                              delete_unverified=True)
+    b = table.open("b")
+    assert sorted(b.to_table(columns=["id"]).column("id").to_pylist()) == \
+        [i for i in range(300) if i not in (5, 250, 255)]
+    assert len(b.to_table()) == 297  # every column of every row reads
+    again = _cli(capsys, root, "--where", "id = 6")
+    assert again.returncode == 0, again.stderr
+    b = table.open("b")
+    assert table.snapshots.get("b").branch == branch and b.count_rows() == 296
+    assert len({r["op"] for r in redactions(b)}) == 2  # redacted again, in place
+    assert held_on_disk(root, [5, 6, 255]) == []
+    assert _on_disk(str(uri), gone) == []
+    for folder in (uri / "tree").iterdir():
+        assert _on_disk(str(folder), gone) == []

@@ -108,7 +108,8 @@ def test_a_forget_killed_right_after_its_delete_is_finished_by_the_next_run(sema
 
 KILL_POINTS = ["plan", "files", "delete-commit", "delete", "compaction", "indexes", "cleanup",
                "side-stores", "done"] + [f"redact:train-r1:{p}" for p in (
-                   "held", "branch", "overwrite", "delete", "rewrite", "tag", "clean")]
+                   "held", "branch", "overwrite", "delete", "rewrite", "tag", "clean")] + [
+               "redact:train-r2:overwrite", "redact:train-r2:rewrite"]
 
 
 class Killed(BaseException):
@@ -145,13 +146,15 @@ def test_a_forget_killed_at_any_phase_is_finished_by_the_next_one(semantic_table
                                                                   monkeypatch, point):
     """Killed after each phase of its journal (or inside one, after its commit), a forget
     leaves nothing the next one cannot finish: no version of any branch holds the documents, no
-    side store their vectors, no report quotes them, the snapshot that held them is redacted
-    once (its tag on one branch, every other row kept), and the log has the line."""
+    side store their vectors, no report quotes them, the two snapshots that held them are
+    redacted once (their tags on one branch, every other row kept, the rewritten files shared),
+    and the log has the line."""
     root = _fresh(semantic_table, tmp_path)
     table = Table.of(root)
     ids = {semantic_table["original"], semantic_table["copy"]}
     where = f"id IN ({', '.join(map(str, sorted(ids)))})"
-    table.snapshots.hold("train-r1", table.newest().version, owner="test")
+    for tag in ("train-r1", "train-r2"):
+        table.snapshots.hold(tag, table.newest().version, owner="test")
     rows = table.open("train-r1").count_rows()
     story = paths.reports_dir(root) / "stories" / f"{semantic_table['original']}.md"
     story.parent.mkdir(parents=True)
@@ -169,8 +172,14 @@ def test_a_forget_killed_at_any_phase_is_finished_by_the_next_one(semantic_table
 
     snap = table.snapshots.get("train-r1")
     assert snap.owner == "test" and set(table.newest().branches.list()) == {snap.branch}
-    assert table.open("train-r1").count_rows() == rows - 2
-    assert len(redactions(table.open("train-r1"))) == 1
+    own = []
+    for tag in ("train-r1", "train-r2"):
+        copy = table.open(tag)
+        assert table.snapshots.get(tag).branch == snap.branch and copy.count_rows() == rows - 2
+        assert len(redactions(copy)) == 1
+        own.append({f.path for frag in copy.get_fragments() for f in frag.metadata.files
+                    if f.base_id is None})
+    assert own[0] and own[0] == own[1]  # one rewritten file per fragment, shared
     logged = [json.loads(line) for line in (root / "forget.log.jsonl").read_text().splitlines()]
     assert any(e["ids"] == 2 for e in logged)
 

@@ -11,10 +11,10 @@ parsed (``ast``) and its imports collected, those inside functions included.
   nor ``lance_assets.defs``; the trainer may use ``dagster_pipes``.
 - No module imports another module's ``_private`` name.
 - The table layer (``table/``) is the bottom of the library: it imports only itself and the
-  foundation modules (``storage``, ``paths``, ``progress``, ``keys``, ``markdown``), which import
-  only each other; and the packages of ``lance_assets`` import one another without a cycle (a
-  module cycle is not needed for a layer cycle: ``table.forget`` importing ``curation.rules``,
-  which imports ``table``, is one).
+  foundation modules (``storage``, ``paths``, ``progress``, ``keys``, ``markdown``,
+  ``std_streams``), which import only each other; and the packages of ``lance_assets`` import
+  one another without a cycle (a module cycle is not needed for a layer cycle:
+  ``table.forget`` importing ``curation.rules``, which imports ``table``, is one).
 - No private API of another package: no ``from pkg import _name`` or ``import pkg._mod`` of a
   third-party package, no function's globals rebound, no ``_private`` attribute that no code of
   ours defines. The one module allowed to reach inside a dependency (``ADAPTERS``) says in its
@@ -317,6 +317,7 @@ def test_the_tests_package_checks_catch_every_spelling(tmp_path):
 
 TABLE_LAYER = "lance_assets.table"
 FOUNDATION = {"lance_assets", "lance_assets.storage", "lance_assets.paths", "lance_assets.progress",
+              "lance_assets.std_streams",
               "lance_assets.keys", "lance_assets.markdown"}
 
 

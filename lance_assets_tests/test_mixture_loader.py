@@ -209,3 +209,37 @@ def test_the_assets_refuse_an_empty_domain_or_arm_before_any_tag_plan_or_process
     assert not [t for t in tags if t.startswith(("ablation-", "train-"))], tags
     assert not list(root.glob("ablations/**/plan.json")) and not (root / "train" / "refused").exists()
 
+
+
+def test_a_mixture_resumes_on_its_snapshot_after_a_forget_redacted_it(domain_root, tmp_path):
+    """A mixture run and a plain packed run read one tagged snapshot; a forget of one document
+    of the small domain the mixture read redacts the snapshot; `--resume auto` of each goes on
+    there (the loader's epoch on the copy's length, no part-filled block of before), and says
+    one document is gone; the mixture keeps its domains and never reads the document again."""
+    from lance_assets.table.forget import forget
+    from lance_assets.table.snapshots import RUN
+    from lance_assets_tests.helpers import quiet
+
+    root = tmp_path / "data"
+    shutil.copytree(domain_root, root)
+    table = Table.of(root)
+    table.snapshots.hold("train-mix", table.newest().version, owner="test", kind=RUN)
+    out = tmp_path / "mix"
+    common = ["--table-tag", "train-mix", "--domains", json.dumps(SMALL),
+              "--weights", '{"small": 0.5, "rest": 0.5}', "--ckpt-every", "4"]
+    assert main(args(root, out, *common, "--steps", "4")) == 0
+    plain = tmp_path / "plain"
+    assert main(args(root, plain, "--table-tag", "train-mix", "--steps", "2", "--pack")) == 0
+    small = [int(i) for i in rows_read(out) if int(i) % 100 == 1]
+    assert small  # the run read the small domain
+    report = forget(table, f"id = {small[0]}", force=True, log=quiet)
+    assert "train-mix" in report.redacted and table.snapshots.get("train-mix").branch
+    assert main(args(root, out, *common, "--steps", "8", "--resume", "auto")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["step"] == 8 and set(summary["domains"]) == set(SMALL)
+    assert summary["redacted"]["documents"] == 1 and summary["redacted"]["from_step"] == 4
+    assert small[0] not in rows_read(out).tolist()
+    assert main(args(root, plain, "--table-tag", "train-mix", "--steps", "4", "--pack",
+                     "--resume", "auto")) == 0
+    summary = json.loads((plain / "summary.json").read_text())
+    assert summary["step"] == 4 and summary["redacted"]["documents"] == 1

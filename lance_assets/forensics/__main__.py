@@ -12,7 +12,8 @@ Rows searched: those of the table version the newest model trained on (DATA/trai
 
 A mistake in the input (no table yet, a column not materialized, a filter that is not one
 predicate over the table's columns, a text file that is not UTF-8) prints one line naming it
-and the fix, and exits with status 1; a traceback means a bug.
+and the fix, and exits with status 1; a traceback means a bug. A standard output closed early
+(``| head``) ends the printing, with status 0.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from lance_assets.std_streams import run_main
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -191,4 +194,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main, broken=0)  # the search was done: only its printing is lost

@@ -37,7 +37,7 @@ from lance_assets.curation import rules as rules_mod
 from lance_assets.curation.source_shares import source_name
 from lance_assets.curation.url_domain import UNKNOWN, domain_codes
 from lance_assets.markdown import markdown_table
-from lance_assets.table import Table, VersionChoiceError, get_json_config
+from lance_assets.table import Table, VersionChoiceError, forget_log, get_json_config
 from lance_assets.table.maintenance import SNAPSHOT_PREFIX
 from lance_assets.table.read_record import read_by
 
@@ -45,7 +45,6 @@ FORMAT = 1
 DEFAULT_TOP_SHARE = 0.1  # the template: the top 10% of domain names by size of content
 MAX_TOP_DOMAINS = 1000
 DEFAULT_TOP_N = 10
-FORGET_LOG = "forget.log.jsonl"
 ABLATION_PREFIX = "ablation-"
 CATEGORIES = ("publicly_available_datasets", "private_third_party_datasets",
               "crawled_and_scraped", "user_data", "synthetic_data", "other")
@@ -417,17 +416,8 @@ def _forgets(table: Table, t: Target) -> dict:
     earlier = [_mtime(p / "summary.json") for p in _dirs(paths.train_dir(table.root))]
     earlier = [m for m in earlier if 0 < m < t.finished]
     since = max(earlier) if earlier else None
-    log = storage.location(table.root) / FORGET_LOG
-    try:
-        lines = log.read_text().splitlines() if log.is_file() else []
-    except OSError:
-        lines = []
     before, after = [], []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
+    for entry in forget_log.entries(table, newest_first=False):
         at = _epoch(entry.get("at"))
         if entry.get("dry_run") or at is None:
             continue

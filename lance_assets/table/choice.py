@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import lance
 
+from lance_assets.table.forget_log import removed_by_forget
+
 if TYPE_CHECKING:
     from lance_assets.table.snapshots import Snapshot
 
@@ -136,7 +138,7 @@ def _number(table, version: int, said: str) -> Chosen:
     newest = table.newest()
     known = sorted(int(v["version"]) for v in newest.versions())
     if 1 <= version < newest.version:  # versions count from 1
-        why = f"no longer exists: {RETENTION}"
+        why = f"no longer exists: {removed_by_forget(table, version) or RETENTION}"
     else:
         why = "does not exist"
     raise VersionChoiceError(

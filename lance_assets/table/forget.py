@@ -54,6 +54,7 @@ from lance_assets.table.forget_guard import (  # noqa: F401 - MAX_SHARE: the cal
     unknown_release,
 )
 from lance_assets.table.forget_journal import DONE, Journal, Planned
+from lance_assets.table.forget_log import LOG_NAME
 from lance_assets.table.forget_scan import (
     Scanner,
     count,
@@ -76,7 +77,6 @@ from lance_assets.table.redact import versions_of
 from lance_assets.table.side import reset_side_folder
 from lance_assets.table.snapshots import ABLATION_PREFIX
 
-LOG_NAME = "forget.log.jsonl"
 ROUNDS = 3  # rewrite, cleanup and verify rounds before a forget racing writers gives up
 SAMPLE_URLS = 5
 
@@ -521,7 +521,7 @@ def _redact(table: Table, journal: Journal, planned: Planned, report: ForgetRepo
         if planned.has(f"redact:{h.tag}:clean"):
             report.redacted[h.tag] = planned.finished[f"redact:{h.tag}:tag"]
             continue
-        if info.get("branch") != redact.branch_name(planned.op, h.tag):
+        if info.get("branch") != redact.branch_name(planned.op):
             _busy(table, report, h.tag)
         got = redact.redact(
             table, h.tag, planned.op, ids, filters,

@@ -1,27 +1,31 @@
 """Redacted snapshots: ``forget`` keeps every tagged snapshot that held a forgotten document, minus
-exactly those documents, on a Lance branch of its own, under the same tag.
+exactly those documents, on a Lance branch, under the same tag.
 
-For a tag ``T`` and a forget ``op`` the copy is made on the branch ``redacted-<op>-<T>``
-(``branch_name``: a rerun finds its own half-made branch):
+A forget ``op`` makes its copies on one branch, ``redacted-<op>`` (``branch_name``: a rerun finds
+it again); each tag names its own version there. For each tag ``T``:
 
-1. **branch**: the branch is made from the newest version of the main line, after the forget
-   deleted and rewrote the rows there (a branch keeps its parent version on disk while it
+1. **branch**: the op's branch is made once, from the newest version of the main line, after the
+   forget deleted and rewrote the rows there (a branch keeps its parent version on disk while it
    lives: that version holds no forgotten row);
-2. **overwrite**: one commit on the branch whose fragments are those of the version ``T``
-   names (their data files stay where they are, under the table's root: base 0) and whose
-   schema and table config are that version's (its tokenizer, rules, settings), plus a
-   ``lance_assets.redacted`` record of what was redacted (``redactions``);
+2. **overwrite**: one commit on the branch whose fragments are those of the version ``T`` names
+   (their data files stay where they are, under the table's root: base 0) and whose schema and
+   table config are that version's (its tokenizer, rules, settings), plus a
+   ``lance_assets.redacted`` record of what was redacted (``redactions``). A fragment that a
+   snapshot already copied to this branch had rewritten (the same data files and the same
+   deletions) is taken as that rewritten fragment: snapshots that share a fragment share its
+   rewritten files (``shared_fragments``);
 3. **delete**: the forgotten ids are deleted on the branch;
-4. **rewrite**: the fragments that held one are rewritten without them (their new files are
-   the branch's own, under ``tree/<branch>/data``); every other fragment stays shared;
+4. **rewrite**: the fragments that held one are rewritten without them (their new files are the
+   branch's own, under ``tree/<branch>/data``); every other fragment stays shared. The record
+   says which fragment each rewritten one replaces (``shares``);
 5. **tag**: ``T`` is moved to the branch's version: same tag, same record (owner, retention);
-6. **clean**: the branch's older versions are removed.
+6. **clean**: the branch's versions no tag names are removed.
 
-A snapshot redacted before is redacted again in place (steps 3 to 6 on its own branch). A kill
-before step 5 leaves no tag on a half-made copy: the next forget drops a branch it had not
-finished copying and starts again, or goes on (a delete of deleted ids and a rewrite of
-rewritten fragments change nothing). The main line's cleanup then removes the version ``T``
-named before and the files only it referenced (docs/reliability.md: what Lance keeps)."""
+A snapshot redacted before is redacted again on its own branch the same way (an overwrite with
+its version's fragments, then steps 3 to 6). A kill before step 5 leaves no tag on a half-made
+copy: the next forget overwrites it again (its own version of ``T`` carries the op in its record
+once the tag moved). The main line's cleanup then removes the version ``T`` named before and the
+files only it referenced (docs/reliability.md: what Lance keeps)."""
 
 from __future__ import annotations
 
@@ -45,9 +49,9 @@ REDACTED_KEY = "lance_assets.redacted"  # the branch's record: [{tag, version, b
 PHASES = ("branch", "overwrite", "delete", "rewrite", "tag", "clean")
 
 
-def branch_name(op: str, tag: str) -> str:
-    """The branch the forget ``op`` makes ``tag``'s redacted copy on (the same on a rerun)."""
-    return f"{BRANCH_PREFIX}{op[:12]}-{tag}"
+def branch_name(op: str) -> str:
+    """The branch the forget ``op`` makes its redacted copies on (the same on a rerun)."""
+    return f"{BRANCH_PREFIX}{op[:12]}"
 
 
 def open_branch(table: Table, branch: str, version: int | None = None) -> lance.LanceDataset:
@@ -90,42 +94,89 @@ def data_path(uri: str, ds: lance.LanceDataset, data_file, branch: str | None = 
     return storage.uri_of(root / "data" / data_file.path)
 
 
-def _rebased(table: Table, ds: lance.LanceDataset) -> tuple[list, list[int]]:
-    """``ds``'s fragment metadata as a branch's manifest must name it (files with no base are the
-    table root's: base 0), without deletion files (an overwrite takes none), and the ids those
-    deletion files hid (deleted again on the branch)."""
-    out, hidden = [], []
+def fragment_key(meta, source_branch: str | None) -> str:
+    """What a fragment is, as a copy's manifest names it: its data files (base, path) and its
+    deletion file, wherever it was read (``source_branch``: None for the main line)."""
+    d = meta.deletion_file
+    return json.dumps({"files": [[f.base_id, f.path] for f in meta.files],
+                       "deletion": None if d is None else [source_branch, meta.id, d.read_version,
+                                                           d.id, str(d.file_type)]})
+
+
+def shared_fragments(table: Table, branch: str) -> dict[str, object]:
+    """The rewritten fragments the versions of ``branch`` that a tag names hold, by the key
+    (``fragment_key``) of the fragment each replaces: a copy of a snapshot with that same
+    fragment takes them as they are."""
+    from lance.fragment import FragmentMetadata
+
+    out: dict[str, object] = {}
+    for info in table.newest().tags.list().values():
+        if info.get("branch") != branch:
+            continue
+        try:
+            ds = open_branch(table, branch, int(info["version"]))
+        except (OSError, ValueError):
+            continue
+        present = {json.dumps([[f.base_id, f.path] for f in m.files])
+                   for m in (frag.metadata for frag in ds.get_fragments())
+                   if m.deletion_file is None}
+        for record in redactions(ds):
+            for key, raw in (record.get("shares") or {}).items():
+                meta = FragmentMetadata.from_json(raw)
+                if json.dumps([[f.base_id, f.path] for f in meta.files]) in present:
+                    out[key] = meta
+    return out
+
+
+def _rebased(table: Table, ds: lance.LanceDataset, branch: str | None, target: str,
+             shared: dict[str, object]) -> tuple[list, list[str], list[int]]:
+    """``ds``'s fragment metadata as the copy's manifest on ``target`` must name it (files with
+    no base read on the main line are the table root's: base 0), each replaced by its rewritten
+    fragment where ``shared`` has one; without deletion files (an overwrite takes none); the
+    key of each; and the ids those deletion files hid (deleted again on the branch)."""
+    out, keys, hidden = [], [], []
     id_field = ds.lance_schema.field("id").id()
     for frag in ds.get_fragments():
         meta = frag.metadata
+        data = next(f for f in meta.data_files() if id_field in f.fields)
+        where = data_path(table.uri, ds, data, branch)
+        if branch != target:
+            for f in meta.files:
+                if f.base_id is None:
+                    f.base_id = 0
+        key = fragment_key(meta, branch)
+        keys.append(key)
+        if key in shared:
+            out.append(shared[key])
+            continue
         if meta.deletion_file is not None:
-            data = next(f for f in meta.data_files() if id_field in f.fields)
-            every = LanceFileReader(data_path(table.uri, ds, data), columns=["id"],
+            every = LanceFileReader(where, columns=["id"],
                                     storage_options=table.storage_options).read_all().to_table()
             live = frag.to_table(columns=["id"]).column("id").to_numpy()
             hidden += np.setdiff1d(every.column("id").to_numpy(), live).tolist()
             meta.deletion_file = None
-        for f in meta.files:
-            if f.base_id is None:
-                f.base_id = 0
         out.append(meta)
-    return out, hidden
+    return out, keys, hidden
 
 
-def _rewrite(ds: lance.LanceDataset, fragments: set[int]) -> tuple[lance.LanceDataset, int, int]:
+def _rewrite(ds: lance.LanceDataset, fragments: set[int]) -> tuple[int, int, dict[int, list]]:
     """Rewrite ``fragments`` of the branch version ``ds`` without their deleted rows (each alone:
-    no other fragment is touched); (newest, fragments rewritten, files written)."""
+    no other fragment is touched); (fragments rewritten, files written, the data file paths
+    each rewritten fragment id now reads)."""
     every = [f.fragment_id for f in ds.get_fragments()]
-    results = []
+    results, made = [], {}
     for fid in sorted(fragments):
         plan = Compaction.plan(ds, dict(materialize_deletions=True,
                                         materialize_deletions_threshold=0.0,
                                         excluded_fragment_ids=[f for f in every if f != fid]))
-        results += [task.execute(ds) for task in plan.tasks]
+        for task in plan.tasks:
+            got = task.execute(ds)
+            results.append(got)
+            made[fid] = [f.path for m in got.new_fragments for f in m.files]
     if results:
         Compaction.commit(ds, results)
     files = sum(len(m.data_files()) for r in results for m in r.new_fragments)
-    return ds, sum(r.metrics.fragments_removed for r in results), files
+    return sum(r.metrics.fragments_removed for r in results), files, made
 
 
 def redact(table: Table, tag: str, op: str, ids: np.ndarray, filters: list[str],
@@ -151,39 +202,36 @@ def redact(table: Table, tag: str, op: str, ids: np.ndarray, filters: list[str],
                      for n in t.column("n_tokens").to_pylist())
         journal_phase("held", {"ids": held, "tokens": tokens, "version": before["version"],
                                "branch": before["branch"]})
-    name = before["branch"]
-    if name is None:  # its first redaction: a copy on a branch of its own
-        name = branch_name(op, tag)
-        if name in root.branches.list():  # a copy a killed forget left half-made: start again
-            root.branches.delete(name)
-            log(f"forget: dropped the half-made redacted copy of {tag} (branch {name})")
-        _copy(table, tag, name, op, ids, before, journal_phase)
-    elif not name.startswith(BRANCH_PREFIX):
+    name = before["branch"] or branch_name(op)
+    if not name.startswith(BRANCH_PREFIX):
         raise ValueError(f"forget: tag {tag} names version {before['version']} of branch {name}, "
                          "which forget did not make; move the tag to the main line or release "
                          "it (--release), then run forget again (it finishes this one)")
-    else:  # a copy made by an earlier forget: redacted again in place (no tag shares it)
+    if before["branch"] is None and name not in root.branches.list():
+        root.create_branch(name)
+        journal_phase("branch", {"branch": name, "parent": root.version, "tag": tag})
+    tagged = open_branch(table, name, before["version"]) if before["branch"] else None
+    if tagged is not None and any(r.get("op") == op for r in redactions(tagged)):
+        branch, first = tagged, next(r for r in redactions(tagged) if r.get("op") == op)
+        deleted = rewritten = files = 0  # moved by this forget before a kill: only clean
+    else:
+        branch, keys = _copy(table, tag, name, op, ids, before, journal_phase)
+        rows = branch.count_rows()
+        for f in filters:
+            branch.delete(f)
         branch = open_branch(table, name)
-        if not any(r.get("op") == op for r in redactions(branch)):
-            record = redactions(branch) + [{**before, "tag": tag, "op": op, "ids": int(len(ids)),
-                                            "at": time.time()}]
-            branch.update_config({REDACTED_KEY: json.dumps(record)})
-    branch = open_branch(table, name)
-    rows = branch.count_rows()
-    for f in filters:
-        branch.delete(f)
-    branch = open_branch(table, name)
-    deleted = rows - branch.count_rows()
-    journal_phase("delete", {"branch": name, "rows": deleted, "version": branch.version})
-    held = {f.fragment_id for f in branch.get_fragments()
-            if f.metadata.deletion_file is not None and holds(branch, f, name)}
-    _, rewritten, files = _rewrite(branch, held)
-    branch = open_branch(table, name)
-    journal_phase("rewrite", {"branch": name, "fragments": rewritten, "files": files,
-                              "fragments_total": len(branch.get_fragments()),
-                              "version": branch.version})
-    first = next((r for r in redactions(branch) if r.get("op") == op), before)
-    if (before["branch"], before["version"]) != (name, branch.version):
+        deleted = rows - branch.count_rows()
+        journal_phase("delete", {"branch": name, "rows": deleted, "version": branch.version})
+        order = [f.fragment_id for f in branch.get_fragments()]
+        held_frags = {f.fragment_id for f in branch.get_fragments()
+                      if f.metadata.deletion_file is not None and holds(branch, f, name)}
+        rewritten, files, made = _rewrite(branch, held_frags)
+        branch = _shares(table, name, {keys[order.index(fid)]: paths
+                                       for fid, paths in made.items()})
+        journal_phase("rewrite", {"branch": name, "fragments": rewritten, "files": files,
+                                  "fragments_total": len(branch.get_fragments()),
+                                  "version": branch.version})
+        first = before
         table.newest().tags.update(tag, (name, branch.version))
     detail = {"branch": name, "version": branch.version, "from_version": first["version"],
               "from_branch": first.get("branch"), "rows_deleted": deleted,
@@ -191,9 +239,8 @@ def redact(table: Table, tag: str, op: str, ids: np.ndarray, filters: list[str],
               "fragments_total": len(branch.get_fragments()),
               "seconds": round(time.perf_counter() - start, 3)}
     journal_phase("tag", detail)
-    stats = branch.cleanup_old_versions(older_than=timedelta(0), error_if_tagged_old_versions=False,
-                                        delete_unverified=True)
-    journal_phase("clean", {"branch": name, "versions_removed": stats.old_versions})
+    removed = clean_branch(table, name, delete_unverified=True)
+    journal_phase("clean", {"branch": name, "versions_removed": removed})
     log(f"forget: redacted {tag} (version {first['version']}"
         + (f" of branch {first['branch']}" if first.get("branch") else "") + f"): the tag names "
         f"version {branch.version} of branch {name}; {rewritten} of its "
@@ -201,16 +248,43 @@ def redact(table: Table, tag: str, op: str, ids: np.ndarray, filters: list[str],
     return detail
 
 
+def clean_branch(table: Table, branch: str, delete_unverified: bool = False) -> int:
+    """Remove the versions of ``branch`` that no tag names (its newest stays), and the files
+    only they referenced; how many versions went."""
+    ds = open_branch(table, branch)
+    return int(ds.cleanup_old_versions(older_than=timedelta(0), error_if_tagged_old_versions=False,
+                                       delete_unverified=delete_unverified).old_versions)
+
+
+def _shares(table: Table, name: str, made: dict[str, list]) -> lance.LanceDataset:
+    """Record on the branch, with this copy's redaction, the fragment each rewritten one
+    replaces (``shared_fragments`` reads it back); the branch's newest version."""
+    branch = open_branch(table, name)
+    if not made:
+        return branch
+    shares = {}
+    for frag in branch.get_fragments():
+        paths = [f.path for f in frag.metadata.files]
+        key = next((k for k, v in made.items() if v == paths), None)
+        if key is not None:
+            shares[key] = json.dumps(frag.metadata.to_json())
+    record = redactions(branch)
+    record[-1] = {**record[-1], "shares": shares}
+    branch.update_config({REDACTED_KEY: json.dumps(record)})
+    return open_branch(table, name)
+
+
 def _copy(table: Table, tag: str, name: str, op: str, ids: np.ndarray, before: dict,
-          journal_phase: Callable[[str, dict], None]) -> None:
-    """Steps 1 and 2 of the module docstring: the branch ``name``, holding the version ``tag``
-    names with its schema, its config and the redaction's record."""
+          journal_phase: Callable[[str, dict], None]) -> tuple[lance.LanceDataset, list[str]]:
+    """Step 2 of the module docstring: a version of the branch ``name`` holding the version
+    ``tag`` names, with its schema, its config and the redaction's record; that version, and
+    the key (``fragment_key``) of the fragment each of its fragments was copied from."""
     source = table.open(tag)
-    root = table.newest()
-    branch = root.create_branch(name)
-    journal_phase("branch", {"branch": name, "parent": root.version, "tag": tag})
-    record = [{**before, "tag": tag, "op": op, "ids": int(len(ids)), "at": time.time()}]
-    fragments, hidden = _rebased(table, source)
+    branch = open_branch(table, name)
+    record = redactions(source) + [{**before, "tag": tag, "op": op, "ids": int(len(ids)),
+                                    "at": time.time()}]
+    fragments, keys, hidden = _rebased(table, source, before["branch"], name,
+                                       shared_fragments(table, name))
     branch = lance.LanceDataset.commit(
         branch, lance.LanceOperation.Overwrite(source.lance_schema, fragments),
         read_version=branch.version)
@@ -218,4 +292,6 @@ def _copy(table: Table, tag: str, name: str, op: str, ids: np.ndarray, before: d
         branch.delete(f"id IN ({','.join(str(int(i)) for i in hidden[lo:lo + 2000])})")
     branch = open_branch(table, name)
     branch.update_config({**source.config(), REDACTED_KEY: json.dumps(record)}, replace=True)
-    journal_phase("overwrite", {"branch": name, "version": open_branch(table, name).version})
+    branch = open_branch(table, name)
+    journal_phase("overwrite", {"branch": name, "version": branch.version})
+    return branch, keys

@@ -202,12 +202,16 @@ class Snapshots:
 
     def drop_branch(self, branch: str | None) -> None:
         """Delete a redacted copy's branch (``redact``) once no tag names it: its files go with
-        it, and the main line's cleanup no longer keeps the version it was made from."""
-        from lance_assets.table.redact import BRANCH_PREFIX
+        it, and the main line's cleanup no longer keeps the version it was made from. While
+        other tags name versions of it, only the versions no tag names go (and the files only
+        they referenced)."""
+        from lance_assets.table.redact import BRANCH_PREFIX, clean_branch
 
         ds = self.table.newest()
-        if not branch or not branch.startswith(BRANCH_PREFIX) or any(
-                t.get("branch") == branch for t in ds.tags.list().values()):
+        if not branch or not branch.startswith(BRANCH_PREFIX):
+            return
+        if any(t.get("branch") == branch for t in ds.tags.list().values()):
+            clean_branch(self.table, branch)
             return
         try:
             ds.branches.delete(branch)

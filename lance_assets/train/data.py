@@ -92,6 +92,17 @@ def redacted_since(table: Table, snap: TableSnapshot, version: int) -> dict:
     return gone(table, snap.table.to_lance(), since=version)
 
 
+def across_redaction(state: dict | None, blocks_per_epoch: int) -> dict | None:
+    """A packed loader state saved before ``forget`` redacted the run's snapshot, made to resume
+    on the copy: the epoch keeps its position (the rows consumed of each split), its length is
+    the copy's (``blocks_per_epoch``), and the part-filled blocks the state carried are dropped
+    (they may hold a forgotten document's tokens). The rest of the epoch follows the copy's own
+    shuffle (its permutation is built for the copy's version)."""
+    if not state or "pack_buffers" not in state:
+        return state
+    return {**state, "blocks_per_epoch": blocks_per_epoch, "pack_buffers": {}}
+
+
 class TooLittleData(RuntimeError):
     """The filter leaves less than one block per split."""
 

@@ -221,6 +221,16 @@ def batches_for_run(cfg, snap: data.TableSnapshot, mix: Mixture, state: dict | N
                           transform_queue_depth=cfg.transform_queue_depth)
 
 
+def across_redaction(state: dict, mix: Mixture) -> dict:
+    """A mixture's loader state saved before ``forget`` redacted the run's snapshot, each
+    domain's streams made to resume on the copy (``data.across_redaction``)."""
+    if not isinstance(state, dict) or "streams" not in state:
+        return state
+    streams = {d.name: [{**s, "state": data.across_redaction(s.get("state"), d.blocks_per_epoch)}
+                        for s in state["streams"].get(d.name, [])] for d in mix.domains}
+    return {**state, "streams": streams}
+
+
 def check_state(state: dict, mixture: Mixture, num_splits: int) -> None:
     """A checkpoint's loader state must be a mixture state of this very mixture."""
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:

@@ -210,6 +210,9 @@ def train_batches(cfg: TrainConfig, run_data: RunData, progress: Progress,
     there by every rank (and by a resume on any world size); a mixture draws them from one
     stream per domain (``train.mixture``)."""
     saved = progress.loader_state
+    if run_data.redacted and saved is not None:  # resumed on a copy forget made since
+        saved = (mixture.across_redaction(saved, run_data.mixture) if run_data.mixture
+                 else data.across_redaction(saved, run_data.blocks_per_epoch))
     if run_data.mixture is not None:
         return mixture.batches_for_run(cfg, run_data.snap, run_data.mixture, saved,
                                        block_len=run_data.block_len, rank=comm.rank,
@@ -218,7 +221,7 @@ def train_batches(cfg: TrainConfig, run_data: RunData, progress: Progress,
         raise TrainError("--resume: the checkpoint trained on a mixture; resume it with its "
                          "--domains and --weights, or start a new --out")
     return data.TrainBatches(
-        run_data.snap, epoch=progress.epoch, state=progress.loader_state,
+        run_data.snap, epoch=progress.epoch, state=saved,
         batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, num_workers=cfg.num_workers,
         start_method=cfg.mp_context, filter=run_data.split.train.lance,
         block_len=run_data.block_len, blocks_per_epoch=run_data.blocks_per_epoch,

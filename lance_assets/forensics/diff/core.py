@@ -23,10 +23,11 @@ from lance_assets.curation.predicate import COLUMN_NAME_RE, Predicate, Predicate
 from lance_assets.curation.rules import NAME_RE, rule_predicates
 from lance_assets.forensics.diff import rows as rowplan
 from lance_assets.forensics.diff.compare import Frame, compare, projections
-from lance_assets.forensics.diff.refs import DiffError, Side, removed_by_forget, resolve
+from lance_assets.forensics.diff.refs import DiffError, Side, resolve
 from lance_assets.forensics.diff.report import DataDiff
 from lance_assets.progress import phase
 from lance_assets.table import RAW_SCHEMA, Table, is_version_gone
+from lance_assets.table.forget_log import removed_by_forget
 
 RAW = frozenset(RAW_SCHEMA.names)  # never rewritten: not compared
 

@@ -19,19 +19,17 @@ from dataclasses import dataclass, field
 import lance
 import numpy as np
 
-from lance_assets import keys, paths, storage
+from lance_assets import keys, paths
 from lance_assets.ablation.plan import SAFE_NAME_RE
 from lance_assets.curation.rules import DEFAULT_RULES, stored_curation
-from lance_assets.table import Table, VersionChoiceError, get_json_config
+from lance_assets.table import Table, VersionChoiceError, forget_log, get_json_config
 from lance_assets.table.choice import RETENTION
 from lance_assets.table.forget_journal import forgotten_ids
+from lance_assets.table.forget_log import removed_by_forget
 from lance_assets.table.maintenance import SNAPSHOT_PREFIX
 from lance_assets.table.read_record import load as load_read_record
 from lance_assets.table.read_record import rows_read
-from lance_assets.table.snapshots import NO_REASON
-
-ABLATION_PREFIX = "ablation-"
-FORGET_LOG = "forget.log.jsonl"
+from lance_assets.table.snapshots import ABLATION_PREFIX, NO_REASON
 
 
 class DiffError(ValueError):
@@ -96,33 +94,6 @@ def _when(t) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(t)))
 
 
-def _forget_log(table: Table):
-    """``forget``'s log entries, newest first."""
-    log = storage.location(table.root) / FORGET_LOG
-    try:
-        lines = log.read_text().splitlines() if log.is_file() else []
-    except OSError:
-        lines = []
-    for line in reversed(lines):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            yield entry
-
-
-def removed_by_forget(table: Table, version: int | None) -> str | None:
-    """``forget``'s own cleanup, when its log lists ``version`` among the versions it removed."""
-    for entry in _forget_log(table) if version is not None else ():
-        spans = entry.get("removed_versions") or []
-        if any(isinstance(s, list) and len(s) == 2 and s[0] <= version <= s[1] for s in spans):
-            return (f"`forget` removed version {version} at {entry.get('at', '?')} (its cleanup "
-                    "removes every version no tag names, so that none keeps a forgotten "
-                    "document)")
-    return None
-
-
 def removed_by(table: Table, version: int | None) -> str:
     """What removed ``version``: ``forget``'s cleanup (its log), else ``table_maintenance``'s,
     the only other step that removes versions."""
@@ -133,7 +104,7 @@ def removed_by(table: Table, version: int | None) -> str:
 
 def _forgotten(table: Table, tag: str | None, version: int | None) -> str | None:
     """``forget``'s own log of the release of ``tag`` (or of a tag naming ``version``)."""
-    for entry in _forget_log(table):
+    for entry in forget_log.entries(table):
         released = entry.get("released") or {}
         hit = tag if tag in released else next(
             (t for t, v in released.items() if v == version), None)
