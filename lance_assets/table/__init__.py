@@ -8,7 +8,7 @@ The face: the handle and its errors, the raw schema, the table config, and the m
 packages use as a whole: the column producer's contract (``producer``, ``settings``), column
 writes (``columns``, ``executor``), the predicate parser (``predicate``), tagged snapshots
 (``snapshots``, ``maintenance``, ``fingerprint``), what a run read (``read_record``), forget
-(``forget``, ``forget_journal``) and side datasets (``side``).
+(``forget``, ``forget_journal``, ``forget_log``) and side datasets (``side``).
 """
 
 from lance_assets.table.choice import RETENTION, VersionChoiceError
@@ -26,7 +26,7 @@ from lance_assets.table.lance_manifest import row_id_high_water
 __all__ = [
     "RAW_DESCRIPTIONS", "RAW_SCHEMA", "RETENTION", "Table", "TableMissingError",
     "VersionChoiceError", "columns", "data_files_by_field", "executor", "fingerprint", "forget",
-    "forget_journal", "get_json_config", "is_version_gone", "leaf_field_ids", "maintenance",
-    "point_at", "predicate", "producer", "read_record", "row_id_high_water", "settings", "side",
-    "snapshots",
+    "forget_journal", "forget_log", "get_json_config", "is_version_gone", "leaf_field_ids",
+    "maintenance", "point_at", "predicate", "producer", "read_record", "row_id_high_water",
+    "settings", "side", "snapshots",
 ]
