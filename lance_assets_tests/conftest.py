@@ -22,7 +22,7 @@ import os
 import pytest
 
 from lance_assets.table import Table
-from lance_assets_tests.helpers import quiet
+from lance_assets_tests.helpers import build_table, quiet
 
 os.environ.setdefault("LANCE_LOG", "error")
 
@@ -105,33 +105,19 @@ def tokenized_root(tmp_path_factory):
     """A small synthetic corpus, deduplicated, curated (quality signals and near-duplicate
     flags, so the default training filter, the curation rules, applies) and byte-tokenized
     (shared, read-only)."""
-    from lance_assets.curation import dedup_flag, near_dup, quality_signals
-    from lance_assets.ingest.raw_text import ingest
-    from lance_assets.table.producer import produce
-    from lance_assets.tokens import token_ids
-
-    root = tmp_path_factory.mktemp("tokenized") / "data"
-    ingest(Table.of(root), "synthetic:1500", rows_per_fragment=500, log=quiet)
-    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    produce(quality_signals.PRODUCER, Table.of(root), log=quiet)
-    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
-    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
-            log=quiet)
-    return root
+    return build_table(tmp_path_factory.mktemp("tokenized") / "data", "synthetic:1500",
+                       rows_per_fragment=500,
+                       upto=["dedup_flag", "quality_signals", "near_dup", "token_ids"])
 
 
 @pytest.fixture(scope="session")
 def bpe_root(tmp_path_factory):
     """The demo corpus (synthetic, 2,000 docs), deduplicated, with a BPE trained on it and no
     token columns yet (shared: copy it before writing)."""
-    from lance_assets.curation import dedup_flag
-    from lance_assets.ingest.raw_text import ingest
-    from lance_assets.table.producer import produce
     from lance_assets.tokens.bpe import train_bpe
 
-    root = tmp_path_factory.mktemp("bpe") / "data"
-    ingest(Table.of(root), "synthetic", rows_per_fragment=500, log=quiet)
-    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
+    root = build_table(tmp_path_factory.mktemp("bpe") / "data", "synthetic",
+                       rows_per_fragment=500, upto=["dedup_flag"])
     train_bpe(Table.of(root), log=quiet)
     return root
 

@@ -5,7 +5,9 @@ stand-in models that the benchmarks use too live in ``lance_assets.testing``."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,6 +15,33 @@ import pyarrow.parquet as pq
 
 def quiet(_msg: str) -> None:
     pass
+
+
+def build_table(root, source: str = "synthetic", *, upto: Sequence[str] = (),
+                settings: Mapping[str, Any] | None = None,
+                fragments_per_commit: int | None = None, **ingest_args) -> Path:
+    """A table at a stage: ``source`` ingested at ``root`` (``ingest_args``: the ingest's own,
+    such as ``rows_per_fragment``), then each column producer named in ``upto``, in that order,
+    at its settings in ``settings`` (by producer name; the defaults otherwise, but for
+    `token_ids`: the byte tokenizer, which the suite's small models train on). Returns
+    ``root``."""
+    from lance_assets.ingest.raw_text import ingest
+    from lance_assets.table import Table
+    from lance_assets.table.producer import produce, producers
+    from lance_assets.tokens import token_ids
+
+    by_name = {p.name: p for p in producers()}
+    chosen = {"token_ids": token_ids.TokenIdsSettings(tokenizer="byte"), **(settings or {})}
+    unknown = [name for name in [*upto, *chosen] if name not in by_name]
+    if unknown:
+        raise ValueError(f"build_table: no column producer is named {unknown}; "
+                         f"the producers are {sorted(by_name)}")
+    root = Path(root)
+    ingest(Table.of(root), source, log=quiet, **ingest_args)
+    for name in upto:
+        produce(by_name[name], Table.of(root), chosen.get(name),
+                fragments_per_commit=fragments_per_commit, log=quiet)
+    return root
 
 
 def write_fineweb_parquet(path, texts, start_id=0, extra=None):

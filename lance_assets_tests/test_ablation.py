@@ -26,8 +26,7 @@ from lance_assets import paths
 from lance_assets.ablation import plan as ablation
 from lance_assets.curation.predicate import safe_predicate
 from lance_assets.table import Table
-from lance_assets.table.producer import produce
-from lance_assets_tests.helpers import quiet, write_fineweb_parquet
+from lance_assets_tests.helpers import build_table, write_fineweb_parquet
 
 SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the teacher"]
 VERBS = ["sees", "likes", "finds", "helps", "follows"]
@@ -66,19 +65,12 @@ def corpus_texts(n: int, seed: int = 0) -> tuple[list[str], list[float]]:
 @pytest.fixture(scope="module")
 def garbage_root(tmp_path_factory):
     """800 documents, half planted garbage, deduplicated and byte-tokenized."""
-    from lance_assets.curation import dedup_flag
-    from lance_assets.ingest.raw_text import ingest
-    from lance_assets.tokens import token_ids
-
     base = tmp_path_factory.mktemp("ablation")
     texts, scores = corpus_texts(800)
     source = write_fineweb_parquet(base / "corpus.parquet", texts,
                                    extra={"score": pa.array(scores, pa.float64())})
-    root = base / "data"
-    ingest(Table.of(root), str(source), rows_per_fragment=400, log=quiet)
-    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
-    return root
+    return build_table(base / "data", str(source), rows_per_fragment=400,
+                       upto=["dedup_flag", "token_ids"])
 
 
 def dataset(root: Path) -> lance.LanceDataset:
@@ -188,7 +180,6 @@ def run_folder(root: Path, arm: str) -> Path | None:
     """The arm's seed-0 run of the unnamed ablation, which is named after the data it pins
     (``fingerprint.data_version``: the rerun finds the same name)."""
     from lance_assets.defs.training.ablation import unnamed
-    from lance_assets.table import Table
 
     found = sorted((paths.ablation_dir(root, unnamed(Table.of(root)))).glob(f"{arm}-*/seed-0"))
     return found[0] if found else None
@@ -240,7 +231,6 @@ def test_cancelled_ablation_resumes_and_names_the_arm_without_garbage(garbage_ro
     assert done["eval_filter"] == finished["eval_filter"]  # one held-out split for every arm
     assert done["table_tag"] == finished["table_tag"] == meta["lance/snapshot_tag"].value
     from lance_assets.defs.training.ablation import unnamed
-    from lance_assets.table import Table
 
     # unnamed: the data it compares on
     assert meta["lance/snapshot_tag"].value == f"ablation-{unnamed(Table.of(garbage_root))}"

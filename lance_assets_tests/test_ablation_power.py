@@ -26,8 +26,7 @@ from lance_assets import paths
 from lance_assets.ablation import plan as ablation
 from lance_assets.ingest.synthetic import planted_junk
 from lance_assets.table import Table
-from lance_assets.table.producer import produce
-from lance_assets_tests.helpers import quiet, write_fineweb_parquet
+from lance_assets_tests.helpers import build_table, quiet, write_fineweb_parquet
 
 JUNK = {"keep_all": {}, "drop_junk": {"quality": "score >= 3"}}
 NULL = {"drop_junk": {"quality": "score >= 3"},
@@ -57,18 +56,11 @@ def reference_threads():
 
 
 def planted_root(base: Path, seed: int) -> Path:
-    from lance_assets.curation import dedup_flag
-    from lance_assets.ingest.raw_text import ingest
-    from lance_assets.tokens import token_ids
-
     texts, scores = planted_junk(seed=seed)
     source = write_fineweb_parquet(base / f"planted-{seed}.parquet", texts,
                                    extra={"score": pa.array(scores, pa.float64())})
-    root = base / f"data-{seed}"
-    ingest(Table.of(root), str(source), rows_per_fragment=300, log=quiet)
-    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
-    return root
+    return build_table(base / f"data-{seed}", str(source), rows_per_fragment=300,
+                       upto=["dedup_flag", "token_ids"])
 
 
 def compare(root: Path, rule_sets: dict, name: str) -> ablation.Outcome:

@@ -7,14 +7,11 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation import dedup_flag, guards, near_dup, profile, rules
-from lance_assets.curation import quality_signals as quality
+from lance_assets.curation import guards, profile, rules
 from lance_assets.forensics import text_index as fts
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
-from lance_assets.table.producer import produce
-from lance_assets.tokens import token_ids
-from lance_assets_tests.helpers import quiet
+from lance_assets_tests.helpers import build_table, quiet
 
 # the synthetic generator's well-formed documents all open with this title
 GOOD = "text LIKE '%An introduction to the %'"
@@ -23,13 +20,9 @@ GOOD = "text LIKE '%An introduction to the %'"
 @pytest.fixture(scope="module")
 def curated_root(tmp_path_factory):
     """The default synthetic corpus (the demo's), with every column curation reads."""
-    root = tmp_path_factory.mktemp("curated") / "data"
-    ingest(Table.of(root), "synthetic", rows_per_fragment=1000, log=quiet)
-    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    produce(quality.PRODUCER, Table.of(root), log=quiet)
-    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
-    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
-    return root
+    return build_table(tmp_path_factory.mktemp("curated") / "data", "synthetic",
+                       rows_per_fragment=1000,
+                       upto=["dedup_flag", "quality_signals", "near_dup", "token_ids"])
 
 
 def dataset(root):

@@ -12,14 +12,13 @@ import pytest
 from lance_assets import paths
 from lance_assets.__main__ import main as cli
 from lance_assets.curation import dedup_flag, near_dup, rules
-from lance_assets.curation import quality_signals as quality
 from lance_assets.curation.dedup_flag import normalise
 from lance_assets.forensics.explain import explain
 from lance_assets.ingest.raw_text import ingest
 from lance_assets.table import Table
 from lance_assets.table import snapshots as snaps
 from lance_assets.table.producer import produce
-from lance_assets_tests.helpers import quiet
+from lance_assets_tests.helpers import build_table, quiet
 
 RULES = {k: rules.DEFAULT_RULES[k] for k in
          ("exact_dup", "near_dup", "gopher_word_count", "gopher_stop_words", "fineweb_line_punct",
@@ -53,11 +52,8 @@ def corpus(tmp_path_factory):
     """A curated synthetic corpus; a training run tagged at it (what ``pretrained_model``
     records), an ablation of two arms, a forensics report attributing a sample; then the rules
     change and new rows arrive, so today's table is not what the run read."""
-    root = tmp_path_factory.mktemp("explain") / "data"
-    ingest(Table.of(root), "synthetic:300", rows_per_fragment=100, log=quiet)
-    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    produce(quality.PRODUCER, Table.of(root), log=quiet)
-    produce(near_dup.PRODUCER, Table.of(root), log=quiet)
+    root = build_table(tmp_path_factory.mktemp("explain") / "data", "synthetic:300",
+                       rows_per_fragment=100, upto=["dedup_flag", "quality_signals", "near_dup"])
     rules.put_in_force(Table.of(root), RULES, keep_languages=[], drop_contaminated=False)
     table = Table.of(root)
     version = table.newest().version
@@ -209,7 +205,6 @@ def test_exact_copies_come_from_text_hash_before_near_dup_is_written(tmp_path):
     (and a copy not hashed yet is hashed on the spot)."""
     import random
 
-    from lance_assets.curation import dedup_flag, near_dup
     from lance_assets.forensics.explain import explain
     from lance_assets.ingest.raw_text import ingest
     from lance_assets_tests.helpers import quiet, write_fineweb_parquet

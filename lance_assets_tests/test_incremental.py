@@ -21,7 +21,7 @@ from lance_assets.ingest.synthetic import SyntheticSpec, generate
 from lance_assets.table import Table
 from lance_assets.table.producer import produce
 from lance_assets.tokens import token_ids
-from lance_assets_tests.helpers import quiet
+from lance_assets_tests.helpers import build_table, quiet
 
 COLUMNS = ["id", "text", "source", "source_part", "is_dup", "input_ids", "n_tokens"]
 
@@ -40,10 +40,7 @@ def make_files(folder, n_files=4, rows=300, row_group=64):
 
 
 def build(root, source, **kw):
-    ingest(Table.of(root), str(source), log=quiet, **kw)
-    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet, fragments_per_commit=1)
-    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet,
-            fragments_per_commit=1)
+    build_table(root, str(source), upto=["dedup_flag", "token_ids"], fragments_per_commit=1, **kw)
 
 
 def content(root):

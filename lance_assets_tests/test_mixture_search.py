@@ -29,7 +29,7 @@ from lance_assets import paths
 from lance_assets.ablation import mixture
 from lance_assets.table import Table
 from lance_assets.testing.mixture_planted import planted_domains, random_halves, url_domains
-from lance_assets_tests.helpers import quiet
+from lance_assets_tests.helpers import build_table, quiet
 
 SMALL = {"proxies": 3, "token_budget": 16_384, "seq_len": 32, "eval_blocks": 128,
          "filter": "NOT is_dup"}
@@ -48,19 +48,10 @@ def one_thread():
 
 
 def corpus_root(base: Path, table) -> Path:
-    from lance_assets.curation import dedup_flag
-    from lance_assets.ingest.raw_text import ingest
-    from lance_assets.table.producer import produce
-    from lance_assets.tokens import token_ids
-
     source = base / "corpus.parquet"
     pq.write_table(table, source)
-    root = base / "data"
-    ingest(Table.of(root), str(source), rows_per_fragment=1000, log=quiet)
-    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"),
-            log=quiet)
-    return root
+    return build_table(base / "data", str(source), rows_per_fragment=1000,
+                       upto=["dedup_flag", "token_ids"])
 
 
 @pytest.fixture(scope="module")

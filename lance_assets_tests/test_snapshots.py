@@ -16,12 +16,7 @@ import lance
 import pytest
 
 from lance_assets import paths
-from lance_assets.curation import dedup_flag
-from lance_assets.ingest.raw_text import ingest
-from lance_assets.table import Table
-from lance_assets.table.producer import produce
-from lance_assets.tokens import token_ids
-from lance_assets_tests.helpers import processes_mentioning, quiet, steps_logged
+from lance_assets_tests.helpers import build_table, processes_mentioning, steps_logged
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = ["--seq-len", "32", "--batch-size", "4", "--num-splits", "8", "--warmup", "2",
@@ -42,9 +37,7 @@ def root(tokenized_root, tmp_path):
 
 def new_commits(root) -> None:
     """What the hourly ingest and the backfills do meanwhile: new rows, their columns."""
-    ingest(Table.of(root), "synthetic:1800", rows_per_fragment=500, log=quiet)
-    produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
-    produce(token_ids.PRODUCER, Table.of(root), token_ids.TokenIdsSettings(tokenizer="byte"), log=quiet)
+    build_table(root, "synthetic:1800", rows_per_fragment=500, upto=["dedup_flag", "token_ids"])
 
 
 def test_a_commit_landing_between_two_ranks_starts_leaves_both_on_one_version(root, tmp_path):

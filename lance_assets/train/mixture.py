@@ -131,6 +131,11 @@ class MixtureBatches:
                               "a checkpoint the trainer wrote")
         self.streams = {(i, j): _Stream(self, i, j, state["streams"][d.name][j])
                         for i, d in enumerate(mixture.domains) for j in self.splits}
+        # ``io_queue_depth`` reads in flight shared by this rank's streams (one per domain and
+        # split), not given to each: that read most of a small table ahead of the first step,
+        # and its threads cost a small proxy run a fifth of its CPU time. The blocks are
+        # the same whatever the depth.
+        self.reader["io_queue_depth"] = max(1, io_queue_depth // len(self.streams))
         self._perms: dict[tuple[int, int], data.StoredPermutation] = {}
         self._turn = 0
         self._step_tokens = [0] * len(mixture.domains)
