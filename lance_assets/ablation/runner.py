@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Protocol
 
@@ -30,6 +30,7 @@ from lance_assets.curation.rules import curation_in_force
 from lance_assets.markdown import line_plot_markdown
 from lance_assets.progress import phase
 from lance_assets.table import Table, fingerprint, snapshots
+from lance_assets.table.settings import run_config_default, run_config_fields
 from lance_assets.train import config as train_config
 
 ABLATION_TAG_PREFIX = "ablation-"
@@ -78,13 +79,7 @@ def run_config_defaults() -> dict:
     """The defaults of ``pretrained_model``'s run config: every trainer and launch setting
     that is not CLI-only, with its run-config default (``defs.training.config`` builds the
     Dagster config from the same fields)."""
-    values = {}
-    for cls in RUN_CONFIG:
-        for f in fields(cls):
-            if not f.metadata["cli_only"]:
-                default = f.metadata["dagster_default"]
-                values[f.name] = f.default if default is MISSING else default
-    return values
+    return {f.name: run_config_default(f) for cls in RUN_CONFIG for f in run_config_fields(cls)}
 
 
 def as_run_config(values: dict) -> dict:
