@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Protocol
 
 import lance
 
 from lance_assets import paths, storage
 from lance_assets.ablation import plan as ablation
+from lance_assets.ablation.settings import NUM_SPLITS, AblationSettings
 from lance_assets.curation.rules import curation_in_force
 from lance_assets.markdown import line_plot_markdown
 from lance_assets.progress import phase
@@ -34,32 +34,9 @@ from lance_assets.table.settings import run_config_default, run_config_fields
 from lance_assets.train import config as train_config
 
 ABLATION_TAG_PREFIX = "ablation-"
-NUM_SPLITS = 8  # the trainer's default loader splits
 DEFAULT_ARMS = ("curation_rules", "no_rules")
 OWNER = "curation_ablation"  # who holds the ablation's snapshot tag
 MIXTURE_SETTINGS = {"domains", "weights", "max_repeats"}
-
-
-class AblationSettings(Protocol):
-    """What the runner reads of the asset's config (``AblationConfig`` has the descriptions)."""
-
-    name: str
-    rule_sets: dict[str, dict[str, str]]
-    model: str
-    arch: str
-    seq_len: int
-    batch_size: int
-    token_budget: int
-    seeds: list[int]
-    lr: float
-    eval_filter: str
-    eval_pct: int
-    eval_blocks: int
-    evals_per_run: int
-    min_lead: float
-    stop_when_underpowered: bool
-    allow_repeats: bool
-    nproc_per_node: int
 
 
 def plan_for(config: AblationSettings, ds: lance.LanceDataset,
