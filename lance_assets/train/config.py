@@ -1,6 +1,7 @@
 """The trainer's settings, defined once.
 
-``TrainConfig`` is the single source: ``python -m lance_assets.train``'s flags are generated from
+``TrainConfig`` is the single source, its fields declared with ``table.settings.setting`` like
+every settings class of the package: ``python -m lance_assets.train``'s flags are generated from
 it (``--seq-len`` for ``seq_len``, the help text and the allowed range from the field), and so is
 the Dagster run config of the ``pretrained_model`` asset (``lance_assets.defs.training``), which
 adds the launcher's own ``LaunchConfig``. ``check`` enforces the same ranges on both paths.
