@@ -8,6 +8,9 @@ setting of the run config, its help as the description, a nested dataclass as a 
 ``Config``; its validator applies the settings' own ranges and the rule across them before the
 run starts, so the launchpad, the CLI and the library cannot drift apart. ``settings_of``
 turns a run config back into the library's dataclass.
+
+An asset whose library function takes plain arguments, with no settings class behind them,
+writes its run config by hand on ``RunConfig``: each field's docstring is its description.
 """
 
 from collections.abc import Callable
@@ -22,6 +25,13 @@ from lance_assets.table.settings import (
     run_config_fields,
     value_problem,
 )
+
+
+class RunConfig(dg.Config):
+    """A run config written by hand: each field's docstring is its description in the
+    launchpad (a plain ``dg.Config`` drops them)."""
+
+    model_config = pydantic.ConfigDict(use_attribute_docstrings=True)
 
 
 def _config_type(annotation: Any, owner: str, module: str) -> Any:

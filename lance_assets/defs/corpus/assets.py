@@ -13,6 +13,7 @@ import pydantic
 from lance_assets.defs.common import CORPUS_GROUP as GROUP
 from lance_assets.defs.common import DEDUP_FLAG, POOL, TABLE_TAGS
 from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE, ON_NEW_DATA
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.metadata import (
     column_data_version,
     column_schema,
@@ -31,7 +32,7 @@ from lance_assets.tokens.tokenizers import load_bpe
 RAW_TEXT_COLUMNS = column_schema(RAW_SCHEMA, RAW_DESCRIPTIONS)
 
 
-class RawTextConfig(dg.Config):
+class RawTextConfig(RunConfig):
     source: Optional[str] = None
     """Override LANCE_ASSETS_SOURCE for this run: synthetic[:ROWS], synthetic-web[:ROWS] (the
     FineWeb-shaped corpus at real size), a file, folder or glob,
@@ -174,7 +175,7 @@ def _with_source_columns(table) -> dg.TableSchema:
         for f in own)])
 
 
-class TokenizerConfig(dg.Config):
+class TokenizerConfig(RunConfig):
     vocab_size: int = bpe.DEFAULT_VOCAB_SIZE
     """Ids including EOS and PAD. 8192 by default; 32768 recommended for real corpora. The demo's
     synthetic corpus runs out of pairs to merge near 1,060 ids (every distinct word is a token):

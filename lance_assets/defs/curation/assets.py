@@ -24,6 +24,7 @@ from lance_assets.defs.common import (
     TOKEN_IDS,
 )
 from lance_assets.defs.conditions import ON_NEW_DATA
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.metadata import (
     column_schema,
     data_version,
@@ -40,7 +41,7 @@ NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(minhash.MinHashSettings()),
                                  near_dup_lib.DESCRIPTIONS)
 
 
-class TextIndexConfig(dg.Config):
+class TextIndexConfig(RunConfig):
     example_query: str = "telescope"
     """A keyword query whose best matches (ids and scores: metadata never quotes a document,
     since `forget` cannot erase the instance's records) are shown in the metadata."""
@@ -73,7 +74,7 @@ def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance
 CONFIGURED_RULES = rules_lib.configured_rules()
 
 
-class CurationConfig(dg.Config):
+class CurationConfig(RunConfig):
     rules: dict[str, str] = dict(CONFIGURED_RULES)
     """name -> SQL predicate a document must satisfy to be trained on: one boolean expression over
     the table's columns (comparisons, AND/OR/NOT, BETWEEN, IN, IS NULL, LIKE, arithmetic,
@@ -183,7 +184,7 @@ def curation_numbers(ev: rules_lib.Evaluation,
     return out
 
 
-class ProfileConfig(dg.Config):
+class ProfileConfig(RunConfig):
     queries_dir: str = ""
     """Folder of .sql files to run (default: lance_assets/curation/sql/profile in the package)."""
 

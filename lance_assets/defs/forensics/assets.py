@@ -23,6 +23,7 @@ from lance_assets.defs.common import (
 )
 from lance_assets.defs.common import FORENSICS_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA, on_new_data
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.metadata import (
     data_version,
     index_data_version,
@@ -34,7 +35,7 @@ from lance_assets.progress import phase
 from lance_assets.table.fingerprint import digest
 
 
-class VectorIndexConfig(dg.Config):
+class VectorIndexConfig(RunConfig):
     index_type: str = vindex.DEFAULT_INDEX_TYPE
     """`IVF_HNSW_SQ` (default) or `IVF_PQ`; partitions and sub-vectors come from the row count."""
     target_recall: float = 0.95
@@ -103,7 +104,7 @@ def chunk_index(context: dg.AssetExecutionContext, config: VectorIndexConfig,
     return dg.MaterializeResult(data_version=version, metadata=metadata)
 
 
-class ForensicsConfig(dg.Config):
+class ForensicsConfig(RunConfig):
     k: int = 5
     """Training documents listed per sample."""
     near_dup_threshold: float = 0.95
@@ -163,7 +164,7 @@ def _unquoted(story) -> str:
     ).markdown(quote=False)
 
 
-class StoriesConfig(dg.Config):
+class StoriesConfig(RunConfig):
     ids: list[int] = []
     """Documents to explain, by `id`. Empty: the top source of each forensics sample and the
     first document the curation rules remove."""
