@@ -11,9 +11,11 @@ import pytest
 import yaml
 
 from lance_assets.definitions import defs
+from lance_assets.defs.training.ablation import AblationConfig
 from lance_assets.defs.training.assets import trainer_command
 from lance_assets.defs.training.config import LAUNCH_ONLY
 from lance_assets.defs.training.config import TrainConfig as DagsterTrainConfig
+from lance_assets.defs.training.mixture import MixtureConfig
 from lance_assets.table import Table
 from lance_assets.table.settings import run_config_fields
 from lance_assets.train import config
@@ -155,6 +157,15 @@ def test_a_flag_out_of_range_is_one_line_naming_the_flag(flag, value, capsys):
 def test_the_dagster_config_enforces_the_same_ranges(field, value):
     with pytest.raises(Exception, match=field):
         DagsterTrainConfig(**{field: value})
+
+
+@pytest.mark.parametrize("config", [AblationConfig, MixtureConfig])
+@pytest.mark.parametrize("field, value", [("seq_len", 0), ("batch_size", 0), ("lr", 0.0),
+                                          ("eval_blocks", 0), ("model", "huge"),
+                                          ("arch", "gpt5"), ("name", "../x")])
+def test_the_proxy_run_configs_enforce_the_trainers_ranges(config, field, value):
+    with pytest.raises(Exception, match=re.escape(f"{field} {value!r}: ")):
+        config(**{field: value})
 
 
 @pytest.mark.parametrize("name", ["../escape", "/etc", "a/b", "..", ".hidden", "x" * 101, "a\\b"])
