@@ -5,6 +5,8 @@
   is a function of that name in the Dagster layer: one hop from a name to its code;
 - ``definitions.py`` keeps no hand list: it imports nothing of ours and loads the defs folder;
 - no two Dagster config classes are the same class under two names;
+- one settings vocabulary: one ``setting()`` (``table/settings.py``) and one generator of run
+  configs from settings dataclasses (``defs/config.py``);
 - the producer contract stays small: ``table/producer.py`` exports at most 7 names,
   ``ColumnProducer`` has at most 13 fields, and no step's result is looked up by name;
 - no module of ``lance_assets`` is over 650 lines, and no module docstring over 25.
@@ -101,6 +103,17 @@ def test_no_two_config_classes_are_the_same():
             continue
         assert shape(cls) not in seen, f"{name} is the same class as {seen[shape(cls)]}"
         seen[shape(cls)] = name
+
+
+def test_one_settings_vocabulary():
+    """Settings are declared with one ``setting()`` and made into run configs by one
+    generator (``defs/config.py``): no second helper, no second ``create_model``."""
+    def holding(pattern: str) -> list[str]:
+        return sorted(str(p.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("*.py")
+                      if re.search(pattern, p.read_text(), re.M))
+
+    assert holding(r"^def setting\(") == ["lance_assets/table/settings.py"]
+    assert holding(r"\bcreate_model\(") == ["lance_assets/defs/config.py"]
 
 
 def test_every_definition_is_found_once():

@@ -5,8 +5,8 @@ parsed (``ast``) and its imports collected, those inside functions included.
   function to dodge a cycle is still a cycle.
 - The Dagster domains (``defs/ingest``, ``defs/tokens``, ``defs/curation``, ``defs/embeddings``,
   ``defs/forensics``, ``defs/table``, ``defs/training``) import ``defs/common``,
-  ``defs/metadata``, ``defs/resources``, ``defs/executor``, ``defs/conditions`` and the library,
-  never one another.
+  ``defs/config``, ``defs/metadata``, ``defs/resources``, ``defs/executor``,
+  ``defs/conditions`` and the library, never one another.
 - The library (everything outside ``defs/`` and ``definitions.py``) imports neither ``dagster``
   nor ``lance_assets.defs``; the trainer may use ``dagster_pipes``.
 - No module imports another module's ``_private`` name.
@@ -38,9 +38,9 @@ import pytest
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "lance_assets"
 DOMAINS = ("ingest", "tokens", "curation", "embeddings", "forensics", "table", "training")
-SHARED_DEFS = {"lance_assets.defs", "lance_assets.defs.common", "lance_assets.defs.metadata",
-               "lance_assets.defs.resources", "lance_assets.defs.executor",
-               "lance_assets.defs.conditions"}
+SHARED_DEFS = {"lance_assets.defs", "lance_assets.defs.common", "lance_assets.defs.config",
+               "lance_assets.defs.metadata", "lance_assets.defs.resources",
+               "lance_assets.defs.executor", "lance_assets.defs.conditions"}
 DAGSTER_APP = ("lance_assets.defs", "lance_assets.definitions")
 
 

@@ -11,10 +11,13 @@ import pytest
 import yaml
 
 from lance_assets.definitions import defs
+from lance_assets.defs.training.ablation import AblationConfig
 from lance_assets.defs.training.assets import trainer_command
 from lance_assets.defs.training.config import LAUNCH_ONLY
 from lance_assets.defs.training.config import TrainConfig as DagsterTrainConfig
+from lance_assets.defs.training.mixture import MixtureConfig
 from lance_assets.table import Table
+from lance_assets.table.settings import run_config_fields
 from lance_assets.train import config
 from lance_assets.train.trainer import main
 
@@ -116,11 +119,12 @@ def test_cli_flags_and_dagster_config_come_from_one_definition(tmp_path):
     for name, f in trainer_fields.items():
         assert f.metadata["help"] and actions[name].help.startswith(f.metadata["help"].replace("%", "%%"))
     dagster_fields = DagsterTrainConfig.model_fields
-    expected = {n for n, f in trainer_fields.items() if not f.metadata["cli_only"]} | LAUNCH_ONLY
+    expected = {f.name for f in run_config_fields(config.TrainConfig)} | LAUNCH_ONLY
     assert set(dagster_fields) == expected
     for name in expected - LAUNCH_ONLY:
         f = trainer_fields[name]
-        default = f.default if f.metadata["dagster_default"] is MISSING else f.metadata["dagster_default"]
+        default = f.default if f.metadata["run_config_default"] is MISSING \
+            else f.metadata["run_config_default"]
         assert dagster_fields[name].default == default, name
         assert dagster_fields[name].description == f.metadata["help"], name
     # a non-default value of every setting reaches the trainer unchanged through the command
@@ -153,6 +157,15 @@ def test_a_flag_out_of_range_is_one_line_naming_the_flag(flag, value, capsys):
 def test_the_dagster_config_enforces_the_same_ranges(field, value):
     with pytest.raises(Exception, match=field):
         DagsterTrainConfig(**{field: value})
+
+
+@pytest.mark.parametrize("config", [AblationConfig, MixtureConfig])
+@pytest.mark.parametrize("field, value", [("seq_len", 0), ("batch_size", 0), ("lr", 0.0),
+                                          ("eval_blocks", 0), ("model", "huge"),
+                                          ("arch", "gpt5"), ("name", "../x")])
+def test_the_proxy_run_configs_enforce_the_trainers_ranges(config, field, value):
+    with pytest.raises(Exception, match=re.escape(f"{field} {value!r}: ")):
+        config(**{field: value})
 
 
 @pytest.mark.parametrize("name", ["../escape", "/etc", "a/b", "..", ".hidden", "x" * 101, "a\\b"])

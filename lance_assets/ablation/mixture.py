@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import lance
 import numpy as np
@@ -37,6 +36,7 @@ import numpy as np
 from lance_assets import paths, storage
 from lance_assets.ablation import plan as ablation
 from lance_assets.ablation import regression, runner
+from lance_assets.ablation.settings import MixtureSettings
 from lance_assets.ablation.stats import Lead, detectable_lead, paired_lead
 from lance_assets.curation import rules
 from lance_assets.progress import phase, progress
@@ -49,29 +49,6 @@ TAG_PREFIX = runner.ABLATION_TAG_PREFIX + "mixture-"  # forget and retention tre
 OWNER = "mixture_search"
 ARMS = ("chosen", "natural", "uniform")
 BASE_FILTER = "n_tokens > 0"
-
-
-class MixtureSettings(Protocol):
-    """What the search reads of the asset's config (``MixtureConfig`` has the descriptions)."""
-
-    name: str
-    domains: dict[str, str]
-    domain_column: str
-    filter: str
-    target: str
-    proxies: int
-    token_budget: int
-    seeds: list[int]
-    max_repeats: float
-    model: str
-    arch: str
-    seq_len: int
-    batch_size: int
-    lr: float
-    eval_pct: int
-    eval_blocks: int
-    evals_per_run: int
-    nproc_per_node: int
 
 
 @dataclass

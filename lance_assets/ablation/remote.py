@@ -14,13 +14,14 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from lance_assets.ablation.plan import AblationError
 from lance_assets.ablation.runner import Run
 from lance_assets.launch.torchrun import SHUTDOWN_TIMEOUT_S, agent_command, agent_preexec, stop_agents
 from lance_assets.progress import progress
 from lance_assets.table import Table, executor
+from lance_assets.table.settings import run_config_fields
 from lance_assets.train import config as train_config
 
 TAIL = 3000  # characters of a failed run's output quoted in the error
@@ -35,7 +36,7 @@ class Task:
 
 def command(table: Table, run: Run) -> list[str]:
     """``torchrun ... -m lance_assets.train`` for ``run`` (its trainer settings as flags)."""
-    trainer = {f.name for f in fields(train_config.TrainConfig) if not f.metadata["cli_only"]}
+    trainer = {f.name for f in run_config_fields(train_config.TrainConfig)}
     values = {k: v for k, v in run.settings.items() if k in trainer}
     tag, version = run.snapshot
     args = ["--data", table.root, "--out", str(run.out), "--table-tag", tag, "--table-version",

@@ -18,47 +18,25 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Protocol
 
 import lance
 
 from lance_assets import paths, storage
 from lance_assets.ablation import plan as ablation
+from lance_assets.ablation.settings import NUM_SPLITS, AblationSettings
 from lance_assets.curation.rules import curation_in_force
 from lance_assets.markdown import line_plot_markdown
 from lance_assets.progress import phase
 from lance_assets.table import Table, fingerprint, snapshots
+from lance_assets.table.settings import run_config_default, run_config_fields
 from lance_assets.train import config as train_config
 
 ABLATION_TAG_PREFIX = "ablation-"
-NUM_SPLITS = 8  # the trainer's default loader splits
 DEFAULT_ARMS = ("curation_rules", "no_rules")
 OWNER = "curation_ablation"  # who holds the ablation's snapshot tag
 MIXTURE_SETTINGS = {"domains", "weights", "max_repeats"}
-
-
-class AblationSettings(Protocol):
-    """What the runner reads of the asset's config (``AblationConfig`` has the descriptions)."""
-
-    name: str
-    rule_sets: dict[str, dict[str, str]]
-    model: str
-    arch: str
-    seq_len: int
-    batch_size: int
-    token_budget: int
-    seeds: list[int]
-    lr: float
-    eval_filter: str
-    eval_pct: int
-    eval_blocks: int
-    evals_per_run: int
-    min_lead: float
-    stop_when_underpowered: bool
-    allow_repeats: bool
-    nproc_per_node: int
 
 
 def plan_for(config: AblationSettings, ds: lance.LanceDataset,
@@ -78,13 +56,7 @@ def run_config_defaults() -> dict:
     """The defaults of ``pretrained_model``'s run config: every trainer and launch setting
     that is not CLI-only, with its run-config default (``defs.training.config`` builds the
     Dagster config from the same fields)."""
-    values = {}
-    for cls in RUN_CONFIG:
-        for f in fields(cls):
-            if not f.metadata["cli_only"]:
-                default = f.metadata["dagster_default"]
-                values[f.name] = f.default if default is MISSING else default
-    return values
+    return {f.name: run_config_default(f) for cls in RUN_CONFIG for f in run_config_fields(cls)}
 
 
 def as_run_config(values: dict) -> dict:

@@ -7,14 +7,13 @@ pool, the Ray resource and the ``executor`` setting, ``fragments_per_commit``, t
 and column lineage, the shared write metadata (``column_write_metadata``), a data version from
 the files holding its columns and the producer's version, and the blocking ``columns_written``
 check. The run config is ``ColumnConfig`` plus the producer's own settings, with their help as
-descriptions.
+descriptions (``defs/config.py``).
 
 The assets are found, not listed: ``producers()`` walks the library for ``PRODUCER``
 declarations, so a new column is one library file (docs/write-a-tagger.md).
 """
 
-from dataclasses import MISSING
-from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Optional
 
 import dagster as dg
 import pydantic
@@ -22,6 +21,7 @@ from dagster_ray import RayResource
 
 from lance_assets.defs.common import POOL, TABLE_TAGS
 from lance_assets.defs.conditions import ON_NEW_DATA
+from lance_assets.defs.config import dagster_config, settings_of
 from lance_assets.defs.executor import RAY_RESOURCE_DEFS, ExecutorConfig, column_executor
 from lance_assets.defs.metadata import column_data_version, column_schema, column_write_metadata
 from lance_assets.defs.resources import LanceStore
@@ -45,36 +45,6 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
-def _config_type(annotation: Any, owner: str) -> Any:
-    """A settings field's type as a run config type: nested dataclasses become Configs."""
-    if isinstance(annotation, type) and hasattr(annotation, "__dataclass_fields__"):
-        return _config_class(annotation, f"{owner}{annotation.__name__}", dg.Config)
-    origin = get_origin(annotation)
-    if origin in (list, tuple) and get_args(annotation):
-        return list[_config_type(get_args(annotation)[0], owner)]
-    if origin is Union:
-        return Optional[_config_type(next(a for a in get_args(annotation) if a is not type(None)),
-                                     owner)]
-    return annotation
-
-
-def _config_class(settings: type, name: str, base: type[dg.Config], **overrides: Any) -> type:
-    hints = get_type_hints(settings)
-    spec: dict[str, Any] = {}
-    for f in run_config_fields(settings):
-        if f.default_factory is not MISSING:
-            default = pydantic.Field(default_factory=f.default_factory, description=f.metadata["help"])
-        elif f.default is not MISSING:
-            default = pydantic.Field(default=f.default, description=f.metadata["help"])
-        else:  # required
-            default = pydantic.Field(description=f.metadata["help"])
-        spec[f.name] = (_config_type(hints[f.name], name), default)
-    spec.update(overrides)
-    model = pydantic.create_model(name, __base__=base, **spec)
-    model.__doc__ = settings.__doc__
-    return model
-
-
 def column_config(producer: ColumnProducer) -> type[ColumnConfig]:
     """``ColumnConfig`` plus ``producer``'s settings (``TokenIdsConfig``...); ``ColumnConfig``
     itself for a producer without settings of its own."""
@@ -85,26 +55,8 @@ def column_config(producer: ColumnProducer) -> type[ColumnConfig]:
         overrides["fragments_per_commit"] = (Optional[int], pydantic.Field(
             default=producer.fragments_per_commit,
             description=ColumnConfig.model_fields["fragments_per_commit"].description))
-    return _config_class(producer.settings, f"{_camel(producer.name)}Config", ColumnConfig,
-                         **overrides)
-
-
-def _settings(producer: ColumnProducer, config: ColumnConfig) -> Any:
-    """The producer's settings dataclass from the run config (nested Configs included); the
-    settings for library callers only keep their defaults."""
-
-    def plain(value: Any, annotation: Any) -> Any:
-        if isinstance(annotation, type) and hasattr(annotation, "__dataclass_fields__"):
-            hints = get_type_hints(annotation)
-            return annotation(**{k: plain(getattr(value, k), hints[k])
-                                 for k in annotation.__dataclass_fields__})
-        if get_origin(annotation) in (list, tuple) and get_args(annotation):
-            return [plain(v, get_args(annotation)[0]) for v in value]
-        return value
-
-    hints = get_type_hints(producer.settings)
-    return producer.settings(**{f.name: plain(getattr(config, f.name), hints[f.name])
-                                for f in run_config_fields(producer.settings)})
+    return dagster_config(f"{_camel(producer.name)}Config", producer.settings, module=__name__,
+                          base=ColumnConfig, **overrides)
 
 
 def metadata_value(value: Any) -> Any:
@@ -125,7 +77,7 @@ def column_asset(producer: ColumnProducer) -> tuple[dg.AssetsDefinition, dg.Asse
 
     def materialize(context: dg.AssetExecutionContext, config, lance_store: LanceStore,
                     ray_cluster: RayResource) -> dg.MaterializeResult:
-        settings = _settings(producer, config)
+        settings = settings_of(producer.settings, config)
         table = lance_store.table
         try:  # never silent for long, whatever the producer logs itself
             with phase(producer.name, context.log.info, announce=False):

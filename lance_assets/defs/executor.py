@@ -20,6 +20,7 @@ from typing import Optional
 import dagster as dg
 from dagster_ray import Lifecycle, LocalRay, RayResource
 
+from lance_assets.defs.config import RunConfig
 from lance_assets.table.executor import EXECUTOR_ENV, executor_name, runtime_env
 
 RAY_RESOURCE_KEY = "ray_cluster"
@@ -36,7 +37,7 @@ class Executor(Enum):
     ray = "ray"
 
 
-class ExecutorConfig(dg.Config):
+class ExecutorConfig(RunConfig):
     executor: Optional[Executor] = None
     """`local` (this run's process) or `ray` (one Ray task per fragment; `RAY_ADDRESS` when set,
     else a local Ray); default: `LANCE_ASSETS_EXECUTOR`, else `local`."""

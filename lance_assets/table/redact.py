@@ -1,31 +1,25 @@
 """Redacted snapshots: ``forget`` keeps every tagged snapshot that held a forgotten document, minus
 exactly those documents, on a Lance branch, under the same tag.
 
-A forget ``op`` makes its copies on one branch, ``redacted-<op>`` (``branch_name``: a rerun finds
-it again); each tag names its own version there. For each tag ``T``:
+A forget ``op`` makes its copies on one branch, ``redacted-<op>`` (``branch_name``), made once
+from the newest main version after the forget's delete and rewrite there (a branch keeps its
+parent version on disk while it lives: that version holds no forgotten row). Each tag ``T``
+names its own version of the branch, made in phases:
 
-1. **branch**: the op's branch is made once, from the newest version of the main line, after the
-   forget deleted and rewrote the rows there (a branch keeps its parent version on disk while it
-   lives: that version holds no forgotten row);
-2. **overwrite**: one commit on the branch whose fragments are those of the version ``T`` names
-   (their data files stay where they are, under the table's root: base 0) and whose schema and
-   table config are that version's (its tokenizer, rules, settings), plus a
-   ``lance_assets.redacted`` record of what was redacted (``redactions``). A fragment that a
-   snapshot already copied to this branch had rewritten (the same data files and the same
-   deletions) is taken as that rewritten fragment: snapshots that share a fragment share its
-   rewritten files (``shared_fragments``);
-3. **delete**: the forgotten ids are deleted on the branch;
-4. **rewrite**: the fragments that held one are rewritten without them (their new files are the
-   branch's own, under ``tree/<branch>/data``); every other fragment stays shared. The record
-   says which fragment each rewritten one replaces (``shares``);
-5. **tag**: ``T`` is moved to the branch's version: same tag, same record (owner, retention);
-6. **clean**: the branch's versions no tag names are removed.
+1. **overwrite**: one commit whose fragments are those of the version ``T`` names (their files
+   stay under the table's root: base 0), with that version's schema and table config and a
+   ``lance_assets.redacted`` record (``redactions``). A fragment an earlier copy on the branch
+   rewrote (same data files, same deletions) is taken rewritten (``shared_fragments``);
+2. **delete**: the forgotten ids are deleted on the branch;
+3. **rewrite**: the fragments that held one are rewritten without them (into
+   ``tree/<branch>/data``); the record says which fragment each replaces (``shares``);
+4. **tag**: ``T`` moves to the branch's version: same tag, same record (owner, retention);
+5. **clean**: the branch's versions no tag names are removed.
 
-A snapshot redacted before is redacted again on its own branch the same way (an overwrite with
-its version's fragments, then steps 3 to 6). A kill before step 5 leaves no tag on a half-made
-copy: the next forget overwrites it again (its own version of ``T`` carries the op in its record
-once the tag moved). The main line's cleanup then removes the version ``T`` named before and the
-files only it referenced (docs/reliability.md: what Lance keeps)."""
+A snapshot redacted before is redacted again on its own branch the same way. A kill before the
+tag moves leaves no tag on a half-made copy: the next forget overwrites it again (a version a
+tag names carries the op in its record once the tag moved). The main line's cleanup then
+removes the version ``T`` named before (docs/reliability.md: what Lance keeps)."""
 
 from __future__ import annotations
 

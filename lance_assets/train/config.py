@@ -1,6 +1,7 @@
 """The trainer's settings, defined once.
 
-``TrainConfig`` is the single source: ``python -m lance_assets.train``'s flags are generated from
+``TrainConfig`` is the single source, its fields declared with ``table.settings.setting`` like
+every settings class of the package: ``python -m lance_assets.train``'s flags are generated from
 it (``--seq-len`` for ``seq_len``, the help text and the allowed range from the field), and so is
 the Dagster run config of the ``pretrained_model`` asset (``lance_assets.defs.training``), which
 adds the launcher's own ``LaunchConfig``. ``check`` enforces the same ranges on both paths.
@@ -9,34 +10,26 @@ adds the launcher's own ``LaunchConfig``. ``check`` enforces the same ranges on 
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import re
 import sys
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
+from dataclasses import dataclass, fields
+from typing import Any, Optional
 
 from lance_assets import paths
 from lance_assets.storage import Location
+from lance_assets.table.settings import setting, value_problem, value_type
 from lance_assets.train import reference_flags
 from lance_assets.train.shapes import ARCHS, PRESETS
 
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+PLAIN_NAME = ("a plain folder name: letters, digits, '_', '.', '-', not starting with '.', no "
+              "'/', at most 100 characters")
 DEFAULT_STEPS = 300
 
 
 class ConfigError(ValueError):
     """A setting outside its allowed range; the message names the flag and the range."""
-
-
-def setting(default: Any, help: str, *, ge: float | None = None, gt: float | None = None,
-            choices: tuple | None = None, pattern: re.Pattern | None = None,
-            cli_only: bool = False, dagster_default: Any = MISSING) -> Any:
-    """A dataclass field carrying its help text and allowed range (``ge``/``gt``/``choices``/
-    ``pattern``). ``cli_only``: the launcher sets it, the run config does not show it."""
-    meta = {"help": help, "ge": ge, "gt": gt, "choices": choices, "pattern": pattern,
-            "cli_only": cli_only, "dagster_default": dagster_default}
-    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -46,20 +39,20 @@ class TrainConfig:
 
     # data
     data: Optional[str] = setting(None, "data root holding lance/corpus.lance "
-                                        "(default $LANCE_ASSETS_DATA or ./data)", cli_only=True)
-    table: str = setting("corpus", "table name in the data root's Lance database", cli_only=True)
+                                        "(default $LANCE_ASSETS_DATA or ./data)", run_config=False)
+    table: str = setting("corpus", "table name in the data root's Lance database", run_config=False)
     table_version: Optional[int] = setting(None, "table version to read (default: the one "
                                                  "--table-tag names, else the newest, resolved "
                                                  "once by rank 0 for every rank; a resume keeps "
-                                                 "its own)", ge=1, cli_only=True)
+                                                 "its own)", ge=1, run_config=False)
     table_tag: Optional[str] = setting(None, "Lance tag naming the table version to read (the "
                                              "pretrained_model asset tags one per run: "
                                              "train-<run name>); recorded with the run",
-                                       cli_only=True)
+                                       run_config=False)
     filter: str = setting("NOT is_dup", "SQL predicate over the table's columns selecting the "
                           "training documents; the validation split is excluded by the trainer "
                           "itself ('' in the run config: the curation rules in force)",
-                          dagster_default="")
+                          run_config_default="")
     eval_filter: str = setting("", "SQL predicate selecting the evaluation documents instead of "
                                "the id % VAL_MOD split: they are never trained on (training "
                                "keeps --filter AND NOT this) and are evaluated whatever --filter "
@@ -128,7 +121,7 @@ class TrainConfig:
                                             "(all ranks) to metrics.jsonl")
     resume: Optional[str] = setting(None, "'auto' (the newest good checkpoint in the run "
                                           "folder) or a checkpoint path")
-    out: Optional[str] = setting(None, "run folder (default DATA/train/manual)", cli_only=True)
+    out: Optional[str] = setting(None, "run folder (default DATA/train/manual)", run_config=False)
 
 
 @dataclass(frozen=True)
@@ -145,46 +138,16 @@ class LaunchConfig:
                             choices=("local", "ray"))
     run_name: str = setting("", "folder under DATA/train for checkpoints: a plain name (letters, "
                                 "digits, '_', '.', '-'); default: the Dagster run id's first "
-                                "8 characters", pattern=RUN_NAME_RE)
+                                "8 characters", pattern=RUN_NAME_RE, pattern_words=PLAIN_NAME)
 
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-@functools.cache
-def _hints(cls) -> dict[str, Any]:
-    """``cls``'s field types, evaluated once (the annotations are strings)."""
-    return get_type_hints(cls)
-
-
-def value_type(cls, name: str) -> type:
-    """The field's type without Optional: int, float, str or bool."""
-    hint = _hints(cls)[name]
-    if get_origin(hint) is Union:
-        hint = next(a for a in get_args(hint) if a is not type(None))
-    return hint
-
-
 def check_value(cls, name: str, value: Any) -> Any:
     """``value`` if the field allows it, else ``ConfigError`` naming the flag and the range."""
-    meta = next(f.metadata for f in fields(cls) if f.name == name)
-    if value is None:
-        return value
-    kind = value_type(cls, name)
-    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                 or (kind is int and not float(value).is_integer())):
-        raise ConfigError(f"{flag(name)} {value!r}: must be {'an integer' if kind is int else 'a number'}")
-    problem = None
-    if meta["ge"] is not None and value < meta["ge"]:
-        problem = f"must be >= {meta['ge']}"
-    elif meta["gt"] is not None and value <= meta["gt"]:
-        problem = f"must be > {meta['gt']}"
-    elif meta["choices"] is not None and value not in meta["choices"]:
-        problem = f"choose one of {', '.join(meta['choices'])}"
-    elif meta["pattern"] is not None and value and not meta["pattern"].match(value):
-        problem = ("must be a plain folder name: letters, digits, '_', '.', '-', not starting "
-                   "with '.', no '/', at most 100 characters")
+    problem = value_problem(cls, name, value)
     if problem:
         raise ConfigError(f"{flag(name)} {value!r}: {problem}")
     return value

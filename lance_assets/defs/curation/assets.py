@@ -24,6 +24,7 @@ from lance_assets.defs.common import (
     TOKEN_IDS,
 )
 from lance_assets.defs.conditions import ON_NEW_DATA
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.metadata import (
     column_schema,
     data_version,
@@ -41,7 +42,7 @@ NEAR_DUP_COLUMNS = column_schema(near_dup_lib.fields(minhash.MinHashSettings()),
 CONFIGURED_RULES = rules_lib.configured_rules()
 
 
-class CurationConfig(dg.Config):
+class CurationConfig(RunConfig):
     rules: dict[str, str] = dict(CONFIGURED_RULES)
     """name -> SQL predicate a document must satisfy to be trained on: one boolean expression over
     the table's columns (comparisons, AND/OR/NOT, BETWEEN, IN, IS NULL, LIKE, arithmetic,
@@ -151,7 +152,7 @@ def curation_numbers(ev: rules_lib.Evaluation,
     return out
 
 
-class ProfileConfig(dg.Config):
+class ProfileConfig(RunConfig):
     queries_dir: str = ""
     """Folder of .sql files to run (default: lance_assets/curation/sql/profile in the package)."""
 

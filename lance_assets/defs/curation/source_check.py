@@ -9,11 +9,12 @@ from lance_assets.curation import source_shares as lib
 from lance_assets.curation.rules import curation_in_force
 from lance_assets.defs.common import CURATION_RULES
 from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.resources import LanceStore
 from lance_assets.markdown import markdown_table
 
 
-class SourceCheckConfig(dg.Config):
+class SourceCheckConfig(RunConfig):
     max_share: float = lib.DEFAULT_MAX_SHARE
     """Warn when one rule removes more than this share of a source (documents or tokens)."""
     min_domain_documents: int = lib.DEFAULT_MIN_DOMAIN_DOCUMENTS

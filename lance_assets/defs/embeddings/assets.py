@@ -11,13 +11,14 @@ import dagster as dg
 from lance_assets.defs.common import CHUNK_EMBEDDINGS, EMBEDDINGS, POOL, TABLE_TAGS
 from lance_assets.defs.common import EMBEDDINGS_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.metadata import index_data_version
 from lance_assets.defs.resources import LanceStore
 from lance_assets.embeddings import vector_index as vindex
 from lance_assets.markdown import markdown_table
 
 
-class VectorIndexConfig(dg.Config):
+class VectorIndexConfig(RunConfig):
     index_type: str = vindex.DEFAULT_INDEX_TYPE
     """`IVF_HNSW_SQ` (default) or `IVF_PQ`; partitions and sub-vectors come from the row count."""
     target_recall: float = 0.95

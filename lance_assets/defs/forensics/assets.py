@@ -24,6 +24,7 @@ from lance_assets.defs.common import (
 )
 from lance_assets.defs.common import FORENSICS_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA, on_new_data
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.metadata import (
     data_version,
     index_data_version,
@@ -35,7 +36,7 @@ from lance_assets.progress import phase
 from lance_assets.table.fingerprint import digest
 
 
-class TextIndexConfig(dg.Config):
+class TextIndexConfig(RunConfig):
     example_query: str = "telescope"
     """A keyword query whose best matches (ids and scores: metadata never quotes a document,
     since `forget` cannot erase the instance's records) are shown in the metadata."""
@@ -65,7 +66,7 @@ def text_index(context: dg.AssetExecutionContext, config: TextIndexConfig, lance
     })
 
 
-class ForensicsConfig(dg.Config):
+class ForensicsConfig(RunConfig):
     k: int = 5
     """Training documents listed per sample."""
     near_dup_threshold: float = 0.95
@@ -125,7 +126,7 @@ def _unquoted(story) -> str:
     ).markdown(quote=False)
 
 
-class StoriesConfig(dg.Config):
+class StoriesConfig(RunConfig):
     ids: list[int] = []
     """Documents to explain, by `id`. Empty: the top source of each forensics sample and the
     first document the curation rules remove."""

@@ -9,6 +9,7 @@ import pydantic
 from lance_assets.defs.common import INGEST_GROUP as GROUP
 from lance_assets.defs.common import POOL, TABLE_TAGS
 from lance_assets.defs.conditions import CHECK_ON_ASSET_UPDATE
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.metadata import (
     column_data_version,
     column_schema,
@@ -23,7 +24,7 @@ from lance_assets.table import RAW_DESCRIPTIONS, RAW_SCHEMA
 RAW_TEXT_COLUMNS = column_schema(RAW_SCHEMA, RAW_DESCRIPTIONS)
 
 
-class RawTextConfig(dg.Config):
+class RawTextConfig(RunConfig):
     source: Optional[str] = None
     """Override LANCE_ASSETS_SOURCE for this run: synthetic[:ROWS], synthetic-web[:ROWS] (the
     FineWeb-shaped corpus at real size), a file, folder or glob,

@@ -7,6 +7,7 @@ import dagster as dg
 
 from lance_assets.defs.common import POOL, RAW_TEXT, TABLE_TAGS
 from lance_assets.defs.common import TABLE_GROUP as GROUP
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.metadata import data_version
 from lance_assets.defs.resources import LanceStore
 from lance_assets.ingest import raw_text as ingest
@@ -14,7 +15,7 @@ from lance_assets.table import maintenance
 from lance_assets.table.fingerprint import digest
 
 
-class MaintenanceConfig(dg.Config):
+class MaintenanceConfig(RunConfig):
     compact: bool = True
     """Merge small fragments and drop deleted rows (fragments whose columns are still being
     written are left for a later run)."""

@@ -4,11 +4,12 @@ metadata and a line of ``<data>/forget.log.jsonl``."""
 
 import dagster as dg
 
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.resources import LanceStore
 from lance_assets.table.forget import MAX_SHARE, ForgetError, forget
 
 
-class ForgetConfig(dg.Config):
+class ForgetConfig(RunConfig):
     where: str
     """Which documents: a predicate over the table's columns (the curation rules' parser), e.g.
     `url = 'https://example.com/page'` or `id IN (17, 42)`. The instance keeps a run's config:

@@ -6,13 +6,14 @@ import dagster as dg
 from lance_assets.defs.common import DEDUP_FLAG, TABLE_TAGS
 from lance_assets.defs.common import TOKENS_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.metadata import data_version
 from lance_assets.defs.resources import LanceStore
 from lance_assets.markdown import markdown_table
 from lance_assets.tokens import bpe, load_bpe
 
 
-class TokenizerConfig(dg.Config):
+class TokenizerConfig(RunConfig):
     vocab_size: int = bpe.DEFAULT_VOCAB_SIZE
     """Ids including EOS and PAD. 8192 by default; 32768 recommended for real corpora. The demo's
     synthetic corpus runs out of pairs to merge near 1,060 ids (every distinct word is a token):

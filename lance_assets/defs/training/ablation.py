@@ -12,23 +12,22 @@ import math
 from pathlib import Path
 
 import dagster as dg
-import pydantic
 
 from lance_assets.ablation import runner
 from lance_assets.ablation.plan import AblationError, AblationPlan, ArmPlan
 from lance_assets.ablation.runner import (  # noqa: F401 (pinned_version, plan_for, unnamed: this module's API)
-    NUM_SPLITS,
     pinned_version,
     plan_for,
     unnamed,
 )
+from lance_assets.ablation.settings import AblationSettings, ablation_problem
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
+from lance_assets.defs.config import dagster_config
 from lance_assets.defs.resources import LanceStore
 from lance_assets.defs.training.assets import data_diff_metadata, launch
 from lance_assets.defs.training.config import TrainConfig
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
-from lance_assets.train import config as train_config
 
 # `make demo` and the end_to_end job: the demo corpus holds ~250k tokens, fewer than the default
 # budget asks of each arm, so the demo's comparison trains a quarter of it (and says what that
@@ -36,82 +35,8 @@ from lance_assets.train import config as train_config
 DEMO_RUN_CONFIG = {"ops": {"curation_ablation": {"config": {"token_budget": 65_536}}}}
 
 
-class AblationConfig(dg.Config):
-    """Which rule sets to compare and how big the proxy models and their budget are. The
-    defaults (two arms, three seeds, a `tiny` model on 262k tokens each, 512 held-out blocks)
-    tell a planted fifth of junk tokens from clean text in a few minutes on 2 CPU cores; see
-    docs/benchmarks.md."""
-
-    name: str = pydantic.Field(
-        "", description="the ablation's name: its runs live in DATA/ablations/<name> and its "
-        "table version is tagged ablation-<name> (a rerun with the same name reuses both; a new "
-        "name pins the newest version). Empty: `v<newest table version>`, so a rerun on the same "
-        "data reuses every finished run and new data starts a new ablation")
-    rule_sets: dict[str, dict[str, str]] = pydantic.Field(
-        default_factory=dict, description="arm name -> {rule name: SQL keep-predicate}, checked "
-        "like curation_rules; {} for an arm keeps every document. Empty: two arms, "
-        "`curation_rules` (the rules in force) and `no_rules`")
-    model: str = pydantic.Field("tiny", description="proxy model size preset")
-    arch: str = pydantic.Field("nanogpt", description="proxy model architecture")
-    seq_len: int = pydantic.Field(64, description="tokens per training sequence")
-    batch_size: int = pydantic.Field(8, description="sequences per rank per step (a multiple "
-                                     "of 8 / nproc_per_node)")
-    token_budget: int = pydantic.Field(262_144, description="target tokens every arm trains on "
-                                       "(rounded up to whole steps); the default is 512 steps of "
-                                       "the default batch, past the early steps where a proxy "
-                                       "model has learned little more than byte frequencies and "
-                                       "arms differ by chance")
-    seeds: list[int] = pydantic.Field([0, 1, 2], description="one run per arm and seed; seed s "
-                                      "starts every arm from the same weights, and the spread "
-                                      "of the per-seed differences says whether a lead is real "
-                                      "(at least two; three give the t-test two degrees of "
-                                      "freedom)")
-    lr: float = pydantic.Field(5e-3, description="peak learning rate")
-    eval_filter: str = pydantic.Field("NOT is_dup", description="neutral SQL predicate of the "
-                                      "documents the held-out split is drawn from")
-    eval_pct: int = pydantic.Field(10, description="per cent of those documents held out (by a "
-                                   "fixed hash of the id); no arm trains on them")
-    eval_blocks: int = pydantic.Field(512, description="held-out blocks per evaluation, the "
-                                      "same blocks for every arm, spread over the held-out "
-                                      "documents")
-    evals_per_run: int = pydantic.Field(4, description="validation passes per run (the curves)")
-    min_lead: float = pydantic.Field(0.0, description="the smallest lead (held-out bits/byte) "
-                                     "the comparison must be able to detect: after each round of "
-                                     "seeds the asset reports the smallest lead its seeds and "
-                                     "budget can detect (95 % level, power 0.8) and warns, before "
-                                     "the remaining seeds train, when that is larger. 0: report "
-                                     "only")
-    stop_when_underpowered: bool = pydantic.Field(False, description="stop after the round of "
-                                                  "seeds that shows min_lead cannot be detected, "
-                                                  "instead of training the remaining seeds")
-    allow_repeats: bool = pydantic.Field(False, description="train an arm whose kept tokens "
-                                         "are fewer than the budget on repeated data (epochs "
-                                         "> 1); false: report it and skip it")
-    nproc_per_node: int = pydantic.Field(1, description="torchrun processes per run")
-
-    @pydantic.model_validator(mode="after")
-    def check(self):
-        try:
-            if self.name:
-                train_config.check_value(train_config.LaunchConfig, "run_name", self.name)
-            for name in ("model", "arch", "seq_len", "batch_size", "lr", "eval_blocks"):
-                train_config.check_value(train_config.TrainConfig, name, getattr(self, name))
-        except train_config.ConfigError as e:
-            flag, rest = str(e).split(" ", 1)
-            raise ValueError(f"{'name' if flag == '--run-name' else flag[2:].replace('-', '_')} "
-                             f"{rest}") from None
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
-            raise ValueError(f"seeds {self.seeds}: give one or more distinct seeds >= 0")
-        if self.min_lead < 0:
-            raise ValueError(f"min_lead {self.min_lead}: give a lead in bits/byte >= 0")
-        if self.token_budget < 1 or self.evals_per_run < 1:
-            raise ValueError("token_budget and evals_per_run must be >= 1")
-        runs = train_config.TrainConfig(num_splits=NUM_SPLITS, batch_size=self.batch_size)
-        problem = train_config.world_problem(runs, self.nproc_per_node, world_is="nproc_per_node")
-        if problem:  # the trainer's rule for the runs' loader splits
-            raise ValueError(f"{train_config.config_words(problem)} (every run reads "
-                             f"{NUM_SPLITS} loader splits)")
-        return self
+AblationConfig = dagster_config("AblationConfig", AblationSettings, module=__name__,
+                                problem=ablation_problem)
 
 
 def trainer_config(config: AblationConfig, plan: AblationPlan, arm: ArmPlan, seed: int,

@@ -6,11 +6,12 @@ import dagster as dg
 from lance_assets.defs.common import PRETRAINED_MODEL
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA
+from lance_assets.defs.config import RunConfig
 from lance_assets.defs.resources import LanceStore
 from lance_assets.forensics import summary as lib
 
 
-class SummaryConfig(dg.Config):
+class SummaryConfig(RunConfig):
     run: str = ""
     """The run to summarise: a run under DATA/train, or an ablation or mixture arm
     `<ablation>/<arm>`. Empty: the newest `pretrained_model` run."""

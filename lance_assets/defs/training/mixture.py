@@ -9,95 +9,25 @@ same launch helper), or, under ``LANCE_ASSETS_EXECUTOR=ray``, as Ray tasks
 
 import json
 import math
-from typing import Optional
 
 import dagster as dg
-import pydantic
 
 from lance_assets import storage
 from lance_assets.ablation import mixture, regression, remote, runner
 from lance_assets.ablation.plan import AblationError
+from lance_assets.ablation.settings import MixtureSettings, mixture_problem
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
+from lance_assets.defs.config import dagster_config
 from lance_assets.defs.resources import LanceStore
-from lance_assets.defs.training.ablation import AblationConfig
 from lance_assets.defs.training.assets import launch
 from lance_assets.defs.training.config import TrainConfig
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.markdown import markdown_table, png_markdown
 from lance_assets.table.executor import executor_name
 
-
-class MixtureConfig(dg.Config):
-    """The domains to mix, the target, and the size of the swarm and of each run. The defaults
-    (5 proxies per domain, then 3 mixtures x 3 seeds, a `tiny` model on 131k tokens per run,
-    512 steps of 8 x 32) finish within 20 minutes on 2 CPU cores for three domains; see
-    docs/benchmarks.md."""
-
-    name: str = pydantic.Field(
-        "", description="the search's name: its runs live in DATA/ablations/mixture-<name> and "
-        "its table version is tagged ablation-mixture-<name> (a rerun with the same name reuses "
-        "both). Empty: named after the data it searches on")
-    domains: dict[str, str] = pydantic.Field(
-        default_factory=dict, description="domain name -> SQL predicate over the table's "
-        "columns (parsed like a curation rule); every document of the mixture must be in "
-        "exactly one. Empty: one domain per value of domain_column")
-    domain_column: str = pydantic.Field(
-        "domain", description="with no domains: the column whose values name the domains "
-        "(without it, and without domains, the asset does nothing and says how to configure it)")
-    filter: str = pydantic.Field(
-        "", description="SQL predicate choosing the documents the mixture is made of; empty: "
-        "the curation rules in force (what pretrained_model trains on)")
-    target: str = pydantic.Field(
-        "", description="SQL predicate choosing the documents the mixture should be good at: "
-        "their held-out split (eval_pct by a fixed hash of the id, never trained on) is the "
-        "yardstick. Empty: every document of the mixture")
-    proxies: int = pydantic.Field(5, description="proxy models per domain in the swarm (one "
-                                  "seed each, Dirichlet-sampled weights)")
-    token_budget: int = pydantic.Field(131_072, description="tokens every run (proxy or "
-                                       "verified mixture) trains on, rounded up to whole steps")
-    seeds: list[int] = pydantic.Field([0, 1, 2], description="seeds of the verification: the "
-                                      "chosen, natural and uniform mixtures train once per seed, "
-                                      "seed s from the same weights (the swarm trains with the "
-                                      "first)")
-    max_repeats: float = pydantic.Field(4.0, description="no run reads a domain more than this "
-                                        "many times: it caps each domain's weight")
-    model: str = pydantic.Field("tiny", description="proxy model size preset")
-    arch: str = pydantic.Field("nanogpt", description="proxy model architecture")
-    seq_len: int = pydantic.Field(32, description="tokens per training sequence (32: twice the "
-                                  "steps of 64 for the same tokens, which a proxy on real text "
-                                  "needs to get past its noisy first hundreds of steps)")
-    batch_size: int = pydantic.Field(8, description="sequences per rank per step (a multiple of "
-                                     "8 / nproc_per_node)")
-    lr: float = pydantic.Field(2e-3, description="peak learning rate (curation_ablation's 5e-3 "
-                               "makes proxies on real text scatter between seeds several times "
-                               "more)")
-    eval_pct: int = pydantic.Field(10, description="per cent of the target's documents held out")
-    eval_blocks: int = pydantic.Field(512, description="held-out blocks per evaluation, the same "
-                                      "for every run")
-    evals_per_run: int = pydantic.Field(1, description="validation passes per run besides the "
-                                        "first (the verdict reads the last)")
-    nproc_per_node: int = pydantic.Field(1, description="torchrun processes per run (GPUs per "
-                                         "Ray task under the ray executor)")
-    executor: Optional[str] = pydantic.Field(
-        None, description="local (one run after another, through Dagster Pipes) or ray (the "
-        "swarm, then the verification, as Ray tasks at once); default LANCE_ASSETS_EXECUTOR, "
-        "else local")
-
-    @pydantic.model_validator(mode="after")
-    def check(self):
-        shared = {k: getattr(self, k) for k in ("name", "model", "arch", "seq_len", "batch_size",
-                                                "token_budget", "seeds", "lr", "eval_pct",
-                                                "eval_blocks", "evals_per_run", "nproc_per_node")}
-        AblationConfig(**shared)  # the same ranges as curation_ablation's
-        if self.proxies < 1:
-            raise ValueError(f"proxies {self.proxies}: give at least 1 per domain")
-        if len(self.seeds) < 2:
-            raise ValueError(f"seeds {self.seeds}: the verification needs at least two")
-        if not self.max_repeats > 0:
-            raise ValueError(f"max_repeats {self.max_repeats}: give a number of passes > 0")
-        executor_name(self.executor)
-        return self
+MixtureConfig = dagster_config("MixtureConfig", MixtureSettings, module=__name__,
+                               problem=mixture_problem)
 
 
 SWARM_SCHEMA = dg.TableSchema(columns=[
