@@ -25,10 +25,11 @@ VAL_AT_50_MAX_SHARE = 0.45
 def test_demo_training_validation_loss_falls(tmp_path):
     """The demo's own run: default corpus, the `pretrained_model` asset's default flags."""
     from lance_assets.curation import dedup_flag, near_dup, quality_signals
-    from lance_assets.defs.training.assets import TrainConfig, trainer_command
+    from lance_assets.defs.training.assets import TrainConfig
     from lance_assets.ingest.raw_text import ingest
     from lance_assets.tokens import token_ids
     from lance_assets.tokens.bpe import train_bpe
+    from lance_assets.train.spec import RunSpec
     from lance_assets_tests.helpers import quiet
 
     root = tmp_path / "data"
@@ -43,8 +44,8 @@ def test_demo_training_validation_loss_falls(tmp_path):
     # the demo's flags, but its first sixth: the whole 300 steps cost minutes of the suite, and
     # the first 50 already show whether the defaults learn (`make demo` runs all 300)
     defaults = TrainConfig()
-    cmd = trainer_command(TrainConfig(steps=50, ckpt_every=50), Table.of(root), out)
-    assert main(cmd[cmd.index("lance_assets.train") + 1:]) == 0
+    spec = RunSpec.of(Table.of(root), out, TrainConfig(steps=50, ckpt_every=50).model_dump())
+    assert main(spec.argv()) == 0
     vals = [m["val_loss"] for m in metrics(out) if "val_loss" in m]
     assert (defaults.steps or DEFAULT_STEPS) == 300 and defaults.eval_every == 50
     assert len(vals) == 2  # step 0, 50
