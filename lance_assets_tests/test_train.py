@@ -146,6 +146,42 @@ def test_a_bad_filter_is_one_line_naming_the_flag(tokenized_root, tmp_path, caps
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+def test_with_no_filter_the_trainer_reads_the_rules_in_force_at_the_version_it_pins(
+        tokenized_root, tmp_path, capsys):
+    """The rules live in the table's config, versioned with the rows: a run pinned at an older
+    version trains on the rules in force there, not on newer ones, and says in its summary (the
+    Pipes metadata under Dagster) what it resolved; a broken rule stored there is one line."""
+    import dataclasses
+    import shutil
+
+    from lance_assets.curation import rules
+    from lance_assets.train.spec import RunSpec
+
+    root = tmp_path / "data"
+    shutil.copytree(tokenized_root, root)
+    table = Table.of(root)
+    older = rules.store_curation(table, rules.Curation(rules={"exact_dup": "NOT is_dup"}))
+    rules.store_curation(table, rules.Curation(rules={"exact_dup": "NOT is_dup",
+                                                      "long": "n_tokens > 100"}))
+    quick = {"steps": 2, "seq_len": 32, "batch_size": 8, "eval_every": 2, "eval_blocks": 4,
+             "ckpt_every": 2}
+    spec = RunSpec.of(table, tmp_path / "pinned", quick)  # filter '': the rules in force
+    assert ["--filter", ""] == spec.argv()[spec.argv().index("--filter"):][:2]
+    assert main(dataclasses.replace(spec, version=older).argv()) == 0
+    pinned = json.loads((tmp_path / "pinned" / "summary.json").read_text())
+    assert pinned["table_version"] == older
+    assert pinned["run_filter"] == "NOT `is_dup`"
+    assert pinned["run_filter_source"] == f"curation rules at version {older}"
+    assert main(dataclasses.replace(spec, out=str(tmp_path / "newest")).argv()) == 0
+    newest = json.loads((tmp_path / "newest" / "summary.json").read_text())
+    assert newest["table_version"] > older and "n_tokens" in newest["run_filter"]
+
+    table.set_config(rules.CURATION_KEY, {"rules": [["broken", "no_such_column > 0"]]})
+    assert main(dataclasses.replace(spec, out=str(tmp_path / "broken")).argv()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "broken" in "\n".join(err) and "no_such_column" in "\n".join(err), err
+
+
 def test_no_validation_document_reaches_a_training_batch(tokenized_root, tmp_path):
     """Even a filter written to select the validation split (`id % 20 = 0 OR ...`): the split
     is the trainer's own predicate, joined as a parsed tree, not pasted into the user's text."""

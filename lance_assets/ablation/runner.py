@@ -149,7 +149,7 @@ def paired_markdown(verdict: ablation.Verdict) -> str:
 
 @dataclass
 class AblationReport:
-    """What ``run_ablation`` planned, trained, reused and concluded."""
+    """What an ``Ablation`` planned, trained, reused and concluded."""
 
     name: str
     tag: str

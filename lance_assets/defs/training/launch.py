@@ -75,7 +75,7 @@ def _run(context: dg.AssetExecutionContext, client: TorchrunPipesClient, spec: R
     try:
         if via == "ray_job":
             with running:
-                invocation = client.run_on_ray(context=context, trainer_args=args,
+                invocation = client.run_on_ray(context=context, argv=args,
                                                nnodes=spec.nnodes,
                                                nproc_per_node=spec.nproc_per_node,
                                                rdzv_id=rdzv_id, extras=extras)
