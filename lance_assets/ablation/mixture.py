@@ -40,6 +40,7 @@ from lance_assets.ablation import regression, runner
 from lance_assets.ablation.stats import Lead, detectable_lead, paired_lead
 from lance_assets.curation import rules
 from lance_assets.progress import phase, progress
+from lance_assets.storage import Location
 from lance_assets.table import Table, snapshots
 from lance_assets.table.predicate import PredicateError, safe_predicate
 from lance_assets.train.domains import DomainError, check_domains
@@ -210,7 +211,7 @@ def rounded(weights: np.ndarray, caps: np.ndarray) -> np.ndarray:
 
 
 def make_run(table: Table, config: MixtureSettings, plan: SearchPlan, weights: np.ndarray,
-             seed: int, out: Path, snapshot: tuple[str, int] | None) -> RunSpec:
+             seed: int, out: Location, snapshot: tuple[str, int] | None) -> RunSpec:
     """One run of the search (a proxy or a verified mixture), as ``curation_ablation`` runs
     them: the mixture as --domains/--weights, the target's held-out split as --eval-filter."""
     arm = ablation.ArmPlan("mixture", {}, plan.filter, plan.filter, 0, 0, 1.0, 0, 0.0, True)

@@ -29,6 +29,7 @@ from lance_assets.ablation import plan as ablation
 from lance_assets.curation.rules import curation_in_force
 from lance_assets.markdown import line_plot_markdown
 from lance_assets.progress import phase
+from lance_assets.storage import Location
 from lance_assets.table import Table, fingerprint, snapshots
 from lance_assets.train.spec import RunSpec
 
@@ -72,7 +73,7 @@ def plan_for(config: AblationSettings, ds: lance.LanceDataset,
 
 
 def run_spec(table: Table, config: AblationSettings, plan: ablation.AblationPlan,
-             arm: ablation.ArmPlan, seed: int, out: Path, snapshot: tuple[str, int] | None,
+             arm: ablation.ArmPlan, seed: int, out: Location, snapshot: tuple[str, int] | None,
              **settings) -> RunSpec:
     """One (arm, seed) run (every other setting at ``pretrained_model``'s defaults): the arm's
     rules as --filter, the held-out split as --eval-filter, the plan's steps, resume auto;
@@ -85,7 +86,7 @@ def run_spec(table: Table, config: AblationSettings, plan: ablation.AblationPlan
         warmup=max(1, steps // 10), eval_every=max(1, steps // config.evals_per_run),
         eval_blocks=config.eval_blocks, ckpt_every=max(1, steps // 4),
         log_every=max(1, steps // 10), seed=seed, resume="auto",
-        nproc_per_node=config.nproc_per_node, run_name=Path(out).name), **settings}, snapshot)
+        nproc_per_node=config.nproc_per_node, run_name=out.name), **settings}, snapshot)
 
 
 def result_key(spec: RunSpec, plan, add: dict | None = None) -> str:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import MISSING, dataclass, field, fields
-from pathlib import Path
 
 from lance_assets import paths
+from lance_assets.storage import Location
 from lance_assets.table import Table
 from lance_assets.table.fingerprint import digest
 from lance_assets.train import config as train_config
@@ -70,7 +70,7 @@ class RunSpec:
     version: int | None = None
 
     @classmethod
-    def of(cls, table: Table, out: Path | str, settings: dict | None = None,
+    def of(cls, table: Table, out: Location | str, settings: dict | None = None,
            snapshot: tuple[str, int] | None = None) -> RunSpec:
         """The run of ``settings`` (the rest at ``pretrained_model``'s defaults) on ``table``,
         reading ``snapshot`` (tag, version) when given, into ``out``."""
