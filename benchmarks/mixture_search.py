@@ -152,8 +152,6 @@ def paired(root: Path, overrides: list[dict], seeds=(0, 1, 2)) -> None:
     import torch
 
     from lance_assets.ablation import mixture
-    from lance_assets.defs.training.assets import trainer_args
-    from lance_assets.defs.training.config import TrainConfig
     from lance_assets.defs.training.mixture import MixtureConfig
     from lance_assets.table.fingerprint import digest
     from lance_assets.train.trainer import main as train
@@ -174,12 +172,11 @@ def paired(root: Path, overrides: list[dict], seeds=(0, 1, 2)) -> None:
         for seed in seeds:
             for arm, weights in arms.items():
                 out = root.parent / "paired" / digest(override) / f"{arm}-{seed}"
-                run = mixture.make_run("paired", cfg, plan, arm, weights, seed, out,
-                                       ("ablation-mixture-paired", version))
+                spec = mixture.make_run(table, cfg, plan, weights, seed, out,
+                                        ("ablation-mixture-paired", version))
                 if not (out / "summary.json").is_file():
                     with contextlib.redirect_stdout(io.StringIO()):
-                        train(trainer_args(TrainConfig(**run.settings), Table.of(root), out,
-                                           run.snapshot))
+                        train(spec.argv())
                 got[arm, seed] = json.loads((out / "summary.json").read_text())["val_bpb"]
         leads = [got["natural", s] - got["chosen", s] for s in seeds]
         print(f"| {json.dumps(override)} | {plan.steps} | {', '.join(f'{x:+.3f}' for x in leads)} "

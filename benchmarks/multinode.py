@@ -39,12 +39,12 @@ def build_table(root: Path, rows: int) -> None:
 
 
 def train(root: Path, out: Path, nnodes: int, args: argparse.Namespace) -> dict:
-    trainer_args = ["--data", str(root), "--out", str(out), "--model", args.model,
+    argv = ["--data", str(root), "--out", str(out), "--model", args.model,
                     "--steps", str(args.steps), "--eval-every", "100000", "--ckpt-every",
                     "100000", "--log-every", "100000", "--filter", "NOT is_dup"]
     env = {**os.environ, **local_agent_threads(nnodes, 1, os.cpu_count())}
     procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-             for cmd in local_agent_commands(trainer_args, nnodes=nnodes, nproc_per_node=1,
+             for cmd in local_agent_commands(argv, nnodes=nnodes, nproc_per_node=1,
                                              rdzv_id=f"bench-{nnodes}")]
     for proc in procs:
         _, err = proc.communicate()

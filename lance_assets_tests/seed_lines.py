@@ -83,7 +83,7 @@ def split(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
     return [argv[0], "-m", argv[at + 1]], argv[1:at], argv[at + 2:]
 
 
-def trainer_args(argv: list[str]) -> list[str]:
+def trainer_argv(argv: list[str]) -> list[str]:
     return split(argv)[2]
 
 

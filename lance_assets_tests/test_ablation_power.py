@@ -65,14 +65,8 @@ def planted_root(base: Path, seed: int) -> Path:
 
 def compare(root: Path, rule_sets: dict, name: str) -> ablation.Outcome:
     """The asset's comparison, every run the trainer's CLI in this process."""
-    from lance_assets.defs.training.ablation import (
-        AblationConfig,
-        pinned_version,
-        plan_for,
-        run_settings,
-        trainer_config,
-    )
-    from lance_assets.defs.training.assets import trainer_args
+    from lance_assets.ablation import runner
+    from lance_assets.defs.training.ablation import AblationConfig, pinned_version, plan_for
     from lance_assets.train.trainer import main
 
     config = AblationConfig(name=name, rule_sets=rule_sets, eval_filter="score >= 3",
@@ -83,16 +77,21 @@ def compare(root: Path, rule_sets: dict, name: str) -> ablation.Outcome:
     table.snapshots.hold(tag, version, owner="test", kind="ablation")
     snapshot = (tag, version)
 
-    def train(arm, seed, out):
-        cfg = trainer_config(config, plan, arm, seed, out.name)
-        assert main(trainer_args(cfg, Table.of(root), out, snapshot)) == 0
+    def spec(arm, seed, out):
+        return runner.run_spec(table, config, plan, arm, seed, out, snapshot)
 
     def folder(arm):
-        return ablation.arm_folder(arm, run_settings(trainer_config(config, plan, arm, 0, "x"),
-                                                     plan))
+        return ablation.arm_folder(arm, runner.result_key(spec(arm, 0, Path("x")), plan,
+                                                          {"train": arm.train_filter}))
 
-    return ablation.run_arms(plan, config.seeds, paths.ablation_dir(root, name), folder, train,
+    runs = ablation.run_arms(plan, config.seeds, paths.ablation_dir(root, name), folder,
                              log=quiet)
+    while True:
+        try:
+            arm, seed, out = next(runs)
+        except StopIteration as done:
+            return done.value
+        assert main(spec(arm, seed, out).argv()) == 0
 
 
 def test_planted_junk_is_named_and_real_and_a_null_comparison_is_not(tmp_path):

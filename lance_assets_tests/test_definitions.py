@@ -113,13 +113,14 @@ def test_asset_graph_shape():
 
 
 def test_train_config_mirrors_every_trainer_flag(tmp_path):
-    from lance_assets.defs.training.assets import LAUNCH_ONLY, TrainConfig, trainer_command
+    from lance_assets.defs.training.assets import TrainConfig
+    from lance_assets.defs.training.config import LAUNCH_ONLY
+    from lance_assets.train.spec import RunSpec
     from lance_assets.train.trainer import parse_args
 
     cfg = TrainConfig(compile=True, pack=False, epochs=1.5, log_batch_hashes=True,
                       filter="NOT is_dup")  # '' would read the curation rules from a table
-    cmd = trainer_command(cfg, Table.of(tmp_path), tmp_path / "out")
-    args = parse_args(cmd[cmd.index("lance_assets.train") + 1:])
+    args = parse_args(RunSpec.of(Table.of(tmp_path), tmp_path / "out", cfg.model_dump()).argv())
     trainer_flags = set(vars(args)) - {"data", "out", "table", "table_version", "table_tag"}
     assert trainer_flags == set(TrainConfig.model_fields) - LAUNCH_ONLY
     for name in trainer_flags:

@@ -70,20 +70,17 @@ def config(**kw):
     return MixtureConfig(**{**SMALL, **kw})
 
 
-def in_process(root: Path, stop_at: str | None = None):
+def in_process(stop_at: str | None = None):
     """The asset's launch, but the trainer's CLI in this process; ``stop_at``: that proxy trains
     a quarter of its steps (a checkpoint, no finished summary) and the search is cancelled."""
-    from lance_assets.defs.training.assets import trainer_args
-    from lance_assets.defs.training.config import TrainConfig
     from lance_assets.train.trainer import main
 
-    def launch(run):
-        cfg = TrainConfig(**run.settings)
-        stopped = run.arm.name == stop_at
+    def launch(spec):
+        stopped = stop_at is not None and Path(spec.out).name.startswith(stop_at + "-")
         if stopped:
-            cfg = cfg.model_copy(update={"steps": cfg.steps // 4})
+            spec = spec.replace(steps=spec.settings["steps"] // 4)
         with contextlib.redirect_stdout(io.StringIO()):
-            assert main(trainer_args(cfg, Table.of(root), run.out, run.snapshot)) == 0
+            assert main(spec.argv()) == 0
         if stopped:
             raise KeyboardInterrupt  # what a cancel does to the search
 
@@ -91,7 +88,13 @@ def in_process(root: Path, stop_at: str | None = None):
 
 
 def search(root: Path, cfg, stop_at: str | None = None) -> mixture.SearchReport:
-    return mixture.run_search(Table.of(root), cfg, in_process(root, stop_at), log=quiet)
+    launch = in_process(stop_at)
+    found = mixture.Search(Table.of(root), cfg, log=quiet)
+    with contextlib.closing(found.runs()) as runs:
+        for specs in runs:
+            for spec in specs:
+                launch(spec)
+    return found.report
 
 
 def test_planted_junk_gets_under_a_tenth_and_the_chosen_mixture_beats_natural(planted_root):
@@ -213,7 +216,7 @@ def test_the_regression_finds_a_planted_optimum_and_its_leave_one_out_error():
 
 def test_a_budget_the_swarm_cannot_draw_is_refused_naming_the_smallest_domain():
     """A domain whose tokens allow it no share under max_repeats: the swarm cannot draw a
-    mixture, and the search says which domain and how much it holds (``run_search`` draws the
+    mixture, and the search says which domain and how much it holds (``Search`` draws the
     swarm before it tags the version or writes plan.json), never a raw ValueError."""
     from lance_assets.ablation.plan import AblationError
 
@@ -241,12 +244,12 @@ def test_proxies_as_ray_tasks_train_what_the_local_path_trains(ray_cluster, halv
     weights = [np.array([0.3, 0.7]), np.array([0.8, 0.2])]
 
     def runs(where: str):
-        return [mixture.make_run("ray", cfg, plan, f"proxy-{i}", w, 0, tmp_path / where / str(i),
+        return [mixture.make_run(table, cfg, plan, w, 0, tmp_path / where / str(i),
                                  ("ablation-mixture-ray", version))
                 for i, w in enumerate(weights)]
 
-    remote.train_on_ray(Table.of(halves_root), runs("ray"), threads=1, log=quiet)
-    launch = in_process(halves_root)
+    remote.train_on_ray(runs("ray"), threads=1, log=quiet)
+    launch = in_process()
     for run in runs("local"):
         launch(run)
     for i in range(len(weights)):

@@ -55,7 +55,8 @@ def reference(data_root, tmp_path_factory):
     (They depend on the seed and the data only, not on the run's length or its LR, so the
     reference runs only as far as the tests ask: a cancel lands within the first few dozen
     steps. Both launchers' cases share it: it runs once, to at least ``AHEAD`` steps.)"""
-    from lance_assets.defs.training.assets import TrainConfig, trainer_args
+    from lance_assets.defs.training.assets import TrainConfig
+    from lance_assets.train.spec import RunSpec
     from lance_assets.train.trainer import main
 
     hashes: dict[int, list] = {}
@@ -65,7 +66,7 @@ def reference(data_root, tmp_path_factory):
             out = tmp_path_factory.mktemp("reference")
             run_steps = max(steps, AHEAD)
             cfg = TrainConfig(**{**CONFIG, "steps": run_steps, "grad_accum": 2})
-            assert main(trainer_args(cfg, Table.of(data_root), out)) == 0
+            assert main(RunSpec.of(Table.of(data_root), out, cfg.model_dump()).argv()) == 0
             logged = steps_logged(out)
             assert sorted(logged) == list(range(1, run_steps + 1))
             hashes.clear()

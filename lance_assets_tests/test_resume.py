@@ -15,10 +15,10 @@ from lance_assets_tests.helpers import descendants, steps_logged, still_running
 
 # The reference recipe's 8-GPU line (runs/train_small.sh) on 2 CPU ranks, every loader flag as
 # typed there, and its kill -9 and half-the-world resume (runs/resume_demo.sh): seed_lines.py.
-EIGHT_GPU_LINE = seed_lines.trainer_args(seed_lines.EIGHT_GPU_LINE)
+EIGHT_GPU_LINE = seed_lines.trainer_argv(seed_lines.EIGHT_GPU_LINE)
 STEPS = int(seed_lines.flags(EIGHT_GPU_LINE)["--steps"])
 CKPT_EVERY = int(seed_lines.flags(EIGHT_GPU_LINE)["--ckpt-every"])
-HALF_WORLD_LINE = seed_lines.trainer_args(seed_lines.HALF_WORLD_LINE)
+HALF_WORLD_LINE = seed_lines.trainer_argv(seed_lines.HALF_WORLD_LINE)
 
 
 def torchrun(nproc, root, out, *flags, **kw):

@@ -142,7 +142,7 @@ def test_the_laptop_smoke_test_as_typed(tmp_path, capsys):
     out = tmp_path / "run"  # the trainer's CLI in this process: `python -m lance_assets.train`'s main
     train = seed_lines.SMOKE_TRAIN
     capsys.readouterr()
-    assert main([*seed_lines.trainer_args(train), "--data", str(data_dir), "--out", str(out)]) == 0
+    assert main([*seed_lines.trainer_argv(train), "--data", str(data_dir), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     steps = int(seed_lines.flags(train)["--steps"])
     assert summary["step"] == steps and summary["tokenizer"] == "byte"
@@ -156,7 +156,7 @@ def test_the_single_gpu_and_ablation_lines_in_one_process(tokenized_root, tmp_pa
     runs = {}
     for name in ("SINGLE_GPU", "MIN_SCORE_3", "MIN_SCORE_0"):
         out = tmp_path / name
-        argv = [*seed_lines.trainer_args(getattr(seed_lines, name)), "--data",
+        argv = [*seed_lines.trainer_argv(getattr(seed_lines, name)), "--data",
                 str(tokenized_root), "--out", str(out)]
         assert main(argv) == 0
         runs[name] = (json.loads((out / "summary.json").read_text()), capsys.readouterr().out)

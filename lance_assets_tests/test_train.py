@@ -25,10 +25,11 @@ VAL_AT_50_MAX_SHARE = 0.45
 def test_demo_training_validation_loss_falls(tmp_path):
     """The demo's own run: default corpus, the `pretrained_model` asset's default flags."""
     from lance_assets.curation import dedup_flag, near_dup, quality_signals
-    from lance_assets.defs.training.assets import TrainConfig, trainer_command
+    from lance_assets.defs.training.assets import TrainConfig
     from lance_assets.ingest.raw_text import ingest
     from lance_assets.tokens import token_ids
     from lance_assets.tokens.bpe import train_bpe
+    from lance_assets.train.spec import RunSpec
     from lance_assets_tests.helpers import quiet
 
     root = tmp_path / "data"
@@ -43,8 +44,8 @@ def test_demo_training_validation_loss_falls(tmp_path):
     # the demo's flags, but its first sixth: the whole 300 steps cost minutes of the suite, and
     # the first 50 already show whether the defaults learn (`make demo` runs all 300)
     defaults = TrainConfig()
-    cmd = trainer_command(TrainConfig(steps=50, ckpt_every=50), Table.of(root), out)
-    assert main(cmd[cmd.index("lance_assets.train") + 1:]) == 0
+    spec = RunSpec.of(Table.of(root), out, TrainConfig(steps=50, ckpt_every=50).model_dump())
+    assert main(spec.argv()) == 0
     vals = [m["val_loss"] for m in metrics(out) if "val_loss" in m]
     assert (defaults.steps or DEFAULT_STEPS) == 300 and defaults.eval_every == 50
     assert len(vals) == 2  # step 0, 50
@@ -143,6 +144,42 @@ def test_a_bad_filter_is_one_line_naming_the_flag(tokenized_root, tmp_path, caps
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "--filter" in err, err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_with_no_filter_the_trainer_reads_the_rules_in_force_at_the_version_it_pins(
+        tokenized_root, tmp_path, capsys):
+    """The rules live in the table's config, versioned with the rows: a run pinned at an older
+    version trains on the rules in force there, not on newer ones, and says in its summary (the
+    Pipes metadata under Dagster) what it resolved; a broken rule stored there is one line."""
+    import dataclasses
+    import shutil
+
+    from lance_assets.curation import rules
+    from lance_assets.train.spec import RunSpec
+
+    root = tmp_path / "data"
+    shutil.copytree(tokenized_root, root)
+    table = Table.of(root)
+    older = rules.store_curation(table, rules.Curation(rules={"exact_dup": "NOT is_dup"}))
+    rules.store_curation(table, rules.Curation(rules={"exact_dup": "NOT is_dup",
+                                                      "long": "n_tokens > 100"}))
+    quick = {"steps": 2, "seq_len": 32, "batch_size": 8, "eval_every": 2, "eval_blocks": 4,
+             "ckpt_every": 2}
+    spec = RunSpec.of(table, tmp_path / "pinned", quick)  # filter '': the rules in force
+    assert ["--filter", ""] == spec.argv()[spec.argv().index("--filter"):][:2]
+    assert main(dataclasses.replace(spec, version=older).argv()) == 0
+    pinned = json.loads((tmp_path / "pinned" / "summary.json").read_text())
+    assert pinned["table_version"] == older
+    assert pinned["run_filter"] == "NOT `is_dup`"
+    assert pinned["run_filter_source"] == f"curation rules at version {older}"
+    assert main(dataclasses.replace(spec, out=str(tmp_path / "newest")).argv()) == 0
+    newest = json.loads((tmp_path / "newest" / "summary.json").read_text())
+    assert newest["table_version"] > older and "n_tokens" in newest["run_filter"]
+
+    table.set_config(rules.CURATION_KEY, {"rules": [["broken", "no_such_column > 0"]]})
+    assert main(dataclasses.replace(spec, out=str(tmp_path / "broken")).argv()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "broken" in "\n".join(err) and "no_such_column" in "\n".join(err), err
 
 
 def test_no_validation_document_reaches_a_training_batch(tokenized_root, tmp_path):

@@ -12,13 +12,13 @@ import yaml
 
 from lance_assets.definitions import defs
 from lance_assets.defs.training.ablation import AblationConfig
-from lance_assets.defs.training.assets import trainer_command
 from lance_assets.defs.training.config import LAUNCH_ONLY
 from lance_assets.defs.training.config import TrainConfig as DagsterTrainConfig
 from lance_assets.defs.training.mixture import MixtureConfig
 from lance_assets.table import Table
 from lance_assets.table.settings import run_config_fields
 from lance_assets.train import config
+from lance_assets.train.spec import RunSpec
 from lance_assets.train.trainer import main
 
 # What a YAML 1.2 writer (the launchpad's) must quote; anything else it writes plain. The
@@ -131,8 +131,8 @@ def test_cli_flags_and_dagster_config_come_from_one_definition(tmp_path):
     cfg = DagsterTrainConfig(compile=True, pack=False, epochs=1.5, log_batch_hashes=True,
                              filter="NOT is_dup", arch="modern", seq_len=64, lr=1e-3, min_lr=1e-4,
                              transform_parallelism=3, resume="auto", tokenizer="byte")
-    cmd = trainer_command(cfg, Table.of(tmp_path), tmp_path / "out")
-    args = config.parse_args(cmd[cmd.index("lance_assets.train") + 1:])
+    args = config.parse_args(RunSpec.of(Table.of(tmp_path), tmp_path / "out",
+                                        cfg.model_dump()).argv())
     for name in expected - LAUNCH_ONLY:
         assert getattr(args, name) == getattr(cfg, name), name
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,10 +40,11 @@ from lance_assets.ablation.settings import MixtureSettings
 from lance_assets.ablation.stats import Lead, detectable_lead, paired_lead
 from lance_assets.curation import rules
 from lance_assets.progress import phase, progress
+from lance_assets.storage import Location
 from lance_assets.table import Table, snapshots
-from lance_assets.table.fingerprint import digest
 from lance_assets.table.predicate import PredicateError, safe_predicate
 from lance_assets.train.domains import DomainError, check_domains
+from lance_assets.train.spec import RunSpec
 
 TAG_PREFIX = runner.ABLATION_TAG_PREFIX + "mixture-"  # forget and retention treat it as an ablation
 OWNER = "mixture_search"
@@ -186,23 +187,14 @@ def rounded(weights: np.ndarray, caps: np.ndarray) -> np.ndarray:
     return np.round(w, 6)
 
 
-def trainer_settings(config: MixtureSettings, plan: SearchPlan, weights: np.ndarray, seed: int,
-                     run_name: str) -> dict:
-    """One run's settings (the run config's names, as ``curation_ablation`` launches them):
-    the mixture as --domains/--weights, the target's held-out split as --eval-filter."""
+def make_run(table: Table, config: MixtureSettings, plan: SearchPlan, weights: np.ndarray,
+             seed: int, out: Location, snapshot: tuple[str, int] | None) -> RunSpec:
+    """One run of the search (a proxy or a verified mixture), as ``curation_ablation`` runs
+    them: the mixture as --domains/--weights, the target's held-out split as --eval-filter."""
     arm = ablation.ArmPlan("mixture", {}, plan.filter, plan.filter, 0, 0, 1.0, 0, 0.0, True)
-    settings = runner.trainer_settings(config, plan, arm, seed, run_name)
-    return runner.as_run_config({**settings, "domains": plan.spec,
-                                 "weights": weights_json(plan.names, weights),
-                                 "max_repeats": config.max_repeats})
-
-
-def make_run(search: str, config: MixtureSettings, plan: SearchPlan, arm: str,
-             weights: np.ndarray, seed: int, out: Path, snapshot: tuple[str, int]) -> runner.Run:
-    """One run of the search (a proxy or a verified mixture) for a launcher."""
-    arm_plan = ablation.ArmPlan(arm, {}, plan.filter, plan.filter, 0, 0, 1.0, 0, 0.0, True)
-    return runner.Run(search, arm_plan, seed, out,
-                      trainer_settings(config, plan, weights, seed, out.name), snapshot)
+    return runner.run_spec(table, config, plan, arm, seed, out, snapshot, domains=plan.spec,
+                           weights=weights_json(plan.names, weights),
+                           max_repeats=config.max_repeats)
 
 
 @dataclass
@@ -312,10 +304,6 @@ class SearchReport:
         }
 
 
-Launch = Callable[[runner.Run], object]
-LaunchMany = Callable[[list[runner.Run]], None]
-
-
 def _arm(name: str, plan: SearchPlan, weights: np.ndarray) -> ablation.ArmPlan:
     epochs = plan.epochs(weights)
     feasible = bool((weights <= plan.vector("cap") + 1e-9).all())
@@ -337,119 +325,134 @@ def mixture_filter(ds: lance.LanceDataset, config: MixtureSettings) -> str:
         raise ablation.AblationError(f"{e}\nOr give mixture_search a filter") from None
 
 
-def run_search(table: Table, config: MixtureSettings, launch: Launch, *,
-               launch_many: LaunchMany | None = None, log: Callable[[str], None] = print,
-               warn: Callable[[str], None] | None = None) -> SearchReport:
-    """The search ``config`` describes on ``table``. Every run not found
-    finished is handed to ``launch``, or, with ``launch_many`` (Ray tasks), the swarm's and then
-    the verification's all at once."""
-    warn = warn or log
-    start = time.perf_counter()
-    name = config.name or runner.unnamed(table)
-    tag = TAG_PREFIX + name
-    version = table.choose(tag, or_newest=True).version
-    branch = table.snapshots.branch_of(tag, version)  # a copy forget redacted: read by its tag
-    ds = table.open(tag if branch else version)
-    with phase(f"mixture {name}: planning (domains, tokens, held-out split)", log,
-               announce=False):
-        plan = plan_search(ds, config, mixture_filter(ds, config))
-    n = config.proxies * len(plan.domains)
-    if n < 3:
-        raise ablation.AblationError(f"proxies {config.proxies} x {len(plan.domains)} domains = "
-                                     f"{n} proxies: the regression needs at least 3; raise "
-                                     "proxies")
-    drawn = swarm_weights(plan, config, n)
-    table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
-                         named=bool(config.name), branch=branch)
-    base = paths.ablation_dir(table.root, "mixture-" + name)
-    caps = plan.vector("cap")
-    log(f"mixture {name}: table version {version} (tag {tag}), {len(plan.domains)} domains ("
-        + ", ".join(f"{d.name}: {d.tokens:,} tokens, natural {d.natural:.3f}, at most "
-                    f"{d.cap:.3f}" for d in plan.domains)
-        + f"); {n} proxies, then 3 mixtures x {len(config.seeds)} seeds, {plan.steps} steps "
-        f"({plan.budget_tokens:,} tokens) per run; held out: {plan.held_out_docs:,} documents")
-    storage.write_atomic(base / "plan.json", json.dumps(
-        {"tag": tag, **{k: v for k, v in vars(plan).items() if k != "domains"},
-         "domains": [vars(d) for d in plan.domains]}, indent=2, default=str).encode())
+class Search:
+    """The search ``config`` describes on ``table``: planned, its swarm drawn and its version
+    tagged when made (an ``AblationError`` before anything is tagged when it cannot run).
+    ``runs`` yields the runs still to train; ``report`` is set once they are exhausted."""
 
-    def run_for(arm: str, weights: np.ndarray, seed: int, out: Path) -> runner.Run:
-        return make_run(name, config, plan, arm, weights, seed, out, (tag, version))
+    def __init__(self, table: Table, config: MixtureSettings, *,
+                 log: Callable[[str], None] = print, warn: Callable[[str], None] | None = None):
+        self.start = time.perf_counter()
+        self.table, self.config, self.log, self.warn = table, config, log, warn or log
+        self.name = name = config.name or runner.unnamed(table)
+        self.tag = tag = TAG_PREFIX + name
+        self.version = version = table.choose(tag, or_newest=True).version
+        branch = table.snapshots.branch_of(tag, version)  # a copy forget redacted: by its tag
+        ds = table.open(tag if branch else version)
+        with phase(f"mixture {name}: planning (domains, tokens, held-out split)", log,
+                   announce=False):
+            self.plan = plan = plan_search(ds, config, mixture_filter(ds, config))
+        n = config.proxies * len(plan.domains)
+        if n < 3:
+            raise ablation.AblationError(f"proxies {config.proxies} x {len(plan.domains)} "
+                                         f"domains = {n} proxies: the regression needs at least "
+                                         "3; raise proxies")
+        self.drawn = swarm_weights(plan, config, n)
+        table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
+                             named=bool(config.name), branch=branch)
+        self.base = base = paths.ablation_dir(table.root, "mixture-" + name)
+        log(f"mixture {name}: table version {version} (tag {tag}), {len(plan.domains)} domains ("
+            + ", ".join(f"{d.name}: {d.tokens:,} tokens, natural {d.natural:.3f}, at most "
+                        f"{d.cap:.3f}" for d in plan.domains)
+            + f"); {n} proxies, then 3 mixtures x {len(config.seeds)} seeds, {plan.steps} steps "
+            f"({plan.budget_tokens:,} tokens) per run; held out: {plan.held_out_docs:,} "
+            "documents")
+        storage.write_atomic(base / "plan.json", json.dumps(
+            {"tag": tag, **{k: v for k, v in vars(plan).items() if k != "domains"},
+             "domains": [vars(d) for d in plan.domains]}, indent=2, default=str).encode())
+        self.report: SearchReport | None = None
 
-    def folder(prefix: str, weights: np.ndarray) -> str:
-        settings = trainer_settings(config, plan, weights, 0, "x")
-        return f"{prefix}-{digest(runner.run_settings(settings, plan))}"
+    def spec(self, weights: np.ndarray, seed: int, out: Path) -> RunSpec:
+        return make_run(self.table, self.config, self.plan, weights, seed, out,
+                        (self.tag, self.version))
 
-    # ---- the swarm: one seed, Dirichlet weights within the caps
-    seed = config.seeds[0]
-    members = [Member(f"proxy-{i:02d}", w, base / "swarm" / folder(f"proxy-{i:02d}", w))
-               for i, w in enumerate(drawn)]
-    trained = reused = 0
-    with table.snapshots.using(tag):
-        todo = [m for m in members if ablation.finished_summary(m.out, plan.steps) is None]
-        reused += len(members) - len(todo)
-        if launch_many is not None and todo:
-            launch_many([run_for(m.name, m.weights, seed, m.out) for m in todo])
-        with progress(total=n, desc=f"mixture {name}: swarm", unit="run", log=log) as bar:
-            for m in members:
-                if m in todo and launch_many is None:
-                    log(f"proxy {m.name} ({weights_json(plan.names, m.weights)}): training in "
-                        f"{m.out}")
-                    launch(run_for(m.name, m.weights, seed, m.out))
-                summary = ablation.finished_summary(m.out, plan.steps)
-                if summary is None:
-                    raise ablation.AblationError(f"proxy {m.name}: the trainer stopped before "
-                                                 f"step {plan.steps}; see {m.out}/metrics.jsonl")
-                result = ablation.ArmResult(m.name, _arm(m.name, plan, m.weights))
-                result.add(seed, summary, m.out)
-                m.measured = result.runs()[seed][0]
-                trained += m in todo
-                bar.update(1)
-        # ---- the regression and its optimum within the caps
-        fit = regression.fit(np.array([m.weights for m in members]),
-                             np.array([m.measured for m in members]))
-        for m, p in zip(members, fit.loo_pred):
-            m.predicted = float(p)
-        chosen, _ = regression.best_mixture(fit, caps, seed)
-        chosen = rounded(chosen, caps)
-        predicted = float(fit.predict(chosen)[0])
-        log(f"mixture {name}: regression ({regression.MODEL}): leave-one-out error "
-            f"{fit.loo_rmse:.4f} bits/byte"
-            + (f", R² {fit.loo_r2:.3f}" if fit.loo_r2 is not None else "")
-            + f"; chosen {weights_json(plan.names, chosen)}, predicted {predicted:.4f}")
-        # ---- verification: chosen, natural, uniform with paired seeds
-        arms = {"chosen": chosen, "natural": rounded(plan.vector("natural"), np.ones(len(caps))),
-                "uniform": np.full(len(caps), 1.0 / len(caps))}
-        verify = ablation.AblationPlan(plan.version, plan.held_out, plan.held_out_docs,
-                                       plan.held_out_tokens, sum(d.docs for d in plan.domains),
-                                       sum(d.tokens for d in plan.domains), plan.steps,
-                                       plan.budget_tokens, True,
-                                       [_arm(a, plan, w) for a, w in arms.items()])
-        arm_folder = {a: folder(a, w) for a, w in arms.items()}
-        verify_dir = base / "verify"
-        if launch_many is not None:
-            launch_many([run_for(a.name, arms[a.name], s, verify_dir / arm_folder[a.name]
-                                 / f"seed-{s}")
+    def folder(self, prefix: str, weights: np.ndarray) -> str:
+        return f"{prefix}-{runner.result_key(self.spec(weights, 0, Path('x')), self.plan)}"
+
+    def runs(self, together: bool = False) -> Iterator[list[RunSpec]]:
+        """The runs still to train: one at a time, or with ``together`` (Ray tasks) the
+        swarm's and then the verification's all at once. Launch each list before asking for
+        the next. Then ``report``."""
+        config, plan, name, log, base = self.config, self.plan, self.name, self.log, self.base
+        n, caps = len(self.drawn), plan.vector("cap")
+        # ---- the swarm: one seed, Dirichlet weights within the caps
+        seed = config.seeds[0]
+        members = [Member(f"proxy-{i:02d}", w, base / "swarm" / self.folder(f"proxy-{i:02d}", w))
+                   for i, w in enumerate(self.drawn)]
+        trained = reused = 0
+        with self.table.snapshots.using(self.tag):
+            todo = [m for m in members if ablation.finished_summary(m.out, plan.steps) is None]
+            reused += len(members) - len(todo)
+            if together and todo:
+                yield [self.spec(m.weights, seed, m.out) for m in todo]
+            with progress(total=n, desc=f"mixture {name}: swarm", unit="run", log=log) as bar:
+                for m in members:
+                    if m in todo and not together:
+                        log(f"proxy {m.name} ({weights_json(plan.names, m.weights)}): training "
+                            f"in {m.out}")
+                        yield [self.spec(m.weights, seed, m.out)]
+                    summary = ablation.finished_summary(m.out, plan.steps)
+                    if summary is None:
+                        raise ablation.AblationError(
+                            f"proxy {m.name}: the trainer stopped before step {plan.steps}; see "
+                            f"{m.out}/metrics.jsonl")
+                    result = ablation.ArmResult(m.name, _arm(m.name, plan, m.weights))
+                    result.add(seed, summary, m.out)
+                    m.measured = result.runs()[seed][0]
+                    trained += m in todo
+                    bar.update(1)
+            # ---- the regression and its optimum within the caps
+            fit = regression.fit(np.array([m.weights for m in members]),
+                                 np.array([m.measured for m in members]))
+            for m, p in zip(members, fit.loo_pred):
+                m.predicted = float(p)
+            chosen, _ = regression.best_mixture(fit, caps, seed)
+            chosen = rounded(chosen, caps)
+            predicted = float(fit.predict(chosen)[0])
+            log(f"mixture {name}: regression ({regression.MODEL}): leave-one-out error "
+                f"{fit.loo_rmse:.4f} bits/byte"
+                + (f", R² {fit.loo_r2:.3f}" if fit.loo_r2 is not None else "")
+                + f"; chosen {weights_json(plan.names, chosen)}, predicted {predicted:.4f}")
+            # ---- verification: chosen, natural, uniform with paired seeds
+            arms = {"chosen": chosen,
+                    "natural": rounded(plan.vector("natural"), np.ones(len(caps))),
+                    "uniform": np.full(len(caps), 1.0 / len(caps))}
+            verify = ablation.AblationPlan(plan.version, plan.held_out, plan.held_out_docs,
+                                           plan.held_out_tokens,
+                                           sum(d.docs for d in plan.domains),
+                                           sum(d.tokens for d in plan.domains), plan.steps,
+                                           plan.budget_tokens, True,
+                                           [_arm(a, plan, w) for a, w in arms.items()])
+            arm_folder = {a: self.folder(a, w) for a, w in arms.items()}
+            verify_dir = base / "verify"
+            if together:
+                specs = [self.spec(arms[a.name], s, verify_dir / arm_folder[a.name] / f"seed-{s}")
                          for s in config.seeds for a in verify.arms if a.trained
                          and ablation.finished_summary(verify_dir / arm_folder[a.name]
-                                                       / f"seed-{s}", plan.steps) is None])
-        outcome = ablation.run_arms(
-            verify, config.seeds, verify_dir, lambda a: arm_folder[a.name],
-            lambda a, s, out: launch(run_for(a.name, arms[a.name], s, out)), log=log, warn=warn)
-    by_name = {r.name: r for r in outcome.results}
-    leads = {}
-    for other in ("natural", "uniform"):
-        if by_name[other].runs() and by_name["chosen"].runs():
-            lead = paired_lead("chosen", by_name["chosen"].runs(), other, by_name[other].runs())
-            if lead is not None:
-                leads[other] = lead
-    natural = leads.get("natural")
-    detectable = detectable_lead(natural, len(config.seeds)) if natural is not None else None
-    report = SearchReport(name, tag, version, plan, base, members, fit, chosen, predicted, arms,
-                          outcome, leads, round(detectable, 4) if detectable else None,
-                          trained + outcome.trained, reused + outcome.reused, config.filter)
-    if natural is not None:
-        log(f"mixture {name}: " + natural.text("val_bpb"))
-    storage.write_atomic(base / "results.json",
-                         json.dumps(report.results_json(), indent=2).encode())
-    report.duration_s = round(time.perf_counter() - start, 2)
-    return report
+                                                       / f"seed-{s}", plan.steps) is None]
+                if specs:
+                    yield specs
+            outcome = yield from runner.specs_of(
+                ablation.run_arms(verify, config.seeds, verify_dir, lambda a: arm_folder[a.name],
+                                  log=log, warn=self.warn),
+                lambda a, s, out: [self.spec(arms[a.name], s, out)])
+        by_name = {r.name: r for r in outcome.results}
+        leads = {}
+        for other in ("natural", "uniform"):
+            if by_name[other].runs() and by_name["chosen"].runs():
+                lead = paired_lead("chosen", by_name["chosen"].runs(), other,
+                                   by_name[other].runs())
+                if lead is not None:
+                    leads[other] = lead
+        natural = leads.get("natural")
+        detectable = detectable_lead(natural, len(config.seeds)) if natural is not None else None
+        report = SearchReport(name, self.tag, self.version, plan, base, members, fit, chosen,
+                              predicted, arms, outcome, leads,
+                              round(detectable, 4) if detectable else None,
+                              trained + outcome.trained, reused + outcome.reused, config.filter)
+        if natural is not None:
+            log(f"mixture {name}: " + natural.text("val_bpb"))
+        storage.write_atomic(base / "results.json",
+                             json.dumps(report.results_json(), indent=2).encode())
+        report.duration_s = round(time.perf_counter() - self.start, 2)
+        self.report = report

@@ -28,7 +28,7 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +44,6 @@ from lance_assets.curation.rules import (
     lance_problem,
     rule_predicates,
 )
-from lance_assets.table.fingerprint import digest
 
 HASH_MODULUS = 1_000_003  # a prime: (id % p) * m % p is a permutation of the residues
 HASH_MULTIPLIER = 7_919  # products stay far below 2**63 for any id
@@ -399,13 +398,15 @@ class Outcome:
 
 
 def run_arms(plan: AblationPlan, seeds: list[int], base: Path, folder: Callable[[ArmPlan], str],
-             train: Callable[[ArmPlan, int, Path], None], *, log: Callable[[str], None] = print,
+             *, log: Callable[[str], None] = print,
              warn: Callable[[str], None] | None = None, wanted_lead: float | None = None,
-             stop_when_underpowered: bool = False) -> Outcome:
+             stop_when_underpowered: bool = False
+             ) -> Generator[tuple[ArmPlan, int, Path], None, Outcome]:
     """Every trained arm once per seed, seed by seed (a round of seeds gives every arm the same
     seed before the next one starts, so the paired comparison and the power estimate grow
     together); runs found finished in ``base/<folder(arm)>/seed-<seed>`` are reused, others are
-    handed to ``train(arm, seed, run_dir)`` (which resumes an interrupted one).
+    yielded as ``(arm, seed, run_dir)``: the caller trains it (resuming an interrupted one)
+    before it asks for the next. Returns the ``Outcome``.
 
     After each round the smallest lead the whole plan can detect is logged; when it exceeds
     ``wanted_lead`` the log says so before the rest of the budget is spent, and with
@@ -426,7 +427,7 @@ def run_arms(plan: AblationPlan, seeds: list[int], base: Path, folder: Callable[
                 log(f"arm {arm.name} seed {seed}: finished earlier in {out}, reused")
             else:
                 log(f"arm {arm.name} seed {seed}: training in {out}")
-                train(arm, seed, out)
+                yield arm, seed, out
                 summary = finished_summary(out, plan.steps)
                 if summary is None:
                     raise AblationError(f"arm {arm.name} seed {seed}: the trainer stopped before "
@@ -451,8 +452,8 @@ def run_arms(plan: AblationPlan, seeds: list[int], base: Path, folder: Callable[
 SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def arm_folder(arm: ArmPlan, settings: dict) -> str:
-    """The arm's run folder name: its name and a digest of what decides its result (its
-    training filter, the held-out split, the trainer settings), so a changed arm trains anew
-    and an unchanged one is found again."""
-    return f"{SAFE_NAME_RE.sub('_', arm.name)}-{digest({'train': arm.train_filter, **settings})}"
+def arm_folder(arm: ArmPlan, key: str) -> str:
+    """The arm's run folder name: its name and ``key``, the digest of what decides its result
+    (its training filter, the held-out split, the trainer settings: ``runner.result_key``), so
+    a changed arm trains anew and an unchanged one is found again."""
+    return f"{SAFE_NAME_RE.sub('_', arm.name)}-{key}"

@@ -2,7 +2,7 @@
 the cluster has GPUs.
 
 Each task runs the trainer exactly as the local path does (``torchrun -m lance_assets.train``
-with the run's settings as flags, on the run's tagged snapshot, into its run folder under the
+with the spec's ``argv``: its settings, its tagged snapshot and its run folder under the
 data root, which every node must reach), so a run's files are the same whichever path trained
 it and a rerun finds them. A task cancelled by the driver (a cancelled Dagster run stops
 waiting, ``executor.ray_map`` cancels what is left) forwards the stop to torchrun, whose ranks
@@ -17,12 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lance_assets.ablation.plan import AblationError
-from lance_assets.ablation.runner import Run
 from lance_assets.launch.torchrun import SHUTDOWN_TIMEOUT_S, agent_command, agent_preexec, stop_agents
 from lance_assets.progress import progress
-from lance_assets.table import Table, executor
-from lance_assets.table.settings import run_config_fields
-from lance_assets.train import config as train_config
+from lance_assets.table import executor
+from lance_assets.train.spec import RunSpec
 
 TAIL = 3000  # characters of a failed run's output quoted in the error
 
@@ -32,16 +30,6 @@ class Task:
     out: str  # the run folder
     command: list[str]  # torchrun -m lance_assets.train ...
     threads: int  # OMP_NUM_THREADS of its ranks
-
-
-def command(table: Table, run: Run) -> list[str]:
-    """``torchrun ... -m lance_assets.train`` for ``run`` (its trainer settings as flags)."""
-    trainer = {f.name for f in run_config_fields(train_config.TrainConfig)}
-    values = {k: v for k, v in run.settings.items() if k in trainer}
-    tag, version = run.snapshot
-    args = ["--data", table.root, "--out", str(run.out), "--table-tag", tag, "--table-version",
-            str(version), *train_config.to_flags(values)]
-    return agent_command(args, nproc_per_node=int(run.settings.get("nproc_per_node", 1)))
 
 
 def train_task(_shared, task: Task) -> str:
@@ -61,15 +49,16 @@ def train_task(_shared, task: Task) -> str:
     return task.out
 
 
-def train_on_ray(table: Table, runs: list[Run], *, threads: int = 1,
+def train_on_ray(specs: list[RunSpec], *, threads: int = 1,
                  log: Callable[[str], None] = print) -> None:
-    """Every run in ``runs`` as a Ray task (``nproc_per_node`` GPUs each where the cluster has
+    """Every run in ``specs`` as a Ray task (``nproc_per_node`` GPUs each where the cluster has
     GPUs, else ``threads`` CPUs); returns when all finished, an ``AblationError`` naming the
     first that failed."""
     executor.ensure_ray(log)
     gpus = executor.cluster_gpus()
-    per_run = int(runs[0].settings.get("nproc_per_node", 1)) if runs else 1
-    tasks = [Task(str(r.out), command(table, r), threads) for r in runs]
+    per_run = specs[0].nproc_per_node if specs else 1
+    tasks = [Task(s.out, agent_command(s.argv(), nproc_per_node=s.nproc_per_node), threads)
+             for s in specs]
     log(f"Ray: {len(tasks)} training runs as tasks ("
         + (f"{per_run} GPU(s) each" if gpus else f"{threads} CPU(s) each") + ")")
     with progress(total=len(tasks), desc="Ray: training runs", unit="run", log=log) as bar:

@@ -1,24 +1,24 @@
 """The ``curation_ablation`` runner: plan, train every (arm, seed), judge, report.
 
-``run_ablation`` is the whole comparison on one table: it names the ablation (``unnamed``: the
+``Ablation`` is the whole comparison on one table: it names the ablation (``unnamed``: the
 data it compares on), pins and tags its table version (``pinned_version``), plans it
-(``ablation.plan``), trains every arm once per seed round by round (``plan.run_arms``: runs
-found finished are reused, never retrained; an interrupted one resumes from its newest
-checkpoint), reads their loss curves and held-out losses, and writes ``plan.json`` and
-``results.json`` next to the runs. It returns an ``AblationReport``, everything the asset shows.
+(``ablation.plan``), yields every (arm, seed) run still to train as a ``RunSpec``, round by
+round of seeds (``plan.run_arms``: runs found finished are reused, never retrained; an
+interrupted one resumes from its newest checkpoint), reads their loss curves and held-out
+losses, and writes ``plan.json`` and ``results.json`` next to the runs. Once its runs are
+exhausted, ``report`` is an ``AblationReport``, everything the asset shows.
 
-Launching a run is the caller's: ``launch(run)`` gets a ``Run`` (the arm, the seed, the run
-folder, the trainer's settings with the run config's names, the pinned snapshot) and returns
-once the trainer has exited. The Dagster asset launches torchrun through Pipes; a test or a
-benchmark may run the trainer's CLI in process. Nothing here imports Dagster.
+Launching a run is the caller's: it launches each spec it is given (the Dagster asset through
+torchrun and Pipes; a test or a benchmark may run the trainer's CLI in process on
+``spec.argv()``) before it asks for the next. Nothing here imports Dagster.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import lance
@@ -29,9 +29,9 @@ from lance_assets.ablation.settings import NUM_SPLITS, AblationSettings
 from lance_assets.curation.rules import curation_in_force
 from lance_assets.markdown import line_plot_markdown
 from lance_assets.progress import phase
+from lance_assets.storage import Location
 from lance_assets.table import Table, fingerprint, snapshots
-from lance_assets.table.settings import run_config_default, run_config_fields
-from lance_assets.train import config as train_config
+from lance_assets.train.spec import RunSpec
 
 ABLATION_TAG_PREFIX = "ablation-"
 DEFAULT_ARMS = ("curation_rules", "no_rules")
@@ -49,48 +49,32 @@ def plan_for(config: AblationSettings, ds: lance.LanceDataset,
         allow_repeats=config.allow_repeats)
 
 
-RUN_CONFIG = (train_config.TrainConfig, train_config.LaunchConfig)
-
-
-def run_config_defaults() -> dict:
-    """The defaults of ``pretrained_model``'s run config: every trainer and launch setting
-    that is not CLI-only, with its run-config default (``defs.training.config`` builds the
-    Dagster config from the same fields)."""
-    return {f.name: run_config_default(f) for cls in RUN_CONFIG for f in run_config_fields(cls)}
-
-
-def as_run_config(values: dict) -> dict:
-    """``values`` as the run config holds them: a whole number in a float setting as a float
-    (the arm folder's digest tells 1 from 1.0)."""
-    floats = {f.name for cls in RUN_CONFIG for f in fields(cls)
-              if train_config.value_type(cls, f.name) is float}
-    return {k: float(v) if k in floats and type(v) is int else v for k, v in values.items()}
-
-
-def trainer_settings(config: AblationSettings, plan: ablation.AblationPlan,
-                     arm: ablation.ArmPlan, seed: int, run_name: str) -> dict:
-    """One (arm, seed) run's settings, every one of the run config (names and defaults of
-    ``pretrained_model``'s): the arm's rules as --filter, the held-out split as --eval-filter,
-    the plan's steps, resume auto."""
+def run_spec(table: Table, config: AblationSettings, plan: ablation.AblationPlan,
+             arm: ablation.ArmPlan, seed: int, out: Location, snapshot: tuple[str, int] | None,
+             **settings) -> RunSpec:
+    """One (arm, seed) run (every other setting at ``pretrained_model``'s defaults): the arm's
+    rules as --filter, the held-out split as --eval-filter, the plan's steps, resume auto;
+    ``settings`` on top (a mixture's domains and weights)."""
     steps = plan.steps
-    return as_run_config({**run_config_defaults(), **dict(
+    return RunSpec.of(table, out, {**dict(
         filter=arm.filter or "n_tokens > 0", eval_filter=plan.held_out, model=config.model,
         arch=config.arch, seq_len=config.seq_len, batch_size=config.batch_size,
         num_splits=NUM_SPLITS, steps=steps, lr=config.lr, min_lr=min(config.lr, 3e-4),
         warmup=max(1, steps // 10), eval_every=max(1, steps // config.evals_per_run),
         eval_blocks=config.eval_blocks, ckpt_every=max(1, steps // 4),
         log_every=max(1, steps // 10), seed=seed, resume="auto",
-        nproc_per_node=config.nproc_per_node, run_name=run_name)})
+        nproc_per_node=config.nproc_per_node, run_name=out.name), **settings}, snapshot)
 
 
-def run_settings(settings: dict, plan: ablation.AblationPlan) -> dict:
-    """What decides an arm's result besides its rules and seed (the arm folder's digest), from
-    a run's ``trainer_settings``."""
-    skip = {"filter", "seed", "resume", "run_name", "launcher"}
-    if not settings.get("domains"):  # one stream: the mixture settings decide nothing
+def result_key(spec: RunSpec, plan, add: dict | None = None) -> str:
+    """The digest of what decides a run's result besides its rules and seed, on ``plan``'s
+    version and held-out split (``add``: what else does, such as an arm's training filter):
+    the run folders' names, so a changed run trains anew and an unchanged one is found again."""
+    skip = {"filter", "seed"}
+    if not spec.settings.get("domains"):  # one stream: the mixture settings decide nothing
         skip |= MIXTURE_SETTINGS
-    return {"version": plan.version, "held_out": plan.held_out,
-            **{k: v for k, v in settings.items() if k not in skip}}
+    return spec.digest(skip, {"version": plan.version, "held_out": plan.held_out,
+                              **(add or {})})
 
 
 def pinned_version(table: Table, name: str) -> tuple[str, int]:
@@ -141,21 +125,9 @@ def paired_markdown(verdict: ablation.Verdict) -> str:
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class Run:
-    """One (arm, seed) run for ``launch``: train ``settings`` into ``out`` on ``snapshot``."""
-
-    ablation: str  # the ablation's name (how to rerun it)
-    arm: ablation.ArmPlan
-    seed: int
-    out: Path  # the run folder (its name is the run name)
-    settings: dict  # trainer_settings: the run config's names, every setting
-    snapshot: tuple[str, int]  # (tag, version) every rank reads
-
-
 @dataclass
 class AblationReport:
-    """What ``run_ablation`` planned, trained, reused and concluded."""
+    """What an ``Ablation`` planned, trained, reused and concluded."""
 
     name: str
     tag: str
@@ -207,53 +179,72 @@ class AblationReport:
                 "stopped_early": self.outcome.stopped_early}
 
 
-def run_ablation(table: Table, config: AblationSettings,
-                 launch: Callable[[Run], object], *, log: Callable[[str], None] = print,
-                 warn: Callable[[str], None] | None = None) -> AblationReport:
-    """The ablation ``config`` describes on ``table``, every
-    run not found finished handed to ``launch``. An ``ablation.AblationError`` for a plan that
-    cannot run (a broken rule set: refused before anything is tagged or trained) or a run that
-    stopped short of its steps."""
-    start = time.perf_counter()
-    name = config.name or unnamed(table)
-    tag, version = pinned_version(table, name)
-    branch = table.snapshots.branch_of(tag, version)  # a copy forget redacted: read by its tag
-    ds = table.open(tag if branch else version)
-    rule_sets = config.rule_sets or {DEFAULT_ARMS[0]: curation_in_force(ds).rules,
-                                     DEFAULT_ARMS[1]: {}}
-    with phase(f"ablation {name}: planning the arms (documents and tokens each rule set keeps)",
-               log, announce=False):
-        plan = plan_for(config, ds, rule_sets)
-    ablation.check_trainable(plan)  # before the tag, plan.json or any run
-    # no cleanup removes it now; an unnamed one is released once a newer one supersedes it
-    table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
-                         named=bool(config.name), branch=branch)
-    log(f"ablation {name}: table version {version} (tag {tag}), {len(plan.arms)} arms x "
-        f"{len(config.seeds)} seeds, {plan.steps} steps ({plan.budget_tokens:,} tokens) per "
-        f"run, held out: {plan.held_out_docs:,} documents")
-    base = paths.ablation_dir(table.root, name)
-    storage.write_atomic(base / "plan.json", json.dumps(
-        {"tag": tag, **{k: v for k, v in vars(plan).items() if k != "arms"},
-         "arms": [vars(a) for a in plan.arms]}, indent=2, default=str).encode())
+class Ablation:
+    """The ablation ``config`` describes on ``table``: named, planned and its version tagged
+    when made (an ``ablation.AblationError`` for a plan that cannot run: a broken rule set is
+    refused before anything is tagged or trained). ``runs`` yields the runs still to train;
+    ``report`` is set once they are exhausted."""
 
-    def train(arm: ablation.ArmPlan, seed: int, out: Path) -> None:
-        launch(Run(name, arm, seed, out, trainer_settings(config, plan, arm, seed, out.name),
-                   (tag, version)))  # the run's own report is summarized from its files
+    def __init__(self, table: Table, config: AblationSettings, *,
+                 log: Callable[[str], None] = print, warn: Callable[[str], None] | None = None):
+        self.start = time.perf_counter()
+        self.table, self.config, self.log, self.warn = table, config, log, warn
+        self.name = name = config.name or unnamed(table)
+        self.tag, self.version = tag, version = pinned_version(table, name)
+        branch = table.snapshots.branch_of(tag, version)  # a copy forget redacted: by its tag
+        ds = table.open(tag if branch else version)
+        rule_sets = config.rule_sets or {DEFAULT_ARMS[0]: curation_in_force(ds).rules,
+                                         DEFAULT_ARMS[1]: {}}
+        with phase(f"ablation {name}: planning the arms (documents and tokens each rule set "
+                   "keeps)", log, announce=False):
+            self.plan = plan = plan_for(config, ds, rule_sets)
+        ablation.check_trainable(plan)  # before the tag, plan.json or any run
+        # no cleanup removes it now; an unnamed one is released once a newer one supersedes it
+        table.snapshots.hold(tag, version, owner=OWNER, kind=snapshots.ABLATION,
+                             named=bool(config.name), branch=branch)
+        log(f"ablation {name}: table version {version} (tag {tag}), {len(plan.arms)} arms x "
+            f"{len(config.seeds)} seeds, {plan.steps} steps ({plan.budget_tokens:,} tokens) per "
+            f"run, held out: {plan.held_out_docs:,} documents")
+        self.base = paths.ablation_dir(table.root, name)
+        storage.write_atomic(self.base / "plan.json", json.dumps(
+            {"tag": tag, **{k: v for k, v in vars(plan).items() if k != "arms"},
+             "arms": [vars(a) for a in plan.arms]}, indent=2, default=str).encode())
+        self.report: AblationReport | None = None
 
-    def folder(arm: ablation.ArmPlan) -> str:
-        return ablation.arm_folder(arm, run_settings(
-            trainer_settings(config, plan, arm, 0, "x"), plan))
+    def spec(self, arm: ablation.ArmPlan, seed: int, out: Path) -> RunSpec:
+        """The (arm, seed) run in ``out`` on the ablation's snapshot."""
+        return run_spec(self.table, self.config, self.plan, arm, seed, out,
+                        (self.tag, self.version))
 
-    with table.snapshots.using(tag):  # `forget` will not release it while arms train
-        outcome = ablation.run_arms(
-            plan, config.seeds, base, folder, train, log=log, warn=warn,
-            wanted_lead=config.min_lead or None,
-            stop_when_underpowered=config.stop_when_underpowered)
-    verdict = outcome.verdict
-    report = AblationReport(name, tag, version, plan, base, outcome, verdict,
-                            ablation.summary_rows(outcome.results, verdict), 0.0)
-    storage.write_atomic(base / "results.json",
-                         json.dumps(report.results_json(), indent=2).encode())
-    report.duration_s = round(time.perf_counter() - start, 2)
-    return report
+    def folder(self, arm: ablation.ArmPlan) -> str:
+        return ablation.arm_folder(arm, result_key(self.spec(arm, 0, Path("x")), self.plan,
+                                                   {"train": arm.train_filter}))
 
+    def runs(self) -> Iterator[list[RunSpec]]:
+        """The runs still to train, one at a time: launch each before asking for the next
+        (its own report is summarized from its files). Then ``report``."""
+        config, plan = self.config, self.plan
+        with self.table.snapshots.using(self.tag):  # `forget` will not release it meanwhile
+            arms = ablation.run_arms(
+                plan, config.seeds, self.base, self.folder, log=self.log, warn=self.warn,
+                wanted_lead=config.min_lead or None,
+                stop_when_underpowered=config.stop_when_underpowered)
+            outcome = yield from specs_of(arms, lambda arm, seed, out: [self.spec(arm, seed, out)])
+        verdict = outcome.verdict
+        report = AblationReport(self.name, self.tag, self.version, plan, self.base, outcome,
+                                verdict, ablation.summary_rows(outcome.results, verdict), 0.0)
+        storage.write_atomic(self.base / "results.json",
+                             json.dumps(report.results_json(), indent=2).encode())
+        report.duration_s = round(time.perf_counter() - self.start, 2)
+        self.report = report
+
+
+def specs_of(runs, make: Callable[[ablation.ArmPlan, int, Path], list[RunSpec]]):
+    """``plan.run_arms``'s (arm, seed, run folder) to train, each as ``make``'s specs;
+    returns its ``Outcome``."""
+    while True:
+        try:
+            arm, seed, out = next(runs)
+        except StopIteration as done:
+            return done.value
+        yield make(arm, seed, out)

@@ -11,8 +11,9 @@ column the table lacks, or that Lance cannot type is reported by name with the f
 checked *before* they are stored: a broken rule set is refused whole and nothing is written.
 
 The rules in force are stored in the table's config (manifest key/value metadata, versioned with
-the table) by the ``curation_rules`` asset; ``training_filter`` reads them back, parses them again
-(the table config is not trusted either) and returns the combined filter.
+the table) by the ``curation_rules`` asset. The trainer reads them back at the version it pins
+(``rules_in_force_at``), parses them again (the table config is not trusted either) and trains
+on the combined filter.
 """
 
 from __future__ import annotations
@@ -377,11 +378,16 @@ def store_curation(table: Table, curation: Curation) -> int:
     return ds.version
 
 
-def training_predicate(table: Table) -> Predicate:
-    """The combined predicate of the rules in force, checked against the table (``RuleError``).
-    The validation split is not in it: the trainer holds it out itself."""
-    ds = table.newest()
+def rules_in_force_at(ds: lance.LanceDataset) -> Predicate:
+    """The combined predicate of the rules in force at ``ds``'s version (read from its config),
+    checked against its columns (``RuleError``). The validation split is not in it: the trainer
+    holds it out itself."""
     return validated_predicate(ds, curation_in_force(ds).rules)
+
+
+def training_predicate(table: Table) -> Predicate:
+    """``rules_in_force_at`` the table's newest version."""
+    return rules_in_force_at(table.newest())
 
 
 def training_filter(table: Table) -> str:

@@ -43,10 +43,10 @@ class Agent:
         ip = ray.util.get_node_ip_address()
         return ip, free_port(ip)
 
-    def run(self, trainer_args: list[str], nnodes: int, nproc_per_node: int, endpoint: str,
+    def run(self, argv: list[str], nnodes: int, nproc_per_node: int, endpoint: str,
             rdzv_id: str, is_host: bool) -> int:
         ip = ray.util.get_node_ip_address()
-        cmd = agent_command(trainer_args, nproc_per_node=nproc_per_node, nnodes=nnodes,
+        cmd = agent_command(argv, nproc_per_node=nproc_per_node, nnodes=nnodes,
                             rdzv_endpoint=endpoint, rdzv_id=rdzv_id, local_addr=ip,
                             is_host=is_host)
         if self.stopped:
@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns, trainer_args = parse_args(argv)
+    ns, trainer_argv = parse_args(argv)
     ray.init()  # inside a Ray job: the job's cluster
     stop = StopRequested()  # after ray.init, which installs a SIGTERM handler that exits at once
     gpus = ns.gpus_per_proc
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         host, port = ray.get(agents[0].address.remote())
         print(f"rendezvous {host}:{port}, {ns.nnodes} nodes x {ns.nproc_per_node} processes",
               flush=True)
-        runs = [a.run.remote(trainer_args, ns.nnodes, ns.nproc_per_node, f"{host}:{port}",
+        runs = [a.run.remote(trainer_argv, ns.nnodes, ns.nproc_per_node, f"{host}:{port}",
                              ns.rdzv_id, i == 0) for i, a in enumerate(agents)]
         pending = list(runs)
         while pending and not stop.requested:

@@ -51,11 +51,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def agent_command(trainer_args: list[str], *, nproc_per_node: int, nnodes: int = 1,
+def agent_command(argv: list[str], *, nproc_per_node: int, nnodes: int = 1,
                   rdzv_endpoint: str | None = None, rdzv_id: str | None = None,
                   local_addr: str | None = None, is_host: bool | None = None,
                   python: str = sys.executable) -> list[str]:
-    """One torchrun agent running ``-m lance_assets.train *trainer_args``.
+    """One torchrun agent running ``-m lance_assets.train *argv``.
 
     ``nnodes == 1``: a standalone rendezvous on a free local port. Otherwise every agent gets the
     same ``rdzv_endpoint`` (host:port) and ``rdzv_id`` and waits there until all ``nnodes`` joined.
@@ -77,16 +77,16 @@ def agent_command(trainer_args: list[str], *, nproc_per_node: int, nnodes: int =
             cmd.append(f"--local-addr={local_addr}")
         if is_host is not None:
             cmd.append(f"--rdzv-conf=is_host={str(is_host).lower()}")
-    return cmd + ["-m", "lance_assets.train", *trainer_args]
+    return cmd + ["-m", "lance_assets.train", *argv]
 
 
-def local_agent_commands(trainer_args: list[str], *, nnodes: int, nproc_per_node: int,
+def local_agent_commands(argv: list[str], *, nnodes: int, nproc_per_node: int,
                          rdzv_id: str) -> list[list[str]]:
     """``nnodes`` agents on this machine sharing one rendezvous: multi-node on one box."""
     if nnodes == 1:
-        return [agent_command(trainer_args, nproc_per_node=nproc_per_node)]
+        return [agent_command(argv, nproc_per_node=nproc_per_node)]
     endpoint = f"127.0.0.1:{free_port()}"
-    return [agent_command(trainer_args, nproc_per_node=nproc_per_node, nnodes=nnodes,
+    return [agent_command(argv, nproc_per_node=nproc_per_node, nnodes=nnodes,
                           rdzv_endpoint=endpoint, rdzv_id=rdzv_id, local_addr="127.0.0.1",
                           is_host=i == 0)
             for i in range(nnodes)]

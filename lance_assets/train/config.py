@@ -51,7 +51,8 @@ class TrainConfig:
                                        run_config=False)
     filter: str = setting("NOT is_dup", "SQL predicate over the table's columns selecting the "
                           "training documents; the validation split is excluded by the trainer "
-                          "itself ('' in the run config: the curation rules in force)",
+                          "itself ('': the curation rules in force at the table version the run "
+                          "reads, the run config's default)",
                           run_config_default="")
     eval_filter: str = setting("", "SQL predicate selecting the evaluation documents instead of "
                                "the id % VAL_MOD split: they are never trained on (training "

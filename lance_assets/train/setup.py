@@ -20,6 +20,7 @@ from lance_assets.train import checkpoint, config, data, mixture
 from lance_assets.train.collectives import Collectives
 from lance_assets.train.config import TrainConfig
 from lance_assets.train.model import GPT, GPTConfig, config_for
+from lance_assets.train.split import RunFilter, run_filter
 from lance_assets.train.step import make_optimizers
 
 
@@ -83,6 +84,7 @@ class RunData:
 
     snap: data.TableSnapshot
     table_tag: str | None
+    filter: RunFilter  # --filter, or the curation rules in force at the pinned version
     split: data.Splits
     block_len: int
     blocks_per_epoch: int
@@ -107,7 +109,8 @@ def load_data(cfg: TrainConfig, table: Table, ckpt: dict | None, comm: Collectiv
     if cfg.tokenizer and cfg.tokenizer != tok["name"]:
         raise TrainError(f"--tokenizer {cfg.tokenizer}: the table's input_ids were written with "
                          f"{tok['name']!r}; re-tokenize (token_ids) or drop --tokenizer")
-    split = data.splits(cfg.filter, cfg.val_mod, snap.table.schema.names, cfg.eval_filter)
+    chosen = run_filter(snap.table.to_lance(), cfg.filter)  # '': the rules at this version
+    split = data.splits(chosen.text, cfg.val_mod, snap.table.schema.names, cfg.eval_filter)
     block_len = cfg.seq_len + 1
     try:
         if cfg.pack:
@@ -121,8 +124,8 @@ def load_data(cfg: TrainConfig, table: Table, ckpt: dict | None, comm: Collectiv
     val = data.val_blocks(snap, filter=split.val.lance, block_len=block_len,
                           max_blocks=cfg.eval_blocks)
     val_tokens_per_byte = data.tokens_per_byte(snap, split.val.lance)
-    return RunData(snap, table_tag, split, block_len, blocks_per_epoch, global_batch, steps,
-                   steps_why, val, val_tokens_per_byte,
+    return RunData(snap, table_tag, chosen, split, block_len, blocks_per_epoch, global_batch,
+                   steps, steps_why, val, val_tokens_per_byte,
                    mixture.for_run(cfg, snap, split.train, block_len, steps, global_batch))
 
 

@@ -53,6 +53,7 @@ def summarize(run: Run, loop: LoopResult, elapsed: float, rate: float) -> dict:
         "table_version": d.snap.version, "table_tag": d.table_tag or "",
         "redacted": d.redacted,  # forget took documents from its snapshot during the run
         "filter": d.split.train.lance, "eval_filter": d.split.val.lance,
+        "run_filter": d.filter.text, "run_filter_source": d.filter.source,
         "tokenizer": d.tok["name"], "tokenizer_sha256": d.tok["sha256"],
         "tokens_seen": p.tokens_seen, "tokens_per_s": round(rate, 1),
         "train_seconds": round(elapsed, 2),

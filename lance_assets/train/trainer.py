@@ -27,6 +27,7 @@ import torch
 
 from lance_assets import paths, storage
 from lance_assets.curation.predicate import PredicateError
+from lance_assets.curation.rules import RuleError
 from lance_assets.table import Table
 from lance_assets.train import checkpoint, config
 from lance_assets.train.collectives import Collectives, launched_by_torchrun
@@ -95,7 +96,7 @@ def _train(cfg: TrainConfig, comm: Collectives, device: torch.device, table: Tab
     return finish(run, loop)
 
 
-USER_ERRORS = (TrainError, ConfigError, PredicateError, checkpoint.CheckpointError)
+USER_ERRORS = (TrainError, ConfigError, PredicateError, RuleError, checkpoint.CheckpointError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,20 +1,21 @@
 """``curation_ablation``: proxy models per rule set on one pinned table version.
 
-The comparison is the library's (``lance_assets.ablation.runner.run_ablation``: the plan, every
-(arm, seed) run reused when finished, the loss curves, the paired verdict); this asset gives it
-its config and launches each run like ``pretrained_model`` (torchrun through Dagster Pipes, the
-same launch helper), so cancel and resume work the same way. A run that finished earlier (its
-summary says it trained every step) is reused, never retrained; an interrupted one resumes
-from its newest checkpoint.
+The comparison is the library's (``lance_assets.ablation.runner.Ablation``: the plan, every
+(arm, seed) run reused when finished or yielded as a ``RunSpec``, the loss curves, the paired
+verdict); this asset gives it its config and launches each run like ``pretrained_model``
+(torchrun through Dagster Pipes, the same ``launch``), so cancel and resume work the same way. A
+run that finished earlier (its summary says it trained every step) is reused, never retrained;
+an interrupted one resumes from its newest checkpoint.
 """
 
 import math
+from contextlib import closing
 from pathlib import Path
 
 import dagster as dg
 
 from lance_assets.ablation import runner
-from lance_assets.ablation.plan import AblationError, AblationPlan, ArmPlan
+from lance_assets.ablation.plan import AblationError
 from lance_assets.ablation.runner import (  # noqa: F401 (pinned_version, plan_for, unnamed: this module's API)
     pinned_version,
     plan_for,
@@ -25,8 +26,8 @@ from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.config import dagster_config
 from lance_assets.defs.resources import LanceStore
-from lance_assets.defs.training.assets import data_diff_metadata, launch
-from lance_assets.defs.training.config import TrainConfig
+from lance_assets.defs.training.assets import data_diff_metadata
+from lance_assets.defs.training.launch import launch
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 
 # `make demo` and the end_to_end job: the demo corpus holds ~250k tokens, fewer than the default
@@ -37,17 +38,6 @@ DEMO_RUN_CONFIG = {"ops": {"curation_ablation": {"config": {"token_budget": 65_5
 
 AblationConfig = dagster_config("AblationConfig", AblationSettings, module=__name__,
                                 problem=ablation_problem)
-
-
-def trainer_config(config: AblationConfig, plan: AblationPlan, arm: ArmPlan, seed: int,
-                   run_name: str) -> TrainConfig:
-    """One (arm, seed) run's run config (``runner.trainer_settings``)."""
-    return TrainConfig(**runner.trainer_settings(config, plan, arm, seed, run_name))
-
-
-def run_settings(cfg: TrainConfig, plan: AblationPlan) -> dict:
-    """What decides an arm's result besides its rules and seed (``runner.run_settings``)."""
-    return runner.run_settings(cfg.model_dump(), plan)
 
 
 ARMS_SCHEMA = dg.TableSchema(columns=[
@@ -96,18 +86,16 @@ def curation_ablation(context: dg.AssetExecutionContext, config: AblationConfig,
     is real; `data_diff`: what changed in the data since the previous ablation's snapshot.
     Finished runs are reused on a rerun; an interrupted one resumes."""
     table = lance_store.table  # the ablation's one table handle
-
-    def train(run: runner.Run) -> None:
-        hint = (f"to continue, materialize curation_ablation again with the same config "
-                f"(name: {run.ablation}): finished runs are reused, this one resumes")
-        launch(context, pipes_subprocess_client, TrainConfig(**run.settings), table, run.out,
-               run.snapshot, resume_hint=hint).get_materialize_result()
-
     try:
-        report = runner.run_ablation(table, config, train, log=context.log.info,
-                                     warn=context.log.warning)
+        study = runner.Ablation(table, config, log=context.log.info, warn=context.log.warning)
+        hint = (f"to continue, materialize curation_ablation again with the same config "
+                f"(name: {study.name}): finished runs are reused, this one resumes")
+        with closing(study.runs()) as runs:
+            for specs in runs:
+                launch(context, pipes_subprocess_client, specs, resume_hint=hint)
     except AblationError as e:
         raise dg.Failure(str(e)) from None
+    report = study.report
     metadata = ablation_metadata(report)
     metadata.update(data_diff_metadata(context, table, report.name))
     return dg.MaterializeResult(metadata=metadata)

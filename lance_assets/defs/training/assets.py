@@ -1,8 +1,8 @@
 """``pretrained_model`` (torchrun through Dagster Pipes) and ``samples`` (text from its checkpoint)."""
 
 
+import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,46 +11,22 @@ from typing import Optional
 import dagster as dg
 
 from lance_assets import paths, storage
-from lance_assets.curation.rules import training_filter
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.conditions import ON_NEW_DATA, training_condition
 from lance_assets.defs.metadata import data_version
 from lance_assets.defs.resources import LanceStore
-from lance_assets.defs.training.config import LAUNCH_ONLY, TrainConfig
+from lance_assets.defs.training.config import TrainConfig
+from lance_assets.defs.training.launch import launch
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.keys import DEFAULT_PROMPTS
-from lance_assets.launch.torchrun import (
-    agent_command,
-    local_agent_commands,
-    local_agent_gpus,
-    local_agent_threads,
-)
 from lance_assets.markdown import line_plot_markdown, markdown_table
 from lance_assets.progress import phase
 from lance_assets.table import Table, maintenance, snapshots
 from lance_assets.table.fingerprint import digest
 from lance_assets.train import checkpoint
-from lance_assets.train.config import config_words, to_flags, world_problem
-
-
-def trainer_args(cfg: TrainConfig, table: Table, out: Path,
-                 snapshot: tuple[str, int] | None = None) -> list[str]:
-    """The flags of `-m lance_assets.train` reading ``table``: one per trainer setting (launch
-    settings left out), and the run's snapshot (tag, version) when given."""
-    if not cfg.filter:  # the curation rules' combined filter, validated against the table
-        cfg = cfg.model_copy(update={"filter": training_filter(table)})
-    settings = {k: v for k, v in cfg.model_dump().items() if k not in LAUNCH_ONLY}
-    pinned = ["--table-tag", snapshot[0], "--table-version", str(snapshot[1])] if snapshot else []
-    named = ["--table", table.name] if table.name != paths.TABLE_NAME else []
-    return ["--data", table.root, *named, "--out", str(out), *pinned, *to_flags(settings)]
-
-
-def trainer_command(cfg: TrainConfig, table: Table, out: Path,
-                    snapshot: tuple[str, int] | None = None) -> list[str]:
-    """`torchrun --standalone ... -m lance_assets.train` on this machine (one node)."""
-    return agent_command(trainer_args(cfg, table, out, snapshot),
-                         nproc_per_node=cfg.nproc_per_node)
+from lance_assets.train.config import config_words, world_problem
+from lance_assets.train.spec import RunSpec
 
 
 def resumes(cfg: TrainConfig, out: Path) -> bool:
@@ -61,30 +37,22 @@ def resumes(cfg: TrainConfig, out: Path) -> bool:
     return cfg.resume != "auto" or bool(checkpoint.list_checkpoints(out))
 
 
-def check_run_data(cfg: TrainConfig, table: Table, version: int | str) -> None:
+def check_run_data(spec: RunSpec, table: Table, version: int | str) -> None:
     """What the trainer would refuse about the data it is asked to read, checked at the
     ``version`` it will read (a number, or the tag of a redacted copy) before the run holds a
-    snapshot or starts a process: the filters parsed against that version's columns, and the
-    mixture (``--domains``, ``--weights``) by the trainer's own check
-    (``train.domains.plan_mixture``): a ``dg.Failure`` naming the domain, its rows and tokens,
-    and the fix."""
+    snapshot or starts a process, by the trainer's own check (``train.split.check_run_data``:
+    the filter, or the curation rules in force at that version, and the mixture): a
+    ``dg.Failure`` naming the setting (a domain with its rows and tokens) and the fix."""
     from lance_assets.curation.predicate import PredicateError
     from lance_assets.curation.rules import RuleError
     from lance_assets.train.config import DEFAULT_STEPS, ConfigError
-    from lance_assets.train.domains import plan_mixture
-    from lance_assets.train.split import splits
+    from lance_assets.train.split import check_run_data as trainer_check
 
-    ds = table.open(version)
+    cfg = spec.trainer_config()
     try:
-        split = splits(cfg.filter or training_filter(table), cfg.val_mod, ds.schema.names,
-                       cfg.eval_filter)
-        if cfg.domains.strip():
-            plan_mixture(ds, domains=cfg.domains, weights=cfg.weights, train=split.train,
-                         block_len=cfg.seq_len + 1, num_splits=cfg.num_splits,
-                         steps=cfg.steps or DEFAULT_STEPS,
-                         global_batch=(cfg.batch_size * cfg.grad_accum * cfg.nnodes
-                                       * cfg.nproc_per_node),
-                         seed=cfg.seed, max_repeats=cfg.max_repeats)
+        trainer_check(cfg, table.open(version), steps=cfg.steps or DEFAULT_STEPS,
+                      global_batch=cfg.batch_size * cfg.grad_accum * spec.nnodes
+                      * spec.nproc_per_node)
     except (ConfigError, PredicateError, RuleError) as e:
         raise dg.Failure(f"{config_words(str(e))} (nothing was tagged or launched)") from None
 
@@ -115,58 +83,6 @@ def check_world(cfg: TrainConfig) -> None:
         raise dg.Failure(f"{config_words(problem)}: change nnodes, nproc_per_node or num_splits")
     if problem:
         raise dg.Failure(config_words(problem))
-
-
-def local_agent_envs(cfg: TrainConfig) -> list[dict[str, str]]:
-    """Each local agent's GPUs (none on a machine without CUDA)."""
-    if cfg.nnodes == 1:
-        return [{}]
-    import torch
-
-    try:
-        gpus = local_agent_gpus(cfg.nnodes, cfg.nproc_per_node, torch.cuda.device_count())
-    except ValueError as e:
-        raise dg.Failure(str(e)) from None
-    threads = local_agent_threads(cfg.nnodes, cfg.nproc_per_node, os.cpu_count())
-    return [{**env, **threads} for env in gpus]
-
-
-def launch(context: dg.AssetExecutionContext, client: TorchrunPipesClient, cfg: TrainConfig,
-           table: Table, out: Path, snapshot: tuple[str, int] | None = None, *,
-           resume_hint: str | None = None) -> dg.PipesClientCompletedInvocation:
-    """The trainer on ``cfg.nnodes`` nodes by ``cfg.launcher``, every rank reading the
-    ``snapshot`` (tag, version); on cancel, say how to go on (``resume_hint``, default: for
-    ``pretrained_model``)."""
-    args = trainer_args(cfg, table, out, snapshot)
-    rdzv_id = f"{out.name}-{context.run.run_id[:8]}"
-    extras = {"resume_hint": resume_hint or "to continue, materialize pretrained_model again "
-                                            f"with resume: auto and run_name: {out.name}"}
-    # a line at least every progress.LOG_EVERY_S while torchrun starts (imports, the loader)
-    # and runs, besides the trainer's own lines
-    running = phase(f"{context.asset_key.to_user_string()}: training run {out.name}",
-                    context.log.info, announce=False)
-    try:
-        if cfg.launcher == "ray":
-            with running:
-                return client.run_on_ray(context=context, trainer_args=args, nnodes=cfg.nnodes,
-                                         nproc_per_node=cfg.nproc_per_node, rdzv_id=rdzv_id,
-                                         extras=extras)
-        commands = local_agent_commands(args, nnodes=cfg.nnodes,
-                                        nproc_per_node=cfg.nproc_per_node, rdzv_id=rdzv_id)
-        envs = local_agent_envs(cfg)
-        for cmd, env in zip(commands, envs):
-            context.log.info("launching: " + " ".join(f"{k}={v}" for k, v in env.items())
-                             + (" " if env else "") + " ".join(cmd))
-        with running:
-            return client.run_agents(context=context, commands=commands, extras=extras,
-                                     agent_envs=envs)
-    except dg.DagsterExecutionInterruptedError:
-        saved = checkpoint.list_checkpoints(out) if out.is_dir() else []
-        context.log.warning("training cancelled; " + (
-            f"newest checkpoint {saved[-1].name} in {out}; {extras['resume_hint']}" if saved
-            else f"no checkpoint was written to {out}; materialize "
-                 f"{context.asset_key.to_user_string()} again to start over"))
-        raise
 
 
 def loss_curve_markdown(metrics_path: Path) -> Optional[str]:
@@ -264,11 +180,6 @@ def data_diff_metadata(context: dg.AssetExecutionContext, table: Table, current:
     return out
 
 
-def comparable_settings(cfg: TrainConfig) -> dict:
-    """What decides a run's result: every setting but where it writes and how it resumes."""
-    return {k: v for k, v in cfg.model_dump().items() if k not in {"run_name", "resume", "launcher"}}
-
-
 @dg.asset(deps=[TOKEN_IDS, CURATION_RULES], group_name=GROUP,
           kinds={"pytorch", "lance"}, code_version="3", automation_condition=training_condition(),
           op_tags=TRAINER_TAGS)
@@ -285,16 +196,16 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     out = paths.run_dir(root, config.run_name or context.run.run_id[:8])
     start = time.perf_counter()
     check_world(config)
+    spec = RunSpec.of(table, out, config.model_dump())
     tag, version = training_snapshot(config, table, out,
-                                     check=lambda v: check_run_data(config, table, v))
+                                     check=lambda v: check_run_data(spec, table, v))
     context.log.info(f"training on table version {version}, tagged {tag} (release it with "
                      f"table_maintenance's release_snapshots once the run is no longer needed)")
+    spec = dataclasses.replace(spec, tag=tag, version=version)
     with table.snapshots.using(tag):  # `forget` will not release it while it trains
-        invocation = launch(context, pipes_subprocess_client, config, table, out, (tag, version))
-    reported = invocation.get_materialize_result()
+        (metadata,) = launch(context, pipes_subprocess_client, spec)
     summary = json.loads((out / "summary.json").read_text())
     storage.write_atomic(paths.latest_checkpoint_pointer(root), summary["checkpoint"].encode())
-    metadata = dict(reported.metadata or {})
     metadata["duration_s"] = round(time.perf_counter() - start, 2)
     metadata["run_dir"] = dg.MetadataValue.path(str(out))
     metadata["lance/snapshot_tag"] = tag
@@ -306,9 +217,8 @@ def pretrained_model(context: dg.AssetExecutionContext, config: TrainConfig,
     if records:
         metadata["loss_curve_table"] = loss_curve_table(records)
     metadata.update(data_diff_metadata(context, table, out.name))
-    settings = comparable_settings(config)
-    metadata["train_settings"] = dg.MetadataValue.json(settings)
-    metadata["train_settings_digest"] = digest(settings)
+    metadata["train_settings"] = dg.MetadataValue.json(spec.comparable())
+    metadata["train_settings_digest"] = spec.digest()
     # its output is the checkpoint, trained on one table version
     version = data_version(context, summary["table_version"], digest(summary["checkpoint"]))
     return dg.MaterializeResult(metadata=metadata, data_version=version)

@@ -1,27 +1,28 @@
 """``mixture_search``: the domain weights that train the better model, found by a swarm of proxy
 models and verified with paired seeds.
 
-The search is the library's (``lance_assets.ablation.mixture.run_search``); this asset gives it
-its config and launches each run like ``curation_ablation`` (torchrun through Dagster Pipes, the
-same launch helper), or, under ``LANCE_ASSETS_EXECUTOR=ray``, as Ray tasks
-(``ablation.remote``). A run that finished earlier is reused, an interrupted one resumes.
+The search is the library's (``lance_assets.ablation.mixture.Search``: it yields the runs still
+to train as ``RunSpec``s); this asset gives it its config and launches each run like
+``curation_ablation`` (torchrun through Dagster Pipes, the same ``launch``), or, under
+``LANCE_ASSETS_EXECUTOR=ray``, as Ray tasks (``via="ray_tasks"``). A run that finished earlier
+is reused, an interrupted one resumes.
 """
 
 import json
 import math
+from contextlib import closing
 
 import dagster as dg
 
 from lance_assets import storage
-from lance_assets.ablation import mixture, regression, remote, runner
+from lance_assets.ablation import mixture, regression
 from lance_assets.ablation.plan import AblationError
 from lance_assets.ablation.settings import MixtureSettings, mixture_problem
 from lance_assets.defs.common import CURATION_RULES, TOKEN_IDS, TRAINER_TAGS
 from lance_assets.defs.common import TRAINING_GROUP as GROUP
 from lance_assets.defs.config import dagster_config
 from lance_assets.defs.resources import LanceStore
-from lance_assets.defs.training.assets import launch
-from lance_assets.defs.training.config import TrainConfig
+from lance_assets.defs.training.launch import launch
 from lance_assets.defs.training.torchrun import TorchrunPipesClient
 from lance_assets.markdown import markdown_table, png_markdown
 from lance_assets.table.executor import executor_name
@@ -58,22 +59,18 @@ def mixture_search(context: dg.AssetExecutionContext, config: MixtureConfig,
         context.log.warning(message + "; nothing searched")
         return dg.MaterializeResult(metadata={"skipped": dg.MetadataValue.text(message)})
 
-    def train(run: runner.Run) -> None:
-        hint = (f"to continue, materialize mixture_search again with the same config (name: "
-                f"{run.ablation}): finished runs are reused, this one resumes")
-        launch(context, pipes_subprocess_client, TrainConfig(**run.settings), table, run.out,
-               run.snapshot, resume_hint=hint).get_materialize_result()
-
-    many = None
-    if executor_name(config.executor) == "ray":
-        def many(runs: list[runner.Run]) -> None:
-            remote.train_on_ray(table, runs, log=context.log.info)
-
+    ray = executor_name(config.executor) == "ray"
     try:
-        report = mixture.run_search(table, config, train, launch_many=many,
-                                    log=context.log.info, warn=context.log.warning)
+        search = mixture.Search(table, config, log=context.log.info, warn=context.log.warning)
+        hint = (f"to continue, materialize mixture_search again with the same config (name: "
+                f"{search.name}): finished runs are reused, this one resumes")
+        with closing(search.runs(together=ray)) as runs:
+            for specs in runs:
+                launch(context, pipes_subprocess_client, specs,
+                       via="ray_tasks" if ray else None, resume_hint=hint)
     except AblationError as e:
         raise dg.Failure(str(e)) from None
+    report = search.report
     png = report.plot()
     storage.write_atomic(report.base / "mixture_search.png", png)
     return dg.MaterializeResult(metadata=search_metadata(report, config, png))

@@ -184,7 +184,7 @@ class TorchrunPipesClient(dg.PipesSubprocessClient):
                     stop_agents(procs, self.termination_timeout_seconds, log=context.log.warning)
         return dg.PipesClientCompletedInvocation(session)
 
-    def run_on_ray(self, *, context: Context, trainer_args: Sequence[str], nnodes: int,
+    def run_on_ray(self, *, context: Context, argv: Sequence[str], nnodes: int,
                    nproc_per_node: int, rdzv_id: str,
                    extras: dict | None = None) -> dg.PipesClientCompletedInvocation:
         """A Ray job (``python -m lance_assets.launch.ray_job``) placing one agent per node."""
@@ -192,7 +192,7 @@ class TorchrunPipesClient(dg.PipesSubprocessClient):
         entrypoint = [sys.executable if local else "python", "-m", "lance_assets.launch.ray_job",
                       f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}",
                       f"--rdzv-id={rdzv_id}", "--",
-                      *trainer_args]
+                      *argv]
         stop_s = self.termination_timeout_seconds
         env_vars = {
             **self.env,
