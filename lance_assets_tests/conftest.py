@@ -155,8 +155,9 @@ def pytest_runtest_teardown(item, nextitem):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """With ``LANCE_ASSETS_TEST_TIMELINE=FILE``: one line per test (worker, start, end, id),
-    appended to FILE, to see which units run beside which and which one ends the suite."""
+    """With ``LANCE_ASSETS_TEST_TIMELINE=FILE``: one line per test (worker, start, end, id, CPU
+    seconds of the worker, CPU seconds of the processes it waited for), appended to FILE, to see
+    which units run beside which, which one ends the suite and where the CPU goes."""
     path = os.environ.get("LANCE_ASSETS_TEST_TIMELINE")
     if not path:
         yield
@@ -164,7 +165,11 @@ def pytest_runtest_protocol(item, nextitem):
     import time
 
     start = time.time()
+    t0 = os.times()
     yield
+    t1 = os.times()
+    cpu = t1.user + t1.system - t0.user - t0.system
+    kids = t1.children_user + t1.children_system - t0.children_user - t0.children_system
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(path, "a") as out:
-        out.write(f"{worker}\t{start:.1f}\t{time.time():.1f}\t{item.nodeid}\n")
+        out.write(f"{worker}\t{start:.1f}\t{time.time():.1f}\t{item.nodeid}\t{cpu:.1f}\t{kids:.1f}\n")

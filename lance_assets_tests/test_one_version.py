@@ -319,25 +319,34 @@ def test_zero_retention_next_to_ingests_and_column_writers_fails_no_run(tmp_path
     a, _ = _sources(tmp_path)
     _ingest(root, a)
     stop = tmp_path / "stop"
+    maintained = tmp_path / "maintained"
     maint = subprocess.Popen([sys.executable, "-c", f"""
 import os, time
 from datetime import timedelta
+from pathlib import Path
 from lance_assets.table import Table
 from lance_assets.table.maintenance import maintain
-end = time.monotonic() + 20
+end, i = time.monotonic() + 60, 0
 while time.monotonic() < end and not os.path.exists({str(stop)!r}):
     maintain(Table.of({str(root)!r}), keep_versions_for=timedelta(0), target_rows_per_fragment=400,
              log=lambda m: None)
+    i += 1
+    Path({str(maintained)!r}).write_text(str(i))
 """], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    ingests = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 18, stop)],
+    ingests = subprocess.Popen([sys.executable, "-c", _ingest_loop_script(root, folder, 60, stop)],
                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         from lance_assets.curation import dedup_flag, near_dup
 
-        end = time.monotonic() + 15
-        while time.monotonic() < end:
+        # the writers go round until each of the three has done its share next to the others
+        # (a count, not a time: a loaded machine gets the same races, a fast one stops sooner)
+        rounds, end = 0, time.monotonic() + 60
+        while time.monotonic() < end and maint.poll() is None and ingests.poll() is None and not (
+                rounds >= 2 and len(list(folder.glob("*"))) >= 8
+                and maintained.exists() and int(maintained.read_text() or 0) >= 3):
             produce(dedup_flag.PRODUCER, Table.of(root), log=quiet)
             produce(near_dup.PRODUCER, Table.of(root), log=quiet)
+            rounds += 1
     finally:
         stop.touch()  # the writers are done: maintenance and ingests need not go on alone
         m_out, _ = maint.communicate(timeout=300)
