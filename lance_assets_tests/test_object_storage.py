@@ -42,7 +42,7 @@ def s3_endpoint():
     endpoint it was made with (the timing group's tests run apart from the module's others)."""
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     # moto's S3 app alone: its usual dispatcher matches every request against the URL patterns
-    # of every AWS service it mocks, a tenth of the whole-graph test's time
+    # of every AWS service it mocks (a twentieth of the whole-graph test's CPU)
     server = make_server("127.0.0.1", 0, create_backend_app("s3"), threaded=True,
                          request_handler=MotoRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
